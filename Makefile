@@ -1,0 +1,32 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed-test
+	$(BIN)/python -m ember.demo
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+test-all: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m ''
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python bench/run.py
+
+lint: $(VENV)/.installed-test
+	$(BIN)/pip install -q ruff
+	$(BIN)/ruff check ember tests bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info
