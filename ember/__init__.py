@@ -1,0 +1,27 @@
+"""ember: a deep-learning compiler. ONNX in, one compiled C program out.
+
+    import ember
+    cm = ember.compile("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
+    y = cm(x)                # or cm.run({"x": x}) -> {name: array}
+    cm.save("model.ember"); cm2 = ember.load("model.ember")
+"""
+
+from ember.errors import EmberError
+from ember.runtime.compiled import CompiledModel
+
+__version__ = "0.1.0"
+__all__ = ["compile", "load", "CompiledModel", "EmberError", "__version__"]
+
+
+def compile(model, input_shapes=None, target="cpu", *, num_threads=None):  # noqa: A001
+    """Compile an ONNX model (path or ModelProto) for ``target``; returns a CompiledModel."""
+    from ember.driver import compile as _compile
+
+    return _compile(model, input_shapes, target, num_threads=num_threads)
+
+
+def load(path):
+    """Load a saved ``.ember`` artifact (needs numpy only, not the compiler)."""
+    from ember.runtime.compiled import load_model
+
+    return load_model(path)

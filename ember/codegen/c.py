@@ -1,0 +1,170 @@
+"""C emission of loop IR: expressions, statements and kernel functions.
+
+A kernel becomes ``static void name(int64_t t0, int64_t t1)``: it runs rTasks [t0, t1) of its
+parallel loop. Buffers are named by the caller (``BufferBinding``): model inputs/outputs,
+workspace offsets, parameter offsets, or locals. Vectorized loops carry ``#pragma omp simd``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ember.errors import CompileError
+from ember.loops.ir import (
+    Alloc, Bin, Buffer, Call, Cast, Const, Eval, Expr, For, ForKind, If, Let, Load, Scope,
+    Select, Seq, Stmt, Store, Var,
+)
+from ember.support.text import TextBuffer
+
+C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
+           "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
+           "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t", "float16": "_Float16"}
+
+_FN_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
+           "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "pow": "powf", "round": "nearbyintf",
+           "sin": "sinf", "cos": "cosf"}
+
+
+def ctype(dtype: str) -> str:
+    try:
+        return C_TYPES[dtype]
+    except KeyError:
+        raise CompileError(f"no C type for dtype {dtype}") from None
+
+
+def c_const(c: Const) -> str:
+    v = c.value
+    if c.dtype.startswith("float"):
+        f = float(v)
+        if math.isnan(f):
+            return "NAN"
+        if math.isinf(f):
+            return "INFINITY" if f > 0 else "(-INFINITY)"
+        txt = repr(f)
+        return txt + "f" if c.dtype == "float32" else txt
+    if c.dtype == "bool":
+        return "1" if v else "0"
+    iv = int(v)
+    return f"INT64_C({iv})" if abs(iv) > 2**31 - 1 else str(iv)
+
+
+@dataclass
+class BufferBinding:
+    """How each global buffer is addressed in C: an expression yielding a byte pointer."""
+
+    exprs: dict[Buffer, str]
+
+
+class CEmitter:
+    def __init__(self, binding: BufferBinding) -> None:
+        self.binding = binding
+        self.names: dict[Buffer, str] = {}
+        self.vars: dict[Var, str] = {}
+        self._n = 0
+
+    # ------------------------------------------------------------ expressions
+    def var(self, v: Var) -> str:
+        if v not in self.vars:
+            base = "".join(ch if ch.isalnum() else "_" for ch in v.name)
+            self.vars[v] = f"{base}_{len(self.vars)}"
+        return self.vars[v]
+
+    def buf(self, b: Buffer) -> str:
+        if b not in self.names:
+            raise CompileError(f"buffer {b.name} is not bound")
+        return self.names[b]
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Var):
+            return self.var(e)
+        if isinstance(e, Const):
+            return c_const(e)
+        if isinstance(e, Load):
+            return f"{self.buf(e.buf)}[{self.expr(e.index)}]"
+        if isinstance(e, Bin):
+            return self._bin(e)
+        if isinstance(e, Call):
+            fn = _FN_F32.get(e.fn, e.fn) if e.dtype == "float32" else e.fn
+            return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if isinstance(e, Cast):
+            return f"(({ctype(e.dtype)})({self.expr(e.value)}))"
+        raise CompileError(f"cannot emit expression {type(e).__name__}")
+
+    def _bin(self, e: Bin) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in ("min", "max"):
+            cmp = "<" if e.op == "min" else ">"
+            return f"EM_SEL2({a}, {b}, {cmp})"
+        op = {"//": "/"}.get(e.op, e.op)  # index arithmetic is non-negative
+        if e.op == "%" and e.a.dtype.startswith("float"):
+            return f"fmodf({a}, {b})"
+        return f"({a} {op} {b})"
+
+    # ------------------------------------------------------------ statements
+    def stmt(self, s: Stmt, out: TextBuffer) -> None:
+        if isinstance(s, Seq):
+            for x in s.body:
+                self.stmt(x, out)
+        elif isinstance(s, For):
+            self._for(s, out)
+        elif isinstance(s, Store):
+            out.line(f"{self.buf(s.buf)}[{self.expr(s.index)}] = {self.expr(s.value)};")
+        elif isinstance(s, If):
+            with out.indented(f"if ({self.expr(s.cond)}) {{", "}"):
+                self.stmt(s.then, out)
+            if s.orelse is not None:
+                with out.indented("else {", "}"):
+                    self.stmt(s.orelse, out)
+        elif isinstance(s, Alloc):
+            name = f"L{len(self.names)}_{s.buf.name}"
+            self.names[s.buf] = name
+            with out.indented("{", "}"):
+                out.line(f"{ctype(s.buf.dtype)} {name}[{s.buf.size}] "
+                         "__attribute__((aligned(64)));")
+                self.stmt(s.body, out)
+        elif isinstance(s, Let):
+            out.line(f"const {ctype(s.var.dtype)} {self.var(s.var)} = {self.expr(s.value)};")
+            self.stmt(s.body, out)
+        elif isinstance(s, Eval):
+            args = [self.buf(a) if isinstance(a, Buffer) else self.expr(a) for a in s.args]
+            out.line(f"{s.fn}({', '.join(args)});")
+        else:
+            raise CompileError(f"cannot emit statement {type(s).__name__}")
+
+    def _for(self, s: For, out: TextBuffer) -> None:
+        v = self.var(s.var)
+        b, n = self.expr(s.begin), self.expr(s.extent)
+        if s.kind is ForKind.VECTORIZED:
+            out.line("#pragma omp simd")
+        elif s.kind is ForKind.UNROLLED:
+            out.line("#pragma GCC unroll 16")
+        end = n if b == "0" else f"{b} + {n}"
+        with out.indented(f"for (int64_t {v} = {b}; {v} < {end}; ++{v}) {{", "}"):
+            self.stmt(s.body, out)
+
+    # ------------------------------------------------------------ kernels
+    def kernel(self, name: str, body: Stmt, buffers: list[Buffer], out: TextBuffer,
+               doc: str = "") -> None:
+        """Emit ``static void name(int64_t t0, int64_t t1)`` binding ``buffers`` to pointers."""
+        if doc:
+            out.line(f"/* {doc} */")
+        with out.indented(f"static void {name}(int64_t t0, int64_t t1) {{", "}"):
+            out.line("(void)t0; (void)t1;")
+            seen: dict[str, str] = {}
+            for b in buffers:
+                if b.scope is not Scope.GLOBAL or b in self.names:
+                    continue
+                src = self.binding.exprs.get(b)
+                if src is None:
+                    raise CompileError(f"kernel {name}: buffer {b.name} has no address")
+                if src in seen:  # in-place: the same storage under two names
+                    self.names[b] = seen[src]
+                    continue
+                cname = f"B{len(self.names)}"
+                self.names[b] = cname
+                seen[src] = cname
+                out.line(f"{ctype(b.dtype)} *const {cname} = ({ctype(b.dtype)} *)({src});")
+            self.stmt(body, out)

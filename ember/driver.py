@@ -1,0 +1,188 @@
+"""The driver: the one place that wires every layer, from an ONNX model to a CompiledModel."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ember.codegen.program import BoundKernel, emit_program
+from ember.errors import EmberError
+from ember.frontend.onnx.importer import import_model
+from ember.ir.graph import Graph, Node, Value
+from ember.kernel.base import OUTPUT, Kernel
+from ember.kernel.select import build_kernel
+from ember.passes import pipeline
+from ember.passes.memplan import ALIGN, MemoryPlan
+from ember.runtime.compiled import CompiledModel
+from ember.runtime.toolchain import compile_shared
+from ember.sched import sequential
+from ember.sched.plan import ExecutionPlan
+
+VERSION = "0.1.0"
+
+
+@dataclass
+class Compilation:
+    """Everything the compiler produced, kept for ``ember inspect`` and the tests."""
+
+    graph: Graph
+    kernels: list[Kernel] = field(default_factory=list)
+    plan: ExecutionPlan | None = None
+    source: str = ""
+    params: np.ndarray | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+
+    @property
+    def memory_plan(self) -> MemoryPlan:
+        return self.graph.memory_plan  # type: ignore[attr-defined,no-any-return]
+
+
+def default_threads() -> int:
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.strip().isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _progress(msg: str) -> None:
+    if os.environ.get("EMBER_PROGRESS", "1") != "0" and sys.stderr.isatty():
+        print(f"[ember] {msg}", file=sys.stderr, flush=True)
+
+
+def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, Any] | None = None,
+          *, num_threads: int | None = None,
+          dump: Callable[[str, Graph], None] | None = None,
+          verify_each: bool = False) -> Compilation:
+    t = time.perf_counter()
+    g = import_model(model, input_shapes)
+    comp = Compilation(g, input_names=[v.name for v in g.inputs],
+                       output_names=[v.name for v in g.outputs])
+    for v in g.inputs:
+        if not v.type.is_static:
+            raise EmberError(f"input {v.name!r} has symbolic shape {v.type}; pass "
+                             f"input_shapes={{{v.name!r}: (...)}} (dynamic models need the VM)")
+    comp.timings["import"] = time.perf_counter() - t
+    t = time.perf_counter()
+    g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=verify_each, dump=dump)
+    _copy_outputs(g)
+    g = pipeline.run(g, pipeline.PLAN, dump=dump)
+    comp.graph = g
+    comp.timings["passes"] = time.perf_counter() - t
+    t = time.perf_counter()
+    fused = [n for n in g.nodes if n.op == "Fused"]
+    threads = num_threads or default_threads()
+    for i, n in enumerate(fused):
+        if len(fused) > 20 and i % 20 == 0:
+            _progress(f"kernels {i}/{len(fused)}")
+        comp.kernels.append(build_kernel(f"{n.attrs['master'].lower()}{i}", n, threads))
+    comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
+    comp.plan.validate([k.ntasks for k in comp.kernels])
+    bound, comp.params = _bind(g, fused, comp.kernels)
+    comp.source = emit_program(bound, comp.plan)
+    comp.timings["codegen"] = time.perf_counter() - t
+    return comp
+
+
+def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
+            input_shapes: dict[str, Any] | None = None, target: str = "cpu",
+            *, num_threads: int | None = None) -> CompiledModel:
+    if target != "cpu":
+        raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
+    comp = build(model, input_shapes, num_threads=num_threads)
+    t = time.perf_counter()
+    _progress(f"compiling {len(comp.source) // 1024} KiB of C")
+    lib = compile_shared(comp.source)
+    comp.timings["cc"] = time.perf_counter() - t
+    return CompiledModel(lib, comp.params, _meta(comp), comp.source)
+
+
+def _meta(comp: Compilation) -> dict[str, Any]:
+    g = comp.graph
+    assert comp.plan is not None
+    return {
+        "format": 1, "ember_version": VERSION, "target": "cpu", "graph_name": g.name,
+        "inputs": [{"name": name, "shape": list(v.type.shape), "dtype": v.type.dtype.name}
+                   for name, v in zip(comp.input_names, g.inputs)],
+        "outputs": [{"name": name, "shape": list(v.type.shape), "dtype": v.type.dtype.name}
+                    for name, v in zip(comp.output_names, g.outputs)],
+        "workspace_bytes": comp.memory_plan.workspace_bytes,
+        "num_threads": comp.plan.num_veus, "kernels": len(comp.kernels),
+        "source_sha256": hashlib.sha256(comp.source.encode()).hexdigest(),
+    }
+
+
+def _copy_outputs(g: Graph) -> None:
+    """Every graph output is written by a kernel of its own (not an input, constant or view)."""
+    from ember.passes.fuse import run as fuse_run
+
+    seen: set[int] = set()
+    outs = []
+    extra: list[Node] = []
+    for v in g.outputs:
+        p = v.producer
+        if p is None or p.op != "Fused" or v.uid in seen:
+            copy = Node("Identity", [v], [Value(v.type, v.name + "_out")], {}, "copy_" + v.name)
+            extra.append(copy)
+            v = copy.output
+        seen.add(v.uid)
+        outs.append(v)
+    if extra:
+        g.outputs = outs
+        g.nodes += extra
+        fuse_run(g)
+
+
+def _bind(g: Graph, fused: list[Node], kernels: list[Kernel]
+          ) -> tuple[list[BoundKernel], np.ndarray]:
+    plan: MemoryPlan = g.memory_plan  # type: ignore[attr-defined]
+    blob = bytearray()
+    const_off: dict[int, int] = {}
+
+    def const_addr(arr: np.ndarray) -> str:
+        key = id(arr)
+        if key not in const_off:
+            blob.extend(b"\0" * (-len(blob) % ALIGN))
+            const_off[key] = len(blob)
+            blob.extend(np.ascontiguousarray(arr).tobytes())
+        return f"g_params + {const_off[key]}"
+
+    def value_addr(v: Value) -> str:
+        if v.is_const:
+            return const_addr(v.const)  # type: ignore[arg-type]
+        s = plan.storage[v.uid]
+        if s.kind == "input":
+            return f"(char *)g_in[{s.index}]"
+        if s.kind == "output":
+            return f"(char *)g_out[{s.index}]"
+        return f"g_ws + {s.index}"
+
+    bound = []
+    for n, k in zip(fused, kernels):
+        addrs = {}
+        for buf, src in k.args:
+            if isinstance(src, np.ndarray):
+                addrs[buf] = const_addr(src)
+            elif src == OUTPUT:
+                addrs[buf] = value_addr(n.outputs[0])
+            else:
+                addrs[buf] = value_addr(n.inputs[src])  # type: ignore[arg-type]
+        bound.append(BoundKernel(k, addrs))
+    params = np.frombuffer(bytes(blob) or b"\0", dtype=np.uint8).copy()
+    return bound, params
+
+
+def load(path: str | os.PathLike) -> CompiledModel:
+    from ember.runtime.compiled import load_model
+
+    return load_model(Path(path))

@@ -1,0 +1,38 @@
+"""One exception tree for ember.
+
+Every error says which op / node / input it concerns and what the user can do about it.
+"""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Root of every error ember raises on purpose."""
+
+
+class UnsupportedOpError(EmberError):
+    """The model uses an operator (or an operator version / attribute) ember does not support."""
+
+
+class ModelError(EmberError):
+    """The model is malformed: dangling names, inconsistent types, bad attributes."""
+
+
+class TypeInferenceError(ModelError):
+    """A node's input types do not satisfy its type relation."""
+
+
+class VerifyError(EmberError):
+    """The IR broke an invariant (SSA, topological order, types). A bug in a pass."""
+
+
+class CompileError(EmberError):
+    """Code generation or the C toolchain failed."""
+
+
+class InputError(EmberError):
+    """Wrong inputs at run time: count, name, shape or dtype."""
+
+
+class ArtifactError(EmberError):
+    """A saved model could not be loaded: missing file, bad checksum, wrong version."""

@@ -1,0 +1,245 @@
+"""ONNX model -> ember Graph.
+
+``import_model`` walks the ONNX graph in order: initializers become constant Values, graph
+inputs become typed input Values (``dim_param`` -> ``Sym(name)``, unknown dim -> ``Sym()``,
+optionally bound by ``input_shapes``), and every node goes through the converter registered for
+its op type at the model's default-domain opset (see ``converters.py``). Converters fold eagerly,
+so a subgraph computing from constants only (Shape of a static value -> Gather -> Concat ->
+Reshape) becomes constants. Values keep their ONNX names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ember.errors import EmberError, InputError, ModelError, UnsupportedOpError
+from ember.frontend.onnx.converters import Ctx, first_opset, lookup, onnx_dtype, \
+    supported_op_types
+from ember.ir.graph import Graph, Value
+from ember.ir.types import Dim, Sym, TensorType
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+ShapeSpec = Sequence[int | str | None]
+
+
+def import_model(model: onnx.ModelProto | str | os.PathLike,
+                 input_shapes: Mapping[str, ShapeSpec] | None = None) -> Graph:
+    """Convert an ONNX model (proto or path) into a typed ember Graph.
+
+    ``input_shapes`` binds input shapes by name: an int fixes a dim (it must agree with the
+    declared dim), a string names a symbol, None keeps the declared dim. A named symbol bound to
+    an int is bound in every input that uses it.
+    """
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            model = onnx.load(os.fspath(model))
+        except (OSError, onnx.onnx_cpp2py_export.checker.ValidationError) as e:
+            raise ModelError(f"cannot load ONNX model {model!r}: {e}") from e
+        except Exception as e:  # protobuf decode errors have no common public base class
+            raise ModelError(f"cannot parse ONNX model {model!r}: {e}") from e
+    opset = default_opset(model)
+    g = model.graph
+    graph = Graph(name=g.name or "graph")
+    env: dict[str, Value] = {}
+    for init in g.initializer:
+        env[init.name] = _initializer(init)
+    graph.inputs = _inputs(g, env, dict(input_shapes or {}))
+    for v in graph.inputs:
+        env[v.name] = v
+    ctx = Ctx(graph, opset)
+    for index, node in enumerate(g.node):
+        _convert_node(ctx, node, index, env)
+    graph.outputs = _outputs(ctx, g, env)
+    return graph
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return int(imp.version)
+    raise ModelError("the model imports no default-domain ('' / 'ai.onnx') opset")
+
+
+# --------------------------------------------------------------------------- inputs
+def _initializer(init: onnx.TensorProto) -> Value:
+    try:
+        arr = numpy_helper.to_array(init)
+    except Exception as e:  # external data not found, corrupt raw data...
+        raise ModelError(f"cannot read initializer {init.name!r}: {e}") from e
+    try:
+        return Value.constant(np.ascontiguousarray(arr), init.name)
+    except ValueError:
+        raise UnsupportedOpError(
+            f"initializer {init.name!r} has element type "
+            f"{onnx.TensorProto.DataType.Name(init.data_type)}, which ember does not support"
+        ) from None
+
+
+def _declared_shape(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    dims: list[Dim] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(Sym(d.dim_param))
+        else:
+            dims.append(Sym())
+    return tuple(dims)
+
+
+def _bind(name: str, declared: tuple[Dim, ...] | None, given: ShapeSpec,
+          syms: dict[str, int]) -> tuple[Dim, ...]:
+    """Apply one ``input_shapes`` entry to the declared shape of input ``name``."""
+    given = tuple(given)
+    if declared is not None and len(given) != len(declared):
+        raise InputError(f"input_shapes[{name!r}] = {given} has rank {len(given)}, but input "
+                         f"{name!r} is declared with rank {len(declared)}: {declared}")
+    out: list[Dim] = []
+    for i, g in enumerate(given):
+        d = declared[i] if declared is not None else None
+        if g is None:
+            if d is None:
+                raise InputError(f"input_shapes[{name!r}] leaves dim {i} open but the model "
+                                 "declares no shape for it")
+            out.append(d)
+        elif isinstance(g, str):
+            out.append(Sym(g))
+        else:
+            g = int(g)
+            if g < 0 or (isinstance(d, int) and d != g):
+                raise InputError(f"input_shapes[{name!r}] = {given} conflicts with the declared "
+                                 f"shape {declared} of input {name!r} at dim {i}")
+            if isinstance(d, Sym) and d.name is not None:
+                if syms.setdefault(d.name, g) != g:
+                    raise InputError(f"input_shapes binds symbol {d.name!r} to both "
+                                     f"{syms[d.name]} and {g} (input {name!r})")
+            out.append(g)
+    return tuple(out)
+
+
+def _inputs(g: onnx.GraphProto, env: dict[str, Value],
+            input_shapes: dict[str, ShapeSpec]) -> list[Value]:
+    real = [vi for vi in g.input if vi.name not in env]
+    unknown = sorted(set(input_shapes) - {vi.name for vi in real})
+    if unknown:
+        raise InputError(f"input_shapes names unknown input(s) {unknown}; the model's inputs "
+                         f"are {[vi.name for vi in real]}")
+    syms: dict[str, int] = {}
+    shapes: dict[str, tuple[Dim, ...]] = {}
+    for vi in real:
+        if not vi.type.HasField("tensor_type"):
+            raise UnsupportedOpError(f"input {vi.name!r} is not a tensor; ember supports "
+                                     "tensor inputs only")
+        declared = _declared_shape(vi)
+        if vi.name in input_shapes:
+            shapes[vi.name] = _bind(vi.name, declared, input_shapes[vi.name], syms)
+        elif declared is None:
+            raise ModelError(f"input {vi.name!r} has no declared shape (not even a rank); "
+                             "give it with import_model(..., input_shapes=...)")
+        else:
+            shapes[vi.name] = declared
+    out = []
+    for vi in real:
+        shape = tuple(syms.get(d.name, d) if isinstance(d, Sym) and d.name is not None else d
+                      for d in shapes[vi.name])
+        try:
+            dt = onnx_dtype(vi.type.tensor_type.elem_type)
+        except UnsupportedOpError as e:
+            raise UnsupportedOpError(f"input {vi.name!r}: {e}") from None
+        out.append(Value(TensorType(shape, dt), vi.name))
+    return out
+
+
+# --------------------------------------------------------------------------- nodes
+def parse_attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    """ONNX attributes -> Python values (str for strings, numpy arrays for tensors)."""
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8")
+        elif isinstance(v, onnx.TensorProto):
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [s.decode("utf-8") for s in v]
+        elif isinstance(v, list) and v and isinstance(v[0], onnx.TensorProto):
+            v = [numpy_helper.to_array(t) for t in v]
+        out[a.name] = v
+    return out
+
+
+def _unsupported(node: onnx.NodeProto, name: str, opset: int) -> UnsupportedOpError:
+    ops = ", ".join(supported_op_types())
+    if node.domain not in DEFAULT_DOMAINS:
+        return UnsupportedOpError(
+            f"op {node.op_type!r} of domain {node.domain!r} (node {name!r}, default opset "
+            f"{opset}) is not supported: ember converts default-domain ONNX ops only; "
+            f"supported op types: {ops}")
+    since = first_opset(node.op_type)
+    why = "" if since is None else f" (ember converts it from opset {since} on)"
+    return UnsupportedOpError(
+        f"ONNX op {node.op_type!r} (node {name!r}, opset {opset}) is not supported{why}; "
+        f"supported op types: {ops}")
+
+
+def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: dict[str, Value]) -> None:
+    name = node.name or f"{node.op_type}_{index}"
+    where = f"node {name!r} ({node.op_type}, opset {ctx.opset})"
+    fn = lookup(node.op_type, ctx.opset) if node.domain in DEFAULT_DOMAINS else None
+    if fn is None:
+        raise _unsupported(node, name, ctx.opset)
+    ins: list[Value | None] = []
+    for i in node.input:
+        if not i:
+            ins.append(None)
+        elif i not in env:
+            raise ModelError(f"{where}: input {i!r} is not produced by any earlier node, "
+                             "initializer or graph input")
+        else:
+            ins.append(env[i])
+    while ins and ins[-1] is None:
+        ins.pop()
+    for o in node.output:
+        if o and o in env:
+            raise ModelError(f"{where}: output name {o!r} is already defined earlier in "
+                             "the graph (SSA requires unique names)")
+    ctx.begin(node, name)
+    known = {v.uid for v in env.values()}
+    try:
+        outs = list(fn(ctx, ins, parse_attrs(node)))
+    except EmberError as e:
+        raise type(e)(f"{where}: {e}") from e
+    except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as e:
+        raise ModelError(f"{where}: {type(e).__name__}: {e}") from e
+    for i, o in enumerate(node.output):
+        if not o:
+            continue
+        if i >= len(outs):
+            raise ModelError(f"{where}: output {i} ({o!r}) is not supported by ember")
+        v = outs[i]
+        if v.uid not in known:  # fresh value: give it the ONNX name
+            v.name = o
+        env[o] = v
+
+
+def _outputs(ctx: Ctx, g: onnx.GraphProto, env: dict[str, Value]) -> list[Value]:
+    outs = []
+    for vi in g.output:
+        if vi.name not in env:
+            raise ModelError(f"graph output {vi.name!r} is not produced by any node, "
+                             "initializer or input")
+        v = env[vi.name]
+        if v.name != vi.name:  # an alias of another value: keep the ONNX name visible
+            v = ctx.graph.add("Identity", [v], name=f"output_{vi.name}",
+                              out_names=[vi.name]).output
+        outs.append(v)
+    return outs

@@ -1,0 +1,79 @@
+"""Ember-internal operators that the layout pass introduces (NHWC variants) and ``Fused``.
+
+``ConvNHWC``: x N,H,W,C (already padded: pads are explicit Pad nodes), w KH,KW,C/g,OC (HWIO),
+optional bias OC; attrs strides, dilations, group. ``MaxPoolNHWC`` / ``AveragePoolNHWC``: the
+ONNX pools with the channel axis last. ``Fused``: a fused group (TVM's primitive function) whose
+``body`` attribute is a Graph; its type relation and reference come from the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.ir.ops.registry import Pattern, ShapeMode, defop, get
+from ember.ir.types import TensorType
+
+
+def _conv_nhwc_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorType]:
+    x, w = ts[0], ts[1]
+    n, h, wd, c = x.shape
+    kh, kw, icg, oc = w.shape
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    if isinstance(c, int) and c != icg * attrs.get("group", 1):
+        raise ValueError(f"input channels {c} != {icg} x group {attrs.get('group', 1)}")
+    oh = (h - (kh - 1) * dh - 1) // sh + 1
+    ow = (wd - (kw - 1) * dw - 1) // sw + 1
+    return [TensorType((n, oh, ow, oc), x.dtype)]
+
+
+@defop("ConvNHWC", Pattern.OUT_FUSABLE, _conv_nhwc_type)
+def conv_nhwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray,
+              b: np.ndarray | None = None) -> list[np.ndarray]:
+    """2-D convolution, NHWC activations, HWIO weights, no padding (explicit Pad before)."""
+    oc = w.shape[3]
+    g = attrs.get("group", 1)
+    xt = np.transpose(x, (0, 3, 1, 2))
+    wt = np.transpose(w, (3, 2, 0, 1))
+    a = {"strides": list(attrs["strides"]), "dilations": list(attrs["dilations"]),
+         "pads": [0, 0, 0, 0], "group": g, "kernel_shape": list(w.shape[:2])}
+    (y,) = get("Conv").run_ref(a, xt, wt, b if b is not None else np.zeros(oc, x.dtype))
+    return [np.ascontiguousarray(np.transpose(y, (0, 2, 3, 1)))]
+
+
+def _pool_nhwc_type(op: str) -> Any:
+    def infer(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorType]:
+        x = ts[0]
+        nchw = TensorType((x.shape[0], x.shape[3], x.shape[1], x.shape[2]), x.dtype)
+        (y,) = get(op).infer_types(attrs, [nchw])
+        return [TensorType((y.shape[0], y.shape[2], y.shape[3], y.shape[1]), x.dtype)]
+
+    return infer
+
+
+def _pool_nhwc_ref(op: str) -> Any:
+    def ref(attrs: dict[str, Any], x: np.ndarray) -> list[np.ndarray]:
+        (y,) = get(op).run_ref(attrs, np.transpose(x, (0, 3, 1, 2)))
+        return [np.ascontiguousarray(np.transpose(y, (0, 2, 3, 1)))]
+
+    ref.__doc__ = f"{op} with the channel axis last."
+    return ref
+
+
+for _op in ("MaxPool", "AveragePool"):
+    defop(f"{_op}NHWC", Pattern.REDUCTION, _pool_nhwc_type(_op))(_pool_nhwc_ref(_op))
+
+
+def _fused_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorType]:
+    return [v.type for v in attrs["body"].outputs]
+
+
+@defop("Fused", Pattern.OPAQUE, _fused_type, ShapeMode.DATA_INDEPENDENT)
+def fused(attrs: dict[str, Any], *xs: np.ndarray) -> list[np.ndarray]:
+    """A fused group: runs its body graph with the reference interpreter."""
+    from ember.ir.interp import run_graph
+
+    body = attrs["body"]
+    return run_graph(body, {v.name: x for v, x in zip(body.inputs, xs)})

@@ -1,0 +1,625 @@
+"""Tensor-manipulation operators: shape changes, indexing, padding, resizing, comparisons.
+
+Every shape-like operand the ONNX frontend can see as a constant is an attribute here
+(Split ``split``, Slice ``starts/ends/axes/steps``, Expand ``shape``, Pad ``pads``, Resize
+``sizes``...). Reshape keeps its shape tensor as input 1: when it is a constant the output shape
+is exact; otherwise the output dims are fresh ``Sym()`` (a data-dependent shape function).
+
+Type relations keep symbolic dims wherever the result is still known (Transpose, Concat on other
+axes, Unsqueeze, Reshape with 0 / -1 on symbols, full-range Slice...) and fall back to a fresh
+``Sym()`` only when the length depends on the symbol's value.
+
+Patterns follow TVM: shape changes and gathers are INJECTIVE, Expand / Where / comparisons
+BROADCAST, Cast / Not / ConstantOfShape ELEMWISE, Shape OPAQUE (a host-side query).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ember.errors import TypeInferenceError
+from ember.ir.ops.common import broadcast_type, compare_type, norm_axis, same_type
+from ember.ir.ops.registry import Pattern, ShapeMode, defop
+from ember.ir.types import Dim, Sym, TensorType, broadcast_shapes, dims_equal
+from ember.support import dtypes
+
+Attrs = dict[str, Any]
+Types = list[TensorType | None]
+INT_MAX = 2**63 - 1
+INJ = Pattern.INJECTIVE
+
+
+def _unify(a: Dim, b: Dim, what: str) -> Dim:
+    """Two dims that must be equal at run time: keep the more precise one."""
+    if dims_equal(a, b) is False:
+        raise TypeInferenceError(f"{what}: dims {a} and {b} differ")
+    return a if isinstance(a, int) or not isinstance(b, int) else b
+
+
+def _prod(dims: tuple[Dim, ...] | list[Dim]) -> Dim:
+    """Product of dims; a single symbol stays itself, several symbols give a fresh Sym."""
+    syms = [d for d in dims if isinstance(d, Sym)]
+    ints = math.prod(d for d in dims if isinstance(d, int))
+    if not syms:
+        return ints
+    if len(syms) == 1 and ints == 1:
+        return syms[0]
+    return Sym()
+
+
+# --------------------------------------------------------------------------- Concat / Split
+def _concat_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    present = [t for t in ts if t is not None]
+    if not present:
+        raise TypeInferenceError("Concat needs at least one input")
+    first = present[0]
+    axis = norm_axis(int(attrs["axis"]), first.rank)
+    out = list(first.shape)
+    for t in present[1:]:
+        if t.rank != first.rank or t.dtype != first.dtype:
+            raise TypeInferenceError(f"Concat inputs {first} and {t} differ in rank or dtype")
+        for i, d in enumerate(t.shape):
+            if i != axis:
+                out[i] = _unify(out[i], d, f"Concat dim {i}")
+    sizes = [t.shape[axis] for t in present]
+    out[axis] = sum(sizes) if all(isinstance(s, int) for s in sizes) else Sym()  # type: ignore
+    return [TensorType(tuple(out), first.dtype)]
+
+
+@defop("Concat", INJ, _concat_infer)
+def concat(attrs: Attrs, *xs: np.ndarray | None) -> list[np.ndarray]:
+    """Concatenate along ``axis``."""
+    return [np.concatenate([x for x in xs if x is not None], axis=int(attrs["axis"]))]
+
+
+def _split_sizes(attrs: Attrs, dim: Dim) -> list[Dim]:
+    split = attrs.get("split")
+    if split is not None:
+        split = [int(s) for s in split]
+        if isinstance(dim, int) and sum(split) != dim:
+            raise TypeInferenceError(f"split {split} does not add up to dim {dim}")
+        return list(split)
+    n = int(attrs["num_outputs"])
+    if isinstance(dim, Sym):
+        return [Sym() for _ in range(n)]
+    chunk = -(-dim // n)
+    sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+    if sum(sizes) != dim or (n > 1 and sizes[-1] == 0):
+        raise TypeInferenceError(f"cannot split dim {dim} into {n} outputs")
+    return list(sizes)
+
+
+def _split_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    axis = norm_axis(int(attrs.get("axis", 0)), x.rank)
+    outs = []
+    for s in _split_sizes(attrs, x.shape[axis]):
+        shape = list(x.shape)
+        shape[axis] = s
+        outs.append(TensorType(tuple(shape), x.dtype))
+    return outs
+
+
+@defop("Split", INJ, _split_infer)
+def split(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Split along ``axis`` into ``split`` sizes (or ``num_outputs`` near-equal chunks)."""
+    axis = int(attrs.get("axis", 0))
+    sizes = _split_sizes(attrs, x.shape[axis])
+    return list(np.split(x, np.cumsum(sizes[:-1]).astype(np.int64), axis=axis))
+
+
+# --------------------------------------------------------------------------- Reshape / Flatten
+def reshape_dims(in_shape: tuple[Dim, ...], target: list[int], allowzero: bool) -> tuple:
+    """Resolve ONNX Reshape's 0 (copy) and -1 (infer) against a possibly symbolic input."""
+    out: list[Dim | None] = []
+    for i, s in enumerate(target):
+        if s == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise TypeInferenceError(f"shape {target}: 0 at {i} has no input dim to copy")
+            out.append(in_shape[i])
+        elif s == -1:
+            out.append(None)
+        elif s < -1:
+            raise TypeInferenceError(f"invalid shape entry {s} in {target}")
+        else:
+            out.append(int(s))
+    holes = [i for i, d in enumerate(out) if d is None]
+    if len(holes) > 1:
+        raise TypeInferenceError(f"shape {target} has more than one -1")
+    known = [d for d in out if d is not None]
+    in_syms = [d for d in in_shape if isinstance(d, Sym)]
+    in_int = math.prod(d for d in in_shape if isinstance(d, int))
+    out_syms = [d for d in known if isinstance(d, Sym)]
+    out_int = math.prod(d for d in known if isinstance(d, int))
+    rest = list(in_syms)
+    for s in out_syms:
+        if s in rest:
+            rest.remove(s)
+        else:
+            rest = None  # type: ignore[assignment]
+            break
+    if holes:
+        fill: Dim
+        if rest is None or out_int == 0 or (rest and in_int != out_int) or len(rest) > 1:
+            fill = Sym()
+        elif rest:
+            fill = rest[0]
+        else:
+            if in_int % out_int:
+                raise TypeInferenceError(f"cannot reshape {in_shape} into {target}")
+            fill = in_int // out_int
+        out[holes[0]] = fill
+    elif rest == [] and in_int != out_int:
+        raise TypeInferenceError(f"cannot reshape {in_shape} into {target}")
+    return tuple(out)
+
+
+def _reshape_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x, s = ts[0], ts[1]
+    assert x is not None and s is not None
+    shape = cs[1] if len(cs) > 1 else None
+    if shape is not None:
+        dims = reshape_dims(x.shape, [int(v) for v in np.ravel(shape)],
+                            bool(attrs.get("allowzero", 0)))
+        return [TensorType(dims, x.dtype)]
+    if s.rank != 1 or not isinstance(s.shape[0], int):
+        raise TypeInferenceError(f"Reshape shape input must be 1-D of static length, got {s}")
+    return [TensorType(tuple(Sym() for _ in range(s.shape[0])), x.dtype)]
+
+
+@defop("Reshape", INJ, _reshape_infer, ShapeMode.DATA_DEPENDENT)
+def reshape(attrs: Attrs, x: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
+    """Reshape to the shape tensor (0 copies the input dim unless ``allowzero``, -1 infers)."""
+    dims = reshape_dims(x.shape, [int(v) for v in np.ravel(shape)],
+                        bool(attrs.get("allowzero", 0)))
+    return [x.reshape(dims)]
+
+
+def _flatten_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    axis = int(attrs.get("axis", 1))
+    if not -x.rank <= axis <= x.rank:
+        raise TypeInferenceError(f"Flatten axis {axis} out of range for rank {x.rank}")
+    axis %= x.rank + 1
+    return [TensorType((_prod(x.shape[:axis]), _prod(x.shape[axis:])), x.dtype)]
+
+
+@defop("Flatten", INJ, _flatten_infer)
+def flatten(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """2-D view: dims before ``axis`` x dims from ``axis``."""
+    axis = int(attrs.get("axis", 1)) % (x.ndim + 1)
+    return [x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))]
+
+
+# --------------------------------------------------------------------------- Transpose
+def _perm(attrs: Attrs, rank: int) -> list[int]:
+    perm = attrs.get("perm")
+    perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(p % rank if rank else p for p in perm) != list(range(rank)):
+        raise TypeInferenceError(f"perm {perm} is not a permutation of {rank} axes")
+    return [p % rank for p in perm]
+
+
+def _transpose_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    return [TensorType(tuple(x.shape[p] for p in _perm(attrs, x.rank)), x.dtype)]
+
+
+@defop("Transpose", INJ, _transpose_infer)
+def transpose(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Permute axes by ``perm`` (default: reverse)."""
+    return [np.ascontiguousarray(np.transpose(x, _perm(attrs, x.ndim)))]
+
+
+# --------------------------------------------------------------------------- Squeeze / Unsqueeze
+def _squeeze_axes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[int]:
+    axes = attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        if any(isinstance(d, Sym) for d in shape):
+            raise TypeInferenceError(
+                f"Squeeze without axes on symbolic shape {shape}: the rank would depend on data")
+        return [i for i, d in enumerate(shape) if d == 1]
+    out = sorted({norm_axis(int(a), len(shape), "Squeeze axis") for a in axes})
+    for a in out:
+        if isinstance(shape[a], int) and shape[a] != 1:
+            raise TypeInferenceError(f"Squeeze axis {a} has size {shape[a]}, not 1")
+    return out
+
+
+def _squeeze_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    axes = _squeeze_axes(attrs, x.shape)
+    return [TensorType(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)]
+
+
+@defop("Squeeze", INJ, _squeeze_infer)
+def squeeze(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Remove the size-1 ``axes`` (all size-1 dims when absent)."""
+    axes = _squeeze_axes(attrs, x.shape)
+    return [x.reshape([d for i, d in enumerate(x.shape) if i not in axes])]
+
+
+def _unsqueeze_shape(attrs: Attrs, shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    axes = [int(a) for a in attrs["axes"]]
+    rank = len(shape) + len(axes)
+    norm = sorted(norm_axis(a, rank, "Unsqueeze axis") for a in axes)
+    if len(set(norm)) != len(norm):
+        raise TypeInferenceError(f"Unsqueeze axes {axes} repeat an axis")
+    rest = iter(shape)
+    return tuple(1 if i in norm else next(rest) for i in range(rank))
+
+
+def _unsqueeze_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    return [TensorType(_unsqueeze_shape(attrs, x.shape), x.dtype)]
+
+
+@defop("Unsqueeze", INJ, _unsqueeze_infer)
+def unsqueeze(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Insert size-1 dims at ``axes`` (indices into the output)."""
+    return [x.reshape(_unsqueeze_shape(attrs, x.shape))]
+
+
+# --------------------------------------------------------------------------- Gather
+def _gather_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x, idx = ts[0], ts[1]
+    assert x is not None and idx is not None
+    if idx.dtype.name not in ("int32", "int64"):
+        raise TypeInferenceError(f"Gather indices must be int32/int64, got {idx.dtype}")
+    axis = norm_axis(int(attrs.get("axis", 0)), x.rank)
+    return [TensorType((*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]), x.dtype)]
+
+
+@defop("Gather", INJ, _gather_infer)
+def gather(attrs: Attrs, x: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+    """``take`` along ``axis``; negative indices count from the end."""
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    n = x.shape[axis]
+    idx = np.asarray(idx, np.int64)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"Gather index out of range [-{n}, {n - 1}]")
+    return [np.take(x, np.where(idx < 0, idx + n, idx), axis=axis)]
+
+
+# --------------------------------------------------------------------------- Slice
+def _slice_params(attrs: Attrs, rank: int) -> list[tuple[int, int, int, int]]:
+    """[(axis, start, end, step)] as given (unclamped), one per sliced axis."""
+    starts = [int(s) for s in attrs["starts"]]
+    ends = [int(e) for e in attrs["ends"]]
+    axes = attrs.get("axes")
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = attrs.get("steps")
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise TypeInferenceError("Slice starts/ends/axes/steps differ in length")
+    axes = [norm_axis(a, rank, "Slice axis") for a in axes]
+    if len(set(axes)) != len(axes) or 0 in steps:
+        raise TypeInferenceError(f"Slice axes {axes} repeat or a step is 0")
+    return list(zip(axes, starts, ends, steps))
+
+
+def slice_range(dim: int, start: int, end: int, step: int) -> tuple[int, int, int]:
+    """ONNX clamping: (first index, stop (may be -1 when stepping back), count)."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        n = max(0, -(-(end - start) // step))
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        n = max(0, -(-(start - end) // -step))
+    return start, end, n
+
+
+def _slice_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    shape = list(x.shape)
+    for axis, start, end, step in _slice_params(attrs, x.rank):
+        d = shape[axis]
+        if isinstance(d, int):
+            shape[axis] = slice_range(d, start, end, step)[2]
+        elif not ((step == 1 and start == 0 and end >= 2**31 - 1)
+                  or (step == -1 and start == -1 and end <= -(2**31))):
+            shape[axis] = Sym()  # length depends on the symbol's value
+    return [TensorType(tuple(shape), x.dtype)]
+
+
+@defop("Slice", INJ, _slice_infer)
+def slice_(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Strided slice with ONNX clamping (negative steps walk backwards)."""
+    sel: list[slice] = [slice(None)] * x.ndim
+    for axis, start, end, step in _slice_params(attrs, x.ndim):
+        first, stop, n = slice_range(x.shape[axis], start, end, step)
+        sel[axis] = slice(first, first + n * step if first + n * step >= 0 else None, step)
+        if n == 0:
+            sel[axis] = slice(0, 0)
+    return [np.ascontiguousarray(x[tuple(sel)])]
+
+
+# --------------------------------------------------------------------------- Cast / Expand
+def _cast_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    return [TensorType(x.shape, dtypes.dtype(attrs["to"]))]
+
+
+@defop("Cast", Pattern.ELEMWISE, _cast_infer)
+def cast(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Convert to dtype ``to`` (a name like "float32"); float -> int truncates."""
+    return [x.astype(dtypes.dtype(attrs["to"]).np)]
+
+
+def _expand_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    return [TensorType(broadcast_shapes(x.shape, tuple(int(s) for s in attrs["shape"])),
+                       x.dtype)]
+
+
+@defop("Expand", Pattern.BROADCAST, _expand_infer)
+def expand(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Broadcast to ``shape`` (bidirectional: size-1 entries keep the input's dim)."""
+    shape = np.broadcast_shapes(x.shape, tuple(int(s) for s in attrs["shape"]))
+    return [np.broadcast_to(x, shape).copy()]
+
+
+# --------------------------------------------------------------------------- Pad
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _pad_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    pads = [int(p) for p in attrs["pads"]]
+    if len(pads) != 2 * x.rank:
+        raise TypeInferenceError(f"pads {pads} must have 2 x rank = {2 * x.rank} entries")
+    if attrs.get("mode", "constant") not in _PAD_MODES:
+        raise TypeInferenceError(f"unknown Pad mode {attrs.get('mode')!r}")
+    shape: list[Dim] = []
+    for i, d in enumerate(x.shape):
+        extra = pads[i] + pads[i + x.rank]
+        if isinstance(d, int):
+            if d + extra < 0:
+                raise TypeInferenceError(f"pads {pads} crop dim {i} below zero")
+            shape.append(d + extra)
+        else:
+            shape.append(d if extra == 0 else Sym())
+    return [TensorType(tuple(shape), x.dtype)]
+
+
+@defop("Pad", INJ, _pad_infer)
+def pad(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Pad by ``pads`` ([begin..., end...]; negative entries crop) in mode constant/reflect/edge."""
+    r = x.ndim
+    pads = [int(p) for p in attrs["pads"]]
+    mode = _PAD_MODES[attrs.get("mode", "constant")]
+    crop = tuple(slice(max(-pads[i], 0), x.shape[i] - max(-pads[i + r], 0)) for i in range(r))
+    x = x[crop]
+    width = [(max(pads[i], 0), max(pads[i + r], 0)) for i in range(r)]
+    if mode == "constant":
+        y = np.pad(x, width, mode="constant",
+                   constant_values=np.asarray(attrs.get("value", 0), x.dtype))
+    else:
+        y = np.pad(x, width, mode=mode)
+    return [y]
+
+
+# --------------------------------------------------------------------------- Shape & friends
+def _shape_bounds(attrs: Attrs, rank: int) -> tuple[int, int]:
+    start = int(attrs.get("start", 0) or 0)
+    end = attrs.get("end")
+    end = rank if end is None else int(end)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return start, max(end, start)
+
+
+def _shape_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    start, end = _shape_bounds(attrs, x.rank)
+    return [TensorType((end - start,), dtypes.int64)]
+
+
+@defop("Shape", Pattern.OPAQUE, _shape_infer)
+def shape(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """The input's shape (dims ``start:end``) as int64."""
+    start, end = _shape_bounds(attrs, x.ndim)
+    return [np.array(x.shape[start:end], dtype=np.int64)]
+
+
+def _fill_value(attrs: Attrs) -> np.ndarray:
+    value = attrs.get("value")
+    if value is None:
+        return np.zeros((), np.float32)
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise TypeInferenceError(f"ConstantOfShape value must have one element, got {arr.shape}")
+    return arr.reshape(())
+
+
+def _cos_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    shape = tuple(int(s) for s in attrs["shape"])
+    return [TensorType(shape, dtypes.dtype(_fill_value(attrs).dtype))]
+
+
+@defop("ConstantOfShape", Pattern.ELEMWISE, _cos_infer)
+def constant_of_shape(attrs: Attrs) -> list[np.ndarray]:
+    """A tensor of ``shape`` filled with ``value`` (default float32 zero)."""
+    v = _fill_value(attrs)
+    return [np.full(tuple(int(s) for s in attrs["shape"]), v, dtype=v.dtype)]
+
+
+# --------------------------------------------------------------------------- Where & compares
+def _where_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    c, x, y = ts[0], ts[1], ts[2]
+    assert c is not None and x is not None and y is not None
+    if c.dtype != dtypes.bool_:
+        raise TypeInferenceError(f"Where condition must be bool, got {c.dtype}")
+    (t,) = broadcast_type(attrs, [x, y], cs[1:])
+    return [TensorType(broadcast_shapes(c.shape, t.shape), t.dtype)]
+
+
+@defop("Where", Pattern.BROADCAST, _where_infer)
+def where(attrs: Attrs, c: np.ndarray, x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    """x where cond else y, broadcast."""
+    return [np.where(c, x, y).astype(x.dtype, copy=False)]
+
+
+def _compare(name: str, fn: Any) -> None:
+    def ref(attrs: Attrs, a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(fn(a, b), dtype=np.bool_)]
+
+    ref.__doc__ = f"{name}(a, b) -> bool, broadcast."
+    defop(name, Pattern.BROADCAST, compare_type)(ref)
+
+
+_compare("Equal", np.equal)
+_compare("Less", np.less)
+_compare("Greater", np.greater)
+
+
+def _not_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    if x.dtype != dtypes.bool_:
+        raise TypeInferenceError(f"Not needs a bool input, got {x.dtype}")
+    return same_type(attrs, ts, cs)
+
+
+@defop("Not", Pattern.ELEMWISE, _not_infer)
+def not_(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Logical not."""
+    return [np.logical_not(x)]
+
+
+
+# --------------------------------------------------------------------------- Resize
+_COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                "asymmetric", "tf_half_pixel_for_nn")
+_NEAREST = {
+    "round_prefer_floor": lambda c, s: np.ceil(c - 0.5),
+    "round_prefer_ceil": lambda c, s: np.floor(c + 0.5),
+    "floor": lambda c, s: np.floor(c),
+    "ceil": lambda c, s: np.ceil(c),
+    # opset-10 Resize / Upsample as onnxruntime runs them: ceil when shrinking, else floor
+    "simple": lambda c, s: np.ceil(c) if s < 1 else np.floor(c),
+}
+
+
+def _resize_sizes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[Dim]:
+    sizes = attrs["sizes"]
+    if len(sizes) != len(shape):
+        raise TypeInferenceError(f"Resize sizes {sizes} do not match rank {len(shape)}")
+    if attrs.get("mode", "nearest") not in ("nearest", "linear", "cubic"):
+        raise TypeInferenceError(f"unknown Resize mode {attrs.get('mode')!r}")
+    if attrs.get("coordinate_transformation_mode", "half_pixel") not in _COORD_MODES:
+        raise TypeInferenceError(
+            f"unsupported coordinate_transformation_mode "
+            f"{attrs.get('coordinate_transformation_mode')!r}; supported: {_COORD_MODES}")
+    if attrs.get("nearest_mode", "round_prefer_floor") not in _NEAREST:
+        raise TypeInferenceError(f"unknown nearest_mode {attrs.get('nearest_mode')!r}")
+    return [d if s is None else int(s) for s, d in zip(sizes, shape)]
+
+
+def _resize_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x = ts[0]
+    assert x is not None
+    return [TensorType(tuple(_resize_sizes(attrs, x.shape)), x.dtype)]
+
+
+def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+    """Output index -> fractional input coordinate (float32, as onnxruntime computes it)."""
+    f = np.float32
+    x = np.arange(out_len, dtype=f)
+    s = f(scale)
+    if mode == "asymmetric":
+        return x / s
+    if mode == "tf_half_pixel_for_nn":
+        return (x + f(0.5)) / s
+    if mode == "align_corners":
+        if out_len == 1:
+            return np.zeros(1, f)
+        return x * f(in_len - 1) / f(out_len - 1)
+    if mode == "pytorch_half_pixel" and out_len == 1:
+        return np.zeros(1, f)
+    c = (x + f(0.5)) / s - f(0.5)
+    if mode == "half_pixel_symmetric":
+        adj = f(out_len) / (s * f(in_len))
+        c = c + f(in_len) / f(2) * (f(1) - adj)
+    return c
+
+
+def _cubic_weights(ratio: np.ndarray, a: float) -> np.ndarray:
+    """Keys cubic convolution weights of the taps at floor-1 .. floor+2, shape (4, n)."""
+    def near(t: np.ndarray) -> np.ndarray:  # |t| <= 1
+        return ((a + 2) * t - (a + 3)) * t * t + 1
+
+    def far(t: np.ndarray) -> np.ndarray:  # 1 < |t| < 2
+        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+
+    r = ratio.astype(np.float64)
+    return np.stack([far(r + 1), near(r), near(1 - r), far(2 - r)])
+
+
+def _resize_axis(x: np.ndarray, axis: int, out_len: int, scale: float,
+                 attrs: Attrs) -> np.ndarray:
+    in_len = x.shape[axis]
+    mode = attrs.get("mode", "nearest")
+    coords = _source_coords(attrs.get("coordinate_transformation_mode", "half_pixel"),
+                            out_len, in_len, scale)
+    bshape = [1] * x.ndim
+    bshape[axis] = out_len
+    if mode == "nearest":
+        rnd = _NEAREST[attrs.get("nearest_mode", "round_prefer_floor")]
+        idx = np.clip(rnd(coords, scale).astype(np.int64), 0, in_len - 1)
+        return np.take(x, idx, axis=axis)
+    if mode == "linear":
+        c = np.clip(coords, 0, in_len - 1)
+        i0 = np.floor(c).astype(np.int64)
+        i1 = np.minimum(i0 + 1, in_len - 1)
+        w1 = (c - i0).reshape(bshape)
+        return np.take(x, i0, axis=axis) * (1 - w1) + np.take(x, i1, axis=axis) * w1
+    base = np.floor(coords).astype(np.int64)
+    w = _cubic_weights(coords - base, float(attrs.get("cubic_coeff_a", -0.75)))
+    taps = base[None, :] + np.arange(-1, 3)[:, None]
+    if attrs.get("exclude_outside", 0):
+        w = np.where((taps >= 0) & (taps < in_len), w, 0.0)
+        w = w / w.sum(axis=0, keepdims=True)
+    taps = np.clip(taps, 0, in_len - 1)
+    y = sum(np.take(x, taps[k], axis=axis) * w[k].reshape(bshape) for k in range(4))
+    return np.asarray(y)
+
+
+@defop("Resize", INJ, _resize_infer)
+def resize(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """Separable nearest / linear / cubic resize to ``sizes`` (None = axis untouched).
+
+    ``scales`` (optional, per axis) is the scale the coordinate transform uses when the model
+    gave scales rather than sizes; by default it is out_len / in_len.
+    """
+    sizes = _resize_sizes(attrs, x.shape)
+    scales = attrs.get("scales")
+    ident = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+             "asymmetric")
+    y = x.astype(np.float32) if x.dtype.kind in "iub" else x
+    for axis, out_len in enumerate(sizes):
+        in_len = x.shape[axis]
+        scale = float(scales[axis]) if scales is not None else out_len / in_len
+        if (out_len == in_len and scale == 1.0
+                and attrs.get("coordinate_transformation_mode", "half_pixel") in ident):
+            continue
+        y = _resize_axis(y, axis, int(out_len), scale, attrs)
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        y = np.clip(np.rint(y), info.min, info.max)
+    return [np.asarray(y).astype(x.dtype, copy=False)]

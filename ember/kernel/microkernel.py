@@ -1,0 +1,84 @@
+"""Register-blocked micro-kernels (TVM's tensorization; Roller's register-level rTile).
+
+``C[R rows][NB = 16·V channels] (+)= Σ_k A_r[k] · W[k][NB]`` where row r's operand is read from
+its own base pointer and k runs over (kh, kw, ic) with given strides, so one micro-kernel serves
+convolutions (any stride, dilation, group: the caller computes the row pointers) and dense
+matrix products (kh = kw = 1). The R·V accumulators live in vector registers; weights are
+packed so the inner loop streams them contiguously; the last channel block may be partial
+(``nvalid`` lanes are stored).
+"""
+
+from __future__ import annotations
+
+LANES = 16
+
+
+def uk_name(rows: int, vecs: int) -> str:
+    return f"em_uk_{rows}x{vecs}"
+
+
+def emit_microkernel(rows: int, vecs: int) -> str:
+    nb = LANES * vecs
+    R, V = range(rows), range(vecs)
+    L: list[str] = []
+    L.append(f"static inline __attribute__((always_inline)) void {uk_name(rows, vecs)}(")
+    L.append("    const float *const *rows, const float *w, int64_t nkh, int64_t nkw,")
+    L.append("    int64_t nic, int64_t skh, int64_t skw, float *c, int64_t ldc,")
+    L.append("    int64_t acc_in, int64_t nvalid) {")
+    for r in R:
+        L.append(f"  const float *r{r} = rows[{r}];")
+        L.append("  " + " ".join(f"em_v16a a{r}_{v} = {{0}};" for v in V))
+    L.append(f"  if (acc_in) {{ {_load_c(rows, vecs)} }}")
+    L.append("  for (int64_t kh = 0; kh < nkh; ++kh) {")
+    L.append("    for (int64_t kw = 0; kw < nkw; ++kw) {")
+    L.append("      const int64_t off = kh * skh + kw * skw;")
+    L.append(f"      const float *wk = w + (kh * nkw + kw) * nic * {nb};")
+    for r in R:
+        L.append(f"      const float *q{r} = r{r} + off;")
+    L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
+    for v in V:
+        L.append(f"        const em_v16a w{v} = *(const em_v16a *)(wk + ic * {nb} + {v * LANES});")
+    for r in R:
+        L.append(f"        {{ const em_v16a b = (em_v16a){{0}} + q{r}[ic]; "
+                 + " ".join(f"a{r}_{v} += b * w{v};" for v in V) + " }")
+    L.append("      }")
+    L.append("    }")
+    L.append("  }")
+    L.append(f"  if (nvalid == {nb}) {{")
+    for r in R:
+        L.append("    " + " ".join(f"*(em_v16 *)(c + {r} * ldc + {v * LANES}) = a{r}_{v};"
+                                    for v in V))
+    L.append("  } else {")
+    for r in R:
+        for v in V:
+            L.append(f"    em_store_part(c + {r} * ldc + {v * LANES}, a{r}_{v}, "
+                     f"nvalid - {v * LANES});")
+    L.append("  }")
+    L.append("}")
+    return "\n".join(L) + "\n"
+
+
+def _load_c(rows: int, vecs: int) -> str:
+    nb = LANES * vecs
+    full = " ".join(f"a{r}_{v} = *(const em_v16 *)(c + {r} * ldc + {v * LANES});"
+                    for r in range(rows) for v in range(vecs))
+    part = " ".join(f"a{r}_{v} = em_load_part(c + {r} * ldc + {v * LANES}, nvalid - {v * LANES});"
+                    for r in range(rows) for v in range(vecs))
+    return f"if (nvalid == {nb}) {{ {full} }} else {{ {part} }}"
+
+
+PART_HELPERS = r"""
+static inline void em_store_part(float *dst, em_v16a v, int64_t n) {
+  if (n <= 0) return;
+  if (n >= 16) { *(em_v16 *)dst = v; return; }
+  float tmp[16] __attribute__((aligned(64)));
+  *(em_v16a *)tmp = v;
+  memcpy(dst, tmp, (size_t)n * sizeof(float));
+}
+static inline em_v16a em_load_part(const float *src, int64_t n) {
+  if (n >= 16) return *(const em_v16 *)src;
+  float tmp[16] __attribute__((aligned(64))) = {0};
+  if (n > 0) memcpy(tmp, src, (size_t)n * sizeof(float));
+  return *(em_v16a *)tmp;
+}
+"""

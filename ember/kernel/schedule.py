@@ -1,0 +1,105 @@
+"""Schedule primitives on loop nests (TVM §4.1): split, fuse, reorder, vectorize, parallel,
+unroll. ``cache_write`` of a reduction into a local accumulator is done by lowering
+(``ember.te.lower``), which places the accumulator tile under the spatial loops.
+
+Every primitive keeps the nest's meaning: a split whose factor does not divide the extent adds
+a guard, a fuse rewrites the old variables as div/mod of the new one.
+"""
+
+from __future__ import annotations
+
+from ember.loops.ir import Bin, Const, ForKind, Store, Var
+from ember.loops.nest import Loop, LoopNest
+
+
+def split(nest: LoopNest, var: Var | str, factor: int) -> tuple[Var, Var]:
+    i = nest.find(var)
+    lp = nest.loops[i]
+    factor = max(1, min(int(factor), lp.extent))
+    outer = Var(f"{lp.var.name}_o")
+    inner = Var(f"{lp.var.name}_i")
+    n_outer = -(-lp.extent // factor)
+    nest.loops[i:i + 1] = [Loop(outer, n_outer), Loop(inner, factor)]
+    value = Bin("+", Bin("*", outer, Const(factor)), inner)
+    nest.substitute({lp.var: value})
+    if lp.extent % factor:
+        nest.guards.append(Bin("<", value, Const(lp.extent)))
+    return outer, inner
+
+
+def fuse(nest: LoopNest, outer: Var | str, inner: Var | str) -> Var:
+    i, j = nest.find(outer), nest.find(inner)
+    if j != i + 1:
+        raise ValueError("fuse needs two adjacent loops (outer, inner)")
+    lo, li = nest.loops[i], nest.loops[j]
+    fused = Var(f"{lo.var.name}_{li.var.name}")
+    nest.loops[i:j + 1] = [Loop(fused, lo.extent * li.extent)]
+    nest.substitute({lo.var: Bin("//", fused, Const(li.extent)),
+                     li.var: Bin("%", fused, Const(li.extent))})
+    return fused
+
+
+def fuse_all(nest: LoopNest, vars_: list[Var]) -> Var:
+    cur = vars_[0]
+    for v in vars_[1:]:
+        cur = fuse(nest, cur, v)
+    return cur
+
+
+def reorder(nest: LoopNest, *vars_: Var | str) -> None:
+    """Put the named loops in the given order, in the positions they occupy now."""
+    pos = sorted(nest.find(v) for v in vars_)
+    loops = [nest.loops[nest.find(v)] for v in vars_]
+    for p, lp in zip(pos, loops):
+        nest.loops[p] = lp
+
+
+def _set_kind(nest: LoopNest, var: Var | str, kind: ForKind) -> None:
+    nest.loop(var).kind = kind
+
+
+def vectorize(nest: LoopNest, var: Var | str) -> None:
+    if nest.find(var) != len(nest.loops) - 1:
+        raise ValueError("only the innermost loop can be vectorized")
+    _set_kind(nest, var, ForKind.VECTORIZED)
+
+
+def parallel(nest: LoopNest, var: Var | str) -> None:
+    """Mark the rTask axis: the execution plan hands out ranges of this loop to vEUs."""
+    if nest.parallel_loop() is not None:
+        raise ValueError("a nest has at most one parallel (rTask) loop")
+    _set_kind(nest, var, ForKind.PARALLEL)
+
+
+def unroll(nest: LoopNest, var: Var | str) -> None:
+    _set_kind(nest, var, ForKind.UNROLLED)
+
+
+def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4) -> LoopNest:
+    """The baseline schedule of element-wise / injective / reduction nests.
+
+    Innermost loop vectorized (it is the contiguous axis of the output); the outer loops fused
+    into one parallel rTask loop; if that leaves too few tasks, the innermost loop is split and
+    its outer half joins the task loop.
+    """
+    if not nest.loops:
+        return nest
+    if not isinstance(nest.body, Store):  # reduction: its tile loops are already vectorized
+        parallel(nest, fuse_all(nest, [lp.var for lp in nest.loops]))
+        return nest
+    inner = nest.loops[-1]
+    outers = [lp.var for lp in nest.loops[:-1]]
+    outer_extent = 1
+    for lp in nest.loops[:-1]:
+        outer_extent *= lp.extent
+    if outer_extent < min_tasks and inner.extent >= 512:
+        o, i = split(nest, inner.var, 256)
+        outers.append(o)
+        inner = nest.loop(i)
+    if isinstance(nest.body, Store) and inner.extent >= vector_min and not nest.guards:
+        vectorize(nest, inner.var)
+    if outers:
+        parallel(nest, fuse_all(nest, outers))
+    elif nest.loops[0].kind is not ForKind.VECTORIZED:
+        parallel(nest, nest.loops[0].var)
+    return nest

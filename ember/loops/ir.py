@@ -1,0 +1,221 @@
+"""Loop IR: the imperative program a kernel lowers to before C is emitted.
+
+Expressions are immutable trees (``Var``, ``Const``, ``Bin``, ``Call``, ``Select``, ``Load``,
+``Cast``); statements are ``For`` (with a kind: serial / parallel / vectorized / unrolled),
+``Store``, ``Seq``, ``If``, ``Alloc`` (a local buffer, e.g. the result of cache_write),
+``Eval`` (an intrinsic call such as a tensorized micro-kernel) and ``Let``.
+Buffers are flat; a ``Load``/``Store`` index is the flattened element offset.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+_ids = itertools.count()
+
+
+class Expr:
+    dtype: str = "int64"
+
+    # arithmetic sugar so computes read naturally
+    def _b(self, op: str, other: object, rev: bool = False) -> Expr:
+        o = as_expr(other, self.dtype)
+        return Bin(op, o, self) if rev else Bin(op, self, o)
+
+    def __add__(self, o: object) -> Expr: return self._b("+", o)
+    def __radd__(self, o: object) -> Expr: return self._b("+", o, True)
+    def __sub__(self, o: object) -> Expr: return self._b("-", o)
+    def __rsub__(self, o: object) -> Expr: return self._b("-", o, True)
+    def __mul__(self, o: object) -> Expr: return self._b("*", o)
+    def __rmul__(self, o: object) -> Expr: return self._b("*", o, True)
+    def __truediv__(self, o: object) -> Expr: return self._b("/", o)
+    def __rtruediv__(self, o: object) -> Expr: return self._b("/", o, True)
+    def __floordiv__(self, o: object) -> Expr: return self._b("//", o)
+    def __mod__(self, o: object) -> Expr: return self._b("%", o)
+    def __neg__(self) -> Expr: return Bin("-", Const(0, self.dtype), self)
+    def __lt__(self, o: object) -> Expr: return self._b("<", o)  # type: ignore[override]
+    def __le__(self, o: object) -> Expr: return self._b("<=", o)  # type: ignore[override]
+    def __gt__(self, o: object) -> Expr: return self._b(">", o)  # type: ignore[override]
+    def __ge__(self, o: object) -> Expr: return self._b(">=", o)  # type: ignore[override]
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False)
+class Var(Expr):
+    name: str
+    dtype: str = "int64"
+    uid: int = field(default_factory=lambda: next(_ids))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(eq=False)
+class Const(Expr):
+    value: int | float | bool
+    dtype: str = "int64"
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+COMPARE = {"<", "<=", ">", ">=", "==", "!="}
+LOGIC = {"&&", "||"}
+
+
+@dataclass(eq=False)
+class Bin(Expr):
+    """Binary op. ``//`` and ``%`` are floor division / modulo on integers."""
+
+    op: str  # + - * / // % min max < <= > >= == != && ||
+    a: Expr
+    b: Expr
+
+    def __post_init__(self) -> None:
+        self.dtype = "bool" if self.op in COMPARE | LOGIC else self.a.dtype
+
+
+@dataclass(eq=False)
+class Call(Expr):
+    """A pure math function (exp, tanh, sqrt, erf, log, fabs, floor, pow...)."""
+
+    fn: str
+    args: tuple[Expr, ...]
+    dtype: str = "float32"
+
+
+@dataclass(eq=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    def __post_init__(self) -> None:
+        self.dtype = self.a.dtype
+
+
+@dataclass(eq=False)
+class Cast(Expr):
+    value: Expr
+    dtype: str = "float32"
+
+
+class Scope(Enum):
+    GLOBAL = "global"   # workspace / params / model inputs and outputs
+    LOCAL = "local"     # a stack array inside a kernel (cache_write)
+
+
+@dataclass(eq=False)
+class Buffer:
+    name: str
+    size: int | Expr          # number of elements
+    dtype: str = "float32"
+    scope: Scope = Scope.GLOBAL
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(eq=False)
+class Load(Expr):
+    buf: Buffer
+    index: Expr
+
+    def __post_init__(self) -> None:
+        self.dtype = self.buf.dtype
+
+
+class Stmt:
+    pass
+
+
+class ForKind(Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"      # the rTask axis: split across vEUs by the schedule
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    var: Var
+    begin: Expr
+    extent: Expr
+    body: Stmt
+    kind: ForKind = ForKind.SERIAL
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    buf: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class Seq(Stmt):
+    body: list[Stmt]
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(eq=False)
+class Alloc(Stmt):
+    buf: Buffer
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Let(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Eval(Stmt):
+    """An intrinsic call with side effects: ``fn(args...)`` (tensorized micro-kernels)."""
+
+    fn: str
+    args: tuple[Expr | Buffer, ...]
+
+
+def as_expr(x: object, dtype: str = "int64") -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, bool):
+        return Const(x, "bool")
+    if isinstance(x, int):
+        return Const(x, dtype if dtype != "bool" else "int64")
+    if isinstance(x, float):
+        return Const(x, dtype if dtype.startswith("float") else "float32")
+    raise TypeError(f"cannot make an expression of {x!r}")
+
+
+def seq(*stmts: Stmt | None) -> Stmt:
+    flat: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            flat.extend(s.body)
+        else:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(flat)
+
+
+def minimum(a: object, b: object) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    return Bin("min", a, b)
+
+
+def maximum(a: object, b: object) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    return Bin("max", a, b)

@@ -1,0 +1,64 @@
+"""A perfect loop nest: the object schedule primitives transform before it becomes a ``Stmt``.
+
+``LoopNest(loops, body)`` means ``for loops[0]: for loops[1]: ... body``. Each loop has a kind;
+guards introduced by non-dividing splits are kept in ``guards`` and wrap the body.
+A reduction lowered with cache_write keeps its accumulator ``Alloc`` inside ``body``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ember.loops.ir import (
+    Bin, Const, Expr, For, ForKind, If, Stmt, Var, seq,
+)
+from ember.loops.transform import simplify, substitute
+
+
+@dataclass(eq=False)
+class Loop:
+    var: Var
+    extent: int
+    kind: ForKind = ForKind.SERIAL
+
+
+@dataclass(eq=False)
+class LoopNest:
+    loops: list[Loop]
+    body: Stmt
+    guards: list[Expr] = field(default_factory=list)
+
+    def find(self, var: Var | str) -> int:
+        for i, lp in enumerate(self.loops):
+            if lp.var is var or lp.var.name == var:
+                return i
+        raise KeyError(f"no loop {var} in nest ({[lp.var.name for lp in self.loops]})")
+
+    def loop(self, var: Var | str) -> Loop:
+        return self.loops[self.find(var)]
+
+    def substitute(self, mapping: dict[Var, Expr]) -> None:
+        self.body = substitute(self.body, mapping)  # type: ignore[assignment]
+        self.guards = [substitute(g, mapping) for g in self.guards]  # type: ignore[misc]
+
+    def parallel_loop(self) -> Loop | None:
+        for lp in self.loops:
+            if lp.kind is ForKind.PARALLEL:
+                return lp
+        return None
+
+    def to_stmt(self, task_range: tuple[Expr, Expr] | None = None) -> Stmt:
+        """Materialize. The parallel loop iterates ``task_range`` (begin, end) if given."""
+        body: Stmt = self.body
+        if self.guards:
+            cond = self.guards[0]
+            for g in self.guards[1:]:
+                cond = Bin("&&", cond, g)
+            body = If(cond, body)
+        for lp in reversed(self.loops):
+            if lp.kind is ForKind.PARALLEL and task_range is not None:
+                b, e = task_range
+                body = For(lp.var, b, Bin("-", e, b), body, ForKind.SERIAL)
+            else:
+                body = For(lp.var, Const(0), Const(lp.extent), body, lp.kind)
+        return simplify(seq(body))  # type: ignore[return-value]

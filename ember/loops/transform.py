@@ -1,0 +1,198 @@
+"""Generic rewriting of loop IR: a mutator, substitution, a simplifier and a printer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ember.loops.ir import (
+    Alloc, Bin, Buffer, Call, Cast, Const, Eval, Expr, For, If, Let, Load, Select, Seq, Stmt,
+    Store, Var,
+)
+
+
+def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
+    """Bottom-up rebuild: ``f`` may return a replacement for a node (after its children)."""
+    if isinstance(e, Bin):
+        a, b = map_expr(e.a, f), map_expr(e.b, f)
+        out: Expr = e if (a is e.a and b is e.b) else Bin(e.op, a, b)
+    elif isinstance(e, Call):
+        args = tuple(map_expr(x, f) for x in e.args)
+        out = Call(e.fn, args, e.dtype)
+    elif isinstance(e, Select):
+        out = Select(map_expr(e.cond, f), map_expr(e.a, f), map_expr(e.b, f))
+    elif isinstance(e, Cast):
+        out = Cast(map_expr(e.value, f), e.dtype)
+    elif isinstance(e, Load):
+        out = Load(e.buf, map_expr(e.index, f))
+    elif hasattr(e, "map_children"):  # expression kinds defined by upper layers (te)
+        out = e.map_children(lambda x: map_expr(x, f))
+    else:
+        out = e
+    r = f(out)
+    return out if r is None else r
+
+
+def map_stmt(s: Stmt, fe: Callable[[Expr], Expr]) -> Stmt:
+    """Apply ``fe`` to every expression of a statement tree."""
+    if isinstance(s, For):
+        return For(s.var, fe(s.begin), fe(s.extent), map_stmt(s.body, fe), s.kind)
+    if isinstance(s, Store):
+        return Store(s.buf, fe(s.index), fe(s.value))
+    if isinstance(s, Seq):
+        return Seq([map_stmt(x, fe) for x in s.body])
+    if isinstance(s, If):
+        return If(fe(s.cond), map_stmt(s.then, fe),
+                  map_stmt(s.orelse, fe) if s.orelse is not None else None)
+    if isinstance(s, Alloc):
+        return Alloc(s.buf, map_stmt(s.body, fe))
+    if isinstance(s, Let):
+        return Let(s.var, fe(s.value), map_stmt(s.body, fe))
+    if isinstance(s, Eval):
+        return Eval(s.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in s.args))
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def substitute(node: Expr | Stmt, mapping: dict[Var, Expr]) -> Expr | Stmt:
+    def f(e: Expr) -> Expr | None:
+        return mapping.get(e) if isinstance(e, Var) else None
+
+    if isinstance(node, Expr):
+        return map_expr(node, f)
+    return map_stmt(node, lambda e: map_expr(e, f))
+
+
+def _fold(op: str, a: Const, b: Const) -> Expr | None:
+    x, y = a.value, b.value
+    try:
+        v = {"+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y,
+             "//": lambda: x // y, "%": lambda: x % y, "min": lambda: min(x, y),
+             "max": lambda: max(x, y)}[op]()
+    except (KeyError, ZeroDivisionError):
+        return None
+    return Const(v, a.dtype)
+
+
+def _simp(e: Expr) -> Expr | None:
+    if not isinstance(e, Bin):
+        return None
+    a, b, op = e.a, e.b, e.op
+    if isinstance(a, Const) and isinstance(b, Const) and a.dtype == "int64":
+        return _fold(op, a, b)
+    if a.dtype != "int64":
+        return None
+    if op == "+":
+        if isinstance(a, Const) and a.value == 0:
+            return b
+        if isinstance(b, Const) and b.value == 0:
+            return a
+    if op == "-" and isinstance(b, Const) and b.value == 0:
+        return a
+    if op == "*":
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, Const) and x.value == 1:
+                return y
+            if isinstance(x, Const) and x.value == 0:
+                return Const(0)
+    if op == "//" and isinstance(b, Const) and b.value == 1:
+        return a
+    if op == "%" and isinstance(b, Const) and b.value == 1:
+        return Const(0)
+    return None
+
+
+def simplify(node: Expr | Stmt) -> Expr | Stmt:
+    """Constant folding and algebraic identities on integer index arithmetic."""
+    def fe(e: Expr) -> Expr:
+        return map_expr(e, _simp)
+
+    if isinstance(node, Expr):
+        return fe(node)
+    return map_stmt(node, fe)
+
+
+def free_vars(e: Expr) -> set[Var]:
+    out: set[Var] = set()
+
+    def f(x: Expr) -> None:
+        if isinstance(x, Var):
+            out.add(x)
+        return None
+
+    map_expr(e, f)
+    return out
+
+
+def linear_coeff(e: Expr, v: Var) -> int | None:
+    """The integer coefficient of ``v`` in ``e`` when ``e`` is affine in ``v``; else None."""
+    if isinstance(e, Var):
+        return 1 if e is v else 0
+    if isinstance(e, Const):
+        return 0
+    if isinstance(e, Load):
+        return 0 if linear_coeff(e.index, v) == 0 else None
+    if isinstance(e, Bin):
+        ca, cb = linear_coeff(e.a, v), linear_coeff(e.b, v)
+        if ca is None or cb is None:
+            return None
+        if e.op == "+":
+            return ca + cb
+        if e.op == "-":
+            return ca - cb
+        if e.op == "*":
+            if ca == 0 and isinstance(e.a, Const):
+                return int(e.a.value) * cb
+            if cb == 0 and isinstance(e.b, Const):
+                return int(e.b.value) * ca
+            return 0 if ca == 0 and cb == 0 else None
+        return 0 if ca == 0 and cb == 0 else None
+    if isinstance(e, (Call, Select, Cast)):
+        kids = [e.value] if isinstance(e, Cast) else (
+            list(e.args) if isinstance(e, Call) else [e.cond, e.a, e.b])
+        return 0 if all(linear_coeff(k, v) == 0 for k in kids) else None
+    return None
+
+
+def format_stmt(s: Stmt, indent: int = 0) -> str:
+    """A compact, Python-like text form of a loop nest (for ``ember inspect`` and tests)."""
+    pad = "  " * indent
+    if isinstance(s, For):
+        head = f"{pad}for {s.var} in [{s.begin}, +{s.extent}) ({s.kind.value}):"
+        return head + "\n" + format_stmt(s.body, indent + 1)
+    if isinstance(s, Seq):
+        return "\n".join(format_stmt(x, indent) for x in s.body)
+    if isinstance(s, Store):
+        return f"{pad}{s.buf.name}[{s.index}] = {s.value}"
+    if isinstance(s, If):
+        txt = f"{pad}if {s.cond}:\n" + format_stmt(s.then, indent + 1)
+        if s.orelse is not None:
+            txt += f"\n{pad}else:\n" + format_stmt(s.orelse, indent + 1)
+        return txt
+    if isinstance(s, Alloc):
+        return f"{pad}alloc {s.buf.name}[{s.buf.size}] ({s.buf.scope.value})\n" + format_stmt(
+            s.body, indent)
+    if isinstance(s, Let):
+        return f"{pad}let {s.var} = {s.value}\n" + format_stmt(s.body, indent)
+    if isinstance(s, Eval):
+        return f"{pad}{s.fn}({', '.join(str(a) for a in s.args)})"
+    return f"{pad}{s!r}"
+
+
+def _expr_repr(e: Expr) -> str:
+    if isinstance(e, Bin):
+        if e.op in ("min", "max"):
+            return f"{e.op}({e.a}, {e.b})"
+        return f"({e.a} {e.op} {e.b})"
+    if isinstance(e, Call):
+        return f"{e.fn}({', '.join(str(a) for a in e.args)})"
+    if isinstance(e, Select):
+        return f"select({e.cond}, {e.a}, {e.b})"
+    if isinstance(e, Cast):
+        return f"{e.dtype}({e.value})"
+    if isinstance(e, Load):
+        return f"{e.buf.name}[{e.index}]"
+    return object.__repr__(e)
+
+
+for _cls in (Bin, Call, Select, Cast, Load):
+    _cls.__repr__ = _expr_repr  # type: ignore[method-assign]
+    _cls.__str__ = _expr_repr  # type: ignore[method-assign]

@@ -1,0 +1,385 @@
+"""Tensor-expression computes of the graph ops: one entry per op, keyed by the op's name.
+
+``COMPUTES[op](attrs, inputs, out_types) -> list[te.Tensor]``; inputs are te tensors (placeholders
+for a fused group's inputs, or the computes of earlier ops of the group). Index arithmetic
+follows the op's numpy reference exactly; ``Select`` is lazy, so a guarded read never happens
+out of bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ember.errors import CompileError
+from ember.ir.types import TensorType
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
+from ember.te import tensor as te
+from ember.te.tensor import Tensor
+
+ComputeFn = Callable[[dict[str, Any], list[Tensor], list[TensorType]], list[Tensor]]
+COMPUTES: dict[str, ComputeFn] = {}
+
+
+def register(*names: str) -> Callable[[ComputeFn], ComputeFn]:
+    def deco(fn: ComputeFn) -> ComputeFn:
+        for n in names:
+            COMPUTES[n] = fn
+        return fn
+
+    return deco
+
+
+def static_shape(t: TensorType) -> tuple[int, ...]:
+    if not t.is_static:
+        raise CompileError(f"code generation needs static shapes, got {t}")
+    return tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
+
+
+def fconst(v: float, dtype: str = "float32") -> Const:
+    return Const(float(v), dtype) if dtype.startswith("float") else Const(int(v), dtype)
+
+
+def bcast_read(t: Tensor, out_idx: tuple[Expr, ...]) -> Expr:
+    """Read ``t`` at the output index under numpy broadcasting."""
+    r = len(out_idx) - t.ndim
+    idx = tuple(Const(0) if d == 1 else out_idx[r + k] for k, d in enumerate(t.shape))
+    return t[idx] if t.ndim else t[()]
+
+
+def call(fn: str, *args: Expr) -> Expr:
+    return Call(fn, tuple(args), args[0].dtype)
+
+
+def _sel(c: Expr, a: Expr, b: Expr) -> Expr:
+    return Select(c, a, b)
+
+
+def _mx(a: Expr, b: Expr) -> Expr:
+    return Bin("max", a, b)
+
+
+def _mn(a: Expr, b: Expr) -> Expr:
+    return Bin("min", a, b)
+
+
+_UNARY: dict[str, Callable[[dict[str, Any], Expr], Expr]] = {
+    "Relu": lambda a, x: _mx(x, fconst(0, x.dtype)),
+    "LeakyRelu": lambda a, x: _sel(x >= fconst(0, x.dtype), x,
+                                   x * fconst(a.get("alpha", 0.01), x.dtype)),
+    "Clip": lambda a, x: _mn(_mx(x, fconst(a.get("min", -3.4e38), x.dtype)),
+                             fconst(a.get("max", 3.4e38), x.dtype)),
+    "Sigmoid": lambda a, x: fconst(1.0) / (fconst(1.0) + call("exp", -x)),
+    "HardSigmoid": lambda a, x: _mn(_mx(x * fconst(a.get("alpha", 0.2))
+                                        + fconst(a.get("beta", 0.5)), fconst(0.0)), fconst(1.0)),
+    "HardSwish": lambda a, x: x * _mn(_mx(x * fconst(1 / 6) + fconst(0.5), fconst(0.0)),
+                                      fconst(1.0)),
+    "Tanh": lambda a, x: call("tanh", x),
+    "Erf": lambda a, x: call("erf", x),
+    "Exp": lambda a, x: call("exp", x),
+    "Log": lambda a, x: call("log", x),
+    "Sqrt": lambda a, x: call("sqrt", x),
+    "Neg": lambda a, x: -x,
+    "Abs": lambda a, x: call("abs", x),
+    "Reciprocal": lambda a, x: fconst(1.0, x.dtype) / x,
+    "Floor": lambda a, x: call("floor", x),
+    "Ceil": lambda a, x: call("ceil", x),
+    "Identity": lambda a, x: x,
+    "Dropout": lambda a, x: x,
+    "Gelu": lambda a, x: (fconst(0.5) * x * (fconst(1.0) + call("erf", x * fconst(0.7071067811865476))))
+    if a.get("approximate", "none") == "none" else
+    fconst(0.5) * x * (fconst(1.0) + call("tanh", fconst(0.7978845608028654)
+                                          * (x + fconst(0.044715) * x * x * x))),
+}
+
+_BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
+    "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+    "Div": lambda a, b: a / b, "Pow": lambda a, b: call("pow", a, b),
+    "PRelu": lambda a, b: _sel(a >= fconst(0, a.dtype), a, a * b),
+    "Sum": lambda a, b: a + b, "Max": _mx, "Min": _mn,
+    "Equal": lambda a, b: Bin("==", a, b), "Less": lambda a, b: Bin("<", a, b),
+    "Greater": lambda a, b: Bin(">", a, b),
+}
+
+
+def _unary_compute(op: str) -> ComputeFn:
+    f = _UNARY[op]
+
+    def fn(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+        x = ins[0]
+        return [te.compute(x.shape, lambda *i: f(attrs, x[i]), name=op.lower())]
+
+    return fn
+
+
+def _nary_compute(op: str) -> ComputeFn:
+    f = _BINARY[op]
+
+    def fn(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+        shape = static_shape(outs[0])
+
+        def body(*i: Expr) -> Expr:
+            acc = bcast_read(ins[0], i)
+            for t in ins[1:]:
+                acc = f(acc, bcast_read(t, i))
+            return acc
+
+        out_dt = outs[0].dtype.name
+        t = te.compute(shape, body, name=op.lower())
+        if t.dtype != out_dt:
+            t = te.compute(shape, lambda *i: Cast(t[i], out_dt), name=op.lower())
+        return [t]
+
+    return fn
+
+
+for _op in _UNARY:
+    COMPUTES[_op] = _unary_compute(_op)
+for _op in _BINARY:
+    COMPUTES[_op] = _nary_compute(_op)
+
+
+@register("Where")
+def _where(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    c, a, b = ins
+    shape = static_shape(outs[0])
+    return [te.compute(shape, lambda *i: Select(Bin("!=", bcast_read(c, i), Const(0, c.dtype)),
+                                                 bcast_read(a, i), bcast_read(b, i)))]
+
+
+@register("Not")
+def _not(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    return [te.compute(x.shape, lambda *i: Bin("==", x[i], Const(0, x.dtype)), dtype="bool")]
+
+
+@register("Cast")
+def _cast(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    dt = outs[0].dtype.name
+    if dt == "bool":
+        return [te.compute(x.shape, lambda *i: Bin("!=", x[i], Const(0, x.dtype)), dtype="bool")]
+    return [te.compute(x.shape, lambda *i: Cast(x[i], dt), dtype=dt)]
+
+
+def unravel(flat: Expr, shape: tuple[int, ...]) -> tuple[Expr, ...]:
+    idx: list[Expr] = []
+    stride = 1
+    for d in reversed(shape):
+        idx.append(Bin("%", Bin("//", flat, Const(stride)), Const(d)) if stride > 1
+                   else Bin("%", flat, Const(d)))
+        stride *= d
+    return tuple(reversed(idx))
+
+
+def ravel(idx: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
+    out: Expr = Const(0)
+    for d, i in zip(shape, idx):
+        out = out * d + i
+    return out
+
+
+@register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    shape = static_shape(outs[0])
+    return [te.compute(shape, lambda *i: x[unravel(ravel(i, shape), x.shape)], name="reshape")]
+
+
+@register("Transpose")
+def _transpose(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    perm = attrs.get("perm") or list(reversed(range(x.ndim)))
+    shape = tuple(x.shape[p] for p in perm)
+
+    def body(*i: Expr) -> Expr:
+        src: list[Expr] = [Const(0)] * x.ndim
+        for k, p in enumerate(perm):
+            src[p] = i[k]
+        return x[tuple(src)]
+
+    return [te.compute(shape, body, name="transpose")]
+
+
+@register("Concat")
+def _concat(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    shape = static_shape(outs[0])
+    axis = attrs["axis"] % len(shape)
+    offs = []
+    o = 0
+    for t in ins:
+        offs.append(o)
+        o += t.shape[axis]
+
+    def body(*i: Expr) -> Expr:
+        def read(k: int) -> Expr:
+            j = list(i)
+            j[axis] = i[axis] - offs[k]
+            return ins[k][tuple(j)]
+
+        e = read(len(ins) - 1)
+        for k in range(len(ins) - 2, -1, -1):
+            e = Select(i[axis] < offs[k + 1], read(k), e)
+        return e
+
+    return [te.compute(shape, body, name="concat")]
+
+
+@register("Split")
+def _split(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    axis = attrs.get("axis", 0) % x.ndim
+    res, off = [], 0
+    for ot in outs:
+        shape = static_shape(ot)
+
+        def body(*i: Expr, off: int = off) -> Expr:
+            j = list(i)
+            j[axis] = i[axis] + off
+            return x[tuple(j)]
+
+        res.append(te.compute(shape, body, name="split"))
+        off += shape[axis]
+    return res
+
+
+@register("Slice")
+def _slice(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    shape = static_shape(outs[0])
+    starts, steps = _slice_params(attrs, x.shape)
+
+    def body(*i: Expr) -> Expr:
+        return x[tuple(Const(starts[k]) + i[k] * steps[k] for k in range(x.ndim))]
+
+    return [te.compute(shape, body, name="slice")]
+
+
+def _slice_params(attrs: dict[str, Any], shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    starts, steps = [0] * len(shape), [1] * len(shape)
+    axes = attrs.get("axes") or list(range(len(attrs["starts"])))
+    st = attrs.get("steps") or [1] * len(axes)
+    for a, s0, e0, step in zip(axes, attrs["starts"], attrs["ends"], st):
+        a %= len(shape)
+        r = range(shape[a])[slice(int(s0), int(e0), int(step))]  # ONNX clamps like Python
+        starts[a] = r.start if len(r) else 0
+        steps[a] = int(step)
+    return starts, steps
+
+
+@register("Expand")
+def _expand(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    shape = static_shape(outs[0])
+    return [te.compute(shape, lambda *i: bcast_read(x, i), name="expand")]
+
+
+@register("Pad")
+def _pad(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    shape = static_shape(outs[0])
+    pads = list(attrs["pads"])
+    n = x.ndim
+    mode = attrs.get("mode", "constant")
+    value = fconst(attrs.get("value", 0.0), x.dtype)
+
+    def body(*i: Expr) -> Expr:
+        src = [i[k] - pads[k] for k in range(n)]
+        if mode == "constant":
+            conds = [Bin("&&", src[k] >= 0, src[k] < x.shape[k]) for k in range(n)
+                     if pads[k] or pads[k + n]]
+            if not conds:
+                return x[tuple(src)]
+            c = conds[0]
+            for d in conds[1:]:
+                c = Bin("&&", c, d)
+            return Select(c, x[tuple(src)], value)
+        fixed = []
+        for k in range(n):
+            s, d = src[k], x.shape[k]
+            if mode == "edge":
+                fixed.append(_mn(_mx(s, Const(0)), Const(d - 1)))
+            else:  # reflect
+                s = Select(s < 0, -s, s)
+                fixed.append(Select(s >= d, Const(2 * d - 2) - s, s))
+        return x[tuple(fixed)]
+
+    return [te.compute(shape, body, name="pad")]
+
+
+@register("Gather")
+def _gather(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x, ind = ins
+    axis = attrs.get("axis", 0) % x.ndim
+    shape = static_shape(outs[0])
+    q = ind.ndim
+
+    def body(*i: Expr) -> Expr:
+        k = ind[i[axis:axis + q]] if q else ind[()]
+        k = Cast(k, "int64")
+        k = Select(k < 0, k + x.shape[axis], k)
+        k = _mn(_mx(k, Const(0)), Const(x.shape[axis] - 1))  # never read out of bounds
+        return x[i[:axis] + (k,) + i[axis + q:]]
+
+    return [te.compute(shape, body, name="gather")]
+
+
+def axes_of(attrs: dict[str, Any], rank: int) -> list[int]:
+    axes = attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        return [] if attrs.get("noop_with_empty_axes") else list(range(rank))
+    return sorted(a % rank for a in axes)
+
+
+def reduce_compute(x: Tensor, axes: list[int], combiner: str, keepdims: bool,
+                   pre: Callable[[Expr], Expr] = lambda e: e, name: str = "reduce") -> Tensor:
+    raxes = {a: te.reduce_axis(x.shape[a]) for a in axes}
+    shape = tuple(1 if a in raxes else d for a, d in enumerate(x.shape))
+    kept = [a for a in range(x.ndim) if a not in raxes]
+
+    def body(*i: Expr) -> Expr:
+        src = tuple(raxes[a].var if a in raxes else i[a] for a in range(x.ndim))
+        return te.Reduce(combiner, pre(x[src]), tuple(raxes.values()))
+
+    full = te.compute(shape, body, name=name)
+    if keepdims:
+        return full
+    oshape = tuple(x.shape[a] for a in kept)
+    return te.compute(oshape, lambda *i: full[_unsqueeze_idx(i, x.ndim, kept)], name=name)
+
+
+def _unsqueeze_idx(i: tuple[Expr, ...], rank: int, kept: list[int]) -> tuple[Expr, ...]:
+    out: list[Expr] = [Const(0)] * rank
+    for k, a in enumerate(kept):
+        out[a] = i[k]
+    return tuple(out)
+
+
+@register("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd")
+def _reduce(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    x = ins[0]
+    op = attrs["_op"]
+    axes = axes_of(attrs, x.ndim)
+    comb = {"ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceMean": "sum",
+            "ReduceProd": "prod"}[op]
+    keep = bool(attrs.get("keepdims", 1))
+    if op != "ReduceMean":
+        return [reduce_compute(x, axes, comb, keep)]
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    s = reduce_compute(x, axes, "sum", True)
+    shape = static_shape(outs[0])
+    kept = [a for a in range(x.ndim) if a not in axes]
+    if keep:
+        return [te.compute(shape, lambda *i: s[i] * fconst(1.0 / n, s.dtype), name="mean")]
+    return [te.compute(shape, lambda *i: s[_unsqueeze_idx(i, x.ndim, kept)]
+                       * fconst(1.0 / n, s.dtype), name="mean")]
+
+
+@register("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
+                 ) -> list[Tensor]:
+    a = dict(attrs, axes=list(range(2, ins[0].ndim)), keepdims=1,
+             _op="ReduceMean" if attrs["_op"] == "GlobalAveragePool" else "ReduceMax")
+    return _reduce(a, ins, outs)

@@ -1,0 +1,55 @@
+"""Canonicalization.
+
+Pre: a typed graph. Post: no Identity / Dropout nodes (their outputs are their inputs unless
+the value is a graph output); ``Gemm`` with a constant B becomes ``MatMul`` (+ ``Add`` for C and
+``Mul`` for alpha) so all dense products take one kernel path; 2-D ``MatMul`` stays as is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node, Value
+from ember.ir.types import TensorType
+
+
+def run(g: Graph) -> Graph:
+    outputs = {v.uid for v in g.outputs}
+    keep: list[Node] = []
+    for n in g.nodes:
+        if n.op in ("Identity", "Dropout") and n.inputs[0] is not None \
+                and n.outputs[0].uid not in outputs:
+            g.replace_uses(n.outputs[0], n.inputs[0])
+            continue
+        if n.op == "Gemm" and n.inputs[1] is not None and n.inputs[1].is_const \
+                and not n.attrs.get("transA", 0):
+            keep += _gemm_to_matmul(n)
+            continue
+        keep.append(n)
+    g.nodes = keep
+    return g
+
+
+def _gemm_to_matmul(n: Node) -> list[Node]:
+    a, b = n.inputs[0], n.inputs[1]
+    c = n.inputs[2] if len(n.inputs) > 2 else None
+    assert a is not None and b is not None and b.const is not None
+    alpha, beta = float(n.attrs.get("alpha", 1.0)), float(n.attrs.get("beta", 1.0))
+    w = b.const.T if n.attrs.get("transB", 0) else b.const
+    w = np.ascontiguousarray(w * np.asarray(alpha, w.dtype) if alpha != 1.0 else w)
+    out = n.outputs[0]
+    mm_out = out if c is None else Value(TensorType(out.type.shape, out.type.dtype),
+                                         n.name + "_mm")
+    nodes = [Node("MatMul", [a, Value.constant(w)], [mm_out], name=n.name + "_matmul")]
+    if c is not None:
+        cv = c
+        if beta != 1.0:
+            if c.is_const:
+                cv = Value.constant((c.const * np.asarray(beta, c.const.dtype)))  # type: ignore
+            else:
+                mul = Node("Mul", [c, Value.constant(np.asarray(beta, dtype=w.dtype))],
+                           [Value(c.type)], name=n.name + "_beta")
+                nodes.append(mul)
+                cv = mul.output
+        nodes.append(Node("Add", [mm_out, cv], [out], name=n.name))
+    return nodes

@@ -1,0 +1,136 @@
+"""Operator fusion by pattern kind (TVM §3), producing ``Fused`` nodes.
+
+Pre: layout-transformed, canonical graph. Post: every compute node sits inside a ``Fused`` node
+(one kernel each), except views (Reshape / Flatten / Squeeze / Unsqueeze) that the memory
+planner turns into aliases. A group has one master (the most complex node), grows along
+single-consumer edges, and has exactly one output value.
+
+``legal`` answers whether the kernel generators can compute the merged group correctly;
+``profitable`` whether it pays. Both must hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ember.ir.graph import Graph, Node, Value
+from ember.ir.ops import registry
+from ember.ir.ops.registry import Pattern
+
+VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+MAX_GROUP = 24
+OPAQUE_OPS = {"Softmax", "LogSoftmax"}
+
+
+@dataclass
+class Group:
+    nodes: list[Node] = field(default_factory=list)
+    pattern: Pattern = Pattern.ELEMWISE
+
+    @property
+    def master(self) -> Node:
+        return max(self.nodes, key=lambda n: pattern_of(n))
+
+    @property
+    def output(self) -> Value:
+        return self.nodes[-1].outputs[0]
+
+
+def pattern_of(n: Node) -> Pattern:
+    if n.op in OPAQUE_OPS:
+        return Pattern.OPAQUE
+    return registry.get(n.op).pattern
+
+
+def legal(group: Group, n: Node, via: Value) -> bool:
+    """Can ``n`` (consuming ``via``, the group's output) join ``group``?"""
+    p = pattern_of(n)
+    if len(n.outputs) != 1 or n.op in VIEW_OPS or p is Pattern.OPAQUE:
+        return False
+    if group.pattern is Pattern.OPAQUE:
+        return False
+    same_shape = n.output.type.shape == via.type.shape
+    if group.pattern in (Pattern.OUT_FUSABLE, Pattern.REDUCTION):
+        # element-wise epilogue, read at the master's output index
+        return p <= Pattern.BROADCAST and same_shape and \
+            all(v is None or v is via or v.type.rank <= n.output.type.rank for v in n.inputs) \
+            and sum(1 for v in n.inputs if v is via) == 1
+    if group.pattern <= Pattern.INJECTIVE:
+        return p <= Pattern.REDUCTION
+    return False
+
+
+def profitable(group: Group, n: Node) -> bool:
+    if len(group.nodes) >= MAX_GROUP:
+        return False
+    # a windowed reduction re-reads each input element many times: keep its producer simple
+    if pattern_of(n) is Pattern.REDUCTION and any(
+            m.op in ("Exp", "Tanh", "Erf", "Sigmoid", "Log", "Pow", "Gelu")
+            for m in group.nodes):
+        return False
+    return True
+
+
+def partition(g: Graph) -> list[Group]:
+    users = g.users()
+    outputs = {v.uid for v in g.outputs}
+    group_of: dict[int, Group] = {}
+    groups: list[Group] = []
+    for n in g.nodes:
+        if n.op in VIEW_OPS:
+            continue
+        target = None
+        for v in n.inputs:
+            if v is None or v.producer is None or id(v.producer) not in group_of:
+                continue
+            grp = group_of[id(v.producer)]
+            if (grp.output is v and len(users.get(v, [])) == 1 and v.uid not in outputs
+                    and legal(grp, n, v) and profitable(grp, n)):
+                target = grp
+                break
+        if target is None:
+            target = Group()
+            groups.append(target)
+        target.nodes.append(n)
+        target.pattern = max(target.pattern, pattern_of(n))
+        group_of[id(n)] = target
+    return groups
+
+
+def run(g: Graph) -> Graph:
+    groups = partition(g)
+    fused_of = {id(grp.nodes[-1]): grp for grp in groups}
+    in_group = {id(n) for grp in groups for n in grp.nodes}
+    out: list[Node] = []
+    for n in g.nodes:
+        if id(n) not in in_group:
+            out.append(n)
+        elif id(n) in fused_of:
+            out.append(_make_fused(fused_of[id(n)]))
+    g.nodes = out
+    g.toposort()
+    return g
+
+
+def _make_fused(grp: Group) -> Node:
+    inner = {id(o) for n in grp.nodes for o in n.outputs}
+    ext: list[Value] = []
+    for n in grp.nodes:
+        for v in n.inputs:
+            if v is not None and id(v) not in inner and not v.is_const and v not in ext:
+                ext.append(v)
+    # constants stay inside the body (the kernel generator may repack them)
+    mapping = {id(v): Value(v.type, v.name) for v in ext}
+    body_nodes = []
+    for n in grp.nodes:
+        ins = [mapping.get(id(v), v) if v is not None else None for v in n.inputs]
+        outs = [Value(o.type, o.name) for o in n.outputs]
+        for o, o2 in zip(n.outputs, outs):
+            mapping[id(o)] = o2
+        body_nodes.append(Node(n.op, ins, outs, n.attrs, n.name))
+    out_v = grp.output
+    body = Graph([mapping[id(v)] for v in ext], [mapping[id(out_v)]], body_nodes,
+                 name="_".join(n.op for n in grp.nodes))
+    return Node("Fused", ext, [out_v], {"body": body, "pattern": int(grp.pattern),
+                                        "master": grp.master.op},
+                name=f"fused_{grp.nodes[0].name}")

@@ -1,0 +1,181 @@
+"""Data layout transformation (TVM §3): 2-D convolutions and pools run channels-last.
+
+Pre: BN folded, canonicalized. Post: every 2-D Conv with constant weights is
+``Transpose(NCHW→NHWC) → [Pad] → ConvNHWC(HWIO weights, folded at compile time) →
+Transpose(NHWC→NCHW)``, pools likewise; then transposes are sunk through layout-agnostic ops
+(element-wise, broadcast with constants, Concat, global pools as reductions) and cancelled in
+pairs, so a chain of convolutions keeps NHWC and transposes remain only at its boundaries.
+A transpose that only moves size-1 dims becomes a Reshape (a view).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node, Value
+from ember.ir.ops import registry
+from ember.ir.ops.registry import Pattern
+
+TO_NHWC = [0, 2, 3, 1]
+TO_NCHW = [0, 3, 1, 2]
+MAX_ROUNDS = 10_000
+
+
+def _mk(op: str, inputs: list[Value | None], attrs: dict, name: str) -> Node:
+    types = registry.get(op).infer_types(attrs, [v.type if v is not None else None
+                                                 for v in inputs], inputs)
+    return Node(op, inputs, [Value(t) for t in types], attrs, name)
+
+
+def _convert_conv(n: Node) -> list[Node] | None:
+    x, w = n.inputs[0], n.inputs[1]
+    if x is None or w is None or not w.is_const or x.type.rank != 4 or not x.type.is_static:
+        return None
+    pads = list(n.attrs["pads"])
+    t = _mk("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
+    nodes = [t]
+    cur = t.output
+    if any(pads):
+        p = _mk("Pad", [cur], {"pads": [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0],
+                               "mode": "constant", "value": 0.0}, n.name + "_pad")
+        nodes.append(p)
+        cur = p.output
+    whwio = Value.constant(np.ascontiguousarray(np.transpose(w.const, (2, 3, 1, 0))))
+    c = _mk("ConvNHWC", [cur, whwio], {"strides": list(n.attrs["strides"]),
+                                       "dilations": list(n.attrs["dilations"]),
+                                       "group": n.attrs.get("group", 1)}, n.name)
+    nodes.append(c)
+    y = c.output
+    if len(n.inputs) > 2 and n.inputs[2] is not None:  # the bias: an epilogue to fuse
+        b = n.inputs[2]
+        bias = Value.constant(b.const) if b.is_const else b
+        add = _mk("Add", [y, bias], {}, n.name + "_bias")
+        nodes.append(add)
+        y = add.output
+    back = Node("Transpose", [y], [n.output], {"perm": TO_NCHW}, n.name + "_to_nchw")
+    return nodes + [back]
+
+
+def _convert_pool(n: Node) -> list[Node] | None:
+    x = n.inputs[0]
+    if x is None or x.type.rank != 4 or len(n.outputs) != 1:
+        return None
+    t = _mk("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
+    p = _mk(n.op + "NHWC", [t.output], dict(n.attrs), n.name)
+    back = Node("Transpose", [p.output], [n.output], {"perm": TO_NCHW}, n.name + "_to_nchw")
+    return [t, p, back]
+
+
+def run(g: Graph) -> Graph:
+    new: list[Node] = []
+    for n in g.nodes:
+        rep = None
+        if n.op == "Conv":
+            rep = _convert_conv(n)
+        elif n.op in ("MaxPool", "AveragePool"):
+            rep = _convert_pool(n)
+        new += rep if rep is not None else [n]
+    g.nodes = new
+    sink_transposes(g)
+    return g
+
+
+def _compose(p: list[int], q: list[int]) -> list[int]:
+    """perm of Transpose(q) ∘ Transpose(p): out[i] = in[p[q[i]]]."""
+    return [p[i] for i in q]
+
+
+def _inverse(p: list[int]) -> list[int]:
+    inv = [0] * len(p)
+    for i, a in enumerate(p):
+        inv[a] = i
+    return inv
+
+
+def sink_transposes(g: Graph) -> None:
+    """Move transposes towards the outputs until they meet and cancel."""
+    for _ in range(MAX_ROUNDS):
+        if not _sink_once(g):
+            break
+    _trivial_transposes_to_reshape(g)
+    from ember.passes import dce
+
+    dce.run(g)
+
+
+def _sink_once(g: Graph) -> bool:
+    users = g.users()
+    outputs = {v.uid for v in g.outputs}
+    for idx, u in enumerate(g.nodes):
+        res = _try_sink(u, outputs)
+        if res is not None:
+            g.nodes[idx:idx + 1] = res
+            g.toposort()
+            return True
+    del users
+    return False
+
+
+def _transposed_input(v: Value | None) -> tuple[Value, list[int]] | None:
+    if v is None or v.producer is None or v.producer.op != "Transpose":
+        return None
+    return v.producer.inputs[0], list(v.producer.attrs["perm"])  # type: ignore[return-value]
+
+
+def _try_sink(u: Node, outputs: set[int]) -> list[Node] | None:
+    ins = [_transposed_input(v) for v in u.inputs]
+    if u.op == "Transpose" and ins[0] is not None:
+        src, p = ins[0]
+        q = _compose(p, list(u.attrs["perm"]))
+        if q == list(range(len(q))):
+            return [Node("Identity", [src], [u.output], {}, u.name)] \
+                if u.output.uid in outputs else _alias(u, src)
+        return [Node("Transpose", [src], [u.output], {"perm": q}, u.name)]
+    tin = [x for x in ins if x is not None]
+    if not tin:
+        return None
+    perm = tin[0][1]
+    op = registry.get(u.op)
+    if u.op in ("GlobalAveragePool", "GlobalMaxPool") and perm == TO_NCHW:
+        red = "ReduceMean" if u.op == "GlobalAveragePool" else "ReduceMax"
+        r = _mk(red, [tin[0][0]], {"axes": [1, 2], "keepdims": 1}, u.name)
+        return [r, Node("Transpose", [r.output], [u.output], {"perm": perm}, u.name + "_t")]
+    if u.op == "Concat" and len(tin) == len(u.inputs) and all(p == perm for _, p in tin):
+        axis = u.attrs["axis"] % len(perm)
+        c = _mk("Concat", [s for s, _ in tin], {"axis": _inverse(perm)[axis]}, u.name)
+        return [c, Node("Transpose", [c.output], [u.output], {"perm": perm}, u.name + "_t")]
+    if op.pattern > Pattern.BROADCAST or len(u.outputs) != 1:
+        return None
+    rank = len(perm)
+    if u.output.type.rank != rank:
+        return None
+    inv = _inverse(perm)
+    new_in: list[Value | None] = []
+    for v, t in zip(u.inputs, ins):
+        if v is None:
+            new_in.append(None)
+        elif t is not None and t[1] == perm:
+            new_in.append(t[0])
+        elif v.is_const:
+            arr = np.asarray(v.const)
+            arr = arr.reshape((1,) * (rank - arr.ndim) + arr.shape)
+            new_in.append(Value.constant(np.ascontiguousarray(np.transpose(arr, inv))))
+        else:
+            return None
+    m = _mk(u.op, new_in, dict(u.attrs), u.name)
+    return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
+
+
+def _alias(u: Node, src: Value) -> list[Node]:
+    return [Node("Identity", [src], [u.output], {}, u.name)]
+
+
+def _trivial_transposes_to_reshape(g: Graph) -> None:
+    for i, n in enumerate(g.nodes):
+        if n.op != "Transpose" or not n.inputs[0].type.is_static:  # type: ignore[union-attr]
+            continue
+        shape = n.inputs[0].type.shape  # type: ignore[union-attr]
+        moved = [a for a in n.attrs["perm"] if shape[a] != 1]
+        if moved == sorted(moved):
+            shp = Value.constant(np.array(n.output.type.shape, dtype=np.int64))
+            g.nodes[i] = Node("Reshape", [n.inputs[0], shp], [n.output], {}, n.name)

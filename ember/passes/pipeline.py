@@ -1,0 +1,39 @@
+"""The ordered list of graph passes, with optional IR dumps and verification after each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ember.ir.graph import Graph
+from ember.ir.verifier import verify
+from ember.passes import (
+    canonicalize, cse, dce, fold_bn, fold_constants, fuse, layout_nhwc, memplan,
+)
+
+Pass = tuple[str, Callable[[Graph], Graph]]
+
+OPTIMIZE: list[Pass] = [
+    ("fold_constants", fold_constants.run),
+    ("canonicalize", canonicalize.run),
+    ("dce", dce.run),
+    ("cse", cse.run),
+    ("fold_bn", fold_bn.run),
+    ("fold_constants", fold_constants.run),
+    ("layout_nhwc", layout_nhwc.run),
+    ("fold_constants", fold_constants.run),
+    ("cse", cse.run),
+    ("dce", dce.run),
+]
+FUSE: list[Pass] = [("fuse", fuse.run)]
+PLAN: list[Pass] = [("memplan", memplan.run)]
+
+
+def run(g: Graph, passes: list[Pass], *, verify_each: bool = False,
+        dump: Callable[[str, Graph], None] | None = None) -> Graph:
+    for name, fn in passes:
+        g = fn(g)
+        if verify_each:
+            verify(g)
+        if dump is not None:
+            dump(name, g)
+    return g

@@ -1,0 +1,284 @@
+"""One-file model artifacts (``model.ember``): save and load with numpy and the stdlib alone.
+
+An artifact is a zip archive with these members:
+
+=============  ==========  ========================================================
+``meta.json``  deflated    model metadata (see :mod:`ember.runtime.compiled`); ``format``
+``params.bin`` stored      the constant blob (weights), raw bytes
+``lib.so``     stored      the compiled shared library
+``source.c``   deflated    the C source of ``lib.so`` (optional)
+``checksum``   stored      ``sha256:<hex>``: digest over every other member
+=============  ==========  ========================================================
+
+The checksum is the sha256 of, for every member except ``checksum`` in sorted name order,
+the member's name, its length (8 bytes little-endian) and its content. Zip's own CRC-32 catches
+most corruption while reading; the checksum also catches consistent but altered archives.
+
+Loading extracts ``lib.so`` into ``<cache_dir>/artifacts/<sha256 of lib.so>.so`` (written
+atomically, reused when already there), so loading the same model twice shares one file.
+Saving writes a temporary file next to the destination and renames it into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.errors import ArtifactError
+from ember.runtime.module import aligned_empty
+from ember.runtime.toolchain import cache_dir, write_atomic
+
+ARTIFACT_FORMAT = 1
+"""Newest artifact format this ember writes and reads (``meta["format"]``)."""
+
+META, PARAMS, LIB, SOURCE, CHECKSUM = "meta.json", "params.bin", "lib.so", "source.c", "checksum"
+_REQUIRED = (META, PARAMS, LIB, CHECKSUM)
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: saving the same model twice is byte-identical
+_CHUNK = 1 << 22
+
+
+@dataclass
+class Artifact:
+    """The contents of a loaded artifact. Iterates as ``(lib_path, params, meta)``."""
+
+    lib_path: Path
+    params: np.ndarray
+    meta: dict[str, Any]
+    source: str | None = field(default=None, repr=False)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.lib_path, self.params, self.meta))
+
+
+def validate_meta(meta: Mapping[str, Any]) -> None:
+    """Check the parts of ``meta`` the runtime relies on; raise ValueError saying what is wrong."""
+    for key in ("inputs", "outputs"):
+        specs = meta.get(key)
+        if not isinstance(specs, list):
+            raise ValueError(f"meta[{key!r}] must be a list of {{name, shape, dtype}}")
+        for i, spec in enumerate(specs):
+            ok = (
+                isinstance(spec, Mapping)
+                and isinstance(spec.get("name"), str)
+                and isinstance(spec.get("shape"), list | tuple)
+                and all(isinstance(d, int) and d >= 0 for d in spec["shape"])
+                and isinstance(spec.get("dtype"), str)
+            )
+            if not ok:
+                raise ValueError(
+                    f"meta[{key!r}][{i}] = {spec!r}: expected {{name: str, "
+                    "shape: [non-negative ints], dtype: str}"
+                )
+    names = [s["name"] for s in meta["inputs"]]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate input names in meta: {names}")
+    workspace = meta.get("workspace_bytes", 0)
+    if not isinstance(workspace, int) or workspace < 0:
+        raise ValueError(f"meta['workspace_bytes'] = {workspace!r}: expected an int >= 0")
+
+
+def _as_bytes(params: np.ndarray) -> memoryview:
+    flat = np.ascontiguousarray(params).reshape(-1)
+    return memoryview(flat.view(np.uint8))
+
+
+def _digest(members: Mapping[str, bytes | memoryview]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(members):
+        data = members[name]
+        h.update(name.encode())
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return "sha256:" + h.hexdigest()
+
+
+# --------------------------------------------------------------------------- save
+
+
+def save_artifact(
+    path: str | os.PathLike[str],
+    lib_path: str | os.PathLike[str],
+    params: np.ndarray,
+    meta: Mapping[str, Any],
+    source: str | None = None,
+) -> Path:
+    """Write a ``model.ember`` artifact atomically; return its path.
+
+    ``params`` is the constant blob (any C-contiguous array; its raw bytes are stored),
+    ``meta`` must be JSON-serializable (``format`` is set to :data:`ARTIFACT_FORMAT`).
+    """
+    path = Path(path)
+    try:
+        meta_bytes = json.dumps(
+            {**meta, "format": ARTIFACT_FORMAT}, indent=1, sort_keys=True
+        ).encode()
+    except (TypeError, ValueError) as e:
+        raise ArtifactError(f"cannot save {path}: meta is not JSON-serializable ({e})") from e
+    try:
+        lib_bytes = Path(lib_path).read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"cannot save {path}: cannot read library {lib_path}: {e}") from e
+    members: dict[str, bytes | memoryview] = {
+        META: meta_bytes,
+        PARAMS: _as_bytes(params),
+        LIB: lib_bytes,
+    }
+    if source is not None:
+        members[SOURCE] = source.encode("utf-8", "surrogatepass")
+    members[CHECKSUM] = (_digest(members) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as zf:
+            for name, data in members.items():
+                _write_member(zf, name, data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _write_member(zf: zipfile.ZipFile, name: str, data: bytes | memoryview) -> None:
+    info = zipfile.ZipInfo(name, date_time=_EPOCH)
+    info.compress_type = zipfile.ZIP_DEFLATED if name in (META, SOURCE) else zipfile.ZIP_STORED
+    info.external_attr = 0o644 << 16
+    with zf.open(info, "w", force_zip64=len(data) > (1 << 31)) as out:
+        for start in range(0, len(data), _CHUNK):
+            out.write(data[start : start + _CHUNK])
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load_artifact(path: str | os.PathLike[str]) -> tuple[Path, np.ndarray, dict[str, Any]]:
+    """Load an artifact: ``(lib_path, params, meta)``; see :func:`read_artifact`."""
+    art = read_artifact(path)
+    return art.lib_path, art.params, art.meta
+
+
+def read_artifact(path: str | os.PathLike[str]) -> Artifact:
+    """Load and verify an artifact; the params come back in a 64-byte aligned uint8 array.
+
+    Raises :class:`~ember.errors.ArtifactError` naming the file and the problem: missing,
+    not an ember artifact, corrupted / checksum mismatch, or written by a newer ember.
+    """
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise ArtifactError(f"cannot load {path}: the file {what}")
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise ArtifactError(f"{path} is not an ember artifact (not a zip archive: {e})") from e
+    with zf:
+        missing = [m for m in _REQUIRED if m not in zf.namelist()]
+        if missing:
+            raise ArtifactError(
+                f"{path} is not an ember artifact (or is corrupted): missing member(s) "
+                f"{', '.join(missing)}"
+            )
+        try:
+            members, params = _read_members(zf)
+        except Exception as e:  # any failure to decode the archive means it is damaged
+            raise ArtifactError(f"{path} is corrupted: {type(e).__name__}: {e}") from e
+    meta = _check(path, members, params)
+    return Artifact(
+        lib_path=_extract_lib(path, members[LIB]),
+        params=params,
+        meta=meta,
+        source=members[SOURCE].decode("utf-8", "surrogatepass") if SOURCE in members else None,
+    )
+
+
+def _read_members(zf: zipfile.ZipFile) -> tuple[dict[str, bytes | memoryview], np.ndarray]:
+    """Every member's content; params.bin read straight into an aligned buffer."""
+    members: dict[str, bytes | memoryview] = {}
+    params = aligned_empty(0)
+    for info in zf.infolist():
+        if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+            raise ValueError(f"member {info.filename}: stored size does not match its size")
+        if info.filename == PARAMS:
+            params = aligned_empty(info.file_size)
+            view = memoryview(params)
+            with zf.open(info) as f:
+                got = 0
+                while got < info.file_size:
+                    n = f.readinto(view[got : got + _CHUNK])
+                    if not n:
+                        raise EOFError(f"{PARAMS} is truncated")
+                    got += n
+                if f.read(1):
+                    raise ValueError(f"{PARAMS} is longer than its recorded size")
+            members[PARAMS] = view
+        else:
+            members[info.filename] = zf.read(info)
+    return members, params
+
+
+def _check(path: Path, members: Mapping[str, bytes | memoryview], params: np.ndarray) -> dict:
+    """Format version, then checksum, then the meta schema."""
+    meta: Any = None
+    try:
+        meta = json.loads(bytes(members[META]))
+    except (ValueError, UnicodeDecodeError):
+        pass  # reported below: after the checksum, which tells corruption from a bad writer
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if isinstance(fmt, int) and fmt > ARTIFACT_FORMAT:
+        raise ArtifactError(
+            f"{path} was written by a newer ember (artifact format {fmt}; this ember reads "
+            f"format {ARTIFACT_FORMAT} and older): upgrade ember or re-export the model"
+        )
+    stored = bytes(members[CHECKSUM]).decode("ascii", "replace").strip()
+    actual = _digest({k: v for k, v in members.items() if k != CHECKSUM})
+    if stored != actual:
+        raise ArtifactError(
+            f"{path} is corrupted: checksum mismatch (stored {stored[:23]}..., "
+            f"computed {actual[:23]}...); re-save or re-download it"
+        )
+    if not isinstance(meta, dict) or not isinstance(fmt, int):
+        raise ArtifactError(f"{path} is not an ember artifact: {META} has no integer 'format'")
+    try:
+        validate_meta(meta)
+    except ValueError as e:
+        raise ArtifactError(f"{path} has invalid metadata: {e}") from e
+    return meta
+
+
+def _extract_lib(path: Path, lib: bytes | memoryview) -> Path:
+    digest = hashlib.sha256(lib).hexdigest()
+    dest = cache_dir() / "artifacts" / f"{digest}.so"
+    try:
+        if not (dest.is_file() and dest.stat().st_size == len(lib)):
+            write_atomic(dest, lib, mode=0o755)
+    except OSError as e:
+        raise ArtifactError(
+            f"cannot extract the library of {path} to {dest}: {e}; "
+            "set EMBER_CACHE_DIR to a writable directory"
+        ) from e
+    return dest
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Only the metadata of an artifact (no checksum verification, nothing extracted)."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta = json.loads(zf.read(META))
+    except FileNotFoundError as e:
+        raise ArtifactError(f"cannot load {path}: the file does not exist") from e
+    except Exception as e:
+        raise ArtifactError(f"{path} is not an ember artifact: {e}") from e
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"{path} is not an ember artifact: {META} is not an object")
+    return meta

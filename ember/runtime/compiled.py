@@ -1,0 +1,283 @@
+"""``CompiledModel``: a static model compiled to one native entry point, ready to run.
+
+It is what ``ember.compile`` returns and ``ember.load`` gives back. One inference is one call of
+``ember_run`` after the inputs have been validated in Python.
+
+``meta`` schema (extra keys are kept and saved)::
+
+    {"format": 1, "ember_version": str, "target": "cpu", "graph_name": str,
+     "inputs":  [{"name": str, "shape": [int, ...], "dtype": "float32"}, ...],
+     "outputs": [same], "workspace_bytes": int, "num_threads": int, ...}
+
+Memory: the params blob and the workspace are 64-byte aligned and live as long as the model;
+the workspace is reused by every call. Outputs are allocated on every call (one fresh buffer
+per call, each output at a 64-byte aligned offset), so a result is never overwritten by a later
+call. Inputs are passed as given when they are
+C-contiguous and aligned to their element size (copied otherwise): generated code must not
+assume more alignment than that for inputs.
+
+Threads: calls on one ``CompiledModel`` are serialized by a lock (the workspace is shared). To
+run inferences in parallel, load one ``CompiledModel`` per thread: each instance gets its own
+copy of the library's globals (see :mod:`ember.runtime.module`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.errors import EmberError, InputError
+from ember.runtime.artifact import ARTIFACT_FORMAT, read_artifact, save_artifact, validate_meta
+from ember.runtime.module import ALIGNMENT, NativeModule, aligned_empty, is_aligned
+from ember.support.dtypes import dtype as ember_dtype
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, static shape and numpy dtype of one model input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype.name}[{', '.join(map(str, self.shape))}]"
+
+
+def _specs(entries: list[Mapping[str, Any]], what: str) -> tuple[TensorSpec, ...]:
+    specs = []
+    for entry in entries:
+        try:
+            dt = np.dtype(ember_dtype(entry["dtype"]).np)
+        except ValueError as e:
+            raise EmberError(f"{what} {entry['name']!r}: {e}") from e
+        specs.append(TensorSpec(entry["name"], tuple(int(d) for d in entry["shape"]), dt))
+    return tuple(specs)
+
+
+class CompiledModel:
+    """A compiled static model: call it like a function.
+
+    ``model(x)`` / ``model(x, y)`` / ``model(x=..., y=...)`` return the output array when the
+    model has one output, else a tuple in output order; ``model.run({"x": x})`` returns a
+    dict name -> array. Not safe for *concurrent* calls: they are serialized by a lock.
+    """
+
+    def __init__(
+        self,
+        lib_path: str | os.PathLike[str],
+        params: np.ndarray,
+        meta: Mapping[str, Any],
+        source: str | None = None,
+    ) -> None:
+        meta = copy.deepcopy(dict(meta))
+        _check_meta(meta)
+        self._meta = meta
+        self._source = source
+        self._lib_path = Path(lib_path)
+        self._inputs = _specs(meta["inputs"], "input")
+        self._outputs = _specs(meta["outputs"], "output")
+        self._input_index = {s.name: i for i, s in enumerate(self._inputs)}
+        self._params = _aligned_params(params)
+        self._workspace = aligned_empty(int(meta.get("workspace_bytes", 0)))
+        self._workspace_addr = self._workspace.ctypes.data
+        self._out_layout, self._out_bytes = _output_layout(self._outputs)
+        self._lock = threading.Lock()
+        self._module = NativeModule(self._lib_path)
+        self._module.init(self._params)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self._inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self._outputs]
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """A copy of the metadata (mutating it does not change the model)."""
+        return copy.deepcopy(self._meta)
+
+    @property
+    def source(self) -> str | None:
+        """The generated C source, when known."""
+        return self._source
+
+    @property
+    def lib_path(self) -> Path:
+        return self._lib_path
+
+    @property
+    def params(self) -> np.ndarray:
+        return self._params
+
+    @property
+    def num_threads(self) -> int:
+        """Threads of the native parallel region, as reported by the library."""
+        return self._module.num_threads()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run one inference on ``feeds`` (name -> array); return name -> output array."""
+        if not isinstance(feeds, Mapping):
+            raise InputError(
+                f"run() takes a dict of input name -> array, got {type(feeds).__name__}; "
+                f"inputs are {self.input_names}"
+            )
+        values = self._order(feeds)
+        outs = self._execute(values)
+        return {s.name: a for s, a in zip(self._outputs, outs, strict=True)}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Inputs positionally (in input order) and/or by name."""
+        n = len(self._inputs)
+        if len(args) > n:
+            raise InputError(
+                f"model takes {n} input(s) ({', '.join(self.input_names)}), "
+                f"got {len(args)} positional argument(s)"
+            )
+        feeds: dict[str, Any] = {s.name: a for s, a in zip(self._inputs, args, strict=False)}
+        for name, value in kwargs.items():
+            if name in feeds:
+                raise InputError(f"input {name!r} given both positionally and by name")
+            feeds[name] = value
+        outs = self._execute(self._order(feeds))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _order(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        unknown = [k for k in feeds if k not in self._input_index]
+        if unknown:
+            raise InputError(
+                f"unknown input(s) {', '.join(map(repr, unknown))}; "
+                f"the model's inputs are {self.input_names}"
+            )
+        missing = [s.name for s in self._inputs if s.name not in feeds]
+        if missing:
+            raise InputError(
+                f"missing input(s) {', '.join(map(repr, missing))}; "
+                f"the model's inputs are {[s.describe() for s in self._inputs]}"
+            )
+        return [_validate(spec, feeds[spec.name]) for spec in self._inputs]
+
+    def _execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        # All outputs of a call share one fresh buffer, each at a 64-byte aligned offset: one
+        # allocation and one address lookup per call.
+        raw = np.empty(self._out_bytes + ALIGNMENT, dtype=np.uint8)
+        addr = raw.ctypes.data
+        shift = -addr % ALIGNMENT
+        base = addr + shift
+        outputs = [
+            raw[shift + off : shift + off + nbytes].view(dt).reshape(shape)
+            for off, nbytes, dt, shape in self._out_layout
+        ]
+        out_addrs = [base + off for off, _, _, _ in self._out_layout]
+        in_addrs = [a.ctypes.data for a in inputs]
+        with self._lock:
+            self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
+        return outputs
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a one-file artifact (``model.ember``) that :func:`load_model` reads back."""
+        return save_artifact(path, self._lib_path, self._params, self._meta, self._source)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(s.describe() for s in self._inputs)
+        outs = ", ".join(s.describe() for s in self._outputs)
+        name = self._meta.get("graph_name", "?")
+        threads = self._meta.get("num_threads", "?")
+        target = self._meta.get("target", "cpu")
+        return (
+            f"CompiledModel({name!r}, inputs=[{ins}], outputs=[{outs}], "
+            f"target={target!r}, threads={threads})"
+        )
+
+
+def load_model(path: str | os.PathLike[str]) -> CompiledModel:
+    """Load a ``model.ember`` artifact (numpy + the C runtime only; no compiler, no onnx)."""
+    art = read_artifact(path)
+    return CompiledModel(art.lib_path, art.params, art.meta, art.source)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _check_meta(meta: dict[str, Any]) -> None:
+    try:
+        validate_meta(meta)
+    except ValueError as e:
+        raise EmberError(f"invalid model metadata: {e}") from e
+    fmt = meta.setdefault("format", ARTIFACT_FORMAT)
+    if not isinstance(fmt, int) or fmt > ARTIFACT_FORMAT:
+        raise EmberError(
+            f"model metadata has format {fmt!r}; this ember supports format {ARTIFACT_FORMAT}"
+        )
+    target = meta.setdefault("target", "cpu")
+    if target != "cpu":
+        raise EmberError(f"this runtime runs target 'cpu' models; the model targets {target!r}")
+
+
+def _output_layout(
+    specs: tuple[TensorSpec, ...],
+) -> tuple[list[tuple[int, int, np.dtype, tuple[int, ...]]], int]:
+    """(offset, nbytes, dtype, shape) of each output in a shared buffer; the buffer size."""
+    layout, offset = [], 0
+    for spec in specs:
+        nbytes = int(np.prod(spec.shape, dtype=np.int64)) * spec.dtype.itemsize
+        layout.append((offset, nbytes, spec.dtype, spec.shape))
+        offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
+    return layout, offset
+
+
+def _aligned_params(params: np.ndarray) -> np.ndarray:
+    flat = np.ascontiguousarray(params).reshape(-1).view(np.uint8)
+    if is_aligned(flat):
+        return flat
+    out = aligned_empty(flat.size)
+    out[...] = flat
+    return out
+
+
+def _validate(spec: TensorSpec, value: Any) -> np.ndarray:
+    """The array to pass for input ``spec``; InputError naming the input if it does not fit."""
+    if isinstance(value, np.ndarray | np.generic) or hasattr(value, "__array__"):
+        array = np.asarray(value)
+        if array.dtype != spec.dtype:
+            raise InputError(
+                f"input {spec.name!r}: expected dtype {spec.dtype.name}, got "
+                f"{array.dtype.name if array.dtype.isnative else array.dtype.str}; "
+                f"convert it with .astype(np.{spec.dtype.name})"
+            )
+    else:  # Python scalars and (nested) lists take the declared dtype
+        try:
+            array = np.asarray(value, dtype=spec.dtype)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InputError(
+                f"input {spec.name!r}: cannot convert {type(value).__name__} to "
+                f"{spec.dtype.name}: {e}"
+            ) from e
+    if array.shape != spec.shape:
+        raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {array.shape}")
+    if not (array.flags.c_contiguous and array.flags.aligned):
+        array = np.require(array, requirements=("C_CONTIGUOUS", "ALIGNED"))
+    return array

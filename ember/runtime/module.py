@@ -1,0 +1,196 @@
+"""ctypes binding of one compiled ember library.
+
+The library exports the static-model ABI::
+
+    int ember_init(const void *params);   /* remembers the constant blob; 0 on success */
+    int ember_run(void *const *inputs, void *const *outputs, void *workspace);  /* 0 = ok */
+    int ember_num_threads(void);          /* threads of its one parallel region */
+
+``ember_init`` stores the params pointer in a global of the library, so two live modules must
+not share one loaded copy of a library (``dlopen`` of the same path returns the same handle and
+the same globals). Identical models with different weights compile to the *same* cached file,
+so this is the common case: :class:`NativeModule` hands each live instance its own handle,
+loading a private copy of the file when the path is already in use by another live instance.
+Handles of garbage-collected modules are reused (libraries are never unloaded: ``dlclose`` of
+a library linked to the OpenMP runtime is not safe).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ember.errors import EmberError
+
+ALIGNMENT = 64
+"""Byte alignment of the params blob, the workspace and the outputs that ember allocates."""
+
+
+def aligned_empty(shape: int | Sequence[int], dtype: object = np.uint8) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on a 64-byte boundary."""
+    dt = np.dtype(dtype)
+    shape_t = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    nbytes = int(np.prod(shape_t, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    return raw[offset : offset + nbytes].view(dt).reshape(shape_t)
+
+
+def is_aligned(array: np.ndarray, alignment: int = ALIGNMENT) -> bool:
+    """Whether ``array``'s data pointer is a multiple of ``alignment``."""
+    return array.ctypes.data % alignment == 0
+
+
+# --------------------------------------------------------------------------- handle pool
+
+
+class _Handle:
+    __slots__ = ("lib", "owner")
+
+    def __init__(self, lib: ctypes.CDLL, owner: object) -> None:
+        self.lib = lib
+        self.owner: weakref.ref[object] | None = weakref.ref(owner)
+
+    def free(self) -> bool:
+        return self.owner is None or self.owner() is None
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: dict[str, list[_Handle]] = {}  # real path -> every handle loaded from that file
+
+
+def _acquire(path: Path, owner: object) -> ctypes.CDLL:
+    """A handle of ``path`` that no other live owner uses."""
+    real = os.path.realpath(path)
+    with _POOL_LOCK:
+        handles = _POOL.setdefault(real, [])
+        for handle in handles:
+            if handle.free():
+                handle.owner = weakref.ref(owner)
+                return handle.lib
+        lib = ctypes.CDLL(real) if not handles else _load_private_copy(real)
+        handles.append(_Handle(lib, owner))
+        return lib
+
+
+def _load_private_copy(real: str) -> ctypes.CDLL:
+    """dlopen a copy of ``real`` (new inode, so new globals); the copy is unlinked at once."""
+    errors = []
+    for directory in (os.path.dirname(real), tempfile.gettempdir()):
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ember-instance-", suffix=".so")
+        except OSError as e:
+            errors.append(f"{directory}: {e}")
+            continue
+        try:
+            os.close(fd)
+            shutil.copyfile(real, tmp)
+            return ctypes.CDLL(tmp)
+        except OSError as e:  # e.g. a noexec mount: try the next directory
+            errors.append(f"{directory}: {e}")
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    raise OSError(f"cannot load a private copy of {real}: {'; '.join(errors)}")
+
+
+# --------------------------------------------------------------------------- module
+
+
+def _bind(lib: ctypes.CDLL, name: str, restype: object, argtypes: list[object]) -> object:
+    try:
+        fn = getattr(lib, name)
+    except AttributeError as e:
+        raise EmberError(
+            f"{lib._name} does not export {name}: not an ember library (rebuild the model)"
+        ) from e
+    fn.restype = restype
+    fn.argtypes = argtypes
+    return fn
+
+
+_VOIDPP = ctypes.POINTER(ctypes.c_void_p)
+
+
+class NativeModule:
+    """One loaded ember library with its own globals.
+
+    ``init(params)`` must be called before ``run``. The module keeps a reference to ``params``
+    for as long as it lives (the library keeps the raw pointer). ``run`` does no validation:
+    arrays must be C-contiguous with the dtypes and shapes the library was compiled for.
+    Not thread-safe: callers serialize ``run`` (``CompiledModel`` does).
+    """
+
+    def __init__(self, lib_path: str | os.PathLike[str]) -> None:
+        self.lib_path = Path(lib_path)
+        if not self.lib_path.is_file():
+            raise EmberError(f"compiled library {self.lib_path} not found")
+        try:
+            lib = _acquire(self.lib_path, self)
+        except OSError as e:
+            raise EmberError(f"cannot load compiled library {self.lib_path}: {e}") from e
+        self._lib = lib
+        self._init = _bind(lib, "ember_init", ctypes.c_int, [ctypes.c_void_p])
+        self._run = _bind(lib, "ember_run", ctypes.c_int, [_VOIDPP, _VOIDPP, ctypes.c_void_p])
+        self._num_threads = _bind(lib, "ember_num_threads", ctypes.c_int, [])
+        self._params: np.ndarray | None = None
+        self._in_ptrs = (ctypes.c_void_p * 0)()
+        self._out_ptrs = (ctypes.c_void_p * 0)()
+
+    def init(self, params: np.ndarray) -> None:
+        """Hand the constant blob to the library (``ember_init``); keeps ``params`` alive."""
+        if not params.flags.c_contiguous:
+            raise EmberError("params must be a C-contiguous array")
+        rc = self._init(params.ctypes.data if params.size else None)
+        if rc != 0:
+            raise EmberError(f"ember_init in {self.lib_path.name} failed with code {rc}")
+        self._params = params
+
+    def num_threads(self) -> int:
+        """Threads of the library's parallel region (``ember_num_threads``)."""
+        return int(self._num_threads())
+
+    def run(
+        self,
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        workspace: np.ndarray | None = None,
+    ) -> None:
+        """One call of ``ember_run``; raises EmberError if it returns non-zero."""
+        self.run_addresses(
+            [a.ctypes.data for a in inputs],
+            [a.ctypes.data for a in outputs],
+            None if workspace is None else workspace.ctypes.data,
+        )
+
+    def run_addresses(
+        self, inputs: Sequence[int], outputs: Sequence[int], workspace: int | None
+    ) -> None:
+        """``run`` on raw data addresses (the caller keeps the arrays alive during the call)."""
+        if self._params is None:
+            raise EmberError("NativeModule.run called before init(params)")
+        ins = self._in_ptrs
+        if len(ins) != len(inputs):
+            ins = self._in_ptrs = (ctypes.c_void_p * len(inputs))()
+        ins[:] = inputs
+        outs = self._out_ptrs
+        if len(outs) != len(outputs):
+            outs = self._out_ptrs = (ctypes.c_void_p * len(outputs))()
+        outs[:] = outputs
+        rc = self._run(ins, outs, workspace)
+        if rc != 0:
+            raise EmberError(
+                f"ember_run in {self.lib_path.name} failed with code {rc}; "
+                "the outputs of this call are not valid"
+            )
+
+    def __repr__(self) -> str:
+        state = "initialized" if self._params is not None else "not initialized"
+        return f"NativeModule({str(self.lib_path)!r}, {state})"

@@ -1,0 +1,1 @@
+"""Leaf utilities shared by every layer: dtypes, symbolic dims, text buffers."""

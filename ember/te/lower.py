@@ -1,0 +1,170 @@
+"""Lowering of tensor expressions to a loop nest.
+
+Pre: ``output`` is a compute whose producers are computes (inlined: TVM's compute_inline) or
+placeholders (bound to buffers). At most one producer (or the output itself) is a reduction,
+read by the consumers at exactly the output's indices (an epilogue).
+Post: a ``LoopNest`` over the output's spatial axes. A reduction is lowered with a cache-written
+accumulator: ``acc[T]`` over the innermost output axis tile (vectorizable), the reduction loops
+outside the tile loop, and the epilogue applied when the accumulator is stored.
+"""
+
+from __future__ import annotations
+
+from ember.errors import CompileError
+from ember.loops.ir import (
+    Alloc, Bin, Buffer, Call, Cast, Const, Expr, For, ForKind, Load, Scope, Select, Stmt,
+    Store, Var, seq,
+)
+from ember.loops.nest import Loop, LoopNest
+from ember.loops.transform import map_expr, substitute
+from ember.te.tensor import ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead
+
+MAX_TILE = 1024
+
+
+def flat_index(shape: tuple[int, ...], idx: tuple[Expr, ...]) -> Expr:
+    out: Expr = Const(0)
+    for d, i in zip(shape, idx):
+        out = Bin("+", Bin("*", out, Const(d)), i)
+    return out
+
+
+class _Inliner:
+    def __init__(self, bufs: dict[Tensor, Buffer], reduction: Tensor | None,
+                 acc: Expr | None) -> None:
+        self.bufs = bufs
+        self.reduction = reduction
+        self.acc = acc
+
+    def __call__(self, e: Expr) -> Expr:
+        return self.rewrite(e)
+
+    def rewrite(self, e: Expr) -> Expr:
+        if isinstance(e, TensorRead):
+            return self.read(e)
+        if isinstance(e, Bin):
+            return Bin(e.op, self.rewrite(e.a), self.rewrite(e.b))
+        if isinstance(e, Call):
+            return Call(e.fn, tuple(self.rewrite(a) for a in e.args), e.dtype)
+        if isinstance(e, Select):
+            return Select(self.rewrite(e.cond), self.rewrite(e.a), self.rewrite(e.b))
+        if isinstance(e, Cast):
+            return Cast(self.rewrite(e.value), e.dtype)
+        if isinstance(e, Load):
+            return Load(e.buf, self.rewrite(e.index))
+        if isinstance(e, Reduce):
+            raise CompileError("a reduction nested inside an expression cannot be lowered")
+        return e
+
+    def read(self, r: TensorRead) -> Expr:
+        t = r.tensor
+        idx = tuple(self.rewrite(i) for i in r.indices)
+        if t in self.bufs:
+            return Load(self.bufs[t], flat_index(t.shape, idx))
+        if t is self.reduction:
+            assert self.acc is not None
+            return self.acc
+        op = t.op
+        if isinstance(op, PlaceholderOp):
+            raise CompileError(f"placeholder {t.name} has no buffer")
+        assert isinstance(op, ComputeOp)
+        if op.reduce is not None:
+            raise CompileError(f"reduction {t.name} read at non-output indices cannot be fused")
+        body = substitute(op.body, dict(zip(op.axes, idx)))
+        return self.rewrite(body)  # type: ignore[arg-type]
+
+
+def find_reduction(output: Tensor, bufs: dict[Tensor, Buffer]) -> Tensor | None:
+    """The one reduction compute reachable from ``output`` without crossing a buffer."""
+    found: list[Tensor] = []
+    seen: set[int] = set()
+
+    def visit_expr(e: Expr) -> None:
+        def f(x: Expr) -> None:
+            if isinstance(x, TensorRead):
+                visit(x.tensor)
+                for i in x.indices:
+                    visit_expr(i)
+            elif isinstance(x, Reduce):
+                visit_expr(x.body)
+            return None
+
+        map_expr(e, f)
+
+    def visit(t: Tensor) -> None:
+        if id(t) in seen or t in bufs:
+            return
+        seen.add(id(t))
+        if isinstance(t.op, ComputeOp):
+            if t.op.reduce is not None:
+                found.append(t)
+                visit_expr(t.op.reduce.body)
+            else:
+                visit_expr(t.op.body)
+
+    visit(output)
+    if len(found) > 1:
+        raise CompileError(f"{len(found)} reductions in one fused group ({output.name})")
+    return found[0] if found else None
+
+
+def lower(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]) -> LoopNest:
+    """Lower ``output`` (with inlined producers) to a loop nest storing into ``out_buf``."""
+    assert isinstance(output.op, ComputeOp)
+    red = find_reduction(output, bufs)
+    if red is None:
+        axes = output.op.axes
+        value = _Inliner(bufs, None, None).rewrite(output.op.body)
+        store = Store(out_buf, flat_index(output.shape, axes), value)
+        return LoopNest([Loop(v, n) for v, n in zip(axes, output.shape)], store)
+    return _lower_reduction(output, out_buf, bufs, red)
+
+
+def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer],
+                     red: Tensor) -> LoopNest:
+    assert isinstance(output.op, ComputeOp) and isinstance(red.op, ComputeOp)
+    rop = red.op.reduce
+    assert rop is not None
+    if red.shape != output.shape:
+        raise CompileError(f"epilogue of reduction {red.name} changes the shape")
+    axes = output.op.axes
+    raxes = red.op.axes
+    inner_n = output.shape[-1] if output.shape else 1
+    tile = inner_n if 1 < inner_n <= MAX_TILE else 1
+    acc = Buffer(f"acc_{red.name}", tile, red.dtype, Scope.LOCAL)
+    t = Var("t")
+    if tile > 1:
+        spatial = axes[:-1]
+        acc_idx: Expr = t
+        sub: dict[Var, Expr] = {axes[-1]: t}
+        rsub: dict[Var, Expr] = {raxes[-1]: t}
+    else:
+        spatial = axes
+        acc_idx = Const(0)
+        sub, rsub = {}, {}
+    rsub.update({ra: a for ra, a in zip(raxes, axes) if ra is not raxes[-1] or tile == 1})
+    # reduction body at the output's indices
+    rbody = substitute(rop.body, rsub)
+    upd_val = _Inliner(bufs, None, None).rewrite(rbody)  # type: ignore[arg-type]
+    cur = Load(acc, acc_idx)
+    comb = {"sum": lambda a, b: Bin("+", a, b), "prod": lambda a, b: Bin("*", a, b),
+            "max": lambda a, b: Bin("max", a, b), "min": lambda a, b: Bin("min", a, b)}
+    update: Stmt = Store(acc, acc_idx, comb[rop.combiner](cur, upd_val))
+    vec = ForKind.VECTORIZED if tile > 1 else ForKind.SERIAL
+    if tile > 1:
+        update = For(t, Const(0), Const(tile), update, vec)
+    for ra in reversed(rop.axes):
+        update = For(ra.var, Const(0), Const(ra.extent), update)
+    init: Stmt = Store(acc, acc_idx, rop.init)  # type: ignore[arg-type]
+    if red is output:
+        epi_val: Expr = Load(acc, acc_idx)
+    else:
+        epi_val = _Inliner(bufs, red, Load(acc, acc_idx)).rewrite(
+            substitute(output.op.body, sub))  # type: ignore[arg-type]
+    fin: Stmt = Store(out_buf, flat_index(output.shape, tuple(sub.get(a, a) for a in axes)),
+                      epi_val)
+    if tile > 1:
+        init = For(t, Const(0), Const(tile), init, vec)
+        fin = For(t, Const(0), Const(tile), fin, vec)
+    body = Alloc(acc, seq(init, update, fin))
+    return LoopNest([Loop(v, n) for v, n in zip(spatial, output.shape)], body)

@@ -1,0 +1,136 @@
+"""Tensor expressions (TVM §4.1): ``placeholder``, ``compute``, ``reduce_axis``.
+
+A ``Tensor`` is produced by a ``PlaceholderOp`` (an input buffer) or a ``ComputeOp`` whose body
+is a loop-IR expression over its axis variables, reading other tensors with ``TensorRead``
+(``t[i, j]``). A reduction compute has a ``Reduce`` at the root of its body.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ember.loops.ir import Const, Expr, Var, as_expr
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class IterVar:
+    var: Var
+    extent: int
+
+
+def reduce_axis(extent: int, name: str = "r") -> IterVar:
+    return IterVar(Var(f"{name}{next(_ids)}"), int(extent))
+
+
+@dataclass(eq=False)
+class TensorRead(Expr):
+    tensor: Tensor
+    indices: tuple[Expr, ...]
+
+    def __post_init__(self) -> None:
+        self.dtype = self.tensor.dtype
+
+    def map_children(self, fn: Callable[[Expr], Expr]) -> TensorRead:
+        return TensorRead(self.tensor, tuple(fn(i) for i in self.indices))
+
+    def __repr__(self) -> str:
+        return f"{self.tensor.name}[{', '.join(str(i) for i in self.indices)}]"
+
+
+@dataclass(eq=False)
+class Reduce(Expr):
+    """``combiner`` over ``axes`` of ``body``; combiner in sum / max / min / prod."""
+
+    combiner: str
+    body: Expr
+    axes: tuple[IterVar, ...]
+    init: Expr | None = None
+
+    def __post_init__(self) -> None:
+        self.dtype = self.body.dtype
+        if self.init is None:
+            big = 3.4028234663852886e38
+            val = {"sum": 0.0, "prod": 1.0, "max": -big, "min": big}[self.combiner]
+            if not self.dtype.startswith("float"):
+                val = {"sum": 0, "prod": 1, "max": -(2**62), "min": 2**62}[self.combiner]
+            self.init = Const(val, self.dtype)
+
+
+    def map_children(self, fn: Callable[[Expr], Expr]) -> Reduce:
+        return Reduce(self.combiner, fn(self.body), self.axes, self.init)
+
+
+def sum(body: Expr, axis: Sequence[IterVar] | IterVar) -> Reduce:  # noqa: A001
+    return Reduce("sum", body, tuple(axis) if isinstance(axis, Sequence) else (axis,))
+
+
+def max(body: Expr, axis: Sequence[IterVar] | IterVar) -> Reduce:  # noqa: A001
+    return Reduce("max", body, tuple(axis) if isinstance(axis, Sequence) else (axis,))
+
+
+def min(body: Expr, axis: Sequence[IterVar] | IterVar) -> Reduce:  # noqa: A001
+    return Reduce("min", body, tuple(axis) if isinstance(axis, Sequence) else (axis,))
+
+
+class Operation:
+    pass
+
+
+@dataclass(eq=False)
+class PlaceholderOp(Operation):
+    pass
+
+
+@dataclass(eq=False)
+class ComputeOp(Operation):
+    axes: tuple[Var, ...]
+    body: Expr
+
+    @property
+    def reduce(self) -> Reduce | None:
+        return self.body if isinstance(self.body, Reduce) else None
+
+
+@dataclass(eq=False)
+class Tensor:
+    shape: tuple[int, ...]
+    dtype: str
+    op: Operation
+    name: str = field(default_factory=lambda: f"t{next(_ids)}")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, idx: object) -> TensorRead:
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if len(idx) != len(self.shape):
+            raise IndexError(f"{self.name} has rank {len(self.shape)}, indexed with {len(idx)}")
+        return TensorRead(self, tuple(as_expr(i.var if isinstance(i, IterVar) else i)
+                                      for i in idx))
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
+
+
+def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "") -> Tensor:
+    return Tensor(tuple(int(s) for s in shape), dtype, PlaceholderOp(),
+                  name or f"p{next(_ids)}")
+
+
+def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "",
+            dtype: str | None = None) -> Tensor:
+    """``compute(shape, lambda i, j: ...)``: one output element per index tuple."""
+    axes = tuple(Var(f"i{k}_{next(_ids)}") for k in range(len(shape)))
+    body = as_expr(fcompute(*axes), dtype or "float32")
+    if dtype is not None and body.dtype != dtype:
+        from ember.loops.ir import Cast
+
+        body = Cast(body, dtype)
+    return Tensor(tuple(int(s) for s in shape), body.dtype, ComputeOp(axes, body),
+                  name or f"c{next(_ids)}")
