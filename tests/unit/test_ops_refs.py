@@ -18,6 +18,7 @@ from ember.frontend.onnx.importer import import_model
 from ember.ir.interp import run_graph
 
 ort = pytest.importorskip("onnxruntime")
+ort.set_default_logger_severity(4)
 
 FAST = settings(max_examples=12, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -125,7 +126,7 @@ def test_conv_transpose(data: st.DataObject) -> None:
     k, s, d = ints(data, nd, 1, 3), ints(data, nd, 1, 3), ints(data, nd, 1, 2)
     eff = [(k[i] - 1) * d[i] + 1 for i in range(nd)]
     pads = [data.draw(st.integers(0, (eff[i % nd] - 1) // 2)) for i in range(2 * nd)]
-    opad = [data.draw(st.integers(0, max(s[i], d[i]) - 1)) for i in range(nd)]
+    opad = [data.draw(st.integers(0, s[i] - 1)) for i in range(nd)]  # ort: < stride
     x = randn(data, (data.draw(st.integers(1, 2)), g * cg, *dims(data, nd, 1, 4)))
     w = randn(data, (g * cg, mg, *k))
     b = randn(data, (g * mg,)) if data.draw(st.booleans()) else None
@@ -215,7 +216,8 @@ def test_average_pool(data: st.DataObject) -> None:
 @given(st.data(), st.sampled_from(["SAME_UPPER", "SAME_LOWER", "VALID"]))
 def test_pool_auto_pad(data: st.DataObject, auto_pad: str) -> None:
     x = randn(data, (1, 2, *dims(data, 2, 3, 7)))
-    attrs = {"kernel_shape": ints(data, 2, 1, 3), "strides": ints(data, 2, 1, 2),
+    # strides <= kernel: onnxruntime computes negative SAME pads otherwise (ember clamps to 0)
+    attrs = {"kernel_shape": ints(data, 2, 2, 3), "strides": ints(data, 2, 1, 2),
              "auto_pad": auto_pad}
     check("MaxPool", [x], attrs, opset=11)
     check("AveragePool", [x], attrs, opset=11)
@@ -231,7 +233,7 @@ def test_global_pool(data: st.DataObject, op: str) -> None:
 @given(st.data())
 def test_lrn(data: st.DataObject) -> None:
     x = randn(data, (1, *dims(data, 3, 1, 6)))
-    attrs = {"size": data.draw(st.integers(1, 5)), "alpha": data.draw(st.sampled_from(
+    attrs = {"size": data.draw(st.sampled_from([1, 3, 5])), "alpha": data.draw(st.sampled_from(
         [1e-4, 0.1])), "beta": data.draw(st.sampled_from([0.75, 0.5])),
         "bias": data.draw(st.sampled_from([1.0, 2.0]))}
     check("LRN", [x], attrs)
