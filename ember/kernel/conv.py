@@ -138,7 +138,8 @@ def _tile_fn(name: str, g: ConvGeom, t: Tiling) -> str:
     chunk = g.KH * g.KW * t.ICC * t.NB
     cases = "\n".join(
         f"        case {r}: {uk_name(r, t.V)}(rows, wb, {g.KH}, {g.KW}, icc, "
-        f"{g.DH * g.W * g.C}, {g.DW * g.C}, cb + p * {g.OC}, {g.OC}, c > 0, nvalid); break;"
+        f"{g.DH * g.W * g.C}, {g.DW * g.C}, cb + p * {g.OC}, {g.OC}, c > 0, nvalid, "
+        f"{t.ICC}); break;"
         for r in range(t.R, 0, -1))
     return f"""
 static void {name}(int64_t task, float *out, const float *x, const float *w) {{

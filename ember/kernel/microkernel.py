@@ -5,7 +5,7 @@ its own base pointer and k runs over (kh, kw, ic) with given strides, so one mic
 convolutions (any stride, dilation, group: the caller computes the row pointers) and dense
 matrix products (kh = kw = 1). The R·V accumulators live in vector registers; weights are
 packed so the inner loop streams them contiguously; the last channel block may be partial
-(``nvalid`` lanes are stored).
+(``nvalid`` lanes are stored). ``wic`` is the packed weights' channel stride per (kh, kw).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def emit_microkernel(rows: int, vecs: int) -> str:
     L.append(f"static inline __attribute__((always_inline)) void {uk_name(rows, vecs)}(")
     L.append("    const float *const *rows, const float *w, int64_t nkh, int64_t nkw,")
     L.append("    int64_t nic, int64_t skh, int64_t skw, float *c, int64_t ldc,")
-    L.append("    int64_t acc_in, int64_t nvalid) {")
+    L.append("    int64_t acc_in, int64_t nvalid, int64_t wic) {")
     for r in R:
         L.append(f"  const float *r{r} = rows[{r}];")
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = {{0}};" for v in V))
@@ -32,7 +32,7 @@ def emit_microkernel(rows: int, vecs: int) -> str:
     L.append("  for (int64_t kh = 0; kh < nkh; ++kh) {")
     L.append("    for (int64_t kw = 0; kw < nkw; ++kw) {")
     L.append("      const int64_t off = kh * skh + kw * skw;")
-    L.append(f"      const float *wk = w + (kh * nkw + kw) * nic * {nb};")
+    L.append(f"      const float *wk = w + (kh * nkw + kw) * wic * {nb};")
     for r in R:
         L.append(f"      const float *q{r} = r{r} + off;")
     L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")

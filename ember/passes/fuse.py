@@ -77,7 +77,7 @@ def partition(g: Graph) -> list[Group]:
     group_of: dict[int, Group] = {}
     groups: list[Group] = []
     for n in g.nodes:
-        if n.op in VIEW_OPS:
+        if n.op in VIEW_OPS or n.op == "Fused":
             continue
         target = None
         for v in n.inputs:

@@ -142,7 +142,7 @@ def _try_sink(u: Node, outputs: set[int]) -> list[Node] | None:
         return [r, Node("Transpose", [r.output], [u.output], {"perm": perm}, u.name + "_t")]
     if u.op == "Concat" and len(tin) == len(u.inputs) and all(p == perm for _, p in tin):
         axis = u.attrs["axis"] % len(perm)
-        c = _mk("Concat", [s for s, _ in tin], {"axis": _inverse(perm)[axis]}, u.name)
+        c = _mk("Concat", [s for s, _ in tin], {"axis": perm[axis]}, u.name)
         return [c, Node("Transpose", [c.output], [u.output], {"perm": perm}, u.name + "_t")]
     if op.pattern > Pattern.BROADCAST or len(u.outputs) != 1:
         return None

@@ -20,8 +20,9 @@ from ember.ir.interp import run_graph
 ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(4)
 
-FAST = settings(max_examples=12, deadline=None, derandomize=True,
+FAST = settings(max_examples=20, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(FAST, max_examples=8)  # for tests parametrized over many discrete cases
 F32 = np.float32
 
 
@@ -246,3 +247,330 @@ def test_softmax(data: st.DataObject, op: str, opset: int) -> None:
     x = randn(data, dims(data, rank, 1, 5)) * 3
     axis = data.draw(st.integers(-rank, rank - 1))
     check(op, [x], {"axis": axis}, opset=opset)
+
+
+# --------------------------------------------------------------------------- tensor
+@FAST
+@given(st.data())
+def test_concat(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(1, 4))
+    base = dims(data, rank)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    xs = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        shape = list(base)
+        shape[axis] = data.draw(st.integers(0, 3))
+        xs.append(randn(data, tuple(shape)))
+    check("Concat", xs, {"axis": axis})
+
+
+@FAST
+@given(st.data(), st.sampled_from([11, 13, 18]))
+def test_split(data: st.DataObject, opset: int) -> None:
+    rank = data.draw(st.integers(1, 3))
+    shape = list(dims(data, rank))
+    axis = data.draw(st.integers(-rank, rank - 1))
+    parts = ints(data, data.draw(st.integers(1, 3)), 1, 3)
+    shape[axis] = sum(parts)
+    x = randn(data, tuple(shape))
+    explicit = data.draw(st.booleans())
+    if opset == 11:
+        attrs = {"axis": axis, "split": parts} if explicit else {"axis": axis}
+        n = len(parts)
+        if not explicit:
+            shape[axis] = n * parts[0]
+            x = randn(data, tuple(shape))
+        check("Split", [x], attrs, opset=opset, n_out=n)
+    elif opset == 13 or explicit:
+        check("Split", [x, np.array(parts, np.int64)], {"axis": axis}, opset=opset,
+              n_out=len(parts), const=(1,))
+    else:
+        n = data.draw(st.integers(1, max(1, min(shape[axis], 3))))
+        if -(-shape[axis] // n) * (n - 1) >= shape[axis]:
+            n = 1
+        check("Split", [x], {"axis": axis, "num_outputs": n}, opset=opset, n_out=n)
+
+
+@FAST
+@given(st.data())
+def test_reshape(data: st.DataObject) -> None:
+    shape = dims(data, data.draw(st.integers(1, 4)))
+    x = randn(data, shape)
+    # regroup the dims: target = random split of the flat size, then 0 / -1 sprinkled in
+    flat = list(np.random.default_rng(len(shape)).permutation(
+        [p for d in shape for p in _factors(d)]))
+    cut = sorted(data.draw(st.lists(st.integers(0, len(flat)), max_size=3)))
+    target = [int(np.prod(flat[a:b])) for a, b in zip([0, *cut], [*cut, len(flat)])]
+    if data.draw(st.booleans()):
+        target[data.draw(st.integers(0, len(target) - 1))] = -1
+    for i in range(min(len(target), len(shape))):
+        if target[i] == shape[i] and data.draw(st.booleans()):
+            target[i] = 0
+    check("Reshape", [x, np.array(target, np.int64)], const=(1,))
+
+
+def _factors(n: int) -> list[int]:
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
+
+
+@FAST
+@given(st.data())
+def test_flatten_transpose(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(1, 4))
+    x = randn(data, dims(data, rank))
+    check("Flatten", [x], {"axis": data.draw(st.integers(-rank, rank))}, opset=13)
+    perm = data.draw(st.permutations(list(range(rank))))
+    check("Transpose", [x], {"perm": list(perm)} if data.draw(st.booleans()) else {})
+
+
+@FAST
+@given(st.data(), st.sampled_from([11, 13]))
+def test_squeeze_unsqueeze(data: st.DataObject, opset: int) -> None:
+    rank = data.draw(st.integers(1, 4))
+    shape = dims(data, rank, 1, 3)
+    x = randn(data, shape)
+    ones = [i for i, d in enumerate(shape) if d == 1]
+    axes = data.draw(st.lists(st.sampled_from(ones), unique=True)) if ones else []
+    axes = [a - rank if data.draw(st.booleans()) else a for a in axes]
+    out_rank = rank + data.draw(st.integers(1, 2))
+    new = data.draw(st.lists(st.integers(-out_rank, out_rank - 1), min_size=out_rank - rank,
+                             max_size=out_rank - rank, unique_by=lambda a: a % out_rank))
+    if opset == 11:
+        check("Squeeze", [x], {"axes": axes} if axes else {}, opset=opset)
+        check("Unsqueeze", [x], {"axes": new}, opset=opset)
+    else:
+        args = [x, np.array(axes, np.int64)] if axes else [x]
+        check("Squeeze", args, opset=opset, const=(1,))
+        check("Unsqueeze", [x, np.array(new, np.int64)], opset=opset, const=(1,))
+
+
+@FAST
+@given(st.data())
+def test_gather(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(1, 3))
+    shape = dims(data, rank)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    n = shape[axis]
+    idx_shape = dims(data, data.draw(st.integers(0, 2)), 1, 3)
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    idx = np.random.default_rng(seed).integers(-n, n, idx_shape)
+    idx = idx.astype(data.draw(st.sampled_from([np.int64, np.int32])))
+    check("Gather", [randn(data, shape), idx], {"axis": axis},
+          const=(1,) if data.draw(st.booleans()) else ())
+
+
+@FAST
+@given(st.data(), st.sampled_from([9, 13]))
+def test_slice(data: st.DataObject, opset: int) -> None:
+    rank = data.draw(st.integers(1, 3))
+    shape = dims(data, rank, 1, 6)
+    axes = data.draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+    big = st.sampled_from([2**63 - 1, -(2**63), 2**31 - 1, -(2**31)])
+    bound = st.one_of(st.integers(-8, 8), big)
+    starts = [data.draw(bound) for _ in axes]
+    ends = [data.draw(bound) for _ in axes]
+    neg = [a - rank if data.draw(st.booleans()) else a for a in axes]
+    x = randn(data, shape)
+    if opset == 9:
+        check("Slice", [x], {"starts": starts, "ends": ends, "axes": neg}, opset=opset)
+        return
+    steps = [data.draw(st.sampled_from([1, 2, 3, -1, -2])) for _ in axes]
+    arrs = [np.array(v, np.int64) for v in (starts, ends, neg, steps)]
+    check("Slice", [x, *arrs], opset=opset, const=(1, 2, 3, 4))
+
+
+@FAST
+@given(st.data(), st.sampled_from(["int32", "int64", "float64", "bool", "uint8"]))
+def test_cast(data: st.DataObject, to: str) -> None:
+    x = randn(data, dims(data, 2)) * 3
+    code = helper.np_dtype_to_tensor_dtype(np.dtype(to))
+    check("Cast", [x], {"to": code})
+    check("Cast", [x.astype(np.int32)], {"to": helper.np_dtype_to_tensor_dtype(np.dtype(F32))})
+
+
+@FAST
+@given(st.data())
+def test_expand(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(1, 3))
+    shape = dims(data, rank, 1, 3)
+    x = randn(data, tuple(d if data.draw(st.booleans()) else 1 for d in shape))
+    target = [d if data.draw(st.booleans()) else 1 for d in shape]
+    target = dims(data, data.draw(st.integers(0, 1)), 1, 3) + tuple(target)
+    check("Expand", [x, np.array(target, np.int64)], const=(1,))
+
+
+@FAST
+@given(st.data(), st.sampled_from(["constant", "reflect", "edge"]), st.sampled_from([11, 18]))
+def test_pad(data: st.DataObject, mode: str, opset: int) -> None:
+    rank = data.draw(st.integers(1, 4))
+    shape = dims(data, rank, 2, 4)
+    lo = -1 if mode == "constant" else 0
+    pads = [data.draw(st.integers(lo, shape[i % rank] - 1)) for i in range(2 * rank)]
+    x = randn(data, shape)
+    args: list = [x, np.array(pads, np.int64)]
+    const: tuple[int, ...] = (1,)
+    if mode == "constant" and data.draw(st.booleans()):
+        args.append(np.array(data.draw(st.sampled_from([0.0, 1.5, -2.0])), F32))
+        const = (1, 2)
+    if opset == 18 and data.draw(st.booleans()):  # pads for a subset of the axes
+        axes = data.draw(st.lists(st.integers(0, rank - 1), min_size=1, unique=True))
+        sub = [pads[a] for a in axes] + [pads[a + rank] for a in axes]
+        args = [x, np.array(sub, np.int64), args[2] if len(args) > 2 else None,
+                np.array(axes, np.int64)]
+        const = (1, 2, 3) if args[2] is not None else (1, 3)
+    check("Pad", args, {"mode": mode}, opset=opset, const=const)
+    if opset == 11:
+        check("Pad", [x], {"mode": mode, "pads": pads, "value": 0.5}, opset=10)
+
+
+_COORD = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+          "tf_half_pixel_for_nn"]
+_SCALES = [0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("coord", _COORD)
+@FEW
+@given(data=st.data())
+def test_resize(data: st.DataObject, mode: str, coord: str) -> None:
+    shape = (1, 2, *dims(data, 2, 2, 6))
+    x = randn(data, shape)
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+    if mode == "nearest":
+        attrs["nearest_mode"] = data.draw(st.sampled_from(
+            ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]))
+    if mode == "cubic":
+        attrs["exclude_outside"] = data.draw(st.integers(0, 1))
+        attrs["cubic_coeff_a"] = data.draw(st.sampled_from([-0.75, -0.5]))
+    if data.draw(st.booleans()):
+        scales = np.array([1, 1, *(data.draw(st.sampled_from(_SCALES)) for _ in range(2))], F32)
+        check("Resize", [x, None, scales], attrs, opset=13, const=(2,))
+    else:
+        sizes = np.array([*shape[:2], *dims(data, 2, 1, 9)], np.int64)
+        check("Resize", [x, None, None, sizes], attrs, opset=13, const=(3,))
+
+
+@FAST
+@given(st.data(), st.sampled_from(["nearest", "linear"]), st.sampled_from(["Upsample", "Resize"]))
+def test_upsample_resize10(data: st.DataObject, mode: str, op: str) -> None:
+    x = randn(data, (1, 2, *dims(data, 2, 2, 5)))
+    scales = np.array([1, 1, *(data.draw(st.sampled_from([1.0, 2.0, 3.0, 1.5]))
+                               for _ in range(2))], F32)
+    if op == "Upsample":
+        check("Upsample", [x, scales], {"mode": mode}, opset=9, const=(1,))
+    else:
+        check("Resize", [x, scales], {"mode": mode}, opset=10, const=(1,))
+
+
+@FAST
+@given(st.data())
+def test_shape_and_constant_of_shape(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(1, 4))
+    x = randn(data, dims(data, rank))
+    attrs = {}
+    if data.draw(st.booleans()):
+        attrs["start"] = data.draw(st.integers(-rank - 1, rank + 1))
+    if data.draw(st.booleans()):
+        attrs["end"] = data.draw(st.integers(-rank - 1, rank + 1))
+    check("Shape", [x], attrs, opset=15)
+    value = numpy_helper.from_array(np.array([data.draw(st.sampled_from([1.5, -2.0]))], F32))
+    check("ConstantOfShape", [np.array(dims(data, rank, 0, 3), np.int64)], {"value": value},
+          const=(0,))
+
+
+@FAST
+@given(st.data())
+def test_where_compare_not(data: st.DataObject) -> None:
+    shape = dims(data, data.draw(st.integers(1, 3)), 1, 3)
+    a = randn(data, shape)
+    b = randn(data, tuple(d if data.draw(st.booleans()) else 1 for d in shape))
+    b = np.where(randn(data, b.shape) > 0.5, np.broadcast_to(a, np.broadcast_shapes(
+        a.shape, b.shape))[tuple(slice(0, s) for s in b.shape)], b).astype(F32)
+    for op in ("Equal", "Less", "Greater"):
+        check(op, [a, b])
+    cond = randn(data, b.shape) > 0
+    check("Where", [cond, a, b])
+    check("Not", [cond])
+
+
+# --------------------------------------------------------------------------- reductions
+_REDUCE = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"]
+
+
+@pytest.mark.parametrize("op", _REDUCE)
+@pytest.mark.parametrize("opset", [13, 18])
+@FEW
+@given(data=st.data())
+def test_reduce(data: st.DataObject, op: str, opset: int) -> None:
+    rank = data.draw(st.integers(1, 4))
+    x = randn(data, dims(data, rank))
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), max_size=rank,
+                              unique_by=lambda a: a % rank))
+    keep = data.draw(st.integers(0, 1))
+    if opset == 13 and op != "ReduceSum":
+        check(op, [x], {"keepdims": keep, **({"axes": axes} if axes else {})}, opset=opset)
+        return
+    noop = data.draw(st.integers(0, 1))
+    args = [x, np.array(axes, np.int64)] if axes else [x]
+    check(op, args, {"keepdims": keep, "noop_with_empty_axes": noop}, opset=opset, const=(1,))
+
+
+@FAST
+@given(st.data(), st.sampled_from(["ArgMax", "ArgMin"]))
+def test_arg_reduce(data: st.DataObject, op: str) -> None:
+    rank = data.draw(st.integers(1, 4))
+    x = np.round(randn(data, dims(data, rank)))  # rounding makes ties for select_last_index
+    attrs = {"axis": data.draw(st.integers(-rank, rank - 1)),
+             "keepdims": data.draw(st.integers(0, 1)),
+             "select_last_index": data.draw(st.integers(0, 1))}
+    check(op, [x], attrs, opset=13)
+
+
+# --------------------------------------------------------------------------- element-wise
+_UNARY = ["Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
+          "Identity", "HardSwish", "Log", "Sqrt"]
+
+
+@pytest.mark.parametrize("op", _UNARY)
+@FEW
+@given(data=st.data())
+def test_unary(data: st.DataObject, op: str) -> None:
+    x = randn(data, dims(data, data.draw(st.integers(0, 3))))
+    if op in ("Log", "Sqrt"):
+        x = np.abs(x) + F32(0.1)
+    check(op, [x], opset=14)
+
+
+@FAST
+@given(st.data())
+def test_unary_with_attrs(data: st.DataObject) -> None:
+    x = randn(data, dims(data, data.draw(st.integers(1, 3))))
+    check("LeakyRelu", [x], {"alpha": data.draw(st.sampled_from([0.01, 0.3]))})
+    check("HardSigmoid", [x], {"alpha": 0.3, "beta": 0.4})
+    check("Gelu", [x], {"approximate": data.draw(st.sampled_from(["none", "tanh"]))}, opset=20)
+    lo, hi = sorted(data.draw(st.lists(st.floats(-2, 2, width=32), min_size=2, max_size=2)))
+    check("Clip", [x], {"min": lo, "max": hi}, opset=6)
+    check("Clip", [x, np.array(lo, F32), np.array(hi, F32)], opset=13, const=(1, 2))
+    check("Clip", [x, None, np.array(hi, F32)], opset=13, const=(2,))
+    check("Dropout", [x], {"ratio": 0.3}, opset=7)
+    check("Dropout", [x, np.array(0.5, F32)], opset=13, const=(1,))
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Sum", "Max",
+                                "Min"])
+@FEW
+@given(data=st.data())
+def test_binary(data: st.DataObject, op: str) -> None:
+    shape = dims(data, data.draw(st.integers(1, 3)), 1, 3)
+    a = randn(data, shape)
+    b = randn(data, tuple(d if data.draw(st.booleans()) else 1 for d in shape))
+    if op == "Pow":
+        a = np.abs(a) + F32(0.5)
+    extra = [randn(data, shape)] if op in ("Sum", "Max", "Min") else []
+    check(op, [a, b, *extra], opset=13)

@@ -73,7 +73,7 @@ def _initializer(init: onnx.TensorProto) -> Value:
     except Exception as e:  # external data not found, corrupt raw data...
         raise ModelError(f"cannot read initializer {init.name!r}: {e}") from e
     try:
-        return Value.constant(np.ascontiguousarray(arr), init.name)
+        return Value.constant(np.require(arr, requirements='C'), init.name)
     except ValueError:
         raise UnsupportedOpError(
             f"initializer {init.name!r} has element type "

@@ -185,14 +185,15 @@ def _flatten_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     axis = int(attrs.get("axis", 1))
     if not -x.rank <= axis <= x.rank:
         raise TypeInferenceError(f"Flatten axis {axis} out of range for rank {x.rank}")
-    axis %= x.rank + 1
+    axis = axis + x.rank if axis < 0 else axis
     return [TensorType((_prod(x.shape[:axis]), _prod(x.shape[axis:])), x.dtype)]
 
 
 @defop("Flatten", INJ, _flatten_infer)
 def flatten(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     """2-D view: dims before ``axis`` x dims from ``axis``."""
-    axis = int(attrs.get("axis", 1)) % (x.ndim + 1)
+    axis = int(attrs.get("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
     return [x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))]
 
 
@@ -214,7 +215,7 @@ def _transpose_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
 @defop("Transpose", INJ, _transpose_infer)
 def transpose(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     """Permute axes by ``perm`` (default: reverse)."""
-    return [np.ascontiguousarray(np.transpose(x, _perm(attrs, x.ndim)))]
+    return [np.transpose(x, _perm(attrs, x.ndim)).copy()]
 
 
 # --------------------------------------------------------------------------- Squeeze / Unsqueeze
@@ -342,7 +343,7 @@ def slice_(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
         sel[axis] = slice(first, first + n * step if first + n * step >= 0 else None, step)
         if n == 0:
             sel[axis] = slice(0, 0)
-    return [np.ascontiguousarray(x[tuple(sel)])]
+    return [x[tuple(sel)].copy()]
 
 
 # --------------------------------------------------------------------------- Cast / Expand
@@ -609,14 +610,11 @@ def resize(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     """
     sizes = _resize_sizes(attrs, x.shape)
     scales = attrs.get("scales")
-    ident = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-             "asymmetric")
     y = x.astype(np.float32) if x.dtype.kind in "iub" else x
     for axis, out_len in enumerate(sizes):
         in_len = x.shape[axis]
         scale = float(scales[axis]) if scales is not None else out_len / in_len
-        if (out_len == in_len and scale == 1.0
-                and attrs.get("coordinate_transformation_mode", "half_pixel") in ident):
+        if out_len == in_len and scale == 1.0:  # untouched axis (as onnxruntime, any mode)
             continue
         y = _resize_axis(y, axis, int(out_len), scale, attrs)
     if x.dtype.kind in "iu":
