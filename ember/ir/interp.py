@@ -49,7 +49,7 @@ def _check_array(v: Value, arr: np.ndarray, bound: dict[str, tuple[int, str]]) -
     if arr.ndim != t.rank:
         raise InputError(f"input {v.name!r} has shape {arr.shape} (rank {arr.ndim}), "
                          f"expected {t} (rank {t.rank})")
-    for i, (d, n) in enumerate(zip(t.shape, arr.shape)):
+    for i, (d, n) in enumerate(zip(t.shape, arr.shape, strict=True)):
         if isinstance(d, int) and d != n:
             raise InputError(f"input {v.name!r} has shape {arr.shape}, expected {t} "
                              f"(dim {i} must be {d})")
@@ -64,7 +64,7 @@ def _check_array(v: Value, arr: np.ndarray, bound: dict[str, tuple[int, str]]) -
 def _check_result(node: Node, out: Value, arr: np.ndarray) -> None:
     t: TensorType = out.type
     ok = arr.dtype == np.dtype(t.dtype.np) and arr.ndim == t.rank and all(
-        not isinstance(d, int) or d == n for d, n in zip(t.shape, arr.shape))
+        not isinstance(d, int) or d == n for d, n in zip(t.shape, arr.shape, strict=True))
     if not ok:
         raise VerifyError(f"node {node.name} ({node.op}) produced {arr.dtype}{list(arr.shape)} "
                           f"for %{out.name}, but its type relation promised {t}")
@@ -102,7 +102,7 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]
         if len(results) != len(node.outputs):
             raise VerifyError(f"node {node.name} ({node.op}) returned {len(results)} arrays "
                               f"for {len(node.outputs)} outputs")
-        for out, arr in zip(node.outputs, results):
+        for out, arr in zip(node.outputs, results, strict=True):
             _check_result(node, out, arr)
             env[out.uid] = arr
         for v in node.inputs:

@@ -20,9 +20,9 @@ from ember.ir.interp import run_graph
 ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(4)
 
-FAST = settings(max_examples=20, deadline=None, derandomize=True,
+FAST = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(FAST, max_examples=8)  # for tests parametrized over many discrete cases
+FEW = settings(FAST, max_examples=10)  # for tests parametrized over many discrete cases
 F32 = np.float32
 
 
@@ -70,7 +70,7 @@ def check(op: str, inputs: list, attrs: dict | None = None, opset: int = 17, n_o
     expected = run_ort(model, feeds)
     got = run_graph(import_model(model), feeds)
     assert len(got) == len(expected)
-    for e, g in zip(expected, got):
+    for e, g in zip(expected, got, strict=True):
         assert g.dtype == e.dtype, (op, attrs, g.dtype, e.dtype)
         assert g.shape == e.shape, (op, attrs, g.shape, e.shape)
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"{op} {attrs}")
@@ -300,7 +300,7 @@ def test_reshape(data: st.DataObject) -> None:
     flat = list(np.random.default_rng(len(shape)).permutation(
         [p for d in shape for p in _factors(d)]))
     cut = sorted(data.draw(st.lists(st.integers(0, len(flat)), max_size=3)))
-    target = [int(np.prod(flat[a:b])) for a, b in zip([0, *cut], [*cut, len(flat)])]
+    target = [int(np.prod(flat[a:b])) for a, b in zip([0, *cut], [*cut, len(flat)], strict=True)]
     if data.draw(st.booleans()):
         target[data.draw(st.integers(0, len(target) - 1))] = -1
     for i in range(min(len(target), len(shape))):
@@ -574,3 +574,12 @@ def test_binary(data: st.DataObject, op: str) -> None:
         a = np.abs(a) + F32(0.5)
     extra = [randn(data, shape)] if op in ("Sum", "Max", "Min") else []
     check(op, [a, b, *extra], opset=13)
+
+
+@pytest.mark.parametrize("shape, target, allowzero", [
+    ((0, 3), [3, 0], 1), ((2, 3, 4), [0, 0, -1], 0), ((2, 3, 4), [4, 0, 2], 0),
+    ((2, 0, 4), [0, 4, 0], 1)])
+def test_reshape_zero_dims(shape: tuple, target: list, allowzero: int) -> None:
+    x = np.random.default_rng(0).standard_normal(shape).astype(F32)
+    check("Reshape", [x, np.array(target, np.int64)], {"allowzero": allowzero}, opset=14,
+          const=(1,))

@@ -83,7 +83,7 @@ def _convt_pads(ctx: Ctx, attrs: Attrs, x: Value, norm: Attrs, opad: list[int]) 
         return [0] * (2 * nd) if auto == "VALID" else norm["pads"]
     sp = _static_spatial(x, "ConvTranspose with output_shape / auto_pad SAME")
     if out_shape is None:
-        out_shape = [s * st for s, st in zip(sp, strides)]
+        out_shape = [s * st for s, st in zip(sp, strides, strict=True)]
     out_shape = [int(o) for o in out_shape][-nd:]
     begins, ends = [], []
     for i in range(nd):

@@ -107,7 +107,7 @@ class Ctx:
             types = opdef.infer_types(attrs, [v.type if v else None for v in inputs], inputs)
             arrays = opdef.run_ref(attrs, *[v.const if v is not None else None for v in inputs])
             outs = []
-            for t, a in zip(types, arrays):
+            for t, a in zip(types, arrays, strict=True):
                 a = np.asarray(a, dtype=t.dtype.np)
                 outs.append(Value.constant(a))
             return outs

@@ -19,8 +19,13 @@ import onnx
 from onnx import numpy_helper
 
 from ember.errors import EmberError, InputError, ModelError, UnsupportedOpError
-from ember.frontend.onnx.converters import Ctx, first_opset, lookup, onnx_dtype, \
-    supported_op_types
+from ember.frontend.onnx.converters import (
+    Ctx,
+    first_opset,
+    lookup,
+    onnx_dtype,
+    supported_op_types,
+)
 from ember.ir.graph import Graph, Value
 from ember.ir.types import Dim, Sym, TensorType
 
@@ -39,10 +44,8 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     if not isinstance(model, onnx.ModelProto):
         try:
             model = onnx.load(os.fspath(model))
-        except (OSError, onnx.onnx_cpp2py_export.checker.ValidationError) as e:
+        except Exception as e:  # OSError, protobuf DecodeError, external-data errors...
             raise ModelError(f"cannot load ONNX model {model!r}: {e}") from e
-        except Exception as e:  # protobuf decode errors have no common public base class
-            raise ModelError(f"cannot parse ONNX model {model!r}: {e}") from e
     opset = default_opset(model)
     g = model.graph
     graph = Graph(name=g.name or "graph")

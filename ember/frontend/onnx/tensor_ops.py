@@ -183,12 +183,13 @@ def pad11(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 # --------------------------------------------------------------------------- Resize / Upsample
 def _resize_plan(ctx: Ctx, x: Value, scales: np.ndarray | None, sizes: np.ndarray | None,
                  axes: list[int] | None, policy: str) -> Attrs:
-    """Normalized ``sizes`` (None = axis untouched) and ``scales`` for the coordinate map."""
+    """Normalized ``sizes`` (the output shape; None only for an untouched symbolic dim) and
+    ``scales`` (per axis, for the coordinate map; None = out / in)."""
     r = x.type.rank
     axes = list(range(r)) if axes is None else [a % r for a in axes]
     shape = x.type.shape
     out: list[int | None] = [None] * r
-    used: list[float] = [1.0] * r
+    used: list[float] | None = [1.0] * r
     if sizes is not None and sizes.size:
         want = [int(s) for s in np.ravel(sizes)]
         if policy != "stretch":
@@ -196,28 +197,29 @@ def _resize_plan(ctx: Ctx, x: Value, scales: np.ndarray | None, sizes: np.ndarra
             if not all(isinstance(d, int) for d in ins):
                 raise UnsupportedOpError("keep_aspect_ratio_policy needs static input dims")
             pick = min if policy == "not_larger" else max
-            s = pick(w / d for w, d in zip(want, ins))  # type: ignore[operator]
+            s = pick(w / d for w, d in zip(want, ins, strict=True))  # type: ignore[operator]
             want = [int(np.floor(s * d + 0.5)) for d in ins]  # type: ignore[operator]
             for a in axes:
-                used[a] = s
-            for a, w in zip(axes, want):
-                out[a] = w
-            return {"sizes": out, "scales": used}
-        for a, w in zip(axes, want):
+                used[a] = s  # type: ignore[index]
+        else:
+            used = None
+        for a, w in zip(axes, want, strict=True):
             out[a] = w
-        return {"sizes": out, "scales": None}
-    if scales is None or scales.size == 0:
+    elif scales is None or scales.size == 0:
         raise ModelError("Resize needs one of scales or sizes")
-    for a, s in zip(axes, np.ravel(scales).astype(np.float32)):
-        used[a] = float(s)
-        if s == 1.0:
-            continue
-        d = shape[a]
-        if not isinstance(d, int):
-            raise UnsupportedOpError(f"Resize by scale {s} of symbolic dim {d} of %{x.name} "
-                                     "is not supported yet")
-        out[a] = int(np.floor(np.float32(d) * s))
-    return {"sizes": out, "scales": used}
+    else:
+        for a, s in zip(axes, np.ravel(scales).astype(np.float32), strict=True):
+            used[a] = float(s)  # type: ignore[index]
+            d = shape[a]
+            if s == 1.0:
+                continue
+            if not isinstance(d, int):
+                raise UnsupportedOpError(f"Resize by scale {s} of symbolic dim {d} of %{x.name} "
+                                         "is not supported yet")
+            out[a] = int(np.floor(np.float32(d) * s))
+    sizes_out = [d if o is None and isinstance(d, int) else o for o, d in zip(out, shape,
+                                                                               strict=True)]
+    return {"sizes": sizes_out, "scales": used}
 
 
 def _resize_common(ctx: Ctx, x: Value, plan: Attrs, mode: str, coord: str, nearest: str,

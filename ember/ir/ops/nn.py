@@ -74,16 +74,16 @@ def _windows(x: np.ndarray, kernel: list[int], strides: list[int], dilations: li
     sp = x.shape[2:]
     outs = [window_out_dim(sp[i], kernel[i], strides[i], dilations[i], pads[i], pads[i + nd],
                            ceil_mode) for i in range(nd)]
-    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     # right padding so that every output window fits (ceil_mode may need more than pads)
-    need = [(o - 1) * s + e for o, s, e in zip(outs, strides, extent)]
+    need = [(o - 1) * s + e for o, s, e in zip(outs, strides, extent, strict=True)]
     pe = [max(need[i] - sp[i] - pads[i], 0) for i in range(nd)]
     if any(pads) or any(pe):
         width = [(0, 0), (0, 0)] + [(pads[i], pe[i]) for i in range(nd)]
         x = np.pad(x, width, constant_values=fill)
     view = sliding_window_view(x, extent, axis=tuple(range(2, 2 + nd)))
-    sel = ((slice(None),) * 2 + tuple(slice(0, o * s, s) for o, s in zip(outs, strides))
-           + tuple(slice(None, None, d) for d in dilations))
+    steps = tuple(slice(0, o * s, s) for o, s in zip(outs, strides, strict=True))
+    sel = (slice(None),) * 2 + steps + tuple(slice(None, None, d) for d in dilations)
     return view[sel]
 
 
@@ -104,7 +104,7 @@ def _conv_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     if isinstance(c_in, int) and isinstance(w.shape[1], int) and c_in != w.shape[1] * group:
         raise TypeInferenceError(
             f"input has {c_in} channels but weight expects {w.shape[1]} x group {group}")
-    if any(isinstance(k, int) and k != kk for k, kk in zip(w.shape[2:], kernel)):
+    if any(isinstance(k, int) and k != kk for k, kk in zip(w.shape[2:], kernel, strict=True)):
         raise TypeInferenceError(f"kernel_shape {kernel} does not match weight {w}")
     if b is not None and (b.rank != 1 or dims_equal(b.shape[0], m) is False):
         raise TypeInferenceError(f"bias {b} does not match {m} output channels")
@@ -194,11 +194,11 @@ def conv_transpose(attrs: Attrs, x: np.ndarray, w: np.ndarray,
     cols = np.matmul(wm[None], x.reshape(n, g, c // g, -1))   # (n, g, mg*K, L)
     cols = cols.reshape(n, m, *kernel, *in_sp)
     full = [s * (i - 1) + (k - 1) * d + 1 + op
-            for i, k, s, d, op in zip(in_sp, kernel, strides, dilations, opad)]
+            for i, k, s, d, op in zip(in_sp, kernel, strides, dilations, opad, strict=True)]
     y = np.zeros((n, m, *full), dtype=np.result_type(x, w))
     for tap in np.ndindex(*kernel):
         sel = tuple(slice(t * d, t * d + s * (i - 1) + 1, s)
-                    for t, d, s, i in zip(tap, dilations, strides, in_sp))
+                    for t, d, s, i in zip(tap, dilations, strides, in_sp, strict=True))
         y[(slice(None), slice(None), *sel)] += cols[(slice(None), slice(None), *tap)]
     crop = tuple(slice(pads[i], full[i] - pads[i + nd]) for i in range(nd))
     y = y[(slice(None), slice(None), *crop)]
@@ -221,7 +221,8 @@ def _gemm_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
         raise TypeInferenceError(f"Gemm inner dims differ: {k1} vs {k2}")
     if c is not None:
         shape = broadcast_shapes(c.shape, (m, n))
-        if len(shape) != 2 or any(dims_equal(x, y) is False for x, y in zip(shape, (m, n))):
+        if len(shape) != 2 or any(dims_equal(x, y) is False
+                                  for x, y in zip(shape, (m, n), strict=True)):
             raise TypeInferenceError(f"C {c} does not broadcast to ({m}, {n})")
     return [TensorType((m, n), a.dtype)]
 
@@ -305,8 +306,9 @@ def _pool_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
         raise TypeInferenceError(f"pooling needs an input of rank >= 3, got {x}")
     kernel, strides, dilations, pads = window_attrs(attrs, nd)
     ceil = bool(attrs.get("ceil_mode", 0))
-    if any(p >= k * d for p, k, d in zip(pads, kernel * 2, dilations * 2)):
-        raise TypeInferenceError(f"pads {pads} must be smaller than the window {kernel}")
+    if any(p >= (k - 1) * d + 1 for p, k, d in zip(pads, kernel * 2, dilations * 2, strict=True)):
+        raise TypeInferenceError(f"pads {pads} must be smaller than the window {kernel} "
+                                 f"(dilations {dilations})")
     sp = [window_out_dim(x.shape[2 + i], kernel[i], strides[i], dilations[i], pads[i],
                          pads[i + nd], ceil) for i in range(nd)]
     return [TensorType((*x.shape[:2], *sp), x.dtype)]

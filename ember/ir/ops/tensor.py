@@ -144,7 +144,9 @@ def reshape_dims(in_shape: tuple[Dim, ...], target: list[int], allowzero: bool) 
             break
     if holes:
         fill: Dim
-        if rest is None or out_int == 0 or (rest and in_int != out_int) or len(rest) > 1:
+        if out_int == 0:
+            raise TypeInferenceError(f"shape {target}: -1 is ambiguous next to a 0 dim")
+        if rest is None or (rest and in_int != out_int) or len(rest) > 1:
             fill = Sym()
         elif rest:
             fill = rest[0]
@@ -304,7 +306,7 @@ def _slice_params(attrs: Attrs, rank: int) -> list[tuple[int, int, int, int]]:
     axes = [norm_axis(a, rank, "Slice axis") for a in axes]
     if len(set(axes)) != len(axes) or 0 in steps:
         raise TypeInferenceError(f"Slice axes {axes} repeat or a step is 0")
-    return list(zip(axes, starts, ends, steps))
+    return list(zip(axes, starts, ends, steps, strict=True))
 
 
 def slice_range(dim: int, start: int, end: int, step: int) -> tuple[int, int, int]:
@@ -529,7 +531,7 @@ def _resize_sizes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[Dim]:
             f"{attrs.get('coordinate_transformation_mode')!r}; supported: {_COORD_MODES}")
     if attrs.get("nearest_mode", "round_prefer_floor") not in _NEAREST:
         raise TypeInferenceError(f"unknown nearest_mode {attrs.get('nearest_mode')!r}")
-    return [d if s is None else int(s) for s, d in zip(sizes, shape)]
+    return [d if s is None else int(s) for s, d in zip(sizes, shape, strict=True)]
 
 
 def _resize_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
@@ -617,7 +619,7 @@ def resize(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
         if out_len == in_len and scale == 1.0:  # untouched axis (as onnxruntime, any mode)
             continue
         y = _resize_axis(y, axis, int(out_len), scale, attrs)
-    if x.dtype.kind in "iu":
+    if x.dtype.kind in "iu":  # onnxruntime truncates (no rounding); we also saturate
         info = np.iinfo(x.dtype)
-        y = np.clip(np.rint(y), info.min, info.max)
+        y = np.trunc(np.clip(y, info.min, info.max))
     return [np.asarray(y).astype(x.dtype, copy=False)]

@@ -1,0 +1,63 @@
+"""Softmax / LogSoftmax over one axis: three passes (max, sum of exp, normalize) per row.
+
+The rTask axis is the fused (outer × inner) row index; rows are independent.
+"""
+
+from __future__ import annotations
+
+from ember.ir.graph import Graph
+from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.loops.ir import (
+    Alloc, Bin, Buffer, Call, Const, For, ForKind, Load, Scope, Store, Var, seq,
+)
+from ember.loops.transform import format_stmt
+from ember.lower.computes import static_shape
+
+
+def applicable(body: Graph) -> bool:
+    return len(body.nodes) == 1 and body.nodes[0].op in ("Softmax", "LogSoftmax")
+
+
+def build_softmax(name: str, body: Graph) -> Kernel:
+    n = body.nodes[0]
+    shape = static_shape(n.output.type)
+    axis = n.attrs.get("axis", -1) % len(shape)
+    outer = 1
+    for d in shape[:axis]:
+        outer *= d
+    inner = 1
+    for d in shape[axis + 1:]:
+        inner *= d
+    k = shape[axis]
+    total = outer * k * inner
+    x = Buffer(f"{name}_x", total)
+    y = Buffer(f"{name}_y", total)
+    row, j = Var("row"), Var("j")
+    base = Bin("+", Bin("*", Bin("//", row, Const(inner)), Const(k * inner)),
+               Bin("%", row, Const(inner)))
+
+    def at(jv: Var) -> Bin:
+        return Bin("+", base, Bin("*", jv, Const(inner)))
+
+    m = Buffer("mx", 1, scope=Scope.LOCAL)
+    s = Buffer("sm", 1, scope=Scope.LOCAL)
+    zero = Const(0)
+    xv = Load(x, at(j))
+    shifted = Bin("-", xv, Load(m, zero))
+    find_max = seq(Store(m, zero, Const(-3.4028234663852886e38, "float32")),
+                   For(j, zero, Const(k), Store(m, zero, Bin("max", Load(m, zero), xv))))
+    acc = seq(Store(s, zero, Const(0.0, "float32")),
+              For(j, zero, Const(k), Store(s, zero, Bin(
+                  "+", Load(s, zero), Call("exp", (shifted,))))))
+    if n.op == "Softmax":
+        inv = Bin("/", Const(1.0, "float32"), Load(s, zero))
+        write = seq(Store(s, zero, inv), For(j, zero, Const(k), Store(
+            y, at(j), Bin("*", Call("exp", (shifted,)), Load(s, zero))), ForKind.VECTORIZED))
+    else:
+        lse = Call("log", (Load(s, zero),))
+        write = seq(Store(s, zero, lse), For(j, zero, Const(k), Store(
+            y, at(j), Bin("-", shifted, Load(s, zero))), ForKind.VECTORIZED))
+    body_stmt = Alloc(m, Alloc(s, seq(find_max, acc, write)))
+    stmt = For(row, T0, Bin("-", T1, T0), body_stmt)
+    return Kernel(name, stmt, outer * inner, [(y, OUTPUT), (x, 0)], doc=f"{n.op} axis={axis}",
+                  loops=format_stmt(stmt))
