@@ -10,6 +10,8 @@ from ember.ir.graph import Graph, Value
 def _fmt_attr(v: object) -> str:
     if isinstance(v, np.ndarray):
         return f"array{list(v.shape)}"
+    if hasattr(v, "nodes") and hasattr(v, "name"):  # a body graph
+        return f"<{v.name}>"
     if isinstance(v, float):
         return f"{v:g}"
     return repr(v)

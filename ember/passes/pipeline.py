@@ -20,6 +20,7 @@ OPTIMIZE: list[Pass] = [
     ("fold_bn", fold_bn.run),
     ("fold_constants", fold_constants.run),
     ("layout_nhwc", layout_nhwc.run),
+    ("canonicalize", canonicalize.run),
     ("fold_constants", fold_constants.run),
     ("cse", cse.run),
     ("dce", dce.run),

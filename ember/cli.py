@@ -1,0 +1,139 @@
+"""Command line: ``ember compile | run | inspect``.
+
+    ember compile model.onnx -o model.ember [--shape x=1,3,224,224] [--threads 2]
+    ember run model.ember --input x=x.npy [--out-dir DIR]
+    ember inspect model.onnx [--passes] [--kernels] [--source]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ember.errors import EmberError
+
+
+def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
+    if not items:
+        return None
+    out = {}
+    for it in items:
+        name, _, dims = it.partition("=")
+        if not dims:
+            raise EmberError(f"--shape {it!r}: expected NAME=D0,D1,...")
+        try:
+            out[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise EmberError(f"--shape {it!r}: dims must be integers") from None
+    return out
+
+
+def cmd_compile(a: argparse.Namespace) -> int:
+    import ember
+
+    t = time.perf_counter()
+    cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads)
+    path = cm.save(a.output)
+    print(f"compiled {a.model} in {time.perf_counter() - t:.2f} s -> {path}")
+    for s in cm.meta["inputs"]:
+        print(f"  input  {s['name']}: {s['dtype']}{s['shape']}")
+    for s in cm.meta["outputs"]:
+        print(f"  output {s['name']}: {s['dtype']}{s['shape']}")
+    return 0
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from ember.runtime.compiled import load_model
+
+    cm = load_model(a.artifact)
+    feeds = {}
+    for it in a.input or []:
+        name, _, f = it.partition("=")
+        if not f:
+            raise EmberError(f"--input {it!r}: expected NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(f)
+        except OSError as e:
+            raise EmberError(f"--input {name}: cannot read {f}: {e}") from None
+    t = time.perf_counter()
+    outs = cm.run(feeds)
+    dt = time.perf_counter() - t
+    out_dir = Path(a.out_dir) if a.out_dir else None
+    for name, arr in outs.items():
+        line = f"{name}: {arr.dtype}{list(arr.shape)} min {arr.min():.6g} max {arr.max():.6g}"
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
+            np.save(out_dir / f"{safe}.npy", arr)
+            line += f" -> {out_dir / (safe + '.npy')}"
+        print(line)
+    print(f"ran in {dt * 1e3:.3f} ms")
+    return 0
+
+
+def cmd_inspect(a: argparse.Namespace) -> int:
+    from ember import driver
+    from ember.loops.transform import format_stmt
+
+    def dump(name: str, g: object) -> None:
+        if a.passes:
+            print(f"==== after {name} ====\n{g}\n")
+
+    comp = driver.build(a.model, _shapes(a.shape), num_threads=a.threads, dump=dump)
+    g = comp.graph
+    print(f"==== graph after passes ====\n{g}\n")
+    print("==== fused groups ====")
+    fused = [n for n in g.nodes if n.op == "Fused"]
+    for k, (n, kern) in enumerate(zip(fused, comp.kernels)):
+        body = n.attrs["body"]
+        ops = " -> ".join(m.op for m in body.nodes)
+        print(f"  k{k}: [{ops}] -> {n.output.type}  ({kern.ntasks} rTasks) {kern.doc}")
+        if a.kernels:
+            print("    " + (kern.loops or format_stmt(kern.body)).replace("\n", "\n    "))
+    print("\n==== memory plan ====")
+    mp = comp.memory_plan
+    print(f"  {mp.summary()}")
+    for v in (o for n in g.nodes for o in n.outputs):
+        s = mp.storage.get(v.uid)
+        if s is not None:
+            print(f"  %{v.name}: {s.kind}[{s.index}] {s.nbytes} B")
+    assert comp.plan is not None
+    print("\n==== execution plan ====")
+    print(comp.plan.format([f"k{i}" for i in range(len(comp.kernels))]))
+    if a.source:
+        print("\n==== C source ====\n" + comp.source)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ember", description="ember deep-learning compiler")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compile", help="compile an ONNX model to a .ember artifact")
+    c.add_argument("model")
+    c.add_argument("-o", "--output", required=True)
+    r = sub.add_parser("run", help="run a compiled .ember artifact on .npy inputs")
+    r.add_argument("artifact")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    r.add_argument("--out-dir")
+    i = sub.add_parser("inspect", help="show the optimized graph, kernels, memory and plan")
+    i.add_argument("model")
+    i.add_argument("--passes", action="store_true", help="dump the IR after every pass")
+    i.add_argument("--kernels", action="store_true", help="print each kernel's loop nest")
+    i.add_argument("--source", action="store_true", help="print the generated C")
+    for sp in (c, i):
+        sp.add_argument("--shape", action="append", metavar="NAME=D0,D1,...")
+        sp.add_argument("--threads", type=int, default=None)
+    a = p.parse_args(argv)
+    try:
+        return {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect}[a.cmd](a)
+    except EmberError as e:
+        print(f"ember: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
