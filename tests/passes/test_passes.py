@@ -1,0 +1,193 @@
+"""Each pass: a before graph, the expected graph after, and the verifier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.errors import VerifyError
+from ember.ir.graph import Graph, Node, Value
+from ember.ir.interp import run_graph
+from ember.ir.types import TensorType
+from ember.ir.verifier import verify
+from ember.passes import (
+    canonicalize, cse, dce, fold_bn, fold_constants, fuse, layout_nhwc, memplan, pipeline,
+)
+
+rng = np.random.default_rng(0)
+
+
+def structure(g: Graph) -> list[str]:
+    """The graph as 'op(input refs)' lines; refs are %in<i>, const, or #<node index>."""
+    pos = {id(o): i for i, n in enumerate(g.nodes) for o in n.outputs}
+    ins = {v.uid: i for i, v in enumerate(g.inputs)}
+
+    def ref(v: Value | None) -> str:
+        if v is None:
+            return "_"
+        if v.is_const:
+            return "const"
+        if v.uid in ins:
+            return f"%in{ins[v.uid]}"
+        return f"#{pos[id(v)]}"
+
+    return [f"{n.op}({', '.join(ref(v) for v in n.inputs)})" for n in g.nodes]
+
+
+def f32(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def conv_graph(with_bn: bool = True) -> Graph:
+    x = Value(TensorType((1, 8, 10, 10)), "x")
+    g = Graph([x], name="convs")
+    c1 = g.add("Conv", [x, Value.constant(f32(16, 8, 3, 3)), Value.constant(f32(16))],
+               {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1,
+                "kernel_shape": [3, 3]})
+    y = c1.output
+    if with_bn:
+        bn = g.add("BatchNormalization", [y, Value.constant(f32(16)), Value.constant(f32(16)),
+                                          Value.constant(f32(16)),
+                                          Value.constant(rng.uniform(0.5, 2, 16).astype("f4"))],
+                   {"epsilon": 1e-5})
+        y = bn.output
+    r = g.add("Relu", [y])
+    c2 = g.add("Conv", [r.output, Value.constant(f32(16, 16, 1, 1))],
+               {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1,
+                "kernel_shape": [1, 1]})
+    add = g.add("Add", [c2.output, r.output])
+    g.outputs = [add.output]
+    return g
+
+
+def test_fold_constants_folds_shape_subgraph() -> None:
+    x = Value(TensorType((2, 3, 4)), "x")
+    g = Graph([x])
+    shp = g.add("Shape", [x])
+    idx = g.add("Gather", [shp.output, Value.constant(np.array(0, np.int64))], {"axis": 0})
+    neg = g.add("Unsqueeze", [idx.output], {"axes": [0]})
+    cat = g.add("Concat", [neg.output, Value.constant(np.array([-1], np.int64))], {"axis": 0})
+    r = g.add("Reshape", [x, cat.output])
+    g.outputs = [r.output]
+    fold_constants.run(g)
+    dce.run(g)
+    verify(g)
+    assert structure(g) == ["Reshape(%in0, const)"]
+    assert g.nodes[0].inputs[1].const.tolist() == [2, -1]
+
+
+def test_dce_and_cse() -> None:
+    x = Value(TensorType((4,)), "x")
+    g = Graph([x])
+    a = g.add("Relu", [x])
+    b = g.add("Relu", [x])          # same as a
+    g.add("Exp", [x])               # dead
+    s = g.add("Add", [a.output, b.output])
+    g.outputs = [s.output]
+    cse.run(g)
+    dce.run(g)
+    verify(g)
+    assert structure(g) == ["Relu(%in0)", "Add(#0, #0)"]
+
+
+def test_fold_bn_into_conv_keeps_numerics() -> None:
+    g = conv_graph()
+    x = f32(1, 8, 10, 10)
+    want = run_graph(g, {"x": x})[0]
+    fold_bn.run(g)
+    verify(g)
+    assert structure(g) == ["Conv(%in0, const, const)", "Relu(#0)", "Conv(#1, const)",
+                            "Add(#2, #1)"]
+    np.testing.assert_allclose(run_graph(g, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_canonicalize_gemm_to_matmul() -> None:
+    x = Value(TensorType((2, 5)), "x")
+    g = Graph([x])
+    n = g.add("Gemm", [x, Value.constant(f32(3, 5)), Value.constant(f32(3))],
+              {"transB": 1, "alpha": 0.5, "beta": 2.0})
+    g.outputs = [n.output]
+    xv = f32(2, 5)
+    want = run_graph(g, {"x": xv})[0]
+    canonicalize.run(g)
+    verify(g)
+    assert structure(g) == ["MatMul(%in0, const)", "Add(#0, const)"]
+    np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_layout_keeps_nhwc_between_convs() -> None:
+    g = conv_graph(with_bn=False)
+    x = f32(1, 8, 10, 10)
+    want = run_graph(g, {"x": x})[0]
+    layout_nhwc.run(g)
+    canonicalize.run(g)
+    fold_constants.run(g)
+    dce.run(g)
+    verify(g)
+    assert structure(g) == [
+        "Transpose(%in0)", "Pad(#0)", "ConvNHWC(#1, const)", "Add(#2, const)", "Relu(#3)",
+        "ConvNHWC(#4, const)", "Add(#5, #4)", "Transpose(#6)"]
+    np.testing.assert_allclose(run_graph(g, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_fusion_groups_and_legality() -> None:
+    g = conv_graph(with_bn=False)
+    g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=True)
+    groups = [[m.op for m in n.attrs["body"].nodes] for n in g.nodes if n.op == "Fused"]
+    assert groups == [["Transpose", "Pad"], ["ConvNHWC", "Add", "Relu"],
+                      ["ConvNHWC", "Add", "Transpose"]] or groups == [
+        ["Transpose", "Pad"], ["ConvNHWC", "Add", "Relu"], ["ConvNHWC", "Add"], ["Transpose"]]
+
+
+def test_fusion_legal_rejects_multi_consumer_and_broadcast_growth() -> None:
+    x = Value(TensorType((1, 4)), "x")
+    g = Graph([x])
+    e = g.add("Exp", [x])
+    a = g.add("Relu", [e.output])
+    b = g.add("Neg", [e.output])   # e has two consumers: stays a group output
+    s = g.add("Add", [a.output, b.output])
+    g.outputs = [s.output]
+    groups = fuse.partition(g)
+    assert [[n.op for n in grp.nodes] for grp in groups] == [["Exp"], ["Relu", "Add"], ["Neg"]] \
+        or [[n.op for n in grp.nodes] for grp in groups] == [["Exp"], ["Relu"], ["Neg", "Add"]]
+
+
+def test_memory_plan_reuses_and_goes_in_place() -> None:
+    x = Value(TensorType((64, 64)), "x")
+    g = Graph([x])
+    cur = x
+    for op in ("Exp", "Neg", "Tanh", "Abs", "Sqrt", "Neg"):
+        n = g.add(op, [cur])
+        cur = n.output
+    g.add("Transpose", [cur], {"perm": [1, 0]})
+    g.outputs = [g.nodes[-1].output]
+    # keep every op in a group of its own to exercise the planner
+    fuse.MAX_GROUP, old = 1, fuse.MAX_GROUP
+    try:
+        fuse.run(g)
+    finally:
+        fuse.MAX_GROUP = old
+    memplan.run(g)
+    plan = g.memory_plan
+    assert plan.workspace_bytes < plan.naive_bytes
+    assert plan.inplace >= 1
+    assert plan.storage[g.outputs[0].uid].kind == "output"
+
+
+def test_verifier_catches_broken_graphs() -> None:
+    x = Value(TensorType((2,)), "x")
+    g = Graph([x])
+    a = g.add("Relu", [x])
+    b = g.add("Exp", [a.output])
+    g.outputs = [b.output]
+    g.nodes.reverse()  # use before definition
+    with pytest.raises(VerifyError):
+        verify(g)
+    g.nodes.reverse()
+    b.outputs[0].type = TensorType((3,))
+    with pytest.raises(VerifyError):
+        verify(g)
+    c = Node("Neg", [b.output], [a.output])  # a.output defined twice
+    g.nodes.append(c)
+    with pytest.raises(VerifyError):
+        verify(g, check_types=False)
