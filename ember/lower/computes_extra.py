@@ -1,0 +1,275 @@
+"""Tensor-expression computes of ops that have a numpy reference but no compute elsewhere:
+``ConvTranspose`` (N-d, grouped), ``Resize`` (nearest / linear / cubic, every coordinate mode of
+the reference) and the reductions ``ReduceL1`` / ``ReduceL2`` / ``ReduceSumSquare``.
+
+Not here, on purpose:
+
+* ``ArgMax`` / ``ArgMin`` need a reduction over (value, index) pairs; TE's ``Reduce`` combines
+  one scalar with sum / max / min / prod, and a two-reduction form (max, then the first index
+  holding it) is two reductions in one group, which ``te.lower`` rejects.
+* ``ReduceLogSumExp`` needs the max before the sum of exponentials (two reductions again); the
+  one-reduction form ``log(sum(exp(x)))`` overflows for x > 88 where the reference does not.
+
+Index arithmetic mirrors the references in ``ember.ir.ops`` exactly. Every read that could fall
+outside its tensor is either under a lazy ``Select`` or uses a clamped index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ember.errors import CompileError
+from ember.ir.types import TensorType
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
+from ember.lower.computes import axes_of, fconst, reduce_compute, register, static_shape
+from ember.te import tensor as te
+from ember.te.tensor import Tensor
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _all(conds: list[Expr]) -> Expr | None:
+    if not conds:
+        return None
+    c = conds[0]
+    for d in conds[1:]:
+        c = Bin("&&", c, d)
+    return c
+
+
+def _clamp(e: Expr, lo: int, hi: int) -> Expr:
+    return Bin("min", Bin("max", e, Const(lo)), Const(hi))
+
+
+# --------------------------------------------------------------------------- ConvTranspose
+
+
+@register("ConvTranspose")
+def _conv_transpose(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
+                    ) -> list[Tensor]:
+    """y[n, oc, o...] = sum over (ic of oc's group, taps k...) of x[n, c, i...] * w[c, ocl, k...]
+    where o + pad_begin = i * stride + k * dilation, 0 <= i < in (a lazy ``Select``).
+
+    Weight layout is ONNX's (C_in, M / group, k...); output_padding only lengthens the output
+    (the extra positions get no tap), which the bounds check already covers.
+    """
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    nd = x.ndim - 2
+    if nd < 1:
+        raise CompileError(f"ConvTranspose needs an input of rank >= 3, got {x.shape}")
+    kernel = [int(k) for k in w.shape[2:]]
+    strides = [int(s) for s in attrs.get("strides") or [1] * nd]
+    dil = [int(d) for d in attrs.get("dilations") or [1] * nd]
+    pads = [int(p) for p in attrs.get("pads") or [0] * (2 * nd)]
+    group = int(attrs.get("group", 1))
+    cg = x.shape[1] // group          # input channels per group
+    mg = w.shape[1]                   # output channels per group
+    shape = static_shape(outs[0])
+    sp_in = x.shape[2:]
+    sp_out = shape[2:]
+    ric = te.reduce_axis(cg, "ic")
+    rk = [te.reduce_axis(k, "k") for k in kernel]
+
+    def body(n: Expr, oc: Expr, *o: Expr) -> Expr:
+        c: Expr = ric.var if group == 1 else (oc // mg) * cg + ric.var
+        ocl: Expr = oc if group == 1 else oc % mg
+        conds: list[Expr] = []
+        src: list[Expr] = []
+        for j in range(nd):
+            s, d, p = strides[j], dil[j], pads[j]
+            num = o[j] + p - rk[j].var * d
+            lo = p - (kernel[j] - 1) * d           # smallest value of num
+            hi = sp_out[j] - 1 + p                 # largest value of num
+            if lo < 0:
+                conds.append(num >= 0)
+            if s > 1:
+                conds.append(Bin("==", num % s, Const(0)))
+            if hi >= sp_in[j] * s:                # num // s may reach sp_in[j]
+                conds.append(num < sp_in[j] * s)
+            src.append(num // s if s > 1 else num)
+        prod = x[(n, c, *src)] * w[(c, ocl, *(r.var for r in rk))]
+        guard = _all(conds)
+        v = prod if guard is None else Select(guard, prod, fconst(0.0, x.dtype))
+        return te.Reduce("sum", v, (ric, *rk))
+
+    out = te.compute(shape, body, name="convt")
+    if b is None:
+        return [out]
+    return [te.compute(shape, lambda *i: out[i] + b[i[1]], name="convt_bias")]
+
+
+# --------------------------------------------------------------------------- Resize
+_F32 = np.float32
+_ROUND: dict[str, Callable[[Expr, float], Expr]] = {
+    "round_prefer_floor": lambda c, s: Call("ceil", (c - fconst(0.5),), "float32"),
+    "round_prefer_ceil": lambda c, s: Call("floor", (c + fconst(0.5),), "float32"),
+    "floor": lambda c, s: Call("floor", (c,), "float32"),
+    "ceil": lambda c, s: Call("ceil", (c,), "float32"),
+    "simple": lambda c, s: Call("ceil" if s < 1 else "floor", (c,), "float32"),
+}
+
+
+def _f32(v: float) -> Const:
+    """A float32 constant holding exactly ``np.float32(v)``."""
+    return Const(float(_F32(v)), "float32")
+
+
+def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float) -> Expr:
+    """The float32 input coordinate of output index ``o``, op by op as the reference computes
+    it (``_source_coords`` in ``ember.ir.ops.tensor``), so that rounding agrees bit for bit."""
+    x = Cast(o, "float32")
+    s = _f32(scale)
+    if mode == "asymmetric":
+        return x / s
+    if mode == "tf_half_pixel_for_nn":
+        return (x + fconst(0.5)) / s
+    if mode == "align_corners":
+        if out_len == 1:
+            return fconst(0.0)
+        return x * _f32(in_len - 1) / _f32(out_len - 1)
+    if mode == "pytorch_half_pixel" and out_len == 1:
+        return fconst(0.0)
+    c = (x + fconst(0.5)) / s - fconst(0.5)
+    if mode == "half_pixel_symmetric":
+        fs = _F32(scale)
+        adj = _F32(out_len) / (fs * _F32(in_len))
+        shift = _F32(in_len) / _F32(2) * (_F32(1) - adj)  # a constant: computed here in f32
+        c = c + Const(float(shift), "float32")
+    return c
+
+
+def _cubic_weights(r: Expr, a: float) -> list[Expr]:
+    """Keys cubic weights (float64) of the taps floor-1 .. floor+2 for ratio ``r``."""
+    one = fconst(1.0, "float64")
+
+    def near(t: Expr) -> Expr:
+        return (fconst(a + 2, "float64") * t - fconst(a + 3, "float64")) * t * t + one
+
+    def far(t: Expr) -> Expr:
+        return ((fconst(a, "float64") * t - fconst(5 * a, "float64")) * t
+                + fconst(8 * a, "float64")) * t - fconst(4 * a, "float64")
+
+    return [far(r + one), near(r), near(one - r), far(fconst(2.0, "float64") - r)]
+
+
+def _axis_taps(attrs: dict[str, Any], o: Expr, out_len: int, in_len: int, scale: float,
+               wdt: str) -> list[tuple[Expr, Expr | None]]:
+    """(input index, weight) pairs whose weighted sum gives output index ``o`` along one axis.
+    Indices are clamped into [0, in_len); the weight is None for nearest (one tap)."""
+    mode = attrs.get("mode", "nearest")
+    c = _source_coord(attrs.get("coordinate_transformation_mode", "half_pixel"), o, out_len,
+                      in_len, scale)
+    if mode == "nearest":
+        rnd = _ROUND[attrs.get("nearest_mode", "round_prefer_floor")]
+        return [(_clamp(Cast(rnd(c, scale), "int64"), 0, in_len - 1), None)]
+    if mode == "linear":
+        cc = Bin("min", Bin("max", c, fconst(0.0)), _f32(in_len - 1))
+        fl = Call("floor", (cc,), "float32")
+        i0 = _clamp(Cast(fl, "int64"), 0, in_len - 1)
+        i1 = Bin("min", i0 + 1, Const(in_len - 1))
+        w1 = Cast(cc - fl, wdt)
+        return [(i0, fconst(1.0, wdt) - w1), (i1, w1)]
+    if mode == "cubic":
+        fl = Call("floor", (c,), "float32")
+        base = Cast(fl, "int64")
+        r = Cast(c, "float64") - Cast(fl, "float64")
+        ws = _cubic_weights(r, float(attrs.get("cubic_coeff_a", -0.75)))
+        taps = [base + (t - 1) for t in range(4)]
+        if attrs.get("exclude_outside", 0):
+            zero = fconst(0.0, "float64")
+            ws = [Select(Bin("&&", t >= 0, t < in_len), w, zero)
+                  for t, w in zip(taps, ws, strict=True)]
+            total = ws[0] + ws[1] + ws[2] + ws[3]
+            ws = [w / total for w in ws]
+        return [(_clamp(t, 0, in_len - 1), w) for t, w in zip(taps, ws, strict=True)]
+    raise CompileError(f"Resize mode {mode!r} has no code generator")
+
+
+@register("Resize")
+def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    """Separable resize, axis by axis in the reference's order: the value along the last
+    resized axis is the weighted sum over its taps of the value along the previous axes."""
+    x = ins[0]
+    shape = static_shape(outs[0])
+    scales = attrs.get("scales")
+    mode = attrs.get("mode", "nearest")
+    dt = x.dtype
+    is_int = not dt.startswith("float") and dt != "bool"
+    # the arithmetic dtype: the reference works in float64 for cubic weights and for ints
+    wdt = "float64" if mode == "cubic" or is_int or dt == "float64" else "float32"
+    axes = []
+    for a, (n_out, n_in) in enumerate(zip(shape, x.shape, strict=True)):
+        sc = float(scales[a]) if scales is not None and scales[a] is not None else n_out / n_in
+        if n_out == n_in and sc == 1.0:
+            continue
+        axes.append((a, sc))
+
+    def value(level: int, idx: list[Expr], o: tuple[Expr, ...]) -> Expr:
+        if level < 0:
+            v = x[tuple(idx)]
+            return v if mode == "nearest" or v.dtype == wdt else Cast(v, wdt)
+        a, sc = axes[level]
+        acc: Expr | None = None
+        for ti, wt in _axis_taps(attrs, o[a], shape[a], x.shape[a], sc, wdt):
+            j = list(idx)
+            j[a] = ti
+            term = value(level - 1, j, o)
+            if wt is not None:
+                term = term * wt
+            acc = term if acc is None else acc + term
+        assert acc is not None
+        return acc
+
+    def body(*o: Expr) -> Expr:
+        v = value(len(axes) - 1, list(o), o)
+        if v.dtype == dt:
+            return v
+        if is_int:
+            info = np.iinfo(np.dtype(dt))
+            lo = float(info.min)
+            hi = float(np.nextafter(np.float64(info.max) + 1, 0))  # largest double <= max
+            v = Bin("min", Bin("max", v, fconst(lo, wdt)), fconst(hi, wdt))
+        return Cast(v, dt)
+
+    return [te.compute(shape, body, name="resize", dtype=dt)]
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+@register("ReduceL1", "ReduceL2", "ReduceSumSquare")
+def _reduce_norm(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
+                 ) -> list[Tensor]:
+    x = ins[0]
+    op = attrs["_op"]
+    axes = axes_of(attrs, x.ndim)
+    shape = static_shape(outs[0])
+    if not axes:  # noop_with_empty_axes: the reference copies the input
+        return [te.compute(shape, lambda *i: x[i], name="copy")]
+    keep = bool(attrs.get("keepdims", 1))
+    absfn = "abs" if x.dtype == "float32" else "fabs" if x.dtype == "float64" else "llabs"
+    pre: Callable[[Expr], Expr] = ((lambda e: Call(absfn, (e,), e.dtype)) if op == "ReduceL1"
+                                   else (lambda e: e * e))
+    if op != "ReduceL2":
+        return [reduce_compute(x, axes, "sum", keep, pre, name=op.lower())]
+    s = reduce_compute(x, axes, "sum", True, pre, name="sumsq")
+    kept = [a for a in range(x.ndim) if a not in axes]
+
+    def body(*i: Expr) -> Expr:
+        if keep:
+            src = i
+        else:
+            full: list[Expr] = [Const(0)] * x.ndim
+            for k, a in enumerate(kept):
+                full[a] = i[k]
+            src = tuple(full)
+        v = s[src]
+        if not x.dtype.startswith("float"):  # the reference takes sqrt in float64, truncates
+            return Cast(Call("sqrt", (Cast(v, "float64"),), "float64"), x.dtype)
+        return Call("sqrt", (v,), x.dtype)
+
+    return [te.compute(shape, body, name="l2")]
