@@ -32,9 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=30)
     a = p.parse_args(argv)
     sys.path.insert(0, os.getcwd())
-    from bench.models import build, input_shape
-
     import ember
+    from bench.models import build, input_shape
 
     model = build(a.model)
     print(f"model: {a.model} (random weights, batch 1)")

@@ -12,8 +12,25 @@ from dataclasses import dataclass
 
 from ember.errors import CompileError
 from ember.loops.ir import (
-    Alloc, Bin, Buffer, Call, Cast, Const, Eval, Expr, For, ForKind, If, Let, Load, Scope,
-    Select, Seq, Stmt, Store, Var,
+    Alloc,
+    Bin,
+    Buffer,
+    Call,
+    Cast,
+    Const,
+    Eval,
+    Expr,
+    For,
+    ForKind,
+    If,
+    Let,
+    Load,
+    Scope,
+    Select,
+    Seq,
+    Stmt,
+    Store,
+    Var,
 )
 from ember.support.text import TextBuffer
 

@@ -51,7 +51,11 @@ static void em_pin(int v) {
   int n = CPU_COUNT(&allowed), k = 0;
   for (int c = 0; c < CPU_SETSIZE && n > 0; ++c) {
     if (!CPU_ISSET(c, &allowed)) continue;
-    if (k++ == v % n) { CPU_ZERO(&one); CPU_SET(c, &one); sched_setaffinity(0, sizeof one, &one); return; }
+    if (k++ != v % n) continue;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    sched_setaffinity(0, sizeof one, &one);
+    return;
   }
 }
 static inline void em_wait(int v, int64_t s) {

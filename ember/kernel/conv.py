@@ -18,7 +18,17 @@ from ember.ir.graph import Graph, Node
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_name
 from ember.loops.ir import (
-    Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq,
+    Bin,
+    Buffer,
+    Const,
+    Eval,
+    Expr,
+    For,
+    ForKind,
+    Let,
+    Stmt,
+    Var,
+    seq,
 )
 from ember.loops.transform import format_stmt, simplify, substitute
 from ember.lower.computes import static_shape, unravel

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ember.ir.graph import Node
-from ember.kernel.base import Kernel
 from ember.kernel import conv, softmax
+from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
 
 

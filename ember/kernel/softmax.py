@@ -8,7 +8,18 @@ from __future__ import annotations
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.loops.ir import (
-    Alloc, Bin, Buffer, Call, Const, For, ForKind, Load, Scope, Store, Var, seq,
+    Alloc,
+    Bin,
+    Buffer,
+    Call,
+    Const,
+    For,
+    ForKind,
+    Load,
+    Scope,
+    Store,
+    Var,
+    seq,
 )
 from ember.loops.transform import format_stmt
 from ember.lower.computes import static_shape

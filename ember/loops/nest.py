@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ember.loops.ir import (
-    Bin, Const, Expr, For, ForKind, If, Stmt, Var, seq,
+    Bin,
+    Const,
+    Expr,
+    For,
+    ForKind,
+    If,
+    Stmt,
+    Var,
+    seq,
 )
 from ember.loops.transform import simplify, substitute
 

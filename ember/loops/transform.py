@@ -5,8 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ember.loops.ir import (
-    Alloc, Bin, Buffer, Call, Cast, Const, Eval, Expr, For, If, Let, Load, Select, Seq, Stmt,
-    Store, Var,
+    Alloc,
+    Bin,
+    Buffer,
+    Call,
+    Cast,
+    Const,
+    Eval,
+    Expr,
+    For,
+    If,
+    Let,
+    Load,
+    Select,
+    Seq,
+    Stmt,
+    Store,
+    Var,
 )
 
 

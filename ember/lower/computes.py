@@ -86,11 +86,15 @@ _UNARY: dict[str, Callable[[dict[str, Any], Expr], Expr]] = {
     "Ceil": lambda a, x: call("ceil", x),
     "Identity": lambda a, x: x,
     "Dropout": lambda a, x: x,
-    "Gelu": lambda a, x: (fconst(0.5) * x * (fconst(1.0) + call("erf", x * fconst(0.7071067811865476))))
-    if a.get("approximate", "none") == "none" else
-    fconst(0.5) * x * (fconst(1.0) + call("tanh", fconst(0.7978845608028654)
-                                          * (x + fconst(0.044715) * x * x * x))),
+    "Gelu": lambda a, x: _gelu(a.get("approximate", "none"), x),
 }
+
+def _gelu(approximate: str, x: Expr) -> Expr:
+    if approximate == "none":
+        return fconst(0.5) * x * (fconst(1.0) + call("erf", x * fconst(0.7071067811865476)))
+    inner = fconst(0.7978845608028654) * (x + fconst(0.044715) * x * x * x)
+    return fconst(0.5) * x * (fconst(1.0) + call("tanh", inner))
+
 
 _BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
     "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,

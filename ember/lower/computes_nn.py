@@ -10,7 +10,11 @@ from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
 from ember.lower.computes import (
-    bcast_read, fconst, reduce_compute, register, static_shape,
+    bcast_read,
+    fconst,
+    reduce_compute,
+    register,
+    static_shape,
 )
 from ember.te import tensor as te
 from ember.te.tensor import Tensor

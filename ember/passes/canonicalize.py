@@ -45,7 +45,7 @@ def _gemm_to_matmul(n: Node) -> list[Node]:
         cv = c
         if beta != 1.0:
             if c.is_const:
-                cv = Value.constant((c.const * np.asarray(beta, c.const.dtype)))  # type: ignore
+                cv = Value.constant(c.const * np.asarray(beta, c.const.dtype))  # type: ignore
             else:
                 mul = Node("Mul", [c, Value.constant(np.asarray(beta, dtype=w.dtype))],
                            [Value(c.type)], name=n.name + "_beta")

@@ -7,7 +7,14 @@ from collections.abc import Callable
 from ember.ir.graph import Graph
 from ember.ir.verifier import verify
 from ember.passes import (
-    canonicalize, cse, dce, fold_bn, fold_constants, fuse, layout_nhwc, memplan,
+    canonicalize,
+    cse,
+    dce,
+    fold_bn,
+    fold_constants,
+    fuse,
+    layout_nhwc,
+    memplan,
 )
 
 Pass = tuple[str, Callable[[Graph], Graph]]

@@ -12,8 +12,22 @@ from __future__ import annotations
 
 from ember.errors import CompileError
 from ember.loops.ir import (
-    Alloc, Bin, Buffer, Call, Cast, Const, Expr, For, ForKind, Load, Scope, Select, Stmt,
-    Store, Var, seq,
+    Alloc,
+    Bin,
+    Buffer,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    For,
+    ForKind,
+    Load,
+    Scope,
+    Select,
+    Stmt,
+    Store,
+    Var,
+    seq,
 )
 from ember.loops.nest import Loop, LoopNest
 from ember.loops.transform import map_expr, substitute

@@ -11,7 +11,15 @@ from ember.ir.interp import run_graph
 from ember.ir.types import TensorType
 from ember.ir.verifier import verify
 from ember.passes import (
-    canonicalize, cse, dce, fold_bn, fold_constants, fuse, layout_nhwc, memplan, pipeline,
+    canonicalize,
+    cse,
+    dce,
+    fold_bn,
+    fold_constants,
+    fuse,
+    layout_nhwc,
+    memplan,
+    pipeline,
 )
 
 rng = np.random.default_rng(0)
