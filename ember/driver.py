@@ -74,6 +74,7 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
                              f"input_shapes={{{v.name!r}: (...)}} (dynamic models need the VM)")
     comp.timings["import"] = time.perf_counter() - t
     t = time.perf_counter()
+    verify_each = verify_each or os.environ.get("EMBER_VERIFY") == "1"
     g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=verify_each, dump=dump)
     _copy_outputs(g)
     g = pipeline.run(g, pipeline.PLAN, dump=dump)
