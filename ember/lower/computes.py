@@ -338,25 +338,19 @@ def axes_of(attrs: dict[str, Any], rank: int) -> list[int]:
 def reduce_compute(x: Tensor, axes: list[int], combiner: str, keepdims: bool,
                    pre: Callable[[Expr], Expr] = lambda e: e, name: str = "reduce") -> Tensor:
     raxes = {a: te.reduce_axis(x.shape[a]) for a in axes}
-    shape = tuple(1 if a in raxes else d for a, d in enumerate(x.shape))
     kept = [a for a in range(x.ndim) if a not in raxes]
+    if keepdims:
+        shape = tuple(1 if a in raxes else d for a, d in enumerate(x.shape))
+        out_pos = {a: a for a in kept}
+    else:
+        shape = tuple(x.shape[a] for a in kept)
+        out_pos = {a: k for k, a in enumerate(kept)}
 
     def body(*i: Expr) -> Expr:
-        src = tuple(raxes[a].var if a in raxes else i[a] for a in range(x.ndim))
+        src = tuple(raxes[a].var if a in raxes else i[out_pos[a]] for a in range(x.ndim))
         return te.Reduce(combiner, pre(x[src]), tuple(raxes.values()))
 
-    full = te.compute(shape, body, name=name)
-    if keepdims:
-        return full
-    oshape = tuple(x.shape[a] for a in kept)
-    return te.compute(oshape, lambda *i: full[_unsqueeze_idx(i, x.ndim, kept)], name=name)
-
-
-def _unsqueeze_idx(i: tuple[Expr, ...], rank: int, kept: list[int]) -> tuple[Expr, ...]:
-    out: list[Expr] = [Const(0)] * rank
-    for k, a in enumerate(kept):
-        out[a] = i[k]
-    return tuple(out)
+    return te.compute(shape, body, name=name)
 
 
 @register("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd")
@@ -372,13 +366,8 @@ def _reduce(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     n = 1
     for a in axes:
         n *= x.shape[a]
-    s = reduce_compute(x, axes, "sum", True)
-    shape = static_shape(outs[0])
-    kept = [a for a in range(x.ndim) if a not in axes]
-    if keep:
-        return [te.compute(shape, lambda *i: s[i] * fconst(1.0 / n, s.dtype), name="mean")]
-    return [te.compute(shape, lambda *i: s[_unsqueeze_idx(i, x.ndim, kept)]
-                       * fconst(1.0 / n, s.dtype), name="mean")]
+    s = reduce_compute(x, axes, "sum", keep)
+    return [te.compute(s.shape, lambda *i: s[i] * fconst(1.0 / n, s.dtype), name="mean")]
 
 
 @register("GlobalAveragePool", "GlobalMaxPool")

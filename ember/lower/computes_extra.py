@@ -24,7 +24,7 @@ import numpy as np
 from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
-from ember.lower.computes import axes_of, fconst, reduce_compute, register, static_shape
+from ember.lower.computes import axes_of, fconst, register, static_shape
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
@@ -241,6 +241,30 @@ def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
 # --------------------------------------------------------------------------- reductions
 
 
+def _reduce_at(x: Tensor, axes: list[int], keep: bool, pre: Callable[[Expr], Expr],
+               name: str) -> Tensor:
+    """A sum reduction computed directly at the output shape (keepdims or not), so that an
+    epilogue reads it at exactly its output index (what ``te.lower`` requires)."""
+    raxes = {a: te.reduce_axis(x.shape[a], "r") for a in axes}
+    kept = [a for a in range(x.ndim) if a not in raxes]
+    shape = tuple(1 if a in raxes else d for a, d in enumerate(x.shape)) if keep else \
+        tuple(x.shape[a] for a in kept)
+
+    def body(*i: Expr) -> Expr:
+        src: list[Expr] = []
+        k = 0
+        for a in range(x.ndim):
+            if a in raxes:
+                src.append(raxes[a].var)
+                k += int(keep)
+            else:
+                src.append(i[k])
+                k += 1
+        return te.Reduce("sum", pre(x[tuple(src)]), tuple(raxes.values()))
+
+    return te.compute(shape, body, name=name)
+
+
 @register("ReduceL1", "ReduceL2", "ReduceSumSquare")
 def _reduce_norm(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
                  ) -> list[Tensor]:
@@ -254,22 +278,10 @@ def _reduce_norm(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType
     absfn = "abs" if x.dtype == "float32" else "fabs" if x.dtype == "float64" else "llabs"
     pre: Callable[[Expr], Expr] = ((lambda e: Call(absfn, (e,), e.dtype)) if op == "ReduceL1"
                                    else (lambda e: e * e))
+    s = _reduce_at(x, axes, keep, pre, op.lower())
     if op != "ReduceL2":
-        return [reduce_compute(x, axes, "sum", keep, pre, name=op.lower())]
-    s = reduce_compute(x, axes, "sum", True, pre, name="sumsq")
-    kept = [a for a in range(x.ndim) if a not in axes]
-
-    def body(*i: Expr) -> Expr:
-        if keep:
-            src = i
-        else:
-            full: list[Expr] = [Const(0)] * x.ndim
-            for k, a in enumerate(kept):
-                full[a] = i[k]
-            src = tuple(full)
-        v = s[src]
-        if not x.dtype.startswith("float"):  # the reference takes sqrt in float64, truncates
-            return Cast(Call("sqrt", (Cast(v, "float64"),), "float64"), x.dtype)
-        return Call("sqrt", (v,), x.dtype)
-
-    return [te.compute(shape, body, name="l2")]
+        return [s]
+    if not x.dtype.startswith("float"):  # the reference takes sqrt in float64, truncates
+        return [te.compute(shape, lambda *i: Cast(Call("sqrt", (Cast(s[i], "float64"),),
+                                                       "float64"), x.dtype), name="l2")]
+    return [te.compute(shape, lambda *i: Call("sqrt", (s[i],), x.dtype), name="l2")]

@@ -189,20 +189,19 @@ def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
     pooled = te.compute(shape, body, name="pool")
     if is_max:
         return [pooled]
-    if attrs.get("count_include_pad", 0):
-        total = 1
-        for kk in k:
-            total *= kk
-        return [te.compute(shape, lambda *i: pooled[i] * fconst(1.0 / total), name="avg")]
+    nd2 = len(k)
+    incl = bool(attrs.get("count_include_pad", 0))
 
     def count(i: tuple[Expr, ...]) -> Expr:
+        """Taps inside the input (or inside input + pads with count_include_pad)."""
         c: Expr = Const(1)
         for j, a in enumerate(sp):
-            lo = i[a] * s[j] - p[j]
-            n_in = Const(0)
-            for t in range(k[j]):  # taps inside the input along this axis
-                pos = lo + t * d[j]
-                n_in = n_in + Select(Bin("&&", pos >= 0, pos < x.shape[a]), Const(1), Const(0))
+            lo, hi = (-p[j], x.shape[a] + p[j + nd2]) if incl else (0, x.shape[a])
+            start = i[a] * s[j] - p[j]
+            n_in: Expr = Const(0)
+            for t in range(k[j]):
+                pos = start + t * d[j]
+                n_in = n_in + Select(Bin("&&", pos >= lo, pos < hi), Const(1), Const(0))
             c = c * n_in
         return c
 

@@ -2,7 +2,8 @@
 
 Pre: a typed graph. Post: no Identity / Dropout nodes (their outputs are their inputs unless
 the value is a graph output); ``Gemm`` with a constant B becomes ``MatMul`` (+ ``Add`` for C and
-``Mul`` for alpha) so all dense products take one kernel path; 2-D ``MatMul`` stays as is.
+``Mul`` for alpha) so all dense products take one kernel path; 2-D ``MatMul`` stays as is;
+a ``Split`` with static shapes becomes one ``Slice`` per output (a kernel writes one tensor).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ def run(g: Graph) -> Graph:
                 and n.outputs[0].uid not in outputs:
             g.replace_uses(n.outputs[0], n.inputs[0])
             continue
+        if n.op == "Split" and n.inputs[0] is not None and n.inputs[0].type.is_static:
+            keep += _split_to_slices(n)
+            continue
         if n.op == "Gemm" and n.inputs[1] is not None and n.inputs[1].is_const \
                 and not n.attrs.get("transA", 0):
             keep += _gemm_to_matmul(n)
@@ -28,6 +32,20 @@ def run(g: Graph) -> Graph:
         keep.append(n)
     g.nodes = keep
     return g
+
+
+def _split_to_slices(n: Node) -> list[Node]:
+    """One single-output Slice per part, so every kernel writes one tensor."""
+    x = n.inputs[0]
+    assert x is not None
+    axis = n.attrs.get("axis", 0) % x.type.rank
+    out, off = [], 0
+    for o in n.outputs:
+        size = int(o.type.shape[axis])  # type: ignore[arg-type]
+        out.append(Node("Slice", [x], [o], {"starts": [off], "ends": [off + size],
+                                            "axes": [axis], "steps": [1]}, n.name + f"_{off}"))
+        off += size
+    return out
 
 
 def _gemm_to_matmul(n: Node) -> list[Node]:
