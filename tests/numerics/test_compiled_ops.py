@@ -398,8 +398,6 @@ def test_average_pool(data: st.DataObject) -> None:
     check("AveragePool", [x], attrs)
 
 
-@pytest.mark.xfail(strict=False, reason="ember bug: AveragePool count_include_pad=1 counts the "
-                   "ceil_mode overhang beyond the pads (divides by the full kernel size)")
 def test_average_pool_ceil_count_include_pad() -> None:
     x = np.random.default_rng(0).standard_normal((1, 1, 3)).astype(F32)
     check("AveragePool", [x], {"kernel_shape": [2], "strides": [2], "ceil_mode": 1,
@@ -452,8 +450,6 @@ def test_concat(data: st.DataObject) -> None:
 
 @pytest.mark.parametrize("shape, axis, parts", [((4,), 0, [2, 2]), ((3, 5), -1, [1, 3, 1]),
                                                ((2, 6, 3), 1, None)])
-@pytest.mark.xfail(strict=False, reason="ember bug: the fuse pass drops every output of a "
-                   "multi-output node but the first (graph output never defined)")
 def test_split(shape: tuple[int, ...], axis: int, parts: list[int] | None) -> None:
     x = np.random.default_rng(0).standard_normal(shape).astype(F32)
     if parts is None:  # equal parts, no split input
@@ -612,9 +608,6 @@ def test_reduce_norms_no_keepdims(data: st.DataObject, op: str) -> None:
 
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
                                 "ReduceProd"])
-@pytest.mark.xfail(strict=False, reason="ember bug: keepdims=0 makes reduce_compute read the "
-                   "reduction through a reshape; te.lower rejects it ('epilogue of reduction "
-                   "reduce changes the shape')")
 def test_reduce_no_keepdims(op: str) -> None:
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(F32)
     if op == "ReduceSum":
