@@ -272,12 +272,15 @@ def _reduce_norm(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType
     op = attrs["_op"]
     axes = axes_of(attrs, x.ndim)
     shape = static_shape(outs[0])
-    if not axes:  # noop_with_empty_axes: the reference copies the input
-        return [te.compute(shape, lambda *i: x[i], name="copy")]
-    keep = bool(attrs.get("keepdims", 1))
     absfn = "abs" if x.dtype == "float32" else "fabs" if x.dtype == "float64" else "llabs"
     pre: Callable[[Expr], Expr] = ((lambda e: Call(absfn, (e,), e.dtype)) if op == "ReduceL1"
                                    else (lambda e: e * e))
+    if not axes:
+        # noop_with_empty_axes: a sum over no axis, i.e. the element-wise part alone, as
+        # onnxruntime computes it (|x|, x*x, |x|); the numpy reference copies x instead
+        post = pre if op != "ReduceL2" else (lambda e: Call(absfn, (e,), e.dtype))
+        return [te.compute(shape, lambda *i: post(x[i]), name=op.lower())]
+    keep = bool(attrs.get("keepdims", 1))
     s = _reduce_at(x, axes, keep, pre, op.lower())
     if op != "ReduceL2":
         return [s]

@@ -6,8 +6,9 @@ onnxruntime on random normal inputs (rtol 1e-4, atol 1e-5; the atol of long redu
 by the output's magnitude). Shapes and attributes are drawn by hypothesis (derandomized, so CI is
 deterministic); shapes are small, since every example runs the C compiler.
 
-The second node, where there is one, is an element-wise epilogue (Relu, or Add of a second graph
-input) that the fusion pass merges into the first node's kernel.
+The second node, where there is one, is an element-wise epilogue (Relu, Add of a second graph
+input, or Add of a per-channel constant) that the fusion pass merges into the first node's
+kernel. Tests marked ``xfail(strict=True)`` are minimal cases of known ember bugs.
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ def check(op: str, inputs: list, attrs: dict | None = None, *, opset: int = 17,
           rtol: float = 1e-4, atol: float = 1e-5, scale_atol: bool = False,
           oracle: str = "ort") -> None:
     """One node ``op`` over ``inputs`` (None = absent; indices in ``const`` are initializers),
-    optionally followed by an epilogue node: "Relu", or "Add" of a new random graph input
-    shaped like the output."""
+    optionally followed by an epilogue node: "Relu" (or another unary op), "Add" of a new random
+    graph input shaped like the output, or "AddC" of a random per-channel constant (C, 1, ...).
+    """
     feeds: dict[str, np.ndarray] = {}
     inits: dict[str, np.ndarray] = {}
     names = []
@@ -101,9 +103,14 @@ def check(op: str, inputs: list, attrs: dict | None = None, *, opset: int = 17,
     nodes = [helper.make_node(op, names, outs, name=op.lower(), **(attrs or {}))]
     if epilogue is not None:
         y = outs[0]
-        if epilogue == "Add":
+        if epilogue in ("Add", "AddC"):
             shape = run_ort(make_model(nodes, feeds, inits, outs, opset), feeds)[0].shape
-            feeds["other"] = np.random.default_rng(len(shape)).standard_normal(shape).astype(F32)
+            rng = np.random.default_rng(len(shape))
+            if epilogue == "Add":
+                feeds["other"] = rng.standard_normal(shape).astype(F32)
+            else:  # a per-channel constant, broadcast over the spatial dims
+                inits["other"] = rng.standard_normal((shape[1],) + (1,) * (len(shape) - 2))
+                inits["other"] = inits["other"].astype(F32)
             nodes.append(helper.make_node("Add", [y, "other"], ["final"]))
         else:
             nodes.append(helper.make_node(epilogue, [y], ["final"]))
@@ -229,13 +236,13 @@ def test_conv(data: st.DataObject) -> None:
     w = randn(data, (m, c // g, *k)) / F32(np.sqrt(c // g * k[0] * k[1]))
     b = randn(data, (m,)) if data.draw(st.booleans()) else None
     attrs = {"kernel_shape": k, "strides": s, "dilations": d, "pads": pads, "group": g}
-    epi = data.draw(st.sampled_from([None, "Relu", "Add"]))
+    epi = data.draw(st.sampled_from([None, "Relu", "Add", "AddC"]))
     check("Conv", [x, w, b], attrs, const=(1, 2), epilogue=epi, scale_atol=True)
 
 
 @pytest.mark.parametrize("c, m, g, k, s, p, epi", [
     (3, 17, 1, 3, 1, 1, "Relu"), (17, 70, 1, 3, 2, 1, "Add"), (70, 130, 1, 1, 1, 0, "Relu"),
-    (130, 3, 1, 3, 1, 0, None), (70, 70, 5, 3, 1, 1, "Add"), (130, 130, 2, 1, 2, 0, "Relu")])
+    (130, 3, 1, 3, 1, 0, "AddC"), (70, 70, 5, 3, 1, 1, "Add"), (130, 130, 2, 1, 2, 0, "Relu")])
 def test_conv_channels(c: int, m: int, g: int, k: int, s: int, p: int, epi: str | None) -> None:
     """Channel counts that are not multiples of the micro-kernel's 16 lanes, above 64."""
     rng = np.random.default_rng(c * 1000 + m)
@@ -297,7 +304,7 @@ def test_conv_transpose(data: st.DataObject) -> None:
     b = randn(data, (g * mg,)) if data.draw(st.booleans()) else None
     attrs = {"kernel_shape": k, "strides": s, "dilations": d, "pads": pads, "group": g,
              "output_padding": opad}
-    epi = data.draw(st.sampled_from([None, "Relu", "Add"]))
+    epi = data.draw(st.sampled_from([None, "Relu", "Add", "AddC"]))
     check("ConvTranspose", [x, w, b], attrs, const=(1, 2), epilogue=epi, scale_atol=True)
 
 
@@ -564,6 +571,12 @@ def test_pad(data: st.DataObject, mode: str) -> None:
     rank = data.draw(st.integers(1, 4))
     shape = dims(data, rank, 2, 5)
     pads = [data.draw(st.integers(0, shape[i % rank] - 1)) for i in range(2 * rank)]
+    if data.draw(st.booleans()):  # crop one side of one axis (a negative pad)
+        a = data.draw(st.integers(0, rank - 1))
+        side = data.draw(st.integers(0, 1))
+        pads[a + side * rank] = -data.draw(st.integers(1, shape[a] - 1))
+        pads[a + (1 - side) * rank] = min(pads[a + (1 - side) * rank], shape[a] + pads[
+            a + side * rank] - 1)  # reflect needs pad < the (cropped) length
     args: list = [randn(data, shape), np.array(pads, np.int64)]
     const: tuple[int, ...] = (1,)
     if mode == "constant" and data.draw(st.booleans()):
@@ -731,3 +744,56 @@ def test_upsample_resize10(data: st.DataObject) -> None:
                                for _ in range(2))], F32)
     mode = data.draw(st.sampled_from(["nearest", "linear"]))
     check("Resize", [x, scales], {"mode": mode}, opset=10, const=(1,))
+
+
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare"])
+def test_reduce_norms_noop_with_empty_axes(op: str) -> None:
+    """No axes + noop_with_empty_axes: onnxruntime still applies |x| / x*x."""
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(F32)
+    check(op, [x, np.array([], np.int64)], {"noop_with_empty_axes": 1}, opset=18, const=(1,))
+
+
+# --------------------------------------------------------------------------- other dtypes
+@pytest.mark.parametrize("op", ["Add", "Mul", "Sub", "Max"])
+def test_int_binary(op: str) -> None:
+    rng = np.random.default_rng(1)
+    a = rng.integers(-1000, 1000, (3, 4)).astype(np.int32)
+    b = rng.integers(-1000, 1000, (1, 4)).astype(np.int32)
+    check(op, [a, b])
+    check(op, [a.astype(np.int64) * 10**9, b.astype(np.int64)])
+
+
+def test_resize_uint8_nearest() -> None:
+    x = np.random.default_rng(0).integers(0, 255, (1, 2, 3, 4)).astype(np.uint8)
+    check("Resize", [x, None, None, np.array([1, 2, 5, 7], np.int64)],
+          {"mode": "nearest"}, opset=19, const=(3,))
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Abs"])
+@pytest.mark.xfail(strict=True, reason="ember bug: float64 Sigmoid computes in float32 "
+                   "(fconst(1.0) makes the compute float32, its output buffer is then "
+                   "declared float); float64 Abs emits C abs() (the int function)")
+def test_float64_unary(op: str) -> None:
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    check(op, [x])
+
+
+@pytest.mark.xfail(strict=True, reason="ember bug: int64 Abs emits C abs() (32-bit int)")
+def test_int64_abs() -> None:
+    check("Abs", [np.array([-(10**12), 3, 10**12], np.int64)])
+
+
+@pytest.mark.xfail(strict=True, reason="ember bug: MaxPool on int8 pads with -3.4e38 cast to "
+                   "int8 (0 in practice) instead of the dtype's minimum")
+def test_max_pool_int8_padded() -> None:
+    x = -np.random.default_rng(0).integers(1, 100, (1, 1, 4, 4)).astype(np.int8)
+    check("MaxPool", [x], {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1]})
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((3, 4, 5), (5,)), ((4,), (2, 4, 3))])
+@pytest.mark.xfail(strict=True, reason="ember bug: MatMul with a 1-D operand raises "
+                   "'MatMul with 1-D operands is reshaped by the frontend', which it is not")
+def test_matmul_1d(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(0)
+    check("MatMul", [rng.standard_normal(a_shape).astype(F32),
+                     rng.standard_normal(b_shape).astype(F32)])
