@@ -228,6 +228,8 @@ def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
         v = value(len(axes) - 1, list(o), o)
         if v.dtype == dt:
             return v
+        if dt == "bool":  # as numpy's astype(bool): any nonzero interpolated value is true
+            return Bin("!=", v, fconst(0.0, wdt))
         if is_int:
             info = np.iinfo(np.dtype(dt))
             lo = float(info.min)
