@@ -22,7 +22,6 @@ from ember.loops.ir import (
     Buffer,
     Const,
     Eval,
-    Expr,
     For,
     ForKind,
     Let,
@@ -34,7 +33,7 @@ from ember.loops.transform import format_stmt, simplify, substitute
 from ember.lower.computes import static_shape, unravel
 from ember.lower.group import group_to_te
 from ember.te import tensor as te
-from ember.te.lower import lower
+from ember.te.lower import flat_index, lower
 
 L2_PANEL_BYTES = 192 * 1024
 ACC_REGS = 24
@@ -217,7 +216,7 @@ def _epilogue(body: Graph, m: Node, g: ConvGeom, t: Tiling, task: Var, out_buf: 
         return None
     oshape = static_shape(m.output.type)
     raw = te.placeholder((g.P, g.OC), "float32", "raw")
-    conv4 = te.compute(oshape, lambda *i: raw[_flat_rows(i[:-1], oshape[:-1]), i[-1]])
+    conv4 = te.compute(oshape, lambda *i: raw[flat_index(oshape[:-1], i[:-1]), i[-1]])
     grp = group_to_te(body, {m.output.uid: conv4})
     final = grp.output
     out2 = te.compute((g.P, g.OC), lambda p, c: final[unravel(p, oshape[:-1]) + (c,)])
@@ -250,10 +249,3 @@ def _epilogue(body: Graph, m: Node, g: ConvGeom, t: Tiling, task: Var, out_buf: 
         j, Bin("%", Bin("//", task, Const(pb)), Const(jb)),
         Let(pc, Bin("%", task, Const(pb)), loop)))
     return simplify(loop)  # type: ignore[return-value]
-
-
-def _flat_rows(idx: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
-    out: Expr = Const(0)
-    for d, i in zip(shape, idx):
-        out = Bin("+", Bin("*", out, Const(d)), i)
-    return out

@@ -211,11 +211,11 @@ def seq(*stmts: Stmt | None) -> Stmt:
     return flat[0] if len(flat) == 1 else Seq(flat)
 
 
-def minimum(a: object, b: object) -> Expr:
-    a, b = as_expr(a), as_expr(b)
-    return Bin("min", a, b)
-
-
-def maximum(a: object, b: object) -> Expr:
-    a, b = as_expr(a), as_expr(b)
-    return Bin("max", a, b)
+def all_of(conds: list[Expr]) -> Expr | None:
+    """The conjunction of ``conds`` (None when empty)."""
+    if not conds:
+        return None
+    c = conds[0]
+    for d in conds[1:]:
+        c = Bin("&&", c, d)
+    return c

@@ -18,6 +18,7 @@ from ember.loops.ir import (
     If,
     Stmt,
     Var,
+    all_of,
     seq,
 )
 from ember.loops.transform import simplify, substitute
@@ -58,10 +59,8 @@ class LoopNest:
     def to_stmt(self, task_range: tuple[Expr, Expr] | None = None) -> Stmt:
         """Materialize. The parallel loop iterates ``task_range`` (begin, end) if given."""
         body: Stmt = self.body
-        if self.guards:
-            cond = self.guards[0]
-            for g in self.guards[1:]:
-                cond = Bin("&&", cond, g)
+        cond = all_of(self.guards)
+        if cond is not None:
             body = If(cond, body)
         for lp in reversed(self.loops):
             if lp.kind is ForKind.PARALLEL and task_range is not None:

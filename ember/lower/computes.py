@@ -13,8 +13,9 @@ from typing import Any
 
 from ember.errors import CompileError
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.te import tensor as te
+from ember.te.lower import flat_index
 from ember.te.tensor import Tensor
 
 ComputeFn = Callable[[dict[str, Any], list[Tensor], list[TensorType]], list[Tensor]]
@@ -61,6 +62,10 @@ def _mx(a: Expr, b: Expr) -> Expr:
 
 def _mn(a: Expr, b: Expr) -> Expr:
     return Bin("min", a, b)
+
+
+def clamp(e: Expr, lo: int, hi: int) -> Expr:
+    return _mn(_mx(e, Const(lo)), Const(hi))
 
 
 _UNARY: dict[str, Callable[[dict[str, Any], Expr], Expr]] = {
@@ -176,18 +181,11 @@ def unravel(flat: Expr, shape: tuple[int, ...]) -> tuple[Expr, ...]:
     return tuple(reversed(idx))
 
 
-def ravel(idx: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
-    out: Expr = Const(0)
-    for d, i in zip(shape, idx):
-        out = out * d + i
-    return out
-
-
 @register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def _reshape(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x = ins[0]
     shape = static_shape(outs[0])
-    return [te.compute(shape, lambda *i: x[unravel(ravel(i, shape), x.shape)], name="reshape")]
+    return [te.compute(shape, lambda *i: x[unravel(flat_index(shape, i), x.shape)], name="reshape")]
 
 
 @register("Transpose")
@@ -290,19 +288,14 @@ def _pad(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> li
     def body(*i: Expr) -> Expr:
         src = [i[k] - pads[k] for k in range(n)]
         if mode == "constant":
-            conds = [Bin("&&", src[k] >= 0, src[k] < x.shape[k]) for k in range(n)
-                     if pads[k] or pads[k + n]]
-            if not conds:
-                return x[tuple(src)]
-            c = conds[0]
-            for d in conds[1:]:
-                c = Bin("&&", c, d)
-            return Select(c, x[tuple(src)], value)
+            c = all_of([Bin("&&", src[k] >= 0, src[k] < x.shape[k]) for k in range(n)
+                        if pads[k] or pads[k + n]])
+            return x[tuple(src)] if c is None else Select(c, x[tuple(src)], value)
         fixed = []
         for k in range(n):
             s, d = src[k], x.shape[k]
             if mode == "edge":
-                fixed.append(_mn(_mx(s, Const(0)), Const(d - 1)))
+                fixed.append(clamp(s, 0, d - 1))
             else:  # reflect
                 s = Select(s < 0, -s, s)
                 fixed.append(Select(s >= d, Const(2 * d - 2) - s, s))
@@ -322,7 +315,7 @@ def _gather(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
         k = ind[i[axis:axis + q]] if q else ind[()]
         k = Cast(k, "int64")
         k = Select(k < 0, k + x.shape[axis], k)
-        k = _mn(_mx(k, Const(0)), Const(x.shape[axis] - 1))  # never read out of bounds
+        k = clamp(k, 0, x.shape[axis] - 1)  # never read out of bounds
         return x[i[:axis] + (k,) + i[axis + q:]]
 
     return [te.compute(shape, body, name="gather")]

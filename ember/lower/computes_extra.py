@@ -23,25 +23,12 @@ import numpy as np
 
 from ember.errors import CompileError
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
-from ember.lower.computes import axes_of, fconst, register, static_shape
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
+from ember.lower.computes import axes_of, clamp, fconst, register, static_shape
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _all(conds: list[Expr]) -> Expr | None:
-    if not conds:
-        return None
-    c = conds[0]
-    for d in conds[1:]:
-        c = Bin("&&", c, d)
-    return c
-
-
-def _clamp(e: Expr, lo: int, hi: int) -> Expr:
-    return Bin("min", Bin("max", e, Const(lo)), Const(hi))
 
 
 # --------------------------------------------------------------------------- ConvTranspose
@@ -92,7 +79,7 @@ def _conv_transpose(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
                 conds.append(num < sp_in[j] * s)
             src.append(num // s if s > 1 else num)
         prod = x[(n, c, *src)] * w[(c, ocl, *(r.var for r in rk))]
-        guard = _all(conds)
+        guard = all_of(conds)
         v = prod if guard is None else Select(guard, prod, fconst(0.0, x.dtype))
         return te.Reduce("sum", v, (ric, *rk))
 
@@ -165,11 +152,11 @@ def _axis_taps(attrs: dict[str, Any], o: Expr, out_len: int, in_len: int, scale:
                       in_len, scale)
     if mode == "nearest":
         rnd = _ROUND[attrs.get("nearest_mode", "round_prefer_floor")]
-        return [(_clamp(Cast(rnd(c, scale), "int64"), 0, in_len - 1), None)]
+        return [(clamp(Cast(rnd(c, scale), "int64"), 0, in_len - 1), None)]
     if mode == "linear":
         cc = Bin("min", Bin("max", c, fconst(0.0)), _f32(in_len - 1))
         fl = Call("floor", (cc,), "float32")
-        i0 = _clamp(Cast(fl, "int64"), 0, in_len - 1)
+        i0 = clamp(Cast(fl, "int64"), 0, in_len - 1)
         i1 = Bin("min", i0 + 1, Const(in_len - 1))
         w1 = Cast(cc - fl, wdt)
         return [(i0, fconst(1.0, wdt) - w1), (i1, w1)]
@@ -185,7 +172,7 @@ def _axis_taps(attrs: dict[str, Any], o: Expr, out_len: int, in_len: int, scale:
                   for t, w in zip(taps, ws, strict=True)]
             total = ws[0] + ws[1] + ws[2] + ws[3]
             ws = [w / total for w in ws]
-        return [(_clamp(t, 0, in_len - 1), w) for t, w in zip(taps, ws, strict=True)]
+        return [(clamp(t, 0, in_len - 1), w) for t, w in zip(taps, ws, strict=True)]
     raise CompileError(f"Resize mode {mode!r} has no code generator")
 
 

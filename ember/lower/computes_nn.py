@@ -8,7 +8,7 @@ from typing import Any
 
 from ember.errors import CompileError
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.lower.computes import (
     bcast_read,
     fconst,
@@ -18,15 +18,6 @@ from ember.lower.computes import (
 )
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
-
-
-def _and(conds: list[Expr]) -> Expr | None:
-    if not conds:
-        return None
-    c = conds[0]
-    for d in conds[1:]:
-        c = Bin("&&", c, d)
-    return c
 
 
 @register("ConvNHWC")
@@ -74,7 +65,7 @@ def _conv_nchw(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
         ih = oh * sh + rkh.var * dh - pt
         iw = ow * sw + rkw.var * dw - pl
         c = (oc // ocg) * icg + ric.var
-        inside = _and([ih >= 0, ih < x.shape[2], iw >= 0, iw < x.shape[3]])
+        inside = all_of([ih >= 0, ih < x.shape[2], iw >= 0, iw < x.shape[3]])
         xv = Select(inside, x[n, c, ih, iw], fconst(0.0))
         return te.Reduce("sum", xv * w[oc, ric.var, rkh.var, rkw.var], (ric, rkh, rkw))
 
@@ -178,7 +169,7 @@ def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
             src[a] = i[a] * s[j] + rs[j].var * d[j] - p[j]
             if p[j] or (shape[a] - 1) * s[j] + (k[j] - 1) * d[j] - p[j] >= x.shape[a]:
                 conds += [src[a] >= 0, src[a] < x.shape[a]]
-        return src, _and(conds)
+        return src, all_of(conds)
 
     def body(*i: Expr) -> Expr:
         src, inside = coords(i)

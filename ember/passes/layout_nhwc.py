@@ -104,15 +104,12 @@ def sink_transposes(g: Graph) -> None:
 
 
 def _sink_once(g: Graph) -> bool:
-    users = g.users()
-    outputs = {v.uid for v in g.outputs}
     for idx, u in enumerate(g.nodes):
-        res = _try_sink(u, outputs)
+        res = _try_sink(u)
         if res is not None:
             g.nodes[idx:idx + 1] = res
             g.toposort()
             return True
-    del users
     return False
 
 
@@ -122,14 +119,13 @@ def _transposed_input(v: Value | None) -> tuple[Value, list[int]] | None:
     return v.producer.inputs[0], list(v.producer.attrs["perm"])  # type: ignore[return-value]
 
 
-def _try_sink(u: Node, outputs: set[int]) -> list[Node] | None:
+def _try_sink(u: Node) -> list[Node] | None:
     ins = [_transposed_input(v) for v in u.inputs]
     if u.op == "Transpose" and ins[0] is not None:
         src, p = ins[0]
         q = _compose(p, list(u.attrs["perm"]))
-        if q == list(range(len(q))):
-            return [Node("Identity", [src], [u.output], {}, u.name)] \
-                if u.output.uid in outputs else _alias(u, src)
+        if q == list(range(len(q))):  # cancelled; canonicalize drops the Identity
+            return [Node("Identity", [src], [u.output], {}, u.name)]
         return [Node("Transpose", [src], [u.output], {"perm": q}, u.name)]
     tin = [x for x in ins if x is not None]
     if not tin:
@@ -164,10 +160,6 @@ def _try_sink(u: Node, outputs: set[int]) -> list[Node] | None:
             return None
     m = _mk(u.op, new_in, dict(u.attrs), u.name)
     return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
-
-
-def _alias(u: Node, src: Value) -> list[Node]:
-    return [Node("Identity", [src], [u.output], {}, u.name)]
 
 
 def _trivial_transposes_to_reshape(g: Graph) -> None:
