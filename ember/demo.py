@@ -2,13 +2,12 @@
 
     python -m ember.demo [--model resnet18] [--threads 2]
 
-The models come from the project's zoo (``bench/models``, random weights, fixed seed).
+The models come from the project's zoo (``ember.zoo``, random weights, fixed seed).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -31,9 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=30)
     a = p.parse_args(argv)
-    sys.path.insert(0, os.getcwd())
     import ember
-    from bench.models import build, input_shape
+    from ember.zoo import build, input_shape
 
     model = build(a.model)
     print(f"model: {a.model} (random weights, batch 1)")

@@ -1,4 +1,4 @@
-"""The benchmark model zoo (``bench.models``): every model builds, is valid ONNX, and runs.
+"""The benchmark model zoo (``ember.zoo``): every model builds, is valid ONNX, and runs.
 
 Checked against onnxruntime only -- ember's own compile tests of these models live elsewhere,
 so this file must not import ember. ResNet-50 and Inception-v3 are marked slow.
@@ -6,18 +6,12 @@ so this file must not import ember. ResNet-50 and Inception-v3 are marked slow.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
 
-# ``bench`` is a top-level package of the repository, not of the installed ``ember``.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.flops import count_flops, count_params  # noqa: E402
-from bench.models import NAMES, build, input_shape, output_shape  # noqa: E402
+from ember.zoo import NAMES, build, input_shape, output_shape
+from ember.zoo.flops import count_flops, count_params
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ember
-from bench.models import build, input_shape
+from ember.zoo import build, input_shape
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -1,0 +1,119 @@
+"""Engines the benchmark compares: ember itself and its peers, behind one small interface.
+
+An ``Engine`` says whether it can run here (``missing()``: ``None``, or why not, e.g. "not
+installed: pip install ember[bench]") and ``prepare``s one model for a fixed set of inputs and a
+thread count, returning a ``Prepared``: a zero-argument ``run`` that executes one inference on
+those inputs and returns the outputs in the model's output order, the compile/prepare time and
+the engine's version. Peers are imported lazily, inside ``missing``/``prepare``, so that none of
+them is needed to compile or run a model with ember.
+
+Thread counts: every engine gets ``threads`` intra-op threads and no inter-op parallelism.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+
+@dataclass
+class Prepared:
+    run: Callable[[], list[np.ndarray]]
+    compile_s: float
+    version: str
+    note: str = ""
+
+
+class Engine:
+    name = "engine"
+    label = "engine"
+
+    def missing(self) -> str | None:
+        """``None`` if the engine can run here, else a one-line reason."""
+        return None
+
+    def prepare(self, model: onnx.ModelProto, path: Path, inputs: dict[str, np.ndarray],
+                threads: int) -> Prepared:
+        raise NotImplementedError
+
+
+def _installed(module: str, hint: str) -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        return f"not installed ({hint})"
+    return None
+
+
+class EmberEngine(Engine):
+    name = "ember"
+    label = "ember"
+
+    def __init__(self) -> None:
+        self.compiled = None   # the last CompiledModel, for profiling
+
+    def prepare(self, model: onnx.ModelProto, path: Path, inputs: dict[str, np.ndarray],
+                threads: int) -> Prepared:
+        import ember
+
+        t = time.perf_counter()
+        cm = ember.compile(model, num_threads=threads)
+        dt = time.perf_counter() - t
+        self.compiled = cm
+        order = cm.output_names
+        feeds = dict(inputs)
+
+        def run() -> list[np.ndarray]:
+            out = cm.run(feeds)
+            return [out[k] for k in order]
+
+        return Prepared(run, dt, ember.__version__ if hasattr(ember, "__version__") else "0.1.0")
+
+
+class OnnxRuntimeEngine(Engine):
+    name = "onnxruntime"
+    label = "onnxruntime"
+
+    def missing(self) -> str | None:
+        return _installed("onnxruntime", "pip install onnxruntime")
+
+    def prepare(self, model: onnx.ModelProto, path: Path, inputs: dict[str, np.ndarray],
+                threads: int) -> Prepared:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        t = time.perf_counter()
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        dt = time.perf_counter() - t
+        feeds = dict(inputs)
+
+        def run() -> list[np.ndarray]:
+            return list(sess.run(None, feeds))
+
+        return Prepared(run, dt, ort.__version__)
+
+
+def all_engines() -> dict[str, Engine]:
+    """Every engine ember knows, by name, in report order."""
+    from ember.bench import peers
+
+    engines: dict[str, Engine] = {"ember": EmberEngine(), "onnxruntime": OnnxRuntimeEngine()}
+    for e in peers.PEERS:
+        engines[e.name] = e
+    return engines
+
+
+def set_thread_env(threads: int) -> None:
+    """Thread-count variables read by OpenMP/TVM runtimes at import time; call before imports."""
+    for var in ("OMP_NUM_THREADS", "TVM_NUM_THREADS"):
+        os.environ[var] = str(threads)
