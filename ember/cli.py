@@ -1,8 +1,10 @@
-"""Command line: ``ember compile | run | inspect``.
+"""Command line: ``ember compile | run | inspect | bench | probe``.
 
     ember compile model.onnx -o model.ember [--shape x=1,3,224,224] [--threads 2]
     ember run model.ember --input x=x.npy [--out-dir DIR]
-    ember inspect model.onnx [--passes] [--kernels] [--source]
+    ember inspect model.onnx [--passes] [--kernels] [--source] [--profile]
+    ember bench [MODEL ...] [--vs onnxruntime,openvino,torch,tvm] [--threads N] [--batch B]
+    ember probe [--force]
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ember.bench import cli as bench_cli
 from ember.errors import EmberError
 
 
@@ -127,9 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     for sp in (c, i):
         sp.add_argument("--shape", action="append", metavar="NAME=D0,D1,...")
         sp.add_argument("--threads", type=int, default=None)
+    bench_cli.add_parsers(sub)
     a = p.parse_args(argv)
+    cmds = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect,
+            "bench": bench_cli.cmd_bench, "probe": bench_cli.cmd_probe}
     try:
-        return {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect}[a.cmd](a)
+        return cmds[a.cmd](a)
     except EmberError as e:
         print(f"ember: error: {e}", file=sys.stderr)
         return 2

@@ -19,13 +19,14 @@ from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
 from ember.kernel.base import OUTPUT, Kernel
+from ember.kernel.cost import kernel_cost
 from ember.kernel.select import build_kernel
 from ember.passes import pipeline
 from ember.passes.memplan import ALIGN, MemoryPlan
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
-from ember.sched.plan import ExecutionPlan
+from ember.sched.plan import ExecutionPlan, RTask
 
 VERSION = "0.1.0"
 
@@ -120,7 +121,22 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         "workspace_bytes": comp.memory_plan.workspace_bytes,
         "num_threads": comp.plan.num_veus, "kernels": len(comp.kernels),
         "source_sha256": hashlib.sha256(comp.source.encode()).hexdigest(),
+        "profile": _profile_meta(comp),
     }
+
+
+def _profile_meta(comp: Compilation) -> dict[str, Any]:
+    """Kernel costs and the plan's rTask entries, in the order the library numbers them."""
+    assert comp.plan is not None
+    fused = [n for n in comp.graph.nodes if n.op == "Fused"]
+    kernels = []
+    for i, (n, k) in enumerate(zip(fused, comp.kernels)):
+        flops, nbytes = kernel_cost(n, k)
+        kernels.append({"name": f"k{i}_{k.name}", "op": n.attrs["master"], "flops": flops,
+                        "bytes": nbytes})
+    entries = [[v, e.kernel, e.begin, e.end] for v, prog in enumerate(comp.plan.programs)
+               for e in prog if isinstance(e, RTask)]
+    return {"kernels": kernels, "entries": entries}
 
 
 def _copy_outputs(g: Graph) -> None:

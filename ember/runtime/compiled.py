@@ -195,6 +195,12 @@ class CompiledModel:
             self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
         return outputs
 
+    def profile(self, feeds: Mapping[str, Any], runs: int = 10) -> Any:
+        """Time every kernel and rTask over ``runs`` runs (see ``ember.runtime.profile``)."""
+        from ember.runtime.profile import profile_model
+
+        return profile_model(self, dict(feeds), runs)
+
     # ------------------------------------------------------------------ persistence
 
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -140,6 +140,10 @@ class NativeModule:
         self._init = _bind(lib, "ember_init", ctypes.c_int, [ctypes.c_void_p])
         self._run = _bind(lib, "ember_run", ctypes.c_int, [_VOIDPP, _VOIDPP, ctypes.c_void_p])
         self._num_threads = _bind(lib, "ember_num_threads", ctypes.c_int, [])
+        self._profile = self._profile_entries = None
+        if hasattr(lib, "ember_profile"):   # libraries built before profiling lack these
+            self._profile = _bind(lib, "ember_profile", None, [ctypes.c_void_p])
+            self._profile_entries = _bind(lib, "ember_profile_entries", ctypes.c_int, [])
         self._params: np.ndarray | None = None
         self._in_ptrs = (ctypes.c_void_p * 0)()
         self._out_ptrs = (ctypes.c_void_p * 0)()
@@ -156,6 +160,19 @@ class NativeModule:
     def num_threads(self) -> int:
         """Threads of the library's parallel region (``ember_num_threads``)."""
         return int(self._num_threads())
+
+    def profile_entries(self) -> int:
+        """Number of rTask entries a profile buffer records (0: no profiling support)."""
+        return int(self._profile_entries()) if self._profile_entries else 0
+
+    def set_profile(self, buf: np.ndarray | None) -> None:
+        """Record per-rTask start/end times into ``buf`` (int64, 2 per entry) from now on."""
+        if self._profile is None:
+            raise EmberError(f"{self.lib_path.name} was built without profiling support")
+        if buf is not None and (buf.dtype != np.int64 or buf.size < 2 * self.profile_entries()
+                                or not buf.flags.c_contiguous):
+            raise EmberError("profile buffer must be C-contiguous int64 of 2 x entries")
+        self._profile(None if buf is None else buf.ctypes.data)
 
     def run(
         self,

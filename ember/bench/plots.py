@@ -1,0 +1,109 @@
+"""Pictures of a benchmark run (matplotlib, an optional dependency: ``ember[bench]``).
+
+* ``ratio_chart``: per model, one bar per engine: latency / onnxruntime latency, on a log axis
+  (so 2x slower and 2x faster are the same height), with the 1.0 line marked.
+* ``roofline``: ember's kernels of every model as points (achieved GFLOP/s against arithmetic
+  intensity, flops per byte of compulsory traffic), under the measured ceilings: the FMA peak
+  and one bandwidth slope per memory layer (DRAM, L3, L2 read bandwidth from the probe). A
+  point's area is proportional to its share of its model's run time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ember.bench.harness import REFERENCE, ModelResult
+from ember.runtime.probe import MachinePeak
+
+
+def _plt():  # noqa: ANN202
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def ratio_chart(results: list[ModelResult], path: Path) -> Path:
+    plt = _plt()
+    engines = [n for n in dict.fromkeys(n for r in results for n in r.engines)
+               if n != REFERENCE]
+    models = [r for r in results if any(r.ratio(n) for n in engines)]
+    width = 0.8 / max(1, len(engines))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(models) + 2), 4.2))
+    colors = plt.get_cmap("tab10")
+    for j, name in enumerate(engines):
+        xs, ys = [], []
+        for i, r in enumerate(models):
+            v = r.ratio(name)
+            if v:
+                xs.append(i + (j - (len(engines) - 1) / 2) * width)
+                ys.append(v)
+        # bars grow from 1.0: up when slower than onnxruntime, down when faster
+        bars = ax.bar(xs, [v - 1.0 for v in ys], width, bottom=1.0, label=name,
+                      color=colors(j))
+        for b, v in zip(bars, ys):
+            ax.annotate(f"{v:.2f}" if v < 10 else f"{v:.0f}", (b.get_x() + b.get_width() / 2, v),
+                        ha="center", va="bottom" if v >= 1 else "top", fontsize=6)
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    ax.set_yscale("log")
+    vals = [v for r in models for n in engines if (v := r.ratio(n))] or [1.0]
+    span = max(max(vals), 1 / min(vals), 1.25) * 1.3
+    ax.set_ylim(1 / span, span)
+    ax.set_xticks(range(len(models)), [r.model for r in models], rotation=30, ha="right")
+    ax.set_ylabel("latency / onnxruntime latency (log; < 1 is faster)")
+    b = results[0] if results else None
+    ax.set_title(f"latency relative to onnxruntime (batch {b.batch if b else 1}, "
+                 f"{b.threads if b else '?'} threads)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def roofline(results: list[ModelResult], peak: MachinePeak, path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    pts = [(r, k) for r in results for k in r.kernels
+           if k["flops"] > 0 and k["bytes"] > 0 and k["ms"] > 0]
+    xs = [k["flops"] / k["bytes"] for _, k in pts] or [1.0]
+    lo, hi = min(min(xs) / 2, 0.05), max(max(xs) * 2, 200.0)
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    top = peak.fma_gflops_all
+    ax.plot([lo, hi], [top, top], color="black", lw=1.2)
+    ax.annotate(f"FMA peak {top:.0f} GFLOP/s", (hi, top), ha="right", va="bottom", fontsize=8)
+    for name, style in (("DRAM", "-"), ("L3", "--"), ("L2", ":")):
+        bw = peak.read_gbs.get(name)
+        if not bw:
+            continue
+        ax.plot(grid, [min(top, bw * x) for x in grid], color="gray", ls=style, lw=1)
+        x_at = top / bw / {"DRAM": 8, "L3": 30, "L2": 100}[name]
+        if lo < x_at < hi:
+            ax.annotate(f"{name} {bw:.0f} GB/s", (x_at, bw * x_at), fontsize=7, color="gray",
+                        rotation=28, ha="center", va="bottom")
+    colors = plt.get_cmap("tab10")
+    for i, r in enumerate(results):
+        ks = [k for rr, k in pts if rr is r]
+        if not ks:
+            continue
+        total = sum(k["ms"] for k in ks)
+        ax.scatter([k["flops"] / k["bytes"] for k in ks],
+                   [k["flops"] / (k["ms"] * 1e6) for k in ks],
+                   s=[4 + 400 * k["ms"] / total for k in ks], alpha=0.55, color=colors(i % 10),
+                   label=r.model, edgecolors="none")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(0.05, top * 2)
+    ax.set_xlabel("arithmetic intensity (flop / byte of compulsory traffic)")
+    ax.set_ylabel("achieved GFLOP/s")
+    ax.set_title(f"ember kernels on {peak.cpu} ({peak.threads} threads)")
+    ax.legend(fontsize=7, markerscale=0.6, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

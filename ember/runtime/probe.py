@@ -1,0 +1,224 @@
+"""Machine-peak probe: FMA throughput per core and for all cores, and memory bandwidth.
+
+One small C program (compiled with the system ``cc`` through the kernel cache) measures:
+
+* ``fma``: each thread keeps 16 independent 16-lane float FMA chains in vector registers (enough
+  to cover the FMA latency on every x86-64 core ember targets), so the loop is bound by FMA
+  throughput alone; GFLOP/s counts 2 flops per lane per FMA. Measured on 1 thread and on all
+  threads of the process's CPU set.
+* ``read``: a streaming sum over a buffer of a given size (L1-, L2-, L3- and DRAM-sized), per
+  thread, all threads reading disjoint buffers: the bandwidth of each memory layer.
+* ``triad``: STREAM's ``a[i] = b[i] + s * c[i]`` over 3 x 64 MiB (counted as 3 x 4 bytes per
+  element, as STREAM does).
+
+Every figure is the best of several repetitions (a peak is a maximum; noise only lowers it). The
+result is cached as JSON beside the kernel cache, keyed by the host fingerprint, so it is
+measured once per machine; ``probe(force=True)`` (or ``ember probe --force``) measures again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ember.runtime.toolchain import cache_dir, compile_shared, host_fingerprint, write_atomic
+
+PROBE_FORMAT = 2
+
+_SOURCE = r"""
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+typedef float v16 __attribute__((vector_size(64)));
+
+static double fma_chain(int64_t iters) {
+  volatile float seed = 1e-7f;
+  v16 a = {0}, b = {0};
+  a += 1.0f - seed; b += seed;
+  v16 c0 = b, c1 = b + 1, c2 = b + 2, c3 = b + 3, c4 = b + 4, c5 = b + 5, c6 = b + 6,
+      c7 = b + 7, c8 = b + 8, c9 = b + 9, c10 = b + 10, c11 = b + 11, c12 = b + 12,
+      c13 = b + 13, c14 = b + 14, c15 = b + 15;
+  for (int64_t i = 0; i < iters; ++i) {
+#define F(c) c = c * a + b;
+    F(c0) F(c1) F(c2) F(c3) F(c4) F(c5) F(c6) F(c7)
+    F(c8) F(c9) F(c10) F(c11) F(c12) F(c13) F(c14) F(c15)
+#undef F
+    __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3));
+  }
+  v16 s = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11 + c12 + c13 + c14 + c15;
+  float r = 0;
+  for (int j = 0; j < 16; ++j) r += s[j];
+  return r;
+}
+
+/* GFLOP/s of `threads` threads each running `iters` iterations of 16 FMA chains. */
+double ember_probe_fma(int threads, int64_t iters) {
+  double sink = 0, t0 = 0, t1 = 0;
+  #pragma omp parallel num_threads(threads) reduction(+:sink)
+  {
+    sink += fma_chain(iters / 16);           /* warm up the FMA units (frequency licence) */
+    #pragma omp barrier
+    #pragma omp master
+    t0 = omp_get_wtime();
+    sink += fma_chain(iters);
+    #pragma omp barrier
+    #pragma omp master
+    t1 = omp_get_wtime();
+  }
+  if (sink == 12345.678) return -1;
+  return 2.0 * 16 * 16 * (double)iters * threads / (t1 - t0) / 1e9;
+}
+
+/* GB/s of `threads` threads each summing its own buffer of `bytes` bytes, `reps` times. */
+double ember_probe_read(int threads, int64_t bytes, int reps) {
+  int64_t n = bytes / 64;
+  double t0 = 0, t1 = 0, sink = 0;
+  #pragma omp parallel num_threads(threads) reduction(+:sink)
+  {
+    v16 *buf = aligned_alloc(64, (size_t)n * 64);
+    for (int64_t i = 0; i < n; ++i) { v16 z = {0}; buf[i] = z + (float)(i & 7); }
+    v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    for (int64_t i = 0; i + 3 < n; i += 4) { s0 += buf[i]; }
+    #pragma omp barrier
+    #pragma omp master
+    t0 = omp_get_wtime();
+    for (int r = 0; r < reps; ++r) {
+      for (int64_t i = 0; i + 3 < n; i += 4) {
+        s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3];
+      }
+      __asm__ volatile("" : "+v"(s0));
+    }
+    #pragma omp barrier
+    #pragma omp master
+    t1 = omp_get_wtime();
+    v16 s = s0 + s1 + s2 + s3;
+    for (int j = 0; j < 16; ++j) sink += s[j];
+    free(buf);
+  }
+  if (sink == 12345.678) return -1;
+  return (double)(n / 4 * 4) * 64 * reps * threads / (t1 - t0) / 1e9;
+}
+
+/* STREAM triad GB/s over arrays of n floats, all threads. */
+double ember_probe_triad(int threads, int64_t n, int reps) {
+  float *a = aligned_alloc(64, (size_t)n * 4), *b = aligned_alloc(64, (size_t)n * 4),
+        *c = aligned_alloc(64, (size_t)n * 4);
+  #pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) { a[i] = 0; b[i] = (float)(i & 15); c[i] = 1.0f; }
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = omp_get_wtime();
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 0.5f * c[i];
+    double gbs = 3.0 * 4 * (double)n / (omp_get_wtime() - t0) / 1e9;
+    if (gbs > best) best = gbs;
+  }
+  volatile float keep = a[n / 2]; (void)keep;
+  free(a); free(b); free(c);
+  return best;
+}
+"""
+
+# Buffer sizes per thread for each memory layer (well inside L1d / L2 / L3, far beyond L3).
+_LAYERS = {"L1": 16 << 10, "L2": 256 << 10, "L3": 4 << 20, "DRAM": 256 << 20}
+
+
+@dataclass
+class MachinePeak:
+    """Measured ceilings of this machine (GFLOP/s and GB/s), for ``threads`` threads."""
+
+    threads: int
+    fma_gflops_1: float              # one thread
+    fma_gflops_all: float            # ``threads`` threads
+    read_gbs: dict[str, float] = field(default_factory=dict)   # layer -> all-thread GB/s
+    read_gbs_1: dict[str, float] = field(default_factory=dict)  # layer -> one-thread GB/s
+    triad_gbs: float = 0.0
+    cpu: str = ""
+    host: str = ""
+    measured: str = ""
+    format: int = PROBE_FORMAT
+
+    @property
+    def dram_gbs(self) -> float:
+        return self.read_gbs.get("DRAM", self.triad_gbs)
+
+    def describe(self) -> str:
+        layers = ", ".join(f"{k} {v:.0f}" for k, v in self.read_gbs.items())
+        return (f"FMA peak {self.fma_gflops_1:.0f} GFLOP/s on 1 thread, "
+                f"{self.fma_gflops_all:.0f} on {self.threads}; read GB/s ({self.threads} "
+                f"threads): {layers}; triad {self.triad_gbs:.0f} GB/s")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cache_path(threads: int) -> Path:
+    return cache_dir() / f"probe-{host_fingerprint()[:16]}-t{threads}.json"
+
+
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(compile_shared(_SOURCE)))
+    lib.ember_probe_fma.restype = ctypes.c_double
+    lib.ember_probe_fma.argtypes = [ctypes.c_int, ctypes.c_int64]
+    lib.ember_probe_read.restype = ctypes.c_double
+    lib.ember_probe_read.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int]
+    lib.ember_probe_triad.restype = ctypes.c_double
+    lib.ember_probe_triad.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int]
+    return lib
+
+
+def _best(fn, *args, reps: int = 5) -> float:  # noqa: ANN001
+    return max(fn(*args) for _ in range(reps))
+
+
+def measure(threads: int, quick: bool = False) -> MachinePeak:
+    """Run the micro-benchmarks now (about 2 s; ``quick`` for tests, less accurate)."""
+    lib = _lib()
+    iters = 2_000_000 if not quick else 100_000
+    reps = 5 if not quick else 1
+    fma1 = _best(lib.ember_probe_fma, 1, iters, reps=reps)
+    fman = _best(lib.ember_probe_fma, threads, iters, reps=reps)
+    read, read1 = {}, {}
+    for name, size in _LAYERS.items():
+        if quick and name == "DRAM":
+            size = 32 << 20
+        r = max(1, (1 << 30 if not quick else 1 << 26) // size)
+        read[name] = _best(lib.ember_probe_read, threads, size, r, reps=reps)
+        read1[name] = _best(lib.ember_probe_read, 1, size, r, reps=reps)
+    triad = lib.ember_probe_triad(threads, (16 << 20) if not quick else (1 << 20), 5)
+    return MachinePeak(threads, round(fma1, 1), round(fman, 1),
+                       {k: round(v, 1) for k, v in read.items()},
+                       {k: round(v, 1) for k, v in read1.items()}, round(triad, 1),
+                       cpu_model(), host_fingerprint()[:16],
+                       time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def probe(threads: int | None = None, force: bool = False) -> MachinePeak:
+    """This machine's peaks for ``threads`` threads, measured once and cached."""
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    path = _cache_path(threads)
+    if not force and path.exists():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") == PROBE_FORMAT:
+                return MachinePeak(**data)
+        except (OSError, ValueError, TypeError):
+            pass
+    peak = measure(threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(asdict(peak), indent=1).encode())
+    return peak
