@@ -191,8 +191,9 @@ def _max_diff(outs: list[np.ndarray], ref: list[np.ndarray]) -> float:
 def _prepare_all(engines: list[Engine], model: onnx.ModelProto, path: Path,
                  feeds: dict[str, np.ndarray], res: ModelResult, s: Settings,
                  bar: Progress) -> dict[str, Prepared]:
+    """Prepare every engine, run it once, and compare its outputs with the reference's."""
     ready: dict[str, Prepared] = {}
-    ref: list[np.ndarray] | None = None
+    outputs: dict[str, list[np.ndarray]] = {}
     for eng in engines:
         r = res.engines[eng.name] = EngineResult(eng.name)
         why = eng.missing()
@@ -203,22 +204,20 @@ def _prepare_all(engines: list[Engine], model: onnx.ModelProto, path: Path,
         try:
             p = eng.prepare(model, path, feeds, s.threads)
             r.compile_s, r.version, r.note = p.compile_s, p.version, p.note or None
-            outs = p.run()
+            outputs[eng.name] = p.run()
         except Exception as e:  # a failing peer is a result
             r.error = _short(e)
             if s.verbose:
                 traceback.print_exc()
             continue
-        if eng.name == REFERENCE:
-            ref = outs
         ready[eng.name] = p
-        r.max_abs_diff = None if ref is None else _safe_diff(outs, ref, r)
-    if ref is not None and REFERENCE in ready:
-        # engines prepared before the reference
-        for name, p in ready.items():
-            r = res.engines[name]
-            if r.max_abs_diff is None and r.error is None:
-                r.max_abs_diff = _safe_diff(p.run(), ref, r)
+    ref = outputs.get(REFERENCE)
+    if ref is not None:
+        for name, outs in outputs.items():
+            if name != REFERENCE:
+                res.engines[name].max_abs_diff = _safe_diff(outs, ref, res.engines[name])
+                if res.engines[name].error:       # outputs of the wrong shape: not timed
+                    del ready[name]
     return ready
 
 
