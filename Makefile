@@ -21,8 +21,12 @@ test: $(VENV)/.installed-test
 test-all: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m ''
 
-bench: $(VENV)/.installed-test
-	$(BIN)/python bench/run.py
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/ember bench --readme bench/README.md
 
 lint: $(VENV)/.installed-test
 	$(BIN)/pip install -q ruff

@@ -1,11 +1,11 @@
 """Static FLOP and parameter counts of an ONNX model.
 
 ``count_flops`` counts 2 x multiply-accumulates of the compute-bound operators only -- Conv,
-ConvTranspose, Gemm and MatMul -- from shapes given by ``onnx.shape_inference``; element-wise
-ops, pools, normalizations and activations are ignored (the usual convention behind "ResNet-50
-is 8.2 GFLOP"). ``count_params`` counts trainable parameters the way PyTorch does: weights and
-biases of Conv/ConvTranspose/Gemm/MatMul and the scale/bias of BatchNormalization, but not its
-running mean/variance or other constants.
+ConvTranspose, Gemm, MatMul and the matrix products of LSTM/GRU/RNN -- from shapes given by
+``onnx.shape_inference``; element-wise ops, pools, normalizations and activations are ignored
+(the usual convention behind "ResNet-50 is 8.2 GFLOP"). ``count_params`` counts trainable
+parameters the way PyTorch does: weights and biases of Conv/ConvTranspose/Gemm/MatMul and the
+scale/bias of BatchNormalization, but not its running mean/variance or other constants.
 """
 
 from __future__ import annotations
@@ -63,7 +63,16 @@ def _node_macs(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> int:
         a = _need(shapes, node.input[0], node)
         y = _need(shapes, node.output[0], node)
         return math.prod(y) * a[-1]
+    if op in _GATES:
+        x = _need(shapes, node.input[0], node)      # (seq, batch, input) for layout 0
+        w = _need(shapes, node.input[1], node)      # (directions, gates * hidden, input)
+        r = _need(shapes, node.input[2], node)      # (directions, gates * hidden, hidden)
+        steps = x[0] * x[1]                         # seq x batch under either layout
+        return steps * w[0] * w[1] * (w[2] + r[2])
     return 0
+
+
+_GATES = {"LSTM", "GRU", "RNN"}
 
 
 def count_flops(model: onnx.ModelProto) -> int:
@@ -78,6 +87,9 @@ _PARAM_INPUTS = {
     "Gemm": (1, 2),
     "MatMul": (0, 1),
     "BatchNormalization": (1, 2),
+    "LSTM": (1, 2, 3),
+    "GRU": (1, 2, 3),
+    "RNN": (1, 2, 3),
 }
 
 
