@@ -104,7 +104,17 @@ def test_conv_uses_register_blocked_microkernel_and_one_parallel_region() -> Non
 
 def test_single_thread_program_has_no_parallel_region() -> None:
     src = _conv_model_source(threads=1)
-    assert "#pragma omp parallel" not in src and "em_sequential();" in src
+    assert "#pragma omp parallel" not in src and "em_signal" not in src
+    run = src[src.index("int ember_run("):]
+    assert "em_veu0();" in run          # the one vEU's program, with its profile hooks
+
+
+def test_every_rtask_has_a_profile_hook() -> None:
+    src = _conv_model_source(threads=2)
+    calls = [ln for ln in src.splitlines() if ln.strip().startswith("EM_TASK(")]
+    ids = [int(ln.split("(")[1].split(",")[0]) for ln in calls]
+    assert ids == list(range(len(ids))) and ids
+    assert f"int ember_profile_entries(void) {{ return {len(ids)}; }}" in src
 
 
 def test_sequential_plan_covers_every_task_with_barriers() -> None:
