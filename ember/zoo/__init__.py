@@ -21,7 +21,9 @@ import onnx
 
 from .inception import inception_v3
 from .mobilenet import mobilenet_v2
+from .randwire import randwire
 from .resnet import resnet18, resnet50
+from .resnext import resnext29_16x64d
 from .small import NUM_CLASSES as SMALL_CNN_CLASSES
 from .small import small_cnn
 from .squeezenet import squeezenet1_1
@@ -74,6 +76,12 @@ SPECS: dict[str, ModelSpec] = {
                                about="SqueezeNet 1.1, ImageNet"),
     "inception_v3": ModelSpec(inception_v3, _image(299), _logits(1000),
                               about="Inception-v3, ImageNet 299x299"),
+    # -- irregular / multi-branch CNNs (resnext.py, randwire.py) --
+    "resnext29_16x64d": ModelSpec(resnext29_16x64d, _image(32), _logits(10),
+                                  about="ResNeXt-29 16x64d, CIFAR-10 32x32"),
+    "randwire": ModelSpec(randwire, _image(224), _logits(1000), family="irregular",
+                          about="RandWire-WS(4, 0.75) small regime, C=78, ImageNet"),
+    # -- recurrent and transformer models (lstm.py, bert.py) --
 }
 
 NAMES: list[str] = list(SPECS)

@@ -208,6 +208,35 @@ class GraphBuilder:
     def concat(self, xs: Sequence[str]) -> str:
         return self._node("Concat", list(xs), "concat", sum(self.channels[x] for x in xs), axis=1)
 
+    def scale(self, x: str, value: float) -> str:
+        """``x * value`` by a scalar initializer (a learned scalar weight, folded as exported)."""
+        c = self._const(self._fresh("mul_scale"), np.array(value, dtype=np.float32))
+        return self._node("Mul", [x, c], "mul", self.channels[x])
+
+    def sep_conv_bn(
+        self,
+        x: str,
+        cout: int,
+        k: int = 3,
+        stride: int = 1,
+        gamma: tuple[float, float] = DEFAULT_GAMMA,
+        in_var: float = 1.0,
+        name: str | None = None,
+    ) -> str:
+        """Separable conv: ``k x k`` depthwise -> 1x1 pointwise (nothing between) -> BN.
+
+        The pointwise weights get gain 1 (``std = sqrt(1 / cin)``) rather than He's 2, since no
+        ReLU halves the variance between the two convolutions. ``in_var`` is the expected
+        variance of ``x`` (relative to the unit variance assumed everywhere else); the running
+        variance of the BN includes it, as a trained BN's would.
+        """
+        cin = self.channels[x]
+        y = self.conv(x, cin, k, stride, group=cin, name=f"{name}.depthwise" if name else None)
+        var = self._uniform(cout, 0.5, 1.5)
+        pw_name = f"{name}.pointwise" if name else None
+        y = self.conv(y, cout, 1, out_scale=np.sqrt(var / 2), name=pw_name)
+        return self.bn(y, var=var * in_var, gamma=gamma, name=f"{name}.bn" if name else None)
+
     def gemm(self, x: str, n_out: int, name: str = "fc") -> str:
         """Fully connected layer as exported by PyTorch: ``Gemm(x, W, b, transB=1)``."""
         k = self.channels[x]

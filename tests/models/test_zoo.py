@@ -12,6 +12,7 @@ import pytest
 
 from ember.zoo import NAMES, build, input_shape, output_shape
 from ember.zoo.flops import count_flops, count_params
+from ember.zoo.randwire import ws_dag
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -26,6 +27,9 @@ PUBLISHED = {
     "mobilenet_v2": (3_504_872, 0.6),
     "squeezenet1_1": (1_235_496, 0.7),
     "inception_v3": (23_834_568, 11.5),
+    # 68.1 M in Xie et al. 2017, Table 7; exact count and 10.71 GMAC from osmr/imgclsmob's
+    # resnext29_16x64d_cifar10 (the 34.4 M of that table is the 8x64d variant).
+    "resnext29_16x64d": (68_155_210, 21.4),
 }
 
 
@@ -61,6 +65,38 @@ def test_published_size(name: str) -> None:
     params, gflop = PUBLISHED[name]
     assert count_params(model) == params
     assert count_flops(model) / 1e9 == pytest.approx(gflop, rel=0.03)
+
+
+def test_randwire_within_published_spread() -> None:
+    # Xie et al. 2019, Table 2 (WS(4, 0.75), small regime): 583 +- 6.2 M multiply-adds and
+    # 5.6 +- 0.1 M parameters over random graphs; our fixed graphs must lie within one std.
+    model = build("randwire")
+    assert abs(count_params(model) - 5.6e6) <= 0.1e6
+    assert abs(count_flops(model) / 2 - 583e6) <= 6.2e6
+
+
+def test_ws_dag() -> None:
+    preds = ws_dag(32, 4, 0.75, seed=1)
+    assert preds == ws_dag(32, 4, 0.75, seed=1)  # fixed seed, fixed architecture
+    assert preds != ws_dag(32, 4, 0.75, seed=2)
+    assert sum(len(p) for p in preds) == 32 * 4 // 2  # rewiring keeps the edge count
+    assert all(p < v for v, ps in enumerate(preds) for p in ps)  # a DAG: low -> high index
+    assert all(len(set(ps)) == len(ps) for ps in preds)
+    # P = 0: the ring lattice, each node joined to its K/2 neighbours on either side (the
+    # wrap-around edges point into the high indices).
+    ring = ws_dag(8, 4, 0.0, seed=0)
+    assert ring[:3] == [[], [0], [0, 1]] and ring[5] == [3, 4]
+    assert ring[6] == [0, 4, 5] and ring[7] == [0, 1, 5, 6]
+
+
+def test_multi_branch_structure() -> None:
+    groups = {
+        a.i for n in build("resnext29_16x64d").graph.node for a in n.attribute if a.name == "group"
+    }
+    assert groups == {16}  # grouped 3x3 convs, cardinality 16
+    ops = [n.op_type for n in build("randwire").graph.node]
+    assert ops.count("Conv") == 2 + 3 * 32 * 2 + 1  # conv1, conv2, 3 stages of sep convs, 1x1
+    assert ops.count("Mul") > 0 and ops.count("Add") > 96  # weighted-sum aggregation
 
 
 def test_batch_norm_stays_in_graph() -> None:
