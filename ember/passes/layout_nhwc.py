@@ -18,7 +18,7 @@ from ember.ir.ops.registry import Pattern
 
 TO_NHWC = [0, 2, 3, 1]
 TO_NCHW = [0, 3, 1, 2]
-MAX_ROUNDS = 10_000
+MAX_ROUNDS = 100
 
 
 def _mk(op: str, inputs: list[Value | None], attrs: dict, name: str) -> Node:
@@ -104,13 +104,20 @@ def sink_transposes(g: Graph) -> None:
 
 
 def _sink_once(g: Graph) -> bool:
-    for idx, u in enumerate(g.nodes):
+    """One forward sweep. A rewrite of node u replaces it in place by nodes that read only
+    values produced before u and write u's output, so the order stays topological, and the
+    consumers of u (all later) see the moved transpose in this same sweep: linear time."""
+    out: list[Node] = []
+    changed = False
+    for u in g.nodes:
         res = _try_sink(u)
-        if res is not None:
-            g.nodes[idx:idx + 1] = res
-            g.toposort()
-            return True
-    return False
+        if res is None:
+            out.append(u)
+        else:
+            out.extend(res)
+            changed = True
+    g.nodes = out
+    return changed
 
 
 def _transposed_input(v: Value | None) -> tuple[Value, list[int]] | None:
