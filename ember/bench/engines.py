@@ -33,6 +33,7 @@ class Prepared:
 class Engine:
     name = "engine"
     label = "engine"
+    default = True   # run when no engines are named (opt-in peers set False)
 
     def missing(self) -> str | None:
         """``None`` if the engine can run here, else a one-line reason."""
