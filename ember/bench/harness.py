@@ -5,7 +5,8 @@ seed, prepare every requested engine (compile time measured), run each once and 
 outputs with onnxruntime's (max abs difference over all outputs), then time the engines
 *interleaved in rounds*: in each round every engine that still needs runs does one discarded
 warm-up run (so that the spinning worker threads of the engine before it have gone quiet) and
-then timed runs for about ``block`` seconds. An engine is done when it has ``min_runs`` runs and
+then timed runs for about ``block`` seconds; an engine slower than 0.1 s a run does one timed
+run per round and no discarded one. An engine is done when it has ``min_runs`` runs and
 ``min_time`` seconds of timed runs, or ``max_time`` seconds with at least 3 runs. Reported:
 median and p90 latency. After timing, ember's kernels are profiled for the roofline.
 
@@ -233,27 +234,19 @@ def measure(ready: dict[str, Prepared], res: ModelResult, s: Settings, bar: Prog
     """Time the prepared engines interleaved in rounds (see the module docstring)."""
     samples: dict[str, list[float]] = {k: [] for k in ready}
     spent = dict.fromkeys(ready, 0.0)
+    last = dict.fromkeys(ready, 0.0)     # the engine's latest run time (0: unknown)
     live = dict(ready)
     while live:
         for name, p in list(live.items()):
             bar.show(f"{res.model}: timing {name} ({len(samples[name])} runs)")
             try:
-                t0 = time.perf_counter()
-                p.run()                                    # warm-up, discarded
-                first = time.perf_counter() - t0
-                block_end = time.perf_counter() + (s.block if first < 0.1 else 0.0)
-                while True:
-                    t0 = time.perf_counter()
-                    p.run()
-                    dt = time.perf_counter() - t0
-                    samples[name].append(dt)
-                    spent[name] += dt
-                    if time.perf_counter() >= block_end:
-                        break
+                _block(p, samples[name], s.block, warm=last[name] < SLOW_RUN)
             except Exception as e:
                 res.engines[name].error = f"run failed: {_short(e)}"
                 del live[name]
                 continue
+            last[name] = samples[name][-1]
+            spent[name] = sum(samples[name])
             n = len(samples[name])
             if (n >= s.min_runs and spent[name] >= s.min_time) or \
                     (spent[name] >= s.max_time and n >= 3):
@@ -265,6 +258,25 @@ def measure(ready: dict[str, Prepared], res: ModelResult, s: Settings, bar: Prog
         ms = np.asarray(ts) * 1e3
         r.median_ms, r.p90_ms = float(np.median(ms)), float(np.percentile(ms, 90))
         r.runs, r.samples_ms = len(ts), [round(float(x), 4) for x in ms]
+
+
+SLOW_RUN = 0.1   # seconds: engines slower than this get no discarded run and one run per block
+
+
+def _block(p: Prepared, out: list[float], block: float, warm: bool) -> None:
+    """One engine's turn in a round: maybe a discarded run, then timed runs for ``block`` s."""
+    if warm:
+        t0 = time.perf_counter()
+        p.run()
+        if time.perf_counter() - t0 >= SLOW_RUN:
+            block = 0.0
+    end = time.perf_counter() + block
+    while True:
+        t0 = time.perf_counter()
+        p.run()
+        out.append(time.perf_counter() - t0)
+        if time.perf_counter() >= end:
+            return
 
 
 def _profile_ember(engine: Engine, feeds: dict[str, np.ndarray], res: ModelResult) -> None:
