@@ -3,6 +3,8 @@
     ember bench [MODEL ...] [--vs onnxruntime,openvino,torch,tvm] [--threads N] [--batch B]
                 [--runs 20] [--min-time 3] [--max-time 20] [--out bench/out]
                 [--readme bench/README.md] [--no-plots] [--no-profile] [--list]
+                [--compare OLD.json]
+    ember bench --diff OLD.json NEW.json
 
 MODEL is a zoo name (``--list``) or an ONNX file; no MODEL means the whole zoo. Writes
 ``OUT/bench.json`` (every sample, version and kernel profile), ``OUT/ratios.png`` and
@@ -37,6 +39,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-profile", action="store_true", help="skip ember's kernel profile")
     b.add_argument("--list", action="store_true", help="list the zoo models and engines")
     b.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
+    b.add_argument("--compare", metavar="OLD.json",
+                   help="after the run, show how each ratio moved since OLD.json")
+    b.add_argument("--diff", nargs=2, metavar=("OLD.json", "NEW.json"),
+                   help="only compare two earlier runs' ratios (runs nothing)")
     p = sub.add_parser("probe", help="measure (once, cached) this machine's FMA peak and "
                                      "memory bandwidth")
     p.add_argument("--threads", type=int, default=None)
@@ -69,6 +75,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
     set_thread_env(a.threads)          # before any peer runtime is imported
     if a.list:
         return _list()
+    if a.diff:
+        from ember.bench.report import compare
+
+        print(compare(*(_read_json(p) for p in a.diff)))
+        return 0
     from ember import zoo
     from ember.bench import harness, report
     from ember.runtime.probe import probe
@@ -102,4 +113,17 @@ def cmd_bench(a: argparse.Namespace) -> int:
         report.update_readme(Path(a.readme), section)
         written.append(Path(a.readme))
     print("wrote " + ", ".join(str(p) for p in written))
+    if a.compare:
+        print(report.compare(_read_json(a.compare), _read_json(str(out / "bench.json"))))
     return 0
+
+
+def _read_json(path: str) -> dict:
+    import json
+
+    from ember.errors import EmberError
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise EmberError(f"cannot read benchmark record {path}: {e}") from None

@@ -170,3 +170,33 @@ def update_readme(path: Path, section: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def _ratios(doc: dict[str, Any]) -> dict[tuple[str, str], float]:
+    out = {}
+    for r in doc.get("results", []):
+        for name, e in r.get("engines", {}).items():
+            v = e.get("ratio_to_onnxruntime")
+            if v and name != REFERENCE:
+                out[(r["model"], name)] = float(v)
+    return out
+
+
+def compare(old: dict[str, Any], new: dict[str, Any], tolerance: float = 0.10) -> str:
+    """Ratios to onnxruntime of two benchmark JSON records side by side; changes beyond
+    ``tolerance`` (relative) are flagged ``*``."""
+    a, b = _ratios(old), _ratios(new)
+    rows = [["model", "engine", "old", "new", "change"]]
+    flagged = 0
+    for key in [k for k in b if k in a] + [k for k in a if k not in b]:
+        if key not in b:
+            rows.append([key[0], key[1], f"{a[key]:.2f}", "—", "gone"])
+            continue
+        change = b[key] / a[key] - 1
+        mark = " *" if abs(change) > tolerance else ""
+        flagged += bool(mark)
+        rows.append([key[0], key[1], f"{a[key]:.2f}", f"{b[key]:.2f}",
+                     f"{100 * change:+.0f}%{mark}"])
+    summary = (f"{flagged} of {len(rows) - 1} ratios moved more than {100 * tolerance:.0f}% "
+               f"({old.get('date', '?')} -> {new.get('date', '?')})")
+    return render_text(rows) + "\n" + summary

@@ -215,3 +215,22 @@ def test_cli_bench_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     (res,) = doc["results"]
     assert res["engines"]["ember"]["runs"] >= 3 and res["engines"]["ember"]["max_abs_diff"] < 1e-3
     assert res["kernels"] and report.BEGIN in readme.read_text()
+
+
+def test_compare_flags_moves_beyond_tolerance(tmp_path: Path) -> None:
+    def doc(ratio_a: float, ratio_b: float) -> dict:
+        return {"date": "d", "results": [
+            {"model": "a", "engines": {"ember": {"ratio_to_onnxruntime": ratio_a},
+                                       "onnxruntime": {"ratio_to_onnxruntime": 1.0}}},
+            {"model": "b", "engines": {"ember": {"ratio_to_onnxruntime": ratio_b}}}]}
+
+    text = report.compare(doc(1.0, 2.0), doc(1.05, 2.5))
+    lines = {ln.split()[0]: ln for ln in text.splitlines()[2:-1]}
+    assert lines["a"].endswith("+5%") and lines["b"].endswith("+25% *")
+    assert "1 of 2 ratios moved more than 10%" in text
+    old, new = tmp_path / "o.json", tmp_path / "n.json"
+    old.write_text(json.dumps(doc(1.0, 2.0)))
+    new.write_text(json.dumps(doc(1.0, 2.0)))
+    from ember.cli import main
+
+    assert main(["bench", "--diff", str(old), str(new)]) == 0
