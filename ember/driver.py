@@ -22,6 +22,7 @@ from ember.kernel.base import OUTPUT, Kernel
 from ember.kernel.cost import kernel_cost
 from ember.kernel.select import build_kernel
 from ember.passes import pipeline
+from ember.passes.cse import attr_key
 from ember.passes.memplan import ALIGN, MemoryPlan
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
@@ -84,10 +85,14 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
     t = time.perf_counter()
     fused = [n for n in g.nodes if n.op == "Fused"]
     threads = num_threads or default_threads()
+    built: dict[tuple, Kernel] = {}
     for i, n in enumerate(fused):
         if len(fused) > 20 and i % 20 == 0:
             _progress(f"kernels {i}/{len(fused)}")
-        comp.kernels.append(build_kernel(f"{n.attrs['master'].lower()}{i}", n, threads))
+        key = _body_key(n)
+        if key not in built:
+            built[key] = build_kernel(f"{n.attrs['master'].lower()}{i}", n, threads)
+        comp.kernels.append(built[key])
     comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     comp.plan.validate([k.ntasks for k in comp.kernels])
     bound, comp.params = _bind(g, fused, comp.kernels)
@@ -139,6 +144,22 @@ def _profile_meta(comp: Compilation) -> dict[str, Any]:
     return {"kernels": kernels, "entries": entries}
 
 
+def _body_key(n: Node) -> tuple:
+    """What a fused node's kernel depends on: its body's ops, attributes, types and wiring, and
+    the identity of the constants it reads. Equal keys build equal kernels (the kernel binds
+    its tensors by input position), so an unrolled recurrence builds each kernel once."""
+    body: Graph = n.attrs["body"]
+    ref: dict[int, tuple] = {v.uid: ("in", i, v.type) for i, v in enumerate(body.inputs)}
+    parts = []
+    for k, m in enumerate(body.nodes):
+        ins = tuple(None if v is None else ref.get(v.uid) or ("const", id(v.const), v.type)
+                    for v in m.inputs)
+        for j, o in enumerate(m.outputs):
+            ref[o.uid] = ("node", k, j, o.type)
+        parts.append((m.op, attr_key(m.attrs), ins))
+    return (tuple(parts), ref[body.outputs[0].uid], n.attrs.get("pattern"))
+
+
 def _copy_outputs(g: Graph) -> None:
     """Every graph output is written by a kernel of its own (not an input, constant or view)."""
     from ember.passes.fuse import run as fuse_run
@@ -178,11 +199,12 @@ def _bind(g: Graph, fused: list[Node], kernels: list[Kernel]
         if v.is_const:
             return const_addr(v.const)  # type: ignore[arg-type]
         s = plan.storage[v.uid]
+        off = f" + {s.offset}" if s.offset else ""
         if s.kind == "input":
-            return f"(char *)g_in[{s.index}]"
+            return f"(char *)g_in[{s.index}]{off}"
         if s.kind == "output":
-            return f"(char *)g_out[{s.index}]"
-        return f"g_ws + {s.index}"
+            return f"(char *)g_out[{s.index}]{off}"
+        return f"g_ws + {s.index + s.offset}"
 
     bound = []
     for n, k in zip(fused, kernels):

@@ -8,6 +8,7 @@ workspace offsets, parameter offsets, or locals. Vectorized loops carry ``#pragm
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from ember.errors import CompileError
@@ -82,9 +83,9 @@ class CEmitter:
 
     # ------------------------------------------------------------ expressions
     def var(self, v: Var) -> str:
-        if v not in self.vars:
-            base = "".join(ch if ch.isalnum() else "_" for ch in v.name)
-            self.vars[v] = f"{base}_{len(self.vars)}"
+        if v not in self.vars:  # the name without the global ids, so equal kernels read equal
+            base = re.sub(r"_?\d+", "", "".join(ch if ch.isalnum() else "_" for ch in v.name))
+            self.vars[v] = f"{base or 'v'}_{len(self.vars)}"
         return self.vars[v]
 
     def buf(self, b: Buffer) -> str:
@@ -136,7 +137,8 @@ class CEmitter:
                 with out.indented("else {", "}"):
                     self.stmt(s.orelse, out)
         elif isinstance(s, Alloc):
-            name = f"L{len(self.names)}_{s.buf.name}"
+            base = re.sub(r"_?\d+", "", "".join(ch if ch.isalnum() else "_" for ch in s.buf.name))
+            name = f"L{len(self.names)}_{base}"
             self.names[s.buf] = name
             with out.indented("{", "}"):
                 out.line(f"{ctype(s.buf.dtype)} {name}[{s.buf.size}] "
@@ -164,11 +166,13 @@ class CEmitter:
 
     # ------------------------------------------------------------ kernels
     def kernel(self, name: str, body: Stmt, buffers: list[Buffer], out: TextBuffer,
-               doc: str = "") -> None:
-        """Emit ``static void name(int64_t t0, int64_t t1)`` binding ``buffers`` to pointers."""
+               doc: str = "", params: tuple[str, ...] = ()) -> None:
+        """Emit ``static void name(int64_t t0, int64_t t1[, char *param...])`` binding
+        ``buffers`` to pointers (their binding expressions may name the ``params``)."""
         if doc:
             out.line(f"/* {doc} */")
-        with out.indented(f"static void {name}(int64_t t0, int64_t t1) {{", "}"):
+        extra = "".join(f", char *const {p}" for p in params)
+        with out.indented(f"static void {name}(int64_t t0, int64_t t1{extra}) {{", "}"):
             out.line("(void)t0; (void)t1;")
             seen: dict[str, str] = {}
             for b in buffers:

@@ -5,6 +5,11 @@ region; each thread walks its vEU program of rTasks and barrier rTasks, which sp
 step counters) and ``ember_num_threads()``. If OpenMP grants fewer threads than planned, thread
 0 runs every kernel in order (correct, just slower).
 
+A kernel's code is a function of its tensors' base pointers; kernels whose code is equal (the
+same kernel on other tensors: every step of an unrolled recurrence, every layer of a
+transformer) share one such function, and each kernel ``k<i>_...`` is a one-line wrapper that
+binds it to its tensors. The sequencers are compiled without optimization (``EM_SEQUENCER``).
+
 Profiling: ``ember_profile(buf)`` with a non-NULL ``int64_t buf[2 * ember_profile_entries()]``
 makes every following run record, for rTask entry ``e`` (numbered vEU by vEU, in program
 order), its start and end time in nanoseconds (CLOCK_MONOTONIC) at ``buf[2e]``, ``buf[2e+1]``;
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 
 from ember.codegen.c import BufferBinding, CEmitter
 from ember.kernel.base import T0, T1, Kernel
-from ember.loops.ir import Buffer
+from ember.loops.ir import Buffer, Scope
 from ember.sched.plan import Barrier, ExecutionPlan, RTask
 from ember.support.text import TextBuffer
 
@@ -47,6 +52,16 @@ static inline int64_t em_now(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+/* The sequencers (em_sequential, em_veu*) only call kernels in order: compiled without
+   optimization, their size (one line per rTask, thousands in an unrolled RNN) costs the C
+   compiler linear time instead of the super-linear time of optimizing one huge function. */
+#if defined(__clang__)
+#define EM_SEQUENCER __attribute__((optnone, noinline))
+#elif defined(__GNUC__)
+#define EM_SEQUENCER __attribute__((optimize("O0"), noinline))
+#else
+#define EM_SEQUENCER
+#endif
 #define EM_TASK(e, call) do { if (__builtin_expect(g_prof != 0, 0)) { \
     int64_t t_ = em_now(); call; g_prof[2 * (e)] = t_; g_prof[2 * (e) + 1] = em_now(); \
   } else { call; } } while (0)
@@ -99,12 +114,12 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan) -> str:
     for _, text in sorted(support.items(), key=lambda kv: (_support_rank(kv[0]), kv[0])):
         for line in text.splitlines():
             out.line(line)
+    shared: dict[str, str] = {}
     for i, bk in enumerate(kernels):
-        em = CEmitter(BufferBinding(bk.addresses))
-        em.vars[T0], em.vars[T1] = "t0", "t1"
-        doc = f"{bk.kernel.doc} ({bk.kernel.ntasks} rTasks)"
-        em.kernel(_kname(i, bk), bk.kernel.body, [b for b, _ in bk.kernel.args], out, doc)
-        out.line()
+        fn, args = _emit_shared(bk, shared, out)
+        out.line(f"/* {bk.kernel.doc} ({bk.kernel.ntasks} rTasks) */")
+        out.line(f"static void {_kname(i, bk)}(int64_t t0, int64_t t1) {{ {fn}(t0, t1{args}); }}")
+    out.line()
     _emit_sequential(kernels, out)
     T = plan.num_veus
     if T > 1:
@@ -117,6 +132,33 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan) -> str:
     return out.getvalue()
 
 
+def _emit_shared(bk: BoundKernel, shared: dict[str, str], out: TextBuffer) -> tuple[str, str]:
+    """Emit the kernel's code as a function of its buffers' base pointers, unless an equal
+    function exists already (the same kernel on other tensors, e.g. every step of an unrolled
+    recurrence): returns its name and the C arguments that bind it to this kernel's tensors."""
+    params: dict[str, str] = {}
+    binding: dict[Buffer, str] = {}
+    for b, _ in bk.kernel.args:
+        if b.scope is Scope.GLOBAL and b in bk.addresses:
+            binding[b] = params.setdefault(bk.addresses[b], f"p{len(params)}")
+    em = CEmitter(BufferBinding(binding))
+    em.vars[T0], em.vars[T1] = "t0", "t1"
+    text = TextBuffer()
+    em.kernel(_FN, bk.kernel.body, [b for b, _ in bk.kernel.args], text,
+              params=tuple(params.values()))
+    src = text.getvalue()
+    name = shared.get(src)
+    if name is None:
+        name = shared[src] = f"em_kernel{len(shared)}"
+        for line in src.replace(_FN, name).splitlines():
+            out.line(line)
+        out.line()
+    return name, "".join(f", (char *)({a})" for a in params)
+
+
+_FN = "EM_KERNEL_FN"
+
+
 def _support_rank(name: str) -> int:
     """Helpers before micro-kernels before the task functions that call them."""
     return 0 if name == "part" else 1 if name.startswith("em_uk_") else 2
@@ -127,7 +169,7 @@ def _kname(i: int, bk: BoundKernel) -> str:
 
 
 def _emit_sequential(kernels: list[BoundKernel], out: TextBuffer) -> None:
-    with out.indented("static void em_sequential(void) {", "}"):
+    with out.indented("EM_SEQUENCER static void em_sequential(void) {", "}"):
         for i, bk in enumerate(kernels):
             out.line(f"{_kname(i, bk)}(0, {bk.kernel.ntasks});")
 
@@ -135,7 +177,7 @@ def _emit_sequential(kernels: list[BoundKernel], out: TextBuffer) -> None:
 def _emit_veu(v: int, prog: list[RTask | Barrier], kernels: list[BoundKernel],
               out: TextBuffer, entry: int, sync: bool) -> int:
     """Emit vEU ``v``'s program; its rTasks are profile entries ``entry``, ``entry + 1``, ..."""
-    with out.indented(f"static void em_veu{v}(void) {{", "}"):
+    with out.indented(f"EM_SEQUENCER static void em_veu{v}(void) {{", "}"):
         step = 0
         for e in prog:
             if isinstance(e, RTask):

@@ -10,6 +10,7 @@ compile time to [group][block][k-chunk][kh][kw][ic][NB], zero-padded to a whole 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,7 +188,8 @@ def build_dense(name: str, body: Graph, threads: int = 2) -> Kernel:
     jb = -(-g.OCg // t.NB)
     pb = -(-g.P // t.PCH)
     ntasks = g.G * jb * pb
-    fn = f"em_tile_{name}"
+    # named by what its text depends on, so kernels of one shape share one tile function
+    fn = "em_tile_" + hashlib.sha1(repr((g, t)).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", g.P * g.OC)
     x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
     w_buf = Buffer(f"{name}_w", packed.size)

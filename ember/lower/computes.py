@@ -219,10 +219,14 @@ def _concat(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
             j[axis] = i[axis] - offs[k]
             return ins[k][tuple(j)]
 
-        e = read(len(ins) - 1)
-        for k in range(len(ins) - 2, -1, -1):
-            e = Select(i[axis] < offs[k + 1], read(k), e)
-        return e
+        def pick(lo: int, hi: int) -> Expr:
+            """Inputs lo..hi-1 by binary search: depth log2(n), not a chain of n selects."""
+            if hi - lo == 1:
+                return read(lo)
+            mid = (lo + hi) // 2
+            return Select(i[axis] < offs[mid], pick(lo, mid), pick(mid, hi))
+
+        return pick(0, len(ins))
 
     return [te.compute(shape, body, name="concat")]
 

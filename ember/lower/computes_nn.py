@@ -199,9 +199,11 @@ def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
     return [te.compute(shape, lambda *i: pooled[i] / Cast(count(i), "float32"), name="avg")]
 
 
-@register("Softmax", "LogSoftmax")
-def _softmax(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
-    raise CompileError("Softmax is lowered by its own kernel (ember.kernel.softmax)")
+@register("Softmax", "LogSoftmax", "LayerNormalization")
+def _row_kernel_op(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
+                   ) -> list[Tensor]:
+    raise CompileError(f"{attrs['_op']} is lowered by its own row kernel (ember.kernel.softmax, "
+                       "ember.kernel.layernorm)")
 
 
 @register("LRN")

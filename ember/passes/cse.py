@@ -20,7 +20,7 @@ def _const_key(v: Value) -> tuple:
             .hexdigest())
 
 
-def _attr_key(attrs: dict) -> str:
+def attr_key(attrs: dict) -> str:
     def norm(x: object) -> object:
         if isinstance(x, np.ndarray):
             return ("nd", x.dtype.str, x.shape, x.tobytes())
@@ -44,7 +44,7 @@ def run(g: Graph) -> Graph:
         if "body" in n.attrs:
             keep.append(n)
             continue
-        key = (n.op, tuple(v.uid if v is not None else -1 for v in n.inputs), _attr_key(n.attrs))
+        key = (n.op, tuple(v.uid if v is not None else -1 for v in n.inputs), attr_key(n.attrs))
         if key in seen:
             for old, new in zip(n.outputs, seen[key]):
                 canon[old.uid] = new

@@ -1,8 +1,9 @@
 """Operator fusion by pattern kind (TVM §3), producing ``Fused`` nodes.
 
 Pre: layout-transformed, canonical graph. Post: every compute node sits inside a ``Fused`` node
-(one kernel each), except views (Reshape / Flatten / Squeeze / Unsqueeze) that the memory
-planner turns into aliases. A group has one master (the most complex node), grows along
+(one kernel each), except views that the memory planner turns into aliases: Reshape / Flatten /
+Squeeze / Unsqueeze, and a ``Slice`` that selects one contiguous range of its statically shaped
+input (``view_offset``). A group has one master (the most complex node), grows along
 single-consumer edges, and has exactly one output value.
 
 ``legal`` answers whether the kernel generators can compute the merged group correctly;
@@ -16,10 +17,11 @@ from dataclasses import dataclass, field
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops import registry
 from ember.ir.ops.registry import Pattern
+from ember.ir.ops.tensor import slice_params, slice_range
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 MAX_GROUP = 24
-OPAQUE_OPS = {"Softmax", "LogSoftmax"}
+OPAQUE_OPS = {"Softmax", "LogSoftmax", "LayerNormalization"}
 
 
 @dataclass
@@ -36,6 +38,41 @@ class Group:
         return self.nodes[-1].outputs[0]
 
 
+def view_offset(n: Node) -> int | None:
+    """The element offset at which view node ``n`` reads its input; None if ``n`` is no view.
+
+    A Slice is a view when its output is one contiguous range of its input: every axis after
+    the last sliced one is whole, every axis before it has extent 1 in the output.
+    """
+    if n.op in VIEW_OPS:
+        return 0
+    x = n.inputs[0] if n.op == "Slice" and n.inputs else None
+    if x is None or not x.type.is_static or not n.output.type.is_static:
+        return None
+    shape = [int(d) for d in x.type.shape]  # type: ignore[arg-type]
+    starts = [0] * len(shape)
+    for axis, start, end, step in slice_params(n.attrs, len(shape)):
+        first, _, count = slice_range(shape[axis], start, end, step)
+        if count > 1 and step != 1:
+            return None
+        starts[axis] = first
+    out = [int(d) for d in n.output.type.shape]  # type: ignore[arg-type]
+    if 0 in out:
+        return None
+    cut = max((k for k in range(len(shape)) if out[k] != shape[k]), default=-1)
+    if any(out[k] != 1 for k in range(cut)):
+        return None
+    offset, stride = 0, 1
+    for k in reversed(range(len(shape))):
+        offset += starts[k] * stride
+        stride *= shape[k]
+    return offset
+
+
+def is_view(n: Node) -> bool:
+    return view_offset(n) is not None
+
+
 def pattern_of(n: Node) -> Pattern:
     if n.op in OPAQUE_OPS:
         return Pattern.OPAQUE
@@ -45,7 +82,7 @@ def pattern_of(n: Node) -> Pattern:
 def legal(group: Group, n: Node, via: Value) -> bool:
     """Can ``n`` (consuming ``via``, the group's output) join ``group``?"""
     p = pattern_of(n)
-    if len(n.outputs) != 1 or n.op in VIEW_OPS or p is Pattern.OPAQUE:
+    if len(n.outputs) != 1 or is_view(n) or p is Pattern.OPAQUE:
         return False
     if group.pattern is Pattern.OPAQUE:
         return False
@@ -77,7 +114,7 @@ def partition(g: Graph) -> list[Group]:
     group_of: dict[int, Group] = {}
     groups: list[Group] = []
     for n in g.nodes:
-        if n.op in VIEW_OPS or n.op == "Fused":
+        if n.op == "Fused" or is_view(n):
             continue
         target = None
         for v in n.inputs:

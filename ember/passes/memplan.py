@@ -2,7 +2,8 @@
 
 Pre: a fused graph (``Fused`` nodes, views, nothing else) with static shapes.
 Post: ``graph.memory_plan`` maps every non-constant value to a ``Storage``: a model input,
-a model output, or an offset in the workspace arena (64-byte aligned). Views alias their input.
+a model output, or an offset in the workspace arena (64-byte aligned). Views alias their input,
+a contiguous Slice at a byte ``offset`` into it (``fuse.view_offset``).
 An element-wise group may write over an input that dies at it (same size, not a model input).
 Constants referenced by kernels get offsets in the parameter blob later (codegen).
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.registry import Pattern
-from ember.passes.fuse import VIEW_OPS
+from ember.passes.fuse import view_offset
 
 ALIGN = 64
 
@@ -24,6 +25,7 @@ class Storage:
     kind: str        # "input" | "output" | "workspace" | "const"
     index: int       # input/output position, or byte offset in workspace / params
     nbytes: int
+    offset: int = 0  # bytes into that storage where the value starts (views of a slice)
 
 
 @dataclass
@@ -75,10 +77,21 @@ class _Arena:
         self.free = merged
 
 
-def _root(v: Value) -> Value:
-    while v.producer is not None and v.producer.op in VIEW_OPS and v.producer.inputs[0] is not None:
+def _view(v: Value) -> tuple[Value, int]:
+    """The value whose storage ``v`` aliases (itself unless ``v`` is a view), and the byte
+    offset of ``v`` in it."""
+    off = 0
+    while v.producer is not None and v.producer.inputs and v.producer.inputs[0] is not None:
+        k = view_offset(v.producer)
+        if k is None:
+            break
+        off += k * v.type.dtype.itemsize
         v = v.producer.inputs[0]
-    return v
+    return v, off
+
+
+def _root(v: Value) -> Value:
+    return _view(v)[0]
 
 
 def run(g: Graph) -> Graph:
@@ -94,10 +107,12 @@ def run(g: Graph) -> Graph:
                 last[_root(v).uid] = t
     arena = _Arena()
     for t, n in enumerate(g.nodes):
-        if n.op in VIEW_OPS:
-            src = plan.storage.get(_root(n.outputs[0]).uid)
+        if view_offset(n) is not None:
+            root, off = _view(n.outputs[0])
+            src = plan.storage.get(root.uid)
             if src is not None:
-                plan.storage[n.outputs[0].uid] = src
+                plan.storage[n.outputs[0].uid] = Storage(src.kind, src.index, src.nbytes,
+                                                         src.offset + off)
             continue
         if n.op != "Fused":
             raise CompileError(f"memory planning expects fused graphs, found {n.op} ({n.name})")
@@ -135,10 +150,13 @@ def _inplace_candidate(n: Node, o: Value, plan: MemoryPlan, last: dict[int, int]
                        out_pos: dict[int, int]) -> Storage | None:
     if n.attrs.get("pattern", Pattern.OPAQUE) > Pattern.BROADCAST:
         return None
-    for v in n.present_inputs():
-        r = _root(v)
+    views = [(v, *_view(v)) for v in n.present_inputs()]
+    for v, r, off in views:
         s = plan.storage.get(r.uid)
-        if (s is not None and s.kind == "workspace" and last.get(r.uid) == t
-                and v.type.shape == o.type.shape and v.type.dtype == o.type.dtype):
+        if (s is not None and s.kind == "workspace" and last.get(r.uid) == t and off == 0
+                and v.type.shape == o.type.shape and v.type.dtype == o.type.dtype
+                # another input reading the same storage elsewhere would race with the writes
+                and all(o2 == 0 and v2.type.shape == o.type.shape
+                        for v2, r2, o2 in views if r2 is r)):
             return s
     return None

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from .bert import bert
 from .inception import inception_v3
+from .lstm import NUM_CLASSES as LSTM_CLASSES
+from .lstm import lstm_tc
 from .mobilenet import mobilenet_v2
 from .randwire import randwire
 from .resnet import resnet18, resnet50
@@ -82,6 +85,13 @@ SPECS: dict[str, ModelSpec] = {
     "randwire": ModelSpec(randwire, _image(224), _logits(1000), family="irregular",
                           about="RandWire-WS(4, 0.75) small regime, C=78, ImageNet"),
     # -- recurrent and transformer models (lstm.py, bert.py) --
+    "lstm_tc": ModelSpec(lstm_tc, (InputSpec("input", lambda b: (100, b, 256)),),
+                         _logits(LSTM_CLASSES), family="recurrent",
+                         about="LSTM-TC (Rammer): 10 LSTM layers, hidden 256, seq 100"),
+    "bert_base": ModelSpec(bert, (InputSpec("input_ids", lambda b: (b, 128), "int64",
+                                            high=30522),),
+                           lambda b: (b, 128, 768), family="transformer",
+                           about="BERT-base encoder, seq 128, final hidden states"),
 }
 
 NAMES: list[str] = list(SPECS)

@@ -4,8 +4,11 @@
 ConvTranspose, Gemm, MatMul and the matrix products of LSTM/GRU/RNN -- from shapes given by
 ``onnx.shape_inference``; element-wise ops, pools, normalizations and activations are ignored
 (the usual convention behind "ResNet-50 is 8.2 GFLOP"). ``count_params`` counts trainable
-parameters the way PyTorch does: weights and biases of Conv/ConvTranspose/Gemm/MatMul and the
-scale/bias of BatchNormalization, but not its running mean/variance or other constants.
+parameters the way PyTorch does: weights and biases of Conv/ConvTranspose/Gemm/MatMul (a
+MatMul's bias is the initializer an ``Add`` right after it adds, as ``nn.Linear`` on N-d inputs
+exports), the scale/bias of BatchNormalization and LayerNormalization, the weights of
+LSTM/GRU/RNN and embedding tables (an initializer that ``Gather`` indexes); not BN running
+mean/variance or other constants.
 """
 
 from __future__ import annotations
@@ -90,16 +93,22 @@ _PARAM_INPUTS = {
     "LSTM": (1, 2, 3),
     "GRU": (1, 2, 3),
     "RNN": (1, 2, 3),
+    "LayerNormalization": (1, 2),
+    "Gather": (0,),
 }
 
 
 def count_params(model: onnx.ModelProto) -> int:
     """Number of trainable parameters (PyTorch convention; BN running stats excluded)."""
     inits = {t.name: t for t in model.graph.initializer}
+    matmul_outs = {o for n in model.graph.node if n.op_type == "MatMul" for o in n.output}
     seen: set[str] = set()
     total = 0
     for node in model.graph.node:
-        for i in _PARAM_INPUTS.get(node.op_type, ()):
+        slots = _PARAM_INPUTS.get(node.op_type, ())
+        if node.op_type == "Add" and any(i in matmul_outs for i in node.input):
+            slots = (0, 1)   # the bias of a Linear layer
+        for i in slots:
             if i < len(node.input) and node.input[i] in inits and node.input[i] not in seen:
                 seen.add(node.input[i])
                 total += math.prod(inits[node.input[i]].dims)

@@ -141,6 +141,43 @@ def batch_norm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
                    {"epsilon": float(attrs.get("epsilon", 1e-5))})
 
 
+@converter("LayerNormalization", since=17)
+def layer_norm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    """Y by the ``LayerNormalization`` op (one row kernel); the optional Mean / InvStdDev
+    outputs, and Y for non-float32 inputs, by ReduceMean / Sub / Mul / Sqrt primitives."""
+    x, scale, bias = ctx.inputs(ins, 3, 2)
+    assert x is not None and scale is not None
+    rank = x.type.rank
+    if rank == 0:
+        raise ModelError("LayerNormalization needs an input of rank >= 1")
+    axis = int(attrs.get("axis", -1))
+    if not -rank <= axis < rank:
+        raise ModelError(f"LayerNormalization axis {axis} out of range for rank {rank}")
+    axis %= rank
+    eps = float(attrs.get("epsilon", 1e-5))
+    inner = x.type.shape[axis:]
+    if all(isinstance(d, int) for d in inner):
+        scale, bias = [v if v is None or v.type.shape == inner
+                       else ctx.add1("Expand", [v], {"shape": list(inner)}) for v in (scale, bias)]
+    want_stats = ctx.output_used(1) or ctx.output_used(2)
+    fast = x.type.dtype.name == "float32"
+    if fast:
+        y = ctx.add1("LayerNormalization", [x, scale, bias], {"axis": axis, "epsilon": eps})
+        if not want_stats:
+            return [y]
+    axes = list(range(axis, rank))
+    mean = ctx.add1("ReduceMean", [x], {"axes": axes, "keepdims": 1})
+    dev = ctx.add1("Sub", [x, mean])
+    var = ctx.add1("ReduceMean", [ctx.add1("Mul", [dev, dev])], {"axes": axes, "keepdims": 1})
+    eps_v = ctx.const(np.array(eps, dtype=x.type.dtype.np))
+    inv = ctx.add1("Reciprocal", [ctx.add1("Sqrt", [ctx.add1("Add", [var, eps_v])])])
+    if not fast:
+        y = ctx.add1("Mul", [ctx.add1("Mul", [dev, inv]), scale])
+        if bias is not None:
+            y = ctx.add1("Add", [y, bias])
+    return [y, mean, inv]
+
+
 @converter("LRN", since=1)
 def lrn(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     norm = {"size": int(ctx.attr(attrs, "size")), "alpha": float(attrs.get("alpha", 1e-4)),

@@ -12,8 +12,9 @@ ONNX output (extra entries for unused optional outputs may be omitted). It emits
 through ``ctx.add``, which folds eagerly: a node whose inputs are all constants is evaluated with
 its numpy reference and becomes a constant Value.
 
-The families live in ``conv_nn.py`` (conv, dense, norm, pool, softmax) and ``tensor_ops.py``
-(shape manipulation, indexing, resize, reductions); this file holds element-wise and misc ops.
+The families live in ``conv_nn.py`` (conv, dense, norm, pool, softmax), ``tensor_ops.py``
+(shape manipulation, indexing, resize, reductions) and ``rnn.py`` (LSTM, unrolled); this file
+holds element-wise and misc ops.
 """
 
 from __future__ import annotations
@@ -285,4 +286,5 @@ def cast(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 # Register the other families (they import this module for ``converter`` and ``Ctx``).
 from ember.frontend.onnx import conv_nn as _conv_nn  # noqa: E402,F401
+from ember.frontend.onnx import rnn as _rnn  # noqa: E402,F401
 from ember.frontend.onnx import tensor_ops as _tensor_ops  # noqa: E402,F401

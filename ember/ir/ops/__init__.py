@@ -1,3 +1,3 @@
 """Operator families. Importing this package registers every op."""
 
-from ember.ir.ops import elementwise, layout, nn, reduce, tensor  # noqa: F401
+from ember.ir.ops import elementwise, layout, nn, reduce, rnn, tensor  # noqa: F401

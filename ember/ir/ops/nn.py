@@ -10,9 +10,10 @@ pooling reduces a strided window view.
 
 Fusion patterns follow TVM: Conv / ConvTranspose / MatMul / Gemm are OUT_FUSABLE (they take an
 element-wise epilogue); BatchNormalization (inference) is a per-channel affine map, i.e.
-BROADCAST; pools and global pools reduce a window, REDUCTION. Softmax / LogSoftmax and LRN are
-OPAQUE: each is a multi-stage kernel (reduce, map, reduce-normalize) that neither takes nor gives
-a plain element-wise fusion in our lowering, as in TVM where softmax gets its own schedule.
+BROADCAST; pools and global pools reduce a window, REDUCTION. Softmax / LogSoftmax, LRN and
+LayerNormalization are OPAQUE: each is a multi-stage kernel (reduce, map, reduce-normalize) that
+neither takes nor gives a plain element-wise fusion in our lowering, as in TVM where softmax
+gets its own schedule.
 """
 
 from __future__ import annotations
@@ -418,3 +419,37 @@ def log_softmax(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     axis = int(attrs.get("axis", -1))
     z = x - x.max(axis=axis, keepdims=True)
     return [(z - np.log(np.exp(z).sum(axis=axis, keepdims=True))).astype(x.dtype, copy=False)]
+
+
+# --------------------------------------------------------------------------- LayerNormalization
+def _ln_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x, scale, bias = (list(ts) + [None, None])[:3]
+    assert x is not None and scale is not None
+    axis = norm_axis(int(attrs.get("axis", -1)), x.rank)
+    inner = x.shape[axis:]
+    for name, t in (("scale", scale), ("bias", bias)):
+        if t is None:
+            continue
+        if t.dtype != x.dtype:
+            raise TypeInferenceError(f"LayerNormalization {name} dtype {t.dtype} != {x.dtype}")
+        shape = broadcast_shapes(t.shape, inner)
+        if len(shape) != len(inner) or any(dims_equal(a, b) is False
+                                           for a, b in zip(shape, inner, strict=True)):
+            raise TypeInferenceError(f"LayerNormalization {name} {t} does not broadcast to the "
+                                     f"normalized shape {inner}")
+    return [x]
+
+
+@defop("LayerNormalization", Pattern.OPAQUE, _ln_infer)
+def layer_norm(attrs: Attrs, x: np.ndarray, scale: np.ndarray,
+               bias: np.ndarray | None = None) -> list[np.ndarray]:
+    """(x - mean) / sqrt(var + epsilon) * scale + bias over the axes [axis, rank) (ONNX 17)."""
+    axis = norm_axis(int(attrs.get("axis", -1)), x.ndim)
+    axes = tuple(range(axis, x.ndim))
+    xf = x.astype(np.float64)
+    d = xf - xf.mean(axis=axes, keepdims=True)
+    var = np.mean(d * d, axis=axes, keepdims=True)
+    y = d / np.sqrt(var + float(attrs.get("epsilon", 1e-5))) * scale
+    if bias is not None:
+        y = y + bias
+    return [y.astype(x.dtype)]

@@ -293,7 +293,7 @@ def gather(attrs: Attrs, x: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------- Slice
-def _slice_params(attrs: Attrs, rank: int) -> list[tuple[int, int, int, int]]:
+def slice_params(attrs: Attrs, rank: int) -> list[tuple[int, int, int, int]]:
     """[(axis, start, end, step)] as given (unclamped), one per sliced axis."""
     starts = [int(s) for s in attrs["starts"]]
     ends = [int(e) for e in attrs["ends"]]
@@ -326,7 +326,7 @@ def _slice_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x = ts[0]
     assert x is not None
     shape = list(x.shape)
-    for axis, start, end, step in _slice_params(attrs, x.rank):
+    for axis, start, end, step in slice_params(attrs, x.rank):
         d = shape[axis]
         if isinstance(d, int):
             shape[axis] = slice_range(d, start, end, step)[2]
@@ -340,7 +340,7 @@ def _slice_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
 def slice_(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     """Strided slice with ONNX clamping (negative steps walk backwards)."""
     sel: list[slice] = [slice(None)] * x.ndim
-    for axis, start, end, step in _slice_params(attrs, x.ndim):
+    for axis, start, end, step in slice_params(attrs, x.ndim):
         first, stop, n = slice_range(x.shape[axis], start, end, step)
         sel[axis] = slice(first, first + n * step if first + n * step >= 0 else None, step)
         if n == 0:

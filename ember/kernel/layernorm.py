@@ -1,0 +1,123 @@
+"""LayerNormalization over the trailing axes [axis, rank): one row per rTask, three passes.
+
+Ba et al., "Layer Normalization" (2016); ONNX ``LayerNormalization`` (opset 17). A row is the
+``K = prod(shape[axis:])`` contiguous elements of one outer index. Per row: the sum (for the
+mean), the sum of squared deviations (two-pass variance: no cancellation when the mean is large
+against the spread, as in a transformer's residual stream), then ``y = (x - mean) * inv * scale
++ bias`` in one vectorized loop. The two sums accumulate in ``LANES`` independent partial sums
+(a vectorizable loop without reassociating one scalar chain), then add those up.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.errors import CompileError
+from ember.ir.graph import Graph, Value
+from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.loops.ir import (
+    Alloc,
+    Bin,
+    Buffer,
+    Call,
+    Const,
+    Expr,
+    For,
+    ForKind,
+    Load,
+    Scope,
+    Stmt,
+    Store,
+    Var,
+    seq,
+)
+from ember.loops.transform import format_stmt, substitute
+from ember.lower.computes import static_shape
+
+LANES = 16
+
+
+def applicable(body: Graph) -> bool:
+    return len(body.nodes) == 1 and body.nodes[0].op == "LayerNormalization"
+
+
+def _param(name: str, v: Value | None, inner: tuple[int, ...], body: Graph,
+           args: list) -> Buffer | None:
+    """The scale / bias buffer, broadcast to the normalized shape (constants at compile time)."""
+    if v is None:
+        return None
+    k = int(np.prod(inner))
+    buf = Buffer(name, k)
+    if v.is_const:
+        arr = np.ascontiguousarray(np.broadcast_to(v.const, inner), dtype=np.float32)
+        args.append((buf, arr))
+    elif tuple(static_shape(v.type)[-len(inner):]) == inner and v.type.rank <= len(inner):
+        args.append((buf, body.inputs.index(v)))
+    else:
+        raise CompileError(f"LayerNormalization: run-time {name} {v.type} must have the "
+                           f"normalized shape {inner}")
+    return buf
+
+
+def _row_sum(acc: Buffer, s: Buffer, k: int, term: Expr, j: Var) -> Stmt:
+    """``s[0] = sum_j term(j)`` over ``k`` elements with LANES partial sums."""
+    zero = Const(0)
+    jo, lane = Var("jo"), Var("l")
+    full = k // LANES * LANES
+    idx = Bin("+", Bin("*", jo, Const(LANES)), lane)
+    at = substitute(Store(acc, lane, Bin("+", Load(acc, lane), term)), {j: idx})
+    stmts: list[Stmt] = [For(lane, zero, Const(LANES), Store(acc, lane, Const(0.0, "float32")),
+                             ForKind.VECTORIZED)]
+    if full:
+        stmts.append(For(jo, zero, Const(k // LANES),
+                         For(lane, zero, Const(LANES), at, ForKind.VECTORIZED)))  # type: ignore
+    if full < k:
+        stmts.append(For(j, Const(full), Const(k - full),
+                         Store(acc, zero, Bin("+", Load(acc, zero), term))))
+    stmts.append(Store(s, zero, Const(0.0, "float32")))
+    stmts.append(For(lane, zero, Const(LANES), Store(s, zero, Bin("+", Load(s, zero),
+                                                                   Load(acc, lane)))))
+    return seq(*stmts)
+
+
+def build_layernorm(name: str, body: Graph) -> Kernel:
+    n = body.nodes[0]
+    x_v = n.inputs[0]
+    assert x_v is not None
+    if x_v.type.dtype.name != "float32":
+        raise CompileError(f"LayerNormalization kernel handles float32, got {x_v.type}")
+    shape = static_shape(x_v.type)
+    axis = int(n.attrs.get("axis", -1)) % len(shape)
+    inner = shape[axis:]
+    k = int(np.prod(inner))
+    rows = int(np.prod(shape[:axis]))
+    x, y = Buffer(f"{name}_x", rows * k), Buffer(f"{name}_y", rows * k)
+    args: list = [(y, OUTPUT), (x, body.inputs.index(x_v))]
+    scale = _param(f"{name}_scale", n.inputs[1], inner, body, args)
+    bias = _param(f"{name}_bias", n.inputs[2] if len(n.inputs) > 2 else None, inner, body, args)
+    row, j = Var("row"), Var("j")
+    zero = Const(0)
+    xv = Load(x, Bin("+", Bin("*", row, Const(k)), j))
+    acc = Buffer("acc", LANES, scope=Scope.LOCAL)
+    mean, inv = Buffer("mean", 1, scope=Scope.LOCAL), Buffer("inv", 1, scope=Scope.LOCAL)
+    dev = Bin("-", xv, Load(mean, zero))
+    eps = float(n.attrs.get("epsilon", 1e-5))
+    stmts = [
+        _row_sum(acc, mean, k, xv, j),
+        Store(mean, zero, Bin("*", Load(mean, zero), Const(1.0 / k, "float32"))),
+        _row_sum(acc, inv, k, Bin("*", dev, dev), j),
+        Store(inv, zero, Bin("/", Const(1.0, "float32"), Call("sqrt", (Bin(
+            "+", Bin("*", Load(inv, zero), Const(1.0 / k, "float32")),
+            Const(eps, "float32")),)))),
+    ]
+    val: Expr = Bin("*", dev, Load(inv, zero))
+    if scale is not None:
+        val = Bin("*", val, Load(scale, j))
+    if bias is not None:
+        val = Bin("+", val, Load(bias, j))
+    stmts.append(For(j, zero, Const(k), Store(y, Bin("+", Bin("*", row, Const(k)), j), val),
+                     ForKind.VECTORIZED))
+    stmt = For(row, T0, Bin("-", T1, T0),
+               Alloc(acc, Alloc(mean, Alloc(inv, seq(*stmts)))))
+    return Kernel(name, stmt, rows, args, doc=f"LayerNormalization rows={rows} K={k}",
+                  loops=format_stmt(stmt))
