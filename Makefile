@@ -26,7 +26,7 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	touch $@
 
 bench: $(VENV)/.installed-bench
-	$(BIN)/ember bench --readme bench/README.md
+	$(BIN)/ember bench --out bench/results --readme bench/README.md
 
 lint: $(VENV)/.installed-test
 	$(BIN)/pip install -q ruff

@@ -5,6 +5,7 @@
                 [--readme bench/README.md] [--no-plots] [--no-profile] [--list]
                 [--compare OLD.json]
     ember bench --diff OLD.json NEW.json
+    ember bench --report RUN.json [--out DIR] [--readme README.md]
 
 MODEL is a zoo name (``--list``) or an ONNX file; no MODEL means the whole zoo. Writes
 ``OUT/bench.json`` (every sample, version and kernel profile), ``OUT/ratios.png`` and
@@ -41,6 +42,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     b.add_argument("--compare", metavar="OLD.json",
                    help="after the run, show how each ratio moved since OLD.json")
+    b.add_argument("--report", metavar="RUN.json",
+                   help="runs nothing: print, plot and --readme from a recorded run")
     b.add_argument("--diff", nargs=2, metavar=("OLD.json", "NEW.json"),
                    help="only compare two earlier runs' ratios (runs nothing)")
     p = sub.add_parser("probe", help="measure (once, cached) this machine's FMA peak and "
@@ -84,6 +87,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from ember.bench import harness, report
     from ember.runtime.probe import probe
 
+    if a.report:
+        doc = _read_json(a.report)
+        results, peak, command = report.load_record(doc)
+        return _outputs(a, results, peak, command, write_json=False, date=doc.get("date"))
     models = a.models or [n for n in zoo.NAMES if n != "small_cnn"]
     vs = [v.strip() for v in a.vs.split(",") if v.strip()] if a.vs else None
     s = harness.Settings(threads=a.threads, batch=a.batch, min_runs=a.runs,
@@ -95,10 +102,23 @@ def cmd_bench(a: argparse.Namespace) -> int:
     results = harness.run(models, [e.name for e in engines], s)
     command = "ember bench " + " ".join(shlex.quote(x) for x in sys.argv[2:]) \
         if len(sys.argv) > 1 and sys.argv[1] == "bench" else "ember bench"
+    code = _outputs(a, results, peak, command, write_json=True)
+    if a.compare:
+        print(report.compare(_read_json(a.compare), _read_json(str(Path(a.out) / "bench.json"))))
+    return code
+
+
+def _outputs(a: argparse.Namespace, results: list, peak, command: str,  # noqa: ANN001
+             write_json: bool, date: str | None = None) -> int:
+    """Table on stdout, then the JSON record, the pictures and the README section."""
+    from ember.bench import report
+
     print(report.terminal_report(results, peak))
     out = Path(a.out)
-    report.write_json(out / "bench.json", results, peak, command, vars(a))
-    written = [out / "bench.json"]
+    written = []
+    if write_json:
+        report.write_json(out / "bench.json", results, peak, command, vars(a))
+        written.append(out / "bench.json")
     if not a.no_plots:
         try:
             from ember.bench import plots
@@ -109,12 +129,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"pictures skipped: {e} (pip install 'ember[bench]')", file=sys.stderr)
     if a.readme:
-        section = report.markdown_report(results, peak, command, report.versions(results))
+        section = report.markdown_report(results, peak, command, report.versions(results),
+                                         (date or "")[:10] or None)
         report.update_readme(Path(a.readme), section)
         written.append(Path(a.readme))
     print("wrote " + ", ".join(str(p) for p in written))
-    if a.compare:
-        print(report.compare(_read_json(a.compare), _read_json(str(out / "bench.json"))))
     return 0
 
 

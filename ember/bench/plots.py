@@ -49,8 +49,7 @@ def ratio_chart(results: list[ModelResult], path: Path) -> Path:
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     ax.set_yscale("log")
     vals = [v for r in models for n in engines if (v := r.ratio(n))] or [1.0]
-    span = max(max(vals), 1 / min(vals), 1.25) * 1.3
-    ax.set_ylim(1 / span, span)
+    ax.set_ylim(min(min(vals), 0.8) / 1.4, max(max(vals), 1.25) * 1.4)
     ax.set_xticks(range(len(models)), [r.model for r in models], rotation=30, ha="right")
     ax.set_ylabel("latency / onnxruntime latency (log; < 1 is faster)")
     b = results[0] if results else None
@@ -97,7 +96,8 @@ def roofline(results: list[ModelResult], peak: MachinePeak, path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    ax.set_ylim(0.05, top * 2)
+    ys = [k["flops"] / (k["ms"] * 1e6) for _, k in pts] or [1.0]
+    ax.set_ylim(min(0.05, min(ys) / 2), top * 2)
     ax.set_xlabel("arithmetic intensity (flop / byte of compulsory traffic)")
     ax.set_ylabel("achieved GFLOP/s")
     ax.set_title(f"ember kernels on {peak.cpu} ({peak.threads} threads)")

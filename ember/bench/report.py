@@ -58,7 +58,7 @@ def latency_rows(results: list[ModelResult], peak: MachinePeak) -> list[list[str
 
 def compile_rows(results: list[ModelResult]) -> list[list[str]]:
     names = _engines(results)
-    rows = [["model", *[f"{n} compile s / max|diff|" for n in names]]]
+    rows = [["model", *[f"{n} compile s / max abs diff" for n in names]]]
     for r in results:
         row = [r.model]
         for n in names:
@@ -121,12 +121,12 @@ def machine_line(peak: MachinePeak) -> str:
 
 
 def markdown_report(results: list[ModelResult], peak: MachinePeak, command: str,
-                    versions: dict[str, str]) -> str:
+                    versions: dict[str, str], date: str | None = None) -> str:
     vers = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
     batch = results[0].batch if results else 1
     threads = results[0].threads if results else peak.threads
     parts = [
-        f"Measured {time.strftime('%Y-%m-%d')} on {machine_line(peak)}.",
+        f"Measured {date or time.strftime('%Y-%m-%d')} on {machine_line(peak)}.",
         f"Engines: {vers}.", "", f"Command: `{command}`", "",
         f"Latency at batch {batch}, {threads} threads; ratios are engine latency / onnxruntime "
         "latency (< 1 is faster than onnxruntime); % of peak is ember's achieved GFLOP/s over "
@@ -200,3 +200,18 @@ def compare(old: dict[str, Any], new: dict[str, Any], tolerance: float = 0.10) -
     summary = (f"{flagged} of {len(rows) - 1} ratios moved more than {100 * tolerance:.0f}% "
                f"({old.get('date', '?')} -> {new.get('date', '?')})")
     return render_text(rows) + "\n" + summary
+
+
+def load_record(doc: dict[str, Any]) -> tuple[list[ModelResult], MachinePeak, str]:
+    """The results, machine peak and command of a JSON record written by ``write_json``."""
+    from ember.bench.harness import EngineResult
+
+    fields = set(EngineResult.__dataclass_fields__)
+    results = []
+    for r in doc["results"]:
+        engines = {n: EngineResult(**{k: v for k, v in e.items() if k in fields})
+                   for n, e in r["engines"].items()}
+        results.append(ModelResult(r["model"], r["batch"], r["threads"], r.get("gflop"),
+                                   r.get("family", ""), engines, r.get("kernels", []),
+                                   r.get("error")))
+    return results, MachinePeak(**doc["machine"]), doc.get("command", "ember bench")

@@ -234,3 +234,17 @@ def test_compare_flags_moves_beyond_tolerance(tmp_path: Path) -> None:
     from ember.cli import main
 
     assert main(["bench", "--diff", str(old), str(new)]) == 0
+
+
+def test_report_from_a_recorded_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ember.cli import main
+
+    rec = tmp_path / "run.json"
+    report.write_json(rec, [_result()], PEAK, "ember bench m", {})
+    results, peak, command = report.load_record(json.loads(rec.read_text()))
+    assert results[0].ratio("ember") == 0.5 and peak == PEAK and command == "ember bench m"
+    readme = tmp_path / "R.md"
+    assert main(["bench", "--report", str(rec), "--no-plots", "--readme", str(readme),
+                 "--out", str(tmp_path)]) == 0
+    assert "| m | 2.00 | 20.00 | 10.00 (12.00) | 0.50 |" in readme.read_text()
+    assert "ember compile s / max abs diff" in capsys.readouterr().out
