@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember.codegen.program import BoundKernel, emit_program
+from ember.codegen.program import BoundKernel, emit_program, kernel_symbol
 from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
@@ -137,7 +137,7 @@ def _profile_meta(comp: Compilation) -> dict[str, Any]:
     kernels = []
     for i, (n, k) in enumerate(zip(fused, comp.kernels)):
         flops, nbytes = kernel_cost(n, k)
-        kernels.append({"name": f"k{i}_{k.name}", "op": n.attrs["master"], "flops": flops,
+        kernels.append({"name": kernel_symbol(i, k), "op": n.attrs["master"], "flops": flops,
                         "bytes": nbytes})
     entries = [[v, e.kernel, e.begin, e.end] for v, prog in enumerate(comp.plan.programs)
                for e in prog if isinstance(e, RTask)]

@@ -70,7 +70,7 @@ def _list() -> int:
     for name, e in all_engines().items():
         why = e.missing()
         default = "" if getattr(e, "default", True) else " (opt-in)"
-        print(f"  {name:<14} {'available' if why is None else why}{default}")
+        print(f"  {name:<14} {e.label:<24} {'available' if why is None else why}{default}")
     return 0
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -28,6 +29,8 @@ class Prepared:
     compile_s: float
     version: str
     note: str = ""
+    # per-kernel costs and times over ``runs`` profiled runs (engines that can tell: ember)
+    profile: Callable[[int], list[dict[str, Any]]] | None = None
 
 
 class Engine:
@@ -44,20 +47,26 @@ class Engine:
         raise NotImplementedError
 
 
-def _installed(module: str, hint: str) -> str | None:
+HINT = "pip install 'ember[bench]'"
+
+
+def absent(*modules: str) -> str | None:
+    """``None`` if every module can be imported, else why not; never raises."""
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:
-        return f"not installed ({hint})"
+    for m in modules:
+        try:
+            found = importlib.util.find_spec(m) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"not installed: {m} ({HINT})"
     return None
 
 
 class EmberEngine(Engine):
     name = "ember"
     label = "ember"
-
-    def __init__(self) -> None:
-        self.compiled = None   # the last CompiledModel, for profiling
 
     def prepare(self, model: onnx.ModelProto, path: Path, inputs: dict[str, np.ndarray],
                 threads: int) -> Prepared:
@@ -66,7 +75,6 @@ class EmberEngine(Engine):
         t = time.perf_counter()
         cm = ember.compile(model, num_threads=threads)
         dt = time.perf_counter() - t
-        self.compiled = cm
         order = cm.output_names
         feeds = dict(inputs)
 
@@ -74,7 +82,11 @@ class EmberEngine(Engine):
             out = cm.run(feeds)
             return [out[k] for k in order]
 
-        return Prepared(run, dt, ember.__version__ if hasattr(ember, "__version__") else "0.1.0")
+        def profile(runs: int) -> list[dict[str, Any]]:
+            return [{"name": k.name, "op": k.op, "flops": k.flops, "bytes": k.bytes,
+                     "ms": round(k.seconds * 1e3, 5)} for k in cm.profile(feeds, runs).kernels]
+
+        return Prepared(run, dt, ember.__version__, profile=profile)
 
 
 class OnnxRuntimeEngine(Engine):
@@ -82,7 +94,7 @@ class OnnxRuntimeEngine(Engine):
     label = "onnxruntime"
 
     def missing(self) -> str | None:
-        return _installed("onnxruntime", "pip install onnxruntime")
+        return absent("onnxruntime")
 
     def prepare(self, model: onnx.ModelProto, path: Path, inputs: dict[str, np.ndarray],
                 threads: int) -> Prepared:

@@ -279,14 +279,12 @@ def _block(p: Prepared, out: list[float], block: float, warm: bool) -> None:
             return
 
 
-def _profile_ember(engine: Engine, feeds: dict[str, np.ndarray], res: ModelResult) -> None:
-    cm = getattr(engine, "compiled", None)
-    if cm is None:
+def _profile_ember(p: Prepared, res: ModelResult) -> None:
+    """ember's per-kernel profile (for the roofline), over about a second of runs."""
+    if p.profile is None:
         return
     runs = max(3, min(20, int(1.0 / max(1e-4, (res.engines["ember"].median_ms or 1) / 1e3))))
-    prof = cm.profile(feeds, runs=runs)
-    res.kernels = [{"name": k.name, "op": k.op, "flops": k.flops, "bytes": k.bytes,
-                    "ms": round(k.seconds * 1e3, 5)} for k in prof.kernels]
+    res.kernels = p.profile(runs)
 
 
 def bench_model(spec: str, engines: list[Engine], s: Settings, bar: Progress) -> ModelResult:
@@ -306,16 +304,12 @@ def bench_model(spec: str, engines: list[Engine], s: Settings, bar: Progress) ->
         del model
         gc.collect()
         measure(ready, res, s, bar)
-        ember = next((e for e in engines if e.name == "ember"), None)
-        if s.profile and ember is not None and "ember" in ready and \
-                res.engines["ember"].error is None:
+        if s.profile and "ember" in ready and res.engines["ember"].error is None:
             bar.show(f"{name}: profiling ember's kernels")
             try:
-                _profile_ember(ember, feeds, res)
+                _profile_ember(ready["ember"], res)
             except Exception as e:
                 res.engines["ember"].note = f"profile failed: {_short(e)}"
-        if ember is not None:
-            ember.compiled = None  # type: ignore[attr-defined]
         ready.clear()
         gc.collect()
     return res

@@ -33,23 +33,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember.bench.engines import Engine, Prepared
-
-HINT = "pip install 'ember[bench]'"
-
-
-def _absent(*modules: str) -> str | None:
-    """``None`` if every module can be imported, else why not; never raises."""
-    import importlib.util
-
-    for m in modules:
-        try:
-            found = importlib.util.find_spec(m) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            return f"not installed: {m} ({HINT})"
-    return None
+from ember.bench.engines import Engine, Prepared, absent
 
 
 def _version(dist: str, fallback: str = "?") -> str:
@@ -70,7 +54,7 @@ class OpenVinoEngine(Engine):
     label = "OpenVINO"
 
     def missing(self) -> str | None:
-        return _absent("openvino")
+        return absent("openvino")
 
     def prepare(self, model: onnx.ModelProto, path: Path, inputs: dict[str, np.ndarray],
                 threads: int) -> Prepared:
@@ -140,7 +124,7 @@ class TorchEngine(Engine):
     compiled = False
 
     def missing(self) -> str | None:
-        return _absent("torch")
+        return absent("torch")
 
     def _module(self, model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> Any:
         from ember.bench.onnx_torch import OnnxTorch
@@ -180,7 +164,7 @@ class TorchCompileEngine(TorchEngine):
     default = False
 
     def missing(self) -> str | None:
-        reason = _absent("torch")
+        reason = absent("torch")
         if reason is None:
             import shutil
 
@@ -201,7 +185,7 @@ class TvmEngine(Engine):
     pipeline = "fused"
 
     def missing(self) -> str | None:
-        return _absent("tvm")
+        return absent("tvm")
 
     def prepare(self, model: onnx.ModelProto, path: Path, inputs: dict[str, np.ndarray],
                 threads: int) -> Prepared:

@@ -164,8 +164,13 @@ def _support_rank(name: str) -> int:
     return 0 if name == "part" else 1 if name.startswith("em_uk_") else 2
 
 
+def kernel_symbol(i: int, kernel: Kernel) -> str:
+    """The C name of the program's ``i``-th kernel (also its name in profiles)."""
+    return f"k{i}_{kernel.name}"[:60]
+
+
 def _kname(i: int, bk: BoundKernel) -> str:
-    return f"k{i}_{bk.kernel.name}"[:60]
+    return kernel_symbol(i, bk.kernel)
 
 
 def _emit_sequential(kernels: list[BoundKernel], out: TextBuffer) -> None:

@@ -14,9 +14,8 @@ import math
 
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import Kernel
+from ember.support.dtypes import dtype
 
-_BYTES = {"float32": 4, "float64": 8, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
-          "int8": 1, "uint8": 1, "bool": 1}
 _FREE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Slice",
          "Concat", "Gather", "Expand", "Cast", "Pad", "Split", "Shape", "Dropout"}
 
@@ -59,5 +58,5 @@ def kernel_cost(fused: Node, kernel: Kernel) -> tuple[int, int]:
     nbytes = 0
     for buf, _src in kernel.args:
         size = buf.size if isinstance(buf.size, int) else 0
-        nbytes += size * _BYTES.get(buf.dtype, 4)
+        nbytes += size * dtype(buf.dtype).itemsize
     return int(flops), int(nbytes)

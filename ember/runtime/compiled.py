@@ -199,7 +199,9 @@ class CompiledModel:
         """Time every kernel and rTask over ``runs`` runs (see ``ember.runtime.profile``)."""
         from ember.runtime.profile import profile_model
 
-        return profile_model(self, dict(feeds), runs)
+        values = self._order(feeds)
+        return profile_model(self._module, self._meta.get("profile"),
+                             lambda: self._execute(values), runs)
 
     # ------------------------------------------------------------------ persistence
 

@@ -1,21 +1,24 @@
 """Per-kernel and per-rTask timing of a compiled model (from the library's profile hooks).
 
-``profile_model(model, feeds, runs)`` runs the model ``runs`` times with profiling on and returns
-a ``Profile``: for every rTask entry of the execution plan its (vEU, kernel, task range) and
-start/end times relative to the start of each run, and for every kernel its wall time (from the
-first of its rTasks starting to the last ending, median over the runs), flops and compulsory
-bytes (from the compile-time metadata), hence achieved GFLOP/s and arithmetic intensity: the
-points of a roofline plot, and the data of a measured Gantt chart of the vEUs.
+``CompiledModel.profile(feeds, runs)`` (through ``profile_model``) runs the model ``runs`` times
+with profiling on and returns a ``Profile``: for every rTask entry of the execution plan its
+(vEU, kernel, task range) and start/end times relative to the start of each run, and for every
+kernel its wall time (from the first of its rTasks starting to the last ending, median over the
+runs), flops and compulsory bytes (from the compile-time metadata), hence achieved GFLOP/s and
+arithmetic intensity: the points of a roofline plot, and the data of a measured Gantt chart of
+the vEUs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ember.errors import EmberError
+from ember.runtime.module import NativeModule
 
 
 @dataclass
@@ -58,31 +61,33 @@ class Profile:
         return "\n".join(lines)
 
 
-def profile_model(model: Any, feeds: dict[str, np.ndarray], runs: int = 10,
-                  warmup: int = 2) -> Profile:
-    """Profile ``model`` (a ``CompiledModel``) on ``feeds``."""
-    meta = model.meta.get("profile")
-    module = model._module
+def profile_model(module: NativeModule, meta: dict[str, Any] | None, run: Callable[[], Any],
+                  runs: int = 10, warmup: int = 2) -> Profile:
+    """Profile the library ``module`` (its compile-time profile ``meta``) over ``runs`` calls
+    of ``run``, which runs one inference on it."""
     n = module.profile_entries()
     if not meta or n == 0 or n != len(meta["entries"]):
         raise EmberError("this compiled model has no profiling data; recompile it with this "
                          "version of ember")
     for _ in range(warmup):
-        model.run(feeds)
+        run()
     buf = np.zeros((runs, n, 2), dtype=np.int64)
     try:
         for r in range(runs):
             module.set_profile(buf[r])
-            model.run(feeds)
+            run()
     finally:
         module.set_profile(None)
     entries = [tuple(e) for e in meta["entries"]]
     start = buf[:, :, 0].min(axis=1, keepdims=True)
     times = (buf - start[:, :, None]).astype(np.float64) / 1e9
     run_seconds = [float(t[:, 1].max()) for t in times]
+    by_kernel: dict[int, list[int]] = {}
+    for i, e in enumerate(entries):
+        by_kernel.setdefault(e[1], []).append(i)
     kernels = []
     for k, info in enumerate(meta["kernels"]):
-        idx = [i for i, e in enumerate(entries) if e[1] == k]
+        idx = by_kernel.get(k)
         if not idx:
             continue
         span = times[:, idx, 1].max(axis=1) - times[:, idx, 0].min(axis=1)
