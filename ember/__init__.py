@@ -13,11 +13,16 @@ __version__ = "0.1.0"
 __all__ = ["compile", "load", "CompiledModel", "EmberError", "__version__"]
 
 
-def compile(model, input_shapes=None, target="cpu", *, num_threads=None):  # noqa: A001
-    """Compile an ONNX model (path or ModelProto) for ``target``; returns a CompiledModel."""
+def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None):  # noqa: A001
+    """Compile an ONNX model (path or ModelProto) for ``target``; returns a CompiledModel.
+
+    ``topk``: how many of Roller's constructed kernels per operator to compile and time at
+    compile time (the fastest is kept, and cached per machine); 1 (the default, or
+    ``EMBER_TOPK``) takes the performance model's best without measuring.
+    """
     from ember.driver import compile as _compile
 
-    return _compile(model, input_shapes, target, num_threads=num_threads)
+    return _compile(model, input_shapes, target, num_threads=num_threads, topk=topk)
 
 
 def load(path):

@@ -28,6 +28,7 @@ from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan, RTask
+from ember.tuning import TopK, device_spec
 
 VERSION = "0.1.0"
 
@@ -44,6 +45,7 @@ class Compilation:
     timings: dict[str, float] = field(default_factory=dict)
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    roller: list[dict[str, Any]] = field(default_factory=list)   # top-K records per kernel
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -57,6 +59,12 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def default_topk() -> int:
+    """Roller's K: ``EMBER_TOPK`` or 1 (pure construction, nothing measured)."""
+    env = os.environ.get("EMBER_TOPK", "")
+    return int(env) if env.strip().isdigit() and int(env) > 0 else 1
+
+
 def _progress(msg: str) -> None:
     if os.environ.get("EMBER_PROGRESS", "1") != "0" and sys.stderr.isatty():
         print(f"[ember] {msg}", file=sys.stderr, flush=True)
@@ -65,7 +73,7 @@ def _progress(msg: str) -> None:
 def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, Any] | None = None,
           *, num_threads: int | None = None,
           dump: Callable[[str, Graph], None] | None = None,
-          verify_each: bool = False) -> Compilation:
+          verify_each: bool = False, topk: int | None = None) -> Compilation:
     t = time.perf_counter()
     g = import_model(model, input_shapes)
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
@@ -85,28 +93,33 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
     t = time.perf_counter()
     fused = [n for n in g.nodes if n.op == "Fused"]
     threads = num_threads or default_threads()
+    picker = TopK(threads, device_spec(threads), default_topk() if topk is None else topk)
+    ctx = picker.context()
     built: dict[tuple, Kernel] = {}
     for i, n in enumerate(fused):
         if len(fused) > 20 and i % 20 == 0:
             _progress(f"kernels {i}/{len(fused)}")
         key = _body_key(n)
         if key not in built:
-            built[key] = build_kernel(f"{n.attrs['master'].lower()}{i}", n, threads)
+            built[key] = build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx)
         comp.kernels.append(built[key])
     comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     comp.plan.validate([k.ntasks for k in comp.kernels])
     bound, comp.params = _bind(g, fused, comp.kernels)
     comp.source = emit_program(bound, comp.plan)
-    comp.timings["codegen"] = time.perf_counter() - t
+    comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s
+    comp.timings["construct"] = ctx.construct_s
+    comp.timings["profile_topk"] = picker.measure_s
+    comp.roller = ctx.log
     return comp
 
 
 def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
             input_shapes: dict[str, Any] | None = None, target: str = "cpu",
-            *, num_threads: int | None = None) -> CompiledModel:
+            *, num_threads: int | None = None, topk: int | None = None) -> CompiledModel:
     if target != "cpu":
         raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
-    comp = build(model, input_shapes, num_threads=num_threads)
+    comp = build(model, input_shapes, num_threads=num_threads, topk=topk)
     t = time.perf_counter()
     _progress(f"compiling {len(comp.source) // 1024} KiB of C")
     lib = compile_shared(comp.source)
@@ -127,6 +140,8 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         "num_threads": comp.plan.num_veus, "kernels": len(comp.kernels),
         "source_sha256": hashlib.sha256(comp.source.encode()).hexdigest(),
         "profile": _profile_meta(comp),
+        "timings": {k: round(v, 4) for k, v in comp.timings.items()},
+        "roller": comp.roller,
     }
 
 

@@ -1,23 +1,27 @@
 """Dense products (ConvNHWC with ≥ 2 input channels per group, MatMul with constant weights)
 on the register-blocked micro-kernel, with the group's element-wise epilogue fused.
 
-Schedule (the rTile hierarchy by hand; Roller will construct it): the output (P rows × OC)
-is split into rTasks of (group, channel block of NB = 16·V, row chunk); a task walks K in
-chunks whose packed weight panel fits in L2, and its rows in register tiles of R rows; the
-epilogue runs over the task's tile right after, while it is in cache. Weights are repacked at
-compile time to [group][block][k-chunk][kh][kw][ic][NB], zero-padded to a whole block.
+The schedule is an rProgram Roller constructs (``roller/dense.py``): the output (P rows × OC)
+is split into rTasks of (group, NT channels, PT rows); a task walks K in chunks of KC input
+channels, and within a chunk its channel blocks of NB = lanes·V and its row tiles of R rows in
+the rProgram's loop order, calling the R × NB micro-kernel; the epilogue runs over the task's
+tile right after, while it is in cache. Weights are repacked at compile time to
+[group][block][k-chunk][kh][kw][ic][NB], zero-padded to a whole block.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
 
 import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_name
+from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, uk_name
+from ember.kernel.roller import RollerContext, dense
+from ember.kernel.roller.dense import ConvGeom, DenseTile
 from ember.loops.ir import (
     Bin,
     Buffer,
@@ -35,41 +39,6 @@ from ember.lower.computes import static_shape, unravel
 from ember.lower.group import group_to_te
 from ember.te import tensor as te
 from ember.te.lower import flat_index, lower
-
-L2_PANEL_BYTES = 192 * 1024
-ACC_REGS = 24
-
-
-@dataclass
-class ConvGeom:
-    """A dense product seen as a convolution over a flattened row axis."""
-
-    N: int
-    H: int
-    W: int
-    C: int
-    OH: int
-    OW: int
-    OC: int
-    KH: int
-    KW: int
-    SH: int
-    SW: int
-    DH: int
-    DW: int
-    G: int
-
-    @property
-    def P(self) -> int:
-        return self.N * self.OH * self.OW
-
-    @property
-    def ICg(self) -> int:
-        return self.C // self.G
-
-    @property
-    def OCg(self) -> int:
-        return self.OC // self.G
 
 
 def applicable(body: Graph) -> bool:
@@ -102,92 +71,89 @@ def geometry(m: Node) -> tuple[ConvGeom, np.ndarray]:
                     m.attrs.get("group", 1)), w.const
 
 
-@dataclass
-class Tiling:
-    R: int      # rows per register tile
-    V: int      # vectors per register tile (NB = 16·V channels)
-    ICC: int    # input channels per K chunk
-    PCH: int    # rows per rTask
-
-    @property
-    def NB(self) -> int:
-        return LANES * self.V
-
-
-def choose_tiling(g: ConvGeom, threads: int = 2) -> Tiling:
-    V = max(1, min(4, -(-g.OCg // LANES)))
-    R = max(1, min(ACC_REGS // V, 14, g.P))
-    nb = LANES * V
-    icc = max(1, min(g.ICg, L2_PANEL_BYTES // (g.KH * g.KW * nb * 4)))
-    if icc < g.ICg and icc >= LANES:
-        icc -= icc % LANES
-    blocks = g.G * -(-g.OCg // nb)
-    want = 8 * threads
-    pb = max(1, -(-want // blocks))
-    pch = -(-g.P // pb)
-    pch = max(R, -(-pch // R) * R)
-    return Tiling(R, V, icc, pch)
+def choose_tiling(g: ConvGeom, ctx: RollerContext,
+                  build: Callable[[DenseTile], Kernel] | None = None) -> DenseTile:
+    """The rProgram Roller constructs for ``g``: the model's best (K = 1) or the fastest
+    measured of the top K (``ctx.pick`` compiles them with ``build``)."""
+    t = time.perf_counter()
+    cands = dense.construct(g, ctx.spec, ctx.units, ctx.topk)
+    ctx.construct_s += time.perf_counter() - t
+    if len(cands) == 1:
+        return cands[0]
+    return ctx.pick(dense_signature(g, ctx), cands, build)  # type: ignore[no-any-return]
 
 
-def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: Tiling) -> np.ndarray:
+def dense_signature(g: ConvGeom, ctx: RollerContext) -> str:
+    return f"dense:{g}:units={ctx.units}"
+
+
+def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
     kh, kw, icg, oc = w_hwio.shape
     jb = -(-g.OCg // t.NB)
-    nc = -(-icg // t.ICC)
+    nc = -(-icg // t.KC)
     w = w_hwio.reshape(kh, kw, icg, g.G, g.OCg).astype(np.float32)
     pad_oc = jb * t.NB - g.OCg
-    w = np.pad(w, ((0, 0), (0, 0), (0, nc * t.ICC - icg), (0, 0), (0, pad_oc)))
+    w = np.pad(w, ((0, 0), (0, 0), (0, nc * t.KC - icg), (0, 0), (0, pad_oc)))
     # -> [G][JB][NC][KH][KW][ICC][NB]
-    w = w.reshape(kh, kw, nc, t.ICC, g.G, jb, t.NB).transpose(4, 5, 2, 0, 1, 3, 6)
+    w = w.reshape(kh, kw, nc, t.KC, g.G, jb, t.NB).transpose(4, 5, 2, 0, 1, 3, 6)
     return np.ascontiguousarray(w)
 
 
-def _tile_fn(name: str, g: ConvGeom, t: Tiling) -> str:
+def task_count(g: ConvGeom, t: DenseTile) -> int:
     jb = -(-g.OCg // t.NB)
-    nc = -(-g.ICg // t.ICC)
-    pb = -(-g.P // t.PCH)
-    chunk = g.KH * g.KW * t.ICC * t.NB
+    return g.G * -(-jb // -(-t.NT // t.NB)) * -(-g.P // t.PT)
+
+
+def _tile_fn(name: str, g: ConvGeom, t: DenseTile) -> str:
+    jb = -(-g.OCg // t.NB)
+    jt = -(-t.NT // t.NB)           # channel blocks per task
+    tj = -(-jb // jt)               # channel tasks per group
+    nc = -(-g.ICg // t.KC)
+    pb = -(-g.P // t.PT)
+    chunk = g.KH * g.KW * t.KC * t.NB
     cases = "\n".join(
         f"        case {r}: {uk_name(r, t.V)}(rows, wb, {g.KH}, {g.KW}, icc, "
         f"{g.DH * g.W * g.C}, {g.DW * g.C}, cb + p * {g.OC}, {g.OC}, c > 0, nvalid, "
-        f"{t.ICC}); break;"
+        f"{t.KC}); break;"
         for r in range(t.R, 0, -1))
-    return f"""
-static void {name}(int64_t task, float *out, const float *x, const float *w) {{
-  const int64_t g = task / {jb * pb}, j = (task / {pb}) % {jb}, pc = task % {pb};
-  const int64_t p0 = pc * {t.PCH};
-  const int64_t p1 = p0 + {t.PCH} < {g.P} ? p0 + {t.PCH} : {g.P};
-  const int64_t nvalid = {g.OCg} - j * {t.NB} < {t.NB} ? {g.OCg} - j * {t.NB} : {t.NB};
-  float *cb = out + g * {g.OCg} + j * {t.NB};
-  for (int64_t c = 0; c < {nc}; ++c) {{
-    const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};
-    const int64_t icc = {g.ICg} - c * {t.ICC} < {t.ICC} ? {g.ICg} - c * {t.ICC} : {t.ICC};
-    for (int64_t p = p0; p < p1; p += {t.R}) {{
-      const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
+    rows = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
       const float *rows[{t.R}];
       for (int64_t r = 0; r < nr; ++r) {{
         const int64_t q = p + r, n = q / {g.OH * g.OW}, rem = q % {g.OH * g.OW};
         const int64_t oh = rem / {g.OW}, ow = rem % {g.OW};
         rows[r] = x + ((n * {g.H} + oh * {g.SH}) * {g.W} + ow * {g.SW}) * {g.C}
-                  + g * {g.ICg} + c * {t.ICC};
-      }}
-      switch (nr) {{
-{cases}
-        default: break;
-      }}
-    }}
+                  + g * {g.ICg} + c * {t.KC};
+      }}"""
+    block = f"""const int64_t nvalid = {g.OCg} - j * {t.NB} < {t.NB} ? {g.OCg} - j * {t.NB} : {t.NB};
+      float *cb = out + g * {g.OCg} + j * {t.NB};
+      const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};"""
+    call = f"switch (nr) {{\n{cases}\n        default: break;\n      }}"
+    outer, inner = ("j", "p") if t.order == "p" else ("p", "j")
+    head = {"j": ("for (int64_t j = j0; j < j1; ++j) {", block),
+            "p": (f"for (int64_t p = p0; p < p1; p += {t.R}) {{", rows)}
+    loops = (f"{head[outer][0]}\n      {head[outer][1]}\n      {head[inner][0]}\n"
+             f"      {head[inner][1]}\n      {call}\n      }}\n    }}")
+    return f"""
+static void {name}(int64_t task, float *out, const float *x, const float *w) {{
+  const int64_t g = task / {tj * pb}, jt = (task / {pb}) % {tj}, pc = task % {pb};
+  const int64_t p0 = pc * {t.PT};
+  const int64_t p1 = p0 + {t.PT} < {g.P} ? p0 + {t.PT} : {g.P};
+  const int64_t j0 = jt * {jt}, j1 = j0 + {jt} < {jb} ? j0 + {jt} : {jb};
+  for (int64_t c = 0; c < {nc}; ++c) {{
+    const int64_t icc = {g.ICg} - c * {t.KC} < {t.KC} ? {g.ICg} - c * {t.KC} : {t.KC};
+    {loops}
   }}
 }}
 """
 
 
-def build_dense(name: str, body: Graph, threads: int = 2) -> Kernel:
+def build_dense(name: str, body: Graph, ctx: RollerContext,
+                tiling: DenseTile | None = None) -> Kernel:
     m = body.nodes[0]
     g, w_hwio = geometry(m)
-    t = choose_tiling(g, threads)
+    t = tiling or choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c))
     packed = pack_weights(w_hwio, g, t)
-    jb = -(-g.OCg // t.NB)
-    pb = -(-g.P // t.PCH)
-    ntasks = g.G * jb * pb
+    ntasks = task_count(g, t)
     # named by what its text depends on, so kernels of one shape share one tile function
     fn = "em_tile_" + hashlib.sha1(repr((g, t)).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", g.P * g.OC)
@@ -206,12 +172,11 @@ def build_dense(name: str, body: Graph, threads: int = 2) -> Kernel:
         support[uk_name(r, t.V)] = emit_microkernel(r, t.V)
     support[fn] = _tile_fn(fn, g, t)
     flops = 2 * g.P * g.OC * g.KH * g.KW * g.ICg
-    doc = (f"{body.name}: P={g.P} OC={g.OC} K={g.KH}x{g.KW}x{g.ICg} G={g.G} "
-           f"tile R={t.R} NB={t.NB} ICC={t.ICC} rows/task={t.PCH}")
+    doc = f"{body.name}: {dense.describe_space(g)}; roller {t.describe()}"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
 
 
-def _epilogue(body: Graph, m: Node, g: ConvGeom, t: Tiling, task: Var, out_buf: Buffer,
+def _epilogue(body: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var, out_buf: Buffer,
               args: list) -> Stmt | None:
     """The group's element-wise ops after the master, over the task's (rows × NB) tile."""
     if len(body.nodes) == 1:
@@ -238,16 +203,18 @@ def _epilogue(body: Graph, m: Node, g: ConvGeom, t: Tiling, task: Var, out_buf: 
     nest = lower(out2, out_buf, bufs)
     p_var, c_var = nest.loops[0].var, nest.loops[1].var
     jb = -(-g.OCg // t.NB)
-    pb = -(-g.P // t.PCH)
+    ct = -(-t.NT // t.NB) * t.NB              # channels per task
+    tj = -(-jb // (ct // t.NB))
+    pb = -(-g.P // t.PT)
     gi, j, pc = Var("gi"), Var("j"), Var("pc")
-    p0 = Bin("*", pc, Const(t.PCH))
-    c0 = Bin("+", Bin("*", gi, Const(g.OCg)), Bin("*", j, Const(t.NB)))
-    p_len = Bin("min", Const(t.PCH), Bin("-", Const(g.P), p0))
-    c_len = Bin("min", Const(t.NB), Bin("-", Const(g.OCg), Bin("*", j, Const(t.NB))))
+    p0 = Bin("*", pc, Const(t.PT))
+    c0 = Bin("+", Bin("*", gi, Const(g.OCg)), Bin("*", j, Const(ct)))
+    p_len = Bin("min", Const(t.PT), Bin("-", Const(g.P), p0))
+    c_len = Bin("min", Const(ct), Bin("-", Const(g.OCg), Bin("*", j, Const(ct))))
     pv, cv = Var("p"), Var("c")
     inner = substitute(nest.body, {p_var: pv, c_var: cv})
     loop: Stmt = For(pv, p0, p_len, For(cv, c0, c_len, inner, ForKind.VECTORIZED))
-    loop = Let(gi, Bin("//", task, Const(jb * pb)), Let(
-        j, Bin("%", Bin("//", task, Const(pb)), Const(jb)),
+    loop = Let(gi, Bin("//", task, Const(tj * pb)), Let(
+        j, Bin("%", Bin("//", task, Const(pb)), Const(tj)),
         Let(pc, Bin("%", task, Const(pb)), loop)))
     return simplify(loop)  # type: ignore[return-value]

@@ -6,14 +6,20 @@ from ember.ir.graph import Node
 from ember.kernel import conv, layernorm, softmax
 from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
+from ember.kernel.roller import RollerContext
 
 
-def build_kernel(name: str, fused: Node, threads: int = 2) -> Kernel:
+def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel:
+    """The kernel of ``fused``; ``ctx`` is the Roller context (or a thread count, for a
+    context on the detected CPU with pure construction)."""
+    if isinstance(ctx, int):
+        ctx = RollerContext.default(ctx)
+    threads = ctx.units
     body = fused.attrs["body"]
     if softmax.applicable(body):
         return softmax.build_softmax(name, body)
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
     if conv.applicable(body):
-        return conv.build_dense(name, body, threads)
+        return conv.build_dense(name, body, ctx)
     return build_generic(name, body, min_tasks=4 * threads)

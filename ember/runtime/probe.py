@@ -19,6 +19,7 @@ measured once per machine; ``probe(force=True)`` (or ``ember probe --force``) me
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import platform
@@ -166,7 +167,8 @@ def cpu_model() -> str:
 
 
 def _cache_path(threads: int) -> Path:
-    return cache_dir() / f"probe-{host_fingerprint()[:16]}-t{threads}.json"
+    host = hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
+    return cache_dir() / f"probe-{host}-t{threads}.json"
 
 
 def _lib() -> ctypes.CDLL:

@@ -1,0 +1,101 @@
+"""Roller's construction (§4): scale-up through the memory layers, then scale-out over units.
+
+``scale_up`` is the generic step: from a start tile, repeatedly enlarge one axis to its next
+aligned size, choosing the axis with the best reuse score — the drop in traffic per byte of
+footprint added, ``(Q(T) - Q(T')) / (F(T') - F(T))`` — while the tile still fits the layer. Each
+branch point keeps the ``beam`` best axes, so the result is a handful of tiles per layer, not
+one. The callers (``dense.py``, ``stream.py``) chain it over the layers of the device and hand
+the resulting rPrograms to the performance model, which orders them; the top K are compiled
+and measured by the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ember.kernel.roller.align import Rule, next_aligned_sizes
+from ember.kernel.roller.hal import DeviceSpec
+from ember.kernel.roller.rtile import TileExpr
+
+Tile = dict[str, int]
+
+
+def scale_up(expr: TileExpr, start: Tile, axes: list[str], fits: Callable[[Tile], bool],
+             traffic: Callable[[Tile], float], footprint: Callable[[Tile], float],
+             spec: DeviceSpec, rules: list[Rule], *, beam: int = 2, caps: Tile | None = None,
+             max_tiles: int = 24, growth: float = 1.0,
+             units: Tile | None = None) -> list[Tile]:
+    """Tiles reached by enlarging ``start`` along ``axes`` until ``fits`` fails.
+
+    A path takes, at each step, the move with the best reuse score; ``beam`` paths start
+    with the ``beam`` best first moves (then go greedy), and the first path branches at its
+    first ``beam`` steps into the second-best move, followed greedily. A step enlarges an axis to its
+    next aligned size at least ``growth`` times the current one (1: Roller's unit steps; more
+    for big layers, where unit steps would be hundreds). Returns where the paths stopped,
+    lowest traffic per point first, at most ``max_tiles``.
+    """
+    caps, units = caps or {}, units or {}
+
+    def moves(tile: Tile) -> list[Tile]:
+        q0, f0 = traffic(tile), footprint(tile)
+        found = []
+        for a in axes:
+            for size in next_aligned_sizes(expr, a, tile[a], spec, rules, limit=1,
+                                           cap=caps.get(a), growth=growth,
+                                           unit=units.get(a, 1)):
+                t2 = {**tile, a: size}
+                if fits(t2):
+                    gain = (q0 - traffic(t2)) / max(1e-9, footprint(t2) - f0)
+                    found.append((gain, t2))
+        found.sort(key=lambda m: -m[0])
+        return [t for _g, t in found]
+
+    def greedy(tile: Tile) -> Tile:
+        while True:
+            nxt = moves(tile)
+            if not nxt:
+                return tile
+            tile = nxt[0]
+
+    finals: dict[tuple, Tile] = {}
+    first = moves(dict(start)) or [dict(start)]
+    for i, tile in enumerate(first[:beam]):
+        path = [tile]
+        while True:
+            nxt = moves(path[-1])
+            if not nxt:
+                break
+            if i == 0 and len(nxt) > 1 and len(path) <= beam:
+                alt = greedy(nxt[1])
+                finals[tuple(sorted(alt.items()))] = alt
+            path.append(nxt[0])
+        finals[tuple(sorted(path[-1].items()))] = path[-1]
+    out = sorted(finals.values(), key=lambda t: traffic(t) / max(1, _points(t)))
+    return out[:max_tiles]
+
+
+def _points(tile: Tile) -> int:
+    n = 1
+    for v in tile.values():
+        n *= v
+    return n
+
+
+def shrink_for_units(expr: TileExpr, tile: Tile, axes: list[str], units: int,
+                     floor: Tile, min_waves: int = 2) -> list[Tile]:
+    """Scale-out of a small operator: halve the largest spatial axis of ``tile`` (not below
+    ``floor``, keeping it a multiple of the floor) until there are ``min_waves × units``
+    tiles. Returns the tile and each shrunk version (the model picks)."""
+    out = [dict(tile)]
+    cur = dict(tile)
+    while expr.tiles(cur) < min_waves * units:
+        cands = [a for a in axes if cur[a] > floor[a]]
+        if not cands:
+            break
+        a = max(cands, key=lambda x: cur[x] // floor[x])
+        half = max(floor[a], (cur[a] // 2) // floor[a] * floor[a])
+        if half == cur[a]:
+            break
+        cur = {**cur, a: half}
+        out.append(dict(cur))
+    return out

@@ -1,0 +1,248 @@
+"""Roller for dense products on the CPU: convolutions (any group, stride, dilation) and matrix
+products, as computed by the register-blocked micro-kernel of ``kernel/conv.py``.
+
+The operator is ``conv_expr`` with its output plane fused into one row axis ``p = (n, oh, ow)``
+(axis fusion: a 7×7 plane is 49 rows, not 7 ragged ones) and the window axes ``kh, kw`` kept
+whole. An rProgram (``DenseTile``) is the rTile hierarchy:
+
+* register tile ``R × NB`` (``NB = lanes·V``): accumulators in vector registers; scaled up in
+  the register file (``R·V + V + 1`` registers) by reuse score;
+* L2 tile ``PT × NT × KC``: the rows, channels and input-channel chunk one core works on while
+  the packed weight panel and the input rows stay in L2; scaled up from the register tile;
+* L1 reuse by loop order: ``order="p"`` runs rows innermost (a ``KC × NB`` weight sliver stays
+  in L1 across row tiles), ``order="n"`` channels innermost (``R`` input rows stay in L1 across
+  channel blocks);
+* scale-out: one rTask per L2 tile (reduction kept on one core), shrunk for small operators
+  until there are enough tasks for the units.
+
+``predict`` is the micro-performance model: compute time at the register tile's efficiency,
+and for each memory layer the traffic its tile implies over the layer's bandwidth; the
+slowest wins, times the waves of tasks over units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ember.kernel.roller.align import Rule, aligned_sizes, default_rules
+from ember.kernel.roller.construct import scale_up, shrink_for_units
+from ember.kernel.roller.hal import DeviceSpec
+from ember.kernel.roller.rtile import TileExpr, conv_expr
+
+MAX_ROWS = 14            # the micro-kernel's row unroll bound
+L2_SHARE = 0.5           # of L2 a core's tile may fill (the rest: output tile, prefetch)
+L1_SHARE = 0.5
+TASK_OVERHEAD_S = 0.3e-6
+CALL_OVERHEAD = 12       # FMA slots lost per micro-kernel call (loop, pointer setup)
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """A dense product seen as a convolution over a flattened row axis."""
+
+    N: int
+    H: int
+    W: int
+    C: int
+    OH: int
+    OW: int
+    OC: int
+    KH: int
+    KW: int
+    SH: int
+    SW: int
+    DH: int
+    DW: int
+    G: int
+
+    @property
+    def P(self) -> int:
+        return self.N * self.OH * self.OW
+
+    @property
+    def ICg(self) -> int:
+        return self.C // self.G
+
+    @property
+    def OCg(self) -> int:
+        return self.OC // self.G
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.P * self.OC * self.KH * self.KW * self.ICg
+
+    def expr(self) -> TileExpr:
+        e = conv_expr(self.N, self.H, self.W, self.C, self.OH, self.OW, self.OCg, self.KH,
+                      self.KW, self.SH, self.SW, self.DH, self.DW, self.G)
+        return e.fuse("p", ("n", "oh", "ow"))
+
+
+@dataclass(frozen=True)
+class DenseTile:
+    """One rProgram of a dense product: register tile, L2 tile, loop order."""
+
+    R: int      # rows per register tile
+    V: int      # vectors per register tile (NB = lanes·V channels)
+    KC: int     # input channels per K chunk
+    PT: int     # rows per rTask
+    NT: int     # channels per rTask (a multiple of NB)
+    order: str = "p"   # "p": rows innermost; "n": channel blocks innermost
+    lanes: int = 16
+    predicted: float = field(default=0.0, compare=False)
+
+    @property
+    def NB(self) -> int:
+        return self.lanes * self.V
+
+    def describe(self) -> str:
+        return (f"reg {self.R}x{self.NB} L2 {self.PT}x{self.NT}x{self.KC} order {self.order}"
+                f" (model {self.predicted * 1e6:.1f} us)")
+
+
+def _tasks(g: ConvGeom, t: DenseTile) -> int:
+    return g.G * -(-g.OCg // t.NT) * -(-g.P // t.PT)
+
+
+def uk_efficiency(R: int, V: int, kin: int, spec: DeviceSpec) -> float:
+    """Fraction of FMA peak a micro-kernel call of ``R × V`` vectors over ``kin`` steps
+    reaches: the measured figure when the probe has one, else issue-slot counting (one FMA
+    slot per vector FMA; operand loads dual-issue; accumulators loaded and stored once)."""
+    measured = spec.measured.get(f"uk_{R}x{V}")
+    steady = measured / spec.peak_gflops if measured else 1.0
+    fma = R * V
+    per_step = max(fma, (R + V) / 2)
+    eff = kin * fma / (kin * per_step + 2 * fma + CALL_OVERHEAD)
+    return min(1.0, steady) * eff
+
+
+def predict(g: ConvGeom, t: DenseTile, spec: DeviceSpec, units: int) -> float:
+    """Seconds the rProgram ``t`` takes on ``units`` units of ``spec``."""
+    e = g.expr()
+    nb, kwin = t.NB, g.KH * g.KW
+    ocp = g.G * -(-g.OCg // nb) * nb
+    flops = 2 * g.P * ocp * kwin * g.ICg
+    tasks = _tasks(g, t)
+    waves = -(-tasks // units)
+    busy = tasks / waves                                  # units busy on average
+    rate = uk_efficiency(min(t.R, g.P), t.V, kwin * min(t.KC, g.ICg), spec) * spec.peak_gflops
+    t_compute = flops / (busy * rate * 1e9)
+    whole = {"kh": g.KH, "kw": g.KW, "g": 1}
+    n_chunks = -(-g.ICg // t.KC)
+    # L2 -> L1: what the loop order re-reads from L2
+    sliver = e.bytes({**whole, "p": 1, "oc": nb, "ic": t.KC}, {"W"})
+    rows = e.bytes({**whole, "p": t.R, "oc": 1, "ic": t.KC}, {"X"})
+    l1 = spec.layer("L1").capacity * L1_SHARE
+    blocks_n, blocks_p = -(-t.NT // nb), -(-t.PT // t.R)
+    if t.order == "p":
+        w_loads = 1 if sliver + rows <= l1 else blocks_p
+        per_task = n_chunks * blocks_n * (w_loads * sliver + blocks_p * rows)
+    else:
+        x_loads = 1 if rows + sliver <= l1 else blocks_n
+        per_task = n_chunks * blocks_p * (x_loads * rows + blocks_n * sliver)
+    t_l2 = tasks * per_task / (spec.bandwidth("L2", min(units, tasks)) * 1e9)
+    # L3 -> L2: each task streams its rows and its weight panel once per chunk
+    tile = {**whole, "p": t.PT, "oc": t.NT, "ic": t.KC}
+    panel = e.bytes(tile, {"X", "W"})
+    out_tile = e.bytes(tile, {"Y"})
+    refetch = 1 if panel + out_tile <= spec.layer("L2").capacity * L2_SHARE * 2 else 2
+    t_l3 = tasks * n_chunks * panel * refetch / (spec.bandwidth("L3") * 1e9)
+    # compulsory traffic from memory: weights, inputs and outputs once
+    total = e.bytes({**e.axes})
+    mem = "L3" if total <= spec.layer("L3").capacity * 0.75 else "DRAM"
+    t_mem = total / (spec.bandwidth(mem) * 1e9)
+    return waves * TASK_OVERHEAD_S + max(t_compute, t_l2, t_l3, t_mem)
+
+
+def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tuple[int, int]]:
+    """``(R, V)`` register tiles from scale-up in the register file, best reuse first."""
+    e = g.expr()
+    lanes = spec.lanes
+    caps = {"p": min(MAX_ROWS, g.P), "oc": min(4 * lanes, -(-g.OCg // lanes) * lanes)}
+
+    def fits(t: dict[str, int]) -> bool:
+        v = t["oc"] // lanes
+        return t["p"] * v + v + 1 <= spec.vector_regs - 4
+
+    def traffic(t: dict[str, int]) -> float:   # operand loads per flop
+        return (t["p"] + t["oc"]) / (t["p"] * t["oc"])
+
+    def footprint(t: dict[str, int]) -> float:
+        return t["p"] * t["oc"] / lanes
+
+    start = {"p": 1, "oc": lanes}
+    tiles = scale_up(e, start, ["p", "oc"], fits, traffic, footprint, spec, rules,
+                     beam=3, caps=caps)
+    out = [(t["p"], t["oc"] // lanes) for t in tiles]
+    # the largest tiles the register file holds, whatever the path, for variety
+    for v in range(1, caps["oc"] // lanes + 1):
+        r = min(caps["p"], (spec.vector_regs - 4 - v - 1) // v)
+        if r >= 1 and (r, v) not in out:
+            out.append((r, v))
+    return out
+
+
+def _l2_tiles(g: ConvGeom, R: int, V: int, spec: DeviceSpec,
+              rules: list[Rule]) -> list[dict[str, int]]:
+    e = g.expr()
+    nb = spec.lanes * V
+    whole = {"kh": g.KH, "kw": g.KW, "g": 1}
+    cap = spec.layer("L2").capacity * L2_SHARE
+    kcs = aligned_sizes(e, "ic", spec, rules) or [g.ICg]
+
+    def fits(t: dict[str, int]) -> bool:
+        return e.bytes({**whole, **t}) <= cap
+
+    def traffic(t: dict[str, int]) -> float:
+        return e.traffic({**whole, **t}, {"X", "W"}) * (1 + (t["ic"] < g.ICg))
+
+    def footprint(t: dict[str, int]) -> float:
+        return e.bytes({**whole, **t})
+
+    start = {"p": min(R, g.P), "oc": nb, "ic": kcs[0]}
+    caps = {"p": g.P, "oc": -(-g.OCg // nb) * nb}
+    # rows grow by register tiles, channels by blocks: scale up over those units
+    tiles = scale_up(e, start, ["p", "oc", "ic"], fits, traffic, footprint, spec, rules,
+                     beam=2, caps=caps, growth=1.3, max_tiles=4, units={"p": R, "oc": nb})
+    return tiles or [start]
+
+
+def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
+              rules: list[Rule] | None = None) -> list[DenseTile]:
+    """The top ``topk`` rPrograms for ``g`` by the performance model, best first."""
+    rules = rules or default_rules(spec)
+    e = g.expr()
+    seen: dict[tuple, DenseTile] = {}
+    for R, V in register_tiles(g, spec, rules)[:6]:
+        nb = spec.lanes * V
+        for l2 in _l2_tiles(g, R, V, spec, rules):
+            floor = {"p": min(R, g.P), "oc": nb}
+            tile = {"p": min(l2["p"], g.P), "oc": l2["oc"]}
+            for t in shrink_for_units(e, {**e.axes, **tile, "g": 1}, ["p", "oc"],
+                                      units, {**e.axes, **floor}):
+                pt = t["p"] if t["p"] >= g.P else max(R, t["p"] // R * R)
+                for order in ("p", "n"):
+                    nt = -(-t["oc"] // nb) * nb      # whole channel blocks
+                    cand = DenseTile(min(R, g.P), V, min(l2["ic"], g.ICg), pt, nt,
+                                     order, spec.lanes)
+                    key = (cand.R, cand.V, cand.KC, cand.PT, cand.NT, cand.order)
+                    if key not in seen:
+                        seen[key] = DenseTile(*key[:6], spec.lanes,
+                                              predict(g, cand, spec, units))
+    return diverse(sorted(seen.values(), key=lambda c: c.predicted), topk)
+
+
+def diverse(ranked: list[DenseTile], k: int) -> list[DenseTile]:
+    """The ``k`` best, taking the best of each (register tile, order) first, so the K
+    measured candidates differ in what the model is least sure of."""
+    firsts: dict[tuple, DenseTile] = {}
+    for c in ranked:
+        firsts.setdefault((c.R, c.V, c.order), c)
+    pick = list(firsts.values())[:k]
+    pick += [c for c in ranked if c not in pick][:max(0, k - len(pick))]
+    return sorted(pick, key=lambda c: c.predicted)
+
+
+def describe_space(g: ConvGeom) -> str:
+    return (f"P={g.P} OC={g.OC} K={g.KH}x{g.KW}x{g.ICg} G={g.G} "
+            f"({g.flops / 1e9:.3f} GFLOP, {math.prod((g.N, g.H, g.W, g.C)) * 4 >> 10} KiB in)")

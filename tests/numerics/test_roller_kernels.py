@@ -1,0 +1,75 @@
+"""Kernels from Roller's rPrograms are correct for every tiling, and top-K picks and caches.
+
+The construction may hand the dense kernel any rProgram, so each test forces odd ones (row and
+channel remainders, partial K chunks, both loop orders) on convolutions and matrix products
+with fused epilogues, and compares with onnxruntime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import ember
+from ember.kernel import conv
+from ember.kernel.roller.dense import DenseTile
+from tests.numerics.test_compiled_ops import make_model, run_ort
+
+ort = pytest.importorskip("onnxruntime")
+
+TILES = [
+    DenseTile(R=5, V=3, KC=16, PT=7, NT=96, order="n"),
+    DenseTile(R=1, V=1, KC=48, PT=1, NT=16, order="p"),
+    DenseTile(R=14, V=1, KC=32, PT=200, NT=32, order="p"),
+    DenseTile(R=3, V=4, KC=64, PT=9, NT=128, order="n"),
+    DenseTile(R=6, V=2, KC=80, PT=30, NT=64, order="p"),
+]
+
+
+def _conv_model(rng: np.random.Generator, group: int = 1) -> tuple:
+    x = rng.standard_normal((1, 48, 11, 9)).astype(np.float32)
+    w = rng.standard_normal((40, 48 // group, 3, 3)).astype(np.float32) * 0.2
+    b = rng.standard_normal(40).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 1, 2],
+                              strides=[1, 2], group=group),
+             helper.make_node("Relu", ["c"], ["y"])]
+    return make_model(nodes, {"x": x}, {"w": w, "b": b}, ["y"]), {"x": x}
+
+
+def _matmul_model(rng: np.random.Generator) -> tuple:
+    x = rng.standard_normal((3, 37, 80)).astype(np.float32)
+    w = rng.standard_normal((80, 70)).astype(np.float32) * 0.2
+    r = rng.standard_normal((3, 37, 70)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "r"], ["y"])]
+    return make_model(nodes, {"x": x, "r": r}, {"w": w}, ["y"]), {"x": x, "r": r}
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"R{t.R}V{t.V}KC{t.KC}PT{t.PT}{t.order}")
+@pytest.mark.parametrize("which", ["conv", "grouped", "matmul"])
+def test_forced_tilings_match_onnxruntime(tile: DenseTile, which: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(hash((tile, which)) % 2**32)
+    model, feeds = (_matmul_model(rng) if which == "matmul"
+                    else _conv_model(rng, 4 if which == "grouped" else 1))
+    monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None: tile)
+    got = ember.compile(model, num_threads=2)(**feeds)
+    want = run_ort(model, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_topk_measures_then_caches(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(7)
+    model, feeds = _matmul_model(rng)
+    cm = ember.compile(model, num_threads=2, topk=3)
+    (rec,) = cm.meta["roller"]
+    assert len(rec["candidates"]) == 3 and len(rec["measured"]) == 3
+    assert all(t > 0 for t in rec["measured"])
+    assert rec["chosen"] == int(np.argmin(rec["measured"]))
+    np.testing.assert_allclose(cm(**feeds), run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    again = ember.compile(model, num_threads=2, topk=3)
+    (rec2,) = again.meta["roller"]
+    assert rec2.get("cached_result") and rec2["chosen_fields"] == rec["chosen_fields"]
+    assert again.meta["timings"]["profile_topk"] == 0
