@@ -32,8 +32,9 @@ from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import cache_dir, compile_many, write_atomic
 from ember.sched import sequential
 
-REPS = 8            # kernel runs per timed call
+REPS = 8            # kernel runs per timed call, at most
 ROUNDS = 5          # interleaved timing rounds per candidate
+CALL_S = 4e-3       # aim of one timed call: enough runs to hide the call overhead
 CACHE_FORMAT = 1
 
 
@@ -85,7 +86,8 @@ class TopK:
             self.log.append(record)
             return candidates[0]
         t = time.perf_counter()
-        times = measure_kernels([build(c) for c in candidates], self.units)
+        times = measure_kernels([build(c) for c in candidates], self.units,
+                                [float(getattr(c, "predicted", 0.0)) for c in candidates])
         self.measure_s += time.perf_counter() - t
         best = int(np.argmin(times))
         result = {"chosen": best, "measured": times,
@@ -149,9 +151,14 @@ def one_kernel_program(kernel: Kernel, units: int, reps: int = REPS
     return source, params, meta
 
 
-def measure_kernels(kernels: list[Kernel], units: int) -> list[float]:
-    """Median seconds of one run of each kernel, timed in interleaved rounds."""
-    progs = [one_kernel_program(k, units) for k in kernels]
+def measure_kernels(kernels: list[Kernel], units: int,
+                    predicted: Sequence[float] | None = None) -> list[float]:
+    """Median seconds of one run of each kernel, timed in interleaved rounds. ``predicted``
+    (the model's seconds) sizes the runs per call so a call lasts about ``CALL_S``."""
+    guess = min(predicted) if predicted and min(predicted) > 0 else 1e-4
+    reps = max(1, min(REPS, int(CALL_S / guess)))
+    rounds = ROUNDS if guess * reps * len(kernels) < 0.05 else 3
+    progs = [one_kernel_program(k, units, reps) for k in kernels]
     libs = compile_many([p[0] for p in progs], workers=max(2, units))
     rng = np.random.default_rng(0)
     models, feeds = [], []
@@ -161,12 +168,12 @@ def measure_kernels(kernels: list[Kernel], units: int) -> list[float]:
                       for s in meta["inputs"]})
         models.append(cm)
     samples: list[list[float]] = [[] for _ in models]
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for i, (cm, fd) in enumerate(zip(models, feeds)):
             cm.run(fd)
             t = time.perf_counter()
             cm.run(fd)
-            samples[i].append((time.perf_counter() - t) / REPS)
+            samples[i].append((time.perf_counter() - t) / reps)
     return [float(np.median(s)) for s in samples]
 
 

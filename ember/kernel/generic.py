@@ -3,16 +3,23 @@
 
 from __future__ import annotations
 
+import math
+
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.roller import RollerContext, stream
 from ember.kernel.schedule import default_schedule
-from ember.loops.ir import Buffer
+from ember.loops.ir import Buffer, Store
 from ember.loops.transform import format_stmt
 from ember.lower.group import group_to_te
+from ember.support.dtypes import dtype
 from ember.te.lower import lower
 
 
-def build_generic(name: str, body: Graph, min_tasks: int = 8) -> Kernel:
+def build_generic(name: str, body: Graph, min_tasks: int = 8,
+                  ctx: RollerContext | None = None) -> Kernel:
+    """The group as a TE nest under the default schedule; with a Roller context, an
+    element-wise nest's rTask is the streaming tile Roller constructs."""
     g = group_to_te(body)
     out_buf = Buffer(f"{name}_out", _numel(g.output.shape), g.output.dtype)
     args: list = [(out_buf, OUTPUT)]
@@ -26,7 +33,14 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8) -> Kernel:
         bufs[t] = b
         args.append((b, arr))
     nest = lower(g.output, out_buf, bufs)
-    default_schedule(nest, min_tasks=min_tasks)
+    chunk = None
+    if ctx is not None and isinstance(nest.body, Store) and nest.loops:
+        outer = math.prod(lp.extent for lp in nest.loops[:-1])
+        in_bytes = sum(dtype(b.dtype).itemsize for b in bufs.values())
+        tile = stream.construct(outer, nest.loops[-1].extent, in_bytes,
+                                dtype(out_buf.dtype).itemsize, ctx.spec, ctx.units)
+        chunk = tile.chunk
+    default_schedule(nest, min_tasks=min_tasks, chunk=chunk)
     par = nest.parallel_loop()
     ntasks = par.extent if par is not None else 1
     stmt = nest.to_stmt((T0, T1) if par is not None else None)

@@ -75,12 +75,14 @@ def unroll(nest: LoopNest, var: Var | str) -> None:
     _set_kind(nest, var, ForKind.UNROLLED)
 
 
-def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4) -> LoopNest:
-    """The baseline schedule of element-wise / injective / reduction nests.
+def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4,
+                     chunk: int | None = None) -> LoopNest:
+    """The schedule of element-wise / injective / reduction nests.
 
     Innermost loop vectorized (it is the contiguous axis of the output); the outer loops fused
-    into one parallel rTask loop; if that leaves too few tasks, the innermost loop is split and
-    its outer half joins the task loop.
+    into one parallel rTask loop. The innermost loop is split by ``chunk`` (the streaming
+    rTile Roller constructed, see ``roller/stream.py``) and its outer half joins the task loop;
+    without a chunk, it is split by 256 when the outer loops give fewer than ``min_tasks``.
     """
     if not nest.loops:
         return nest
@@ -92,8 +94,10 @@ def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4) ->
     outer_extent = 1
     for lp in nest.loops[:-1]:
         outer_extent *= lp.extent
-    if outer_extent < min_tasks and inner.extent >= 512:
-        o, i = split(nest, inner.var, 256)
+    if chunk is None and outer_extent < min_tasks and inner.extent >= 512:
+        chunk = 256
+    if chunk is not None and chunk < inner.extent:
+        o, i = split(nest, inner.var, chunk)
         outers.append(o)
         inner = nest.loop(i)
     if isinstance(nest.body, Store) and inner.extent >= vector_min and not nest.guards:

@@ -22,4 +22,4 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return layernorm.build_layernorm(name, body)
     if conv.applicable(body):
         return conv.build_dense(name, body, ctx)
-    return build_generic(name, body, min_tasks=4 * threads)
+    return build_generic(name, body, min_tasks=4 * threads, ctx=ctx)
