@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench bench-ops lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,9 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/ember bench --out bench/results --readme bench/README.md
+
+bench-ops: $(VENV)/.installed-bench
+	$(BIN)/python bench/ops.py --out bench/results
 
 lint: $(VENV)/.installed-test
 	$(BIN)/pip install -q ruff

@@ -1,8 +1,8 @@
 """Command line: ``ember compile | run | inspect | bench | probe``.
 
-    ember compile model.onnx -o model.ember [--shape x=1,3,224,224] [--threads 2]
+    ember compile model.onnx -o model.ember [--shape x=1,3,224,224] [--threads 2] [--topk K]
     ember run model.ember --input x=x.npy [--out-dir DIR]
-    ember inspect model.onnx [--passes] [--kernels] [--source] [--profile]
+    ember inspect model.onnx [--passes] [--kernels] [--source] [--topk K]
     ember bench [MODEL ...] [--vs onnxruntime,openvino,torch,tvm] [--threads N] [--batch B]
     ember probe [--force]
 """
@@ -39,9 +39,13 @@ def cmd_compile(a: argparse.Namespace) -> int:
     import ember
 
     t = time.perf_counter()
-    cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads)
+    cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads,
+                       topk=a.topk)
     path = cm.save(a.output)
-    print(f"compiled {a.model} in {time.perf_counter() - t:.2f} s -> {path}")
+    tm = cm.meta.get("timings", {})
+    print(f"compiled {a.model} in {time.perf_counter() - t:.2f} s -> {path} (roller "
+          f"construction {tm.get('construct', 0):.2f} s, top-K profiling "
+          f"{tm.get('profile_topk', 0):.2f} s, cc {tm.get('cc', 0):.2f} s)")
     for s in cm.meta["inputs"]:
         print(f"  input  {s['name']}: {s['dtype']}{s['shape']}")
     for s in cm.meta["outputs"]:
@@ -86,7 +90,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         if a.passes:
             print(f"==== after {name} ====\n{g}\n")
 
-    comp = driver.build(a.model, _shapes(a.shape), num_threads=a.threads, dump=dump)
+    comp = driver.build(a.model, _shapes(a.shape), num_threads=a.threads, dump=dump,
+                        topk=a.topk)
     g = comp.graph
     print(f"==== graph after passes ====\n{g}\n")
     print("==== fused groups ====")
@@ -130,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     for sp in (c, i):
         sp.add_argument("--shape", action="append", metavar="NAME=D0,D1,...")
         sp.add_argument("--threads", type=int, default=None)
+        sp.add_argument("--topk", type=int, default=None,
+                        help="time Roller's K best kernels per op and keep the fastest "
+                             "(default 1 or EMBER_TOPK: the performance model's pick)")
     bench_cli.add_parsers(sub)
     a = p.parse_args(argv)
     cmds = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect,

@@ -16,6 +16,7 @@ that markdown file.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -29,6 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--vs", default=None,
                    help="comma-separated engines (default: every default peer installed)")
     b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--topk", type=int, default=None,
+                   help="ember: time Roller's K best kernels per op (sets EMBER_TOPK)")
     b.add_argument("--batch", type=int, default=1)
     b.add_argument("--runs", type=int, default=20, help="minimum timed runs per engine")
     b.add_argument("--min-time", type=float, default=3.0, help="minimum timed seconds")
@@ -76,6 +79,8 @@ def _list() -> int:
 
 def cmd_bench(a: argparse.Namespace) -> int:
     set_thread_env(a.threads)          # before any peer runtime is imported
+    if a.topk:
+        os.environ["EMBER_TOPK"] = str(a.topk)
     if a.list:
         return _list()
     if a.diff:

@@ -88,6 +88,28 @@ static void em_pin(int v) {
     return;
   }
 }
+/* vEU 0 is the calling thread, at home on the first CPU this process may use. The OS may
+   have left the caller on a worker's CPU (another runtime spinning on the first one): then
+   two vEUs would share a core and every barrier would cost a time slice. The caller is moved
+   home for the run and its affinity restored after (only when it is away: one getcpu). */
+static int em_home = -1;
+static void em_caller_enter(cpu_set_t *saved, int *moved) {
+  *moved = 0;
+  if (em_home < 0) {
+    cpu_set_t a;
+    if (sched_getaffinity(0, sizeof a, &a) != 0) return;
+    for (int c = 0; c < CPU_SETSIZE; ++c) if (CPU_ISSET(c, &a)) { em_home = c; break; }
+  }
+  if (em_home < 0 || sched_getcpu() == em_home) return;
+  if (sched_getaffinity(0, sizeof *saved, saved) != 0 || !CPU_ISSET(em_home, saved)) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(em_home, &one);
+  *moved = sched_setaffinity(0, sizeof one, &one) == 0;
+}
+static void em_caller_leave(const cpu_set_t *saved, int moved) {
+  if (moved) sched_setaffinity(0, sizeof *saved, saved);
+}
 static inline void em_wait(int v, int64_t s) {
   int spins = 0;
   while (__atomic_load_n(&em_steps[v * 16], __ATOMIC_ACQUIRE) < s) {
@@ -218,6 +240,9 @@ def _emit_entry(plan: ExecutionPlan, out: TextBuffer, entries: int) -> None:
                      "em_pin(omp_get_thread_num());")
             with out.indented("if (omp_get_num_threads() == " + str(T)
                               + ") switch (omp_get_thread_num()) {", "}"):
-                for v in range(T):
+                out.line("case 0: { cpu_set_t saved; int moved; "
+                         "em_caller_enter(&saved, &moved); em_veu0(); "
+                         "em_caller_leave(&saved, moved); } break;")
+                for v in range(1, T):
                     out.line(f"case {v}: em_veu{v}(); break;")
         out.line("return 0;")

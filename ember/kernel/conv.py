@@ -124,7 +124,8 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile) -> str:
         rows[r] = x + ((n * {g.H} + oh * {g.SH}) * {g.W} + ow * {g.SW}) * {g.C}
                   + g * {g.ICg} + c * {t.KC};
       }}"""
-    block = f"""const int64_t nvalid = {g.OCg} - j * {t.NB} < {t.NB} ? {g.OCg} - j * {t.NB} : {t.NB};
+    left = f"{g.OCg} - j * {t.NB}"
+    block = f"""const int64_t nvalid = {left} < {t.NB} ? {left} : {t.NB};
       float *cb = out + g * {g.OCg} + j * {t.NB};
       const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};"""
     call = f"switch (nr) {{\n{cases}\n        default: break;\n      }}"

@@ -16,6 +16,7 @@ from typing import Any
 
 from ember.kernel.roller.hal import DeviceSpec, detect_cpu
 
+
 def _first(signature: str, candidates: Sequence[Any],
            build: Callable[[Any], Any] | None = None) -> Any:
     return candidates[0]

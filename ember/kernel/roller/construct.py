@@ -29,9 +29,10 @@ def scale_up(expr: TileExpr, start: Tile, axes: list[str], fits: Callable[[Tile]
 
     A path takes, at each step, the move with the best reuse score; ``beam`` paths start
     with the ``beam`` best first moves (then go greedy), and the first path branches at its
-    first ``beam`` steps into the second-best move, followed greedily. A step enlarges an axis to its
-    next aligned size at least ``growth`` times the current one (1: Roller's unit steps; more
-    for big layers, where unit steps would be hundreds). Returns where the paths stopped,
+    first ``beam`` steps into the second-best move, followed greedily. A step enlarges an
+    axis to its next aligned size at least ``growth`` times the current one (1: Roller's unit
+    steps; more for big layers, where unit steps would be hundreds). Returns where the paths
+    stopped,
     lowest traffic per point first, at most ``max_tiles``.
     """
     caps, units = caps or {}, units or {}
