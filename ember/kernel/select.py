@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ember.ir.graph import Node
-from ember.kernel import conv, layernorm, softmax
+from ember.kernel import conv, depthwise, layernorm, softmax
 from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
 from ember.kernel.roller import RollerContext
@@ -20,6 +20,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return softmax.build_softmax(name, body)
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
+    if depthwise.applicable(body):
+        return depthwise.build_depthwise(name, body, threads)
     if conv.applicable(body):
         return conv.build_dense(name, body, ctx)
     return build_generic(name, body, min_tasks=4 * threads, ctx=ctx)

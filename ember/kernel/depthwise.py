@@ -1,0 +1,507 @@
+"""Depthwise convolution (ConvNHWC, one input channel per group, channel multiplier 1) on a
+vectorized, register-blocked kernel, with the group's element-wise epilogue fused.
+
+The input is already padded (ConvNHWC's pads are an explicit Pad node before it), so every
+tap of every output pixel lies inside the input: there is no border path and no bounds check.
+
+Schedule (the rTile hierarchy by hand, ``DwTiling``; ``build_depthwise`` takes any tiling, so
+Roller can construct it):
+
+- Channels are cut into blocks of ``NB = 16·V`` (the last one possibly partial) and rTasks are
+  (row block, channel group): ``ROWS`` output rows of the flattened ``n·OH`` axis times
+  ``BLOCKS`` channel blocks (0: all), numbered ``rb · groups + gi`` so that a vEU's contiguous
+  task range is a horizontal band of the image.
+- A task walks its rows; a row walks register tiles of ``R`` output pixels along OW (the last
+  tile moved back to end at OW: it recomputes a few pixels, so one tile size serves every
+  width), and a tile walks the group's channel blocks, so it reads whole input pixels of its
+  KH rows (contiguous memory) that stay in L1 from one block to the next.
+- A (tile, block) keeps ``R·V`` vector accumulators; for each kh it loads the ``KW·V`` weight
+  vectors, then each distinct input column of its taps (``(R-1)·SW + (KW-1)·DW + 1`` columns
+  for ``R·KW`` taps) once, multiplying it into every (pixel, kw) accumulator that reads it. The
+  partial block loads and stores its last vector with ``em_load_part`` / ``em_store_part``,
+  never past the tensor.
+- The epilogue: Relu, Clip, HardSigmoid, HardSwish and Add/Sub/Mul/Div by per-channel (or
+  scalar) constants are applied to the accumulators before the store (a leading bias add is the
+  accumulators' initial value); any other group is lowered with TE and runs over each output
+  row's (OW × channel group) tile right after the row, while it is in L1.
+
+Weights are repacked at compile time to ``[block][KH·KW + K][NB]`` (the K per-channel epilogue
+constants after the block's taps), zero-padded to whole blocks: a tile's weight loads are
+contiguous and 64-byte aligned. ``default_tiling`` picks the cheapest register tile for the
+register file, shrinks it (or narrows the channel group) until a tile's input fits in L1, and
+cuts rows so every vEU gets several rTasks of even work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node
+from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.microkernel import LANES, PART_HELPERS
+from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
+from ember.loops.transform import format_stmt, simplify, substitute
+from ember.lower.computes import static_shape, unravel
+from ember.lower.group import group_to_te
+from ember.te import tensor as te
+from ember.te.lower import flat_index, lower
+
+VEC_REGS = 30       # of the 32 vector registers: accumulators + weights + input columns
+ACC_REGS = 24       # at most this many accumulators
+MAX_V = 3
+MIN_CHAINS = 6      # independent accumulators that hide the FMA latency
+MIN_TASKS_PER_VEU = 4
+L1_INPUT_BYTES = 20 * 1024   # input a register tile reads over its channel blocks
+R_MIN = 6
+
+
+@dataclass(frozen=True)
+class DwGeom:
+    """A depthwise convolution over an already padded NHWC input (C groups of one channel)."""
+
+    N: int
+    H: int
+    W: int
+    C: int
+    OH: int
+    OW: int
+    KH: int
+    KW: int
+    SH: int
+    SW: int
+    DH: int
+    DW: int
+
+    @property
+    def P(self) -> int:
+        """Output pixels."""
+        return self.N * self.OH * self.OW
+
+    @property
+    def rows(self) -> int:
+        """Output rows of the flattened n·OH axis."""
+        return self.N * self.OH
+
+
+@dataclass(frozen=True)
+class DwTiling:
+    """The rTile hierarchy of a depthwise kernel; every tiling with R, V, ROWS >= 1 and
+    BLOCKS >= 0 is correct for every shape (sizes beyond the tensor are clamped)."""
+
+    R: int      # output pixels along OW per register tile
+    V: int      # 16-float vectors of channels per register tile (NB = 16·V channels)
+    ROWS: int   # output rows (of the flattened n·OH axis) per rTask
+    BLOCKS: int = 0   # channel blocks (of NB channels) per rTask; 0: all of them
+
+    @property
+    def NB(self) -> int:
+        return LANES * self.V
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def applicable(body: Graph) -> bool:
+    """Is the group's master a statically shaped float32 depthwise ConvNHWC (multiplier 1)?"""
+    m = body.nodes[0]
+    if m.op != "ConvNHWC" or len(m.inputs) != 2 or any(m.attrs.get("pads", ())):
+        return False   # (pads are explicit Pad nodes today; this kernel has no border path)
+    x, w = m.inputs
+    if x is None or w is None or not w.is_const:
+        return False
+    if not (x.type.is_static and m.output.type.is_static) or x.type.dtype.name != "float32":
+        return False
+    c = x.type.shape[3]
+    return w.type.shape[2] == 1 and m.attrs.get("group", 1) == c and w.type.shape[3] == c
+
+
+def geometry(m: Node) -> tuple[DwGeom, np.ndarray]:
+    """The geometry and the HWIO weights (KH, KW, 1, C) of the master node."""
+    x, w = m.inputs[0], m.inputs[1]
+    assert x is not None and w is not None and w.const is not None
+    n, h, wd, c = static_shape(x.type)
+    _, oh, ow, _ = static_shape(m.output.type)
+    kh, kw = int(w.type.shape[0]), int(w.type.shape[1])
+    sh, sw = m.attrs["strides"]
+    dh, dw = m.attrs["dilations"]
+    return DwGeom(n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw), w.const
+
+
+def _tile_cost(g: DwGeom, R: int, V: int) -> float:
+    """Loads + FMAs of one output row at tile size (R, V), summed over channel blocks."""
+    tiles = _cdiv(g.OW, R)
+    cols = (R - 1) * g.SW + (g.KW - 1) * g.DW + 1
+    per_kh = V * (R * g.KW + cols + g.KW)
+    cost = _cdiv(g.C, LANES * V) * tiles * per_kh
+    return cost * max(1.0, MIN_CHAINS / (R * V))
+
+
+def default_tiling(g: DwGeom, threads: int = 2) -> DwTiling:
+    """The register tile of ``_register_tile``, shrunk or given fewer channels per rTask so
+    that a tile's input stays in L1 (``_l1_fit``), and the rTask shape of ``_task_shape``."""
+    R, V = _register_tile(g)
+    nb = LANES * V
+    cb = _cdiv(g.C, nb)
+    R, bt = _l1_fit(g, R, nb, cb)
+    rows, bt = _task_shape(g, cb, bt, threads)
+    return DwTiling(R, V, rows, bt)
+
+
+def _register_tile(g: DwGeom) -> tuple[int, int]:
+    """(R, V): the cheapest register tile (by ``_tile_cost``) that fits the register file."""
+    best: tuple[float, int, int] | None = None
+    for V in range(1, MAX_V + 1):
+        if V > 1 and LANES * (V - 1) >= g.C:
+            break
+        rmax = min(ACC_REGS // V, VEC_REGS // V - g.KW - 1, g.OW)
+        for R in range(1, max(1, rmax) + 1):
+            cost = _tile_cost(g, R, V)
+            if best is None or cost < best[0] - 1e-9:
+                best = (cost, R, V)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _l1_fit(g: DwGeom, R: int, nb: int, cb: int) -> tuple[int, int]:
+    """(R, channel blocks per rTask) such that the input a tile reads over the blocks it walks
+    (KH rows × its input columns × the blocks' channels) fits ``L1_INPUT_BYTES``: all blocks
+    with R shrunk down to ``R_MIN``, else the largest number of blocks at this R."""
+
+    def footprint(r: int, blocks: int) -> int:
+        cols = (r - 1) * g.SW + (g.KW - 1) * g.DW + 1
+        return g.KH * cols * blocks * nb * 4
+
+    for r in range(R, min(R, R_MIN) - 1, -1):
+        if footprint(r, cb) <= L1_INPUT_BYTES:
+            return r, cb
+    return R, max(1, min(cb, L1_INPUT_BYTES // footprint(R, 1)))
+
+
+def _task_shape(g: DwGeom, cb: int, bt: int, threads: int) -> tuple[int, int]:
+    """Rows and channel blocks (at most ``bt``) per rTask. As many channels as allowed while
+    there are rows enough for ``MIN_TASKS_PER_VEU`` rTasks per vEU, else as many channel
+    groups as make up the count (groups of even size). Of the row blocks giving that many
+    rTasks, those that balance the vEUs' work best under the even split of task ranges
+    (``sched.sequential``), the largest of them (fewer halo rows read twice)."""
+    want = MIN_TASKS_PER_VEU * threads
+    bt = min(bt, _cdiv(cb, min(cb, max(1, _cdiv(want, g.rows)))))
+    ng = _cdiv(cb, bt)
+    bt = _cdiv(cb, ng)
+    best: tuple[int, int] | None = None
+    for rows in range(1, g.rows + 1):
+        n = _cdiv(g.rows, rows) * ng
+        if n < min(want, g.rows * ng):
+            break
+        load = _max_load(g.rows, rows, cb, bt, threads)
+        if best is None or load <= best[0]:
+            best = (load, rows)
+    assert best is not None
+    return best[1], bt
+
+
+def _max_load(nrows: int, rows: int, cb: int, bt: int, threads: int) -> int:
+    """The most (rows × channel blocks) one vEU gets when the rTasks ``rb · ng + gi`` are split
+    evenly by count across ``threads``."""
+    ng = _cdiv(cb, bt)
+    n = _cdiv(nrows, rows) * ng
+    work = [min(rows, nrows - t // ng * rows) * min(bt, cb - t % ng * bt) for t in range(n)]
+    return max(sum(work[n * v // threads:n * (v + 1) // threads]) for v in range(threads))
+
+
+def pack_weights(w_hwio: np.ndarray, nb: int, consts: Sequence[np.ndarray] = ()) -> np.ndarray:
+    """HWIO (KH, KW, 1, C) weights and K per-channel epilogue constants (C,) ->
+    [CB][KH·KW + K][NB], channels zero-padded to whole blocks."""
+    kh, kw, _, c = w_hwio.shape
+    cb = _cdiv(c, nb)
+    rows = [w_hwio.reshape(kh * kw, c).astype(np.float32)]
+    rows += [np.asarray(k, np.float32).reshape(1, c) for k in consts]
+    w = np.pad(np.concatenate(rows), ((0, 0), (0, cb * nb - c)))
+    return np.ascontiguousarray(w.reshape(-1, cb, nb).transpose(1, 0, 2))
+
+
+# --------------------------------------------------------------------------- fused epilogue
+# An epilogue of per-channel affine ops and clamps is applied to the accumulators before they
+# are stored; any other runs as tensor expressions over each output row (``_te_epilogue``).
+_BINARY = {"Add": "{a} + {k}", "Sub": "{a} - {k}", "Mul": "{a} * {k}", "Div": "{a} / {k}"}
+_BINARY_REV = {"Add": "{k} + {a}", "Sub": "{k} - {a}", "Mul": "{k} * {a}", "Div": "{k} / {a}"}
+
+EPI_HELPERS = r"""
+typedef int32_t em_v16i __attribute__((vector_size(64)));
+static inline em_v16a em_vmax(em_v16a a, em_v16a b) {  /* a > b ? a : b, lane-wise */
+  const em_v16i m = a > b;
+  return (em_v16a)((m & (em_v16i)a) | (~m & (em_v16i)b));
+}
+static inline em_v16a em_vmin(em_v16a a, em_v16a b) {  /* a < b ? a : b, lane-wise */
+  const em_v16i m = a < b;
+  return (em_v16a)((m & (em_v16i)a) | (~m & (em_v16i)b));
+}
+"""
+
+
+@dataclass
+class RegEpilogue:
+    """The epilogue as C expressions over an accumulator ``{a}``; ``{k<i>}`` names the vector
+    of per-channel constant ``i`` (``consts[i]``, packed after the block's weights)."""
+
+    exprs: list[str]
+    consts: list[np.ndarray]
+
+
+def _cfloat(v: float) -> str:
+    f = float(np.float32(v))
+    return repr(f) + "f" if np.isfinite(f) else ("INFINITY" if f > 0 else "-INFINITY")
+
+
+def _per_channel(v: object, c: int) -> np.ndarray | None:
+    """A constant that varies at most along channels, as a (C,) float32 array."""
+    if not getattr(v, "is_const", False) or v.const is None:  # type: ignore[attr-defined]
+        return None
+    arr = np.asarray(v.const)  # type: ignore[attr-defined]
+    if arr.dtype != np.float32 or arr.ndim > 4 or any(d != 1 for d in arr.shape[:-1]):
+        return None
+    if arr.ndim and arr.shape[-1] not in (1, c):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(arr.reshape(-1), (c,)))
+
+
+def _splat(v: float) -> str:
+    """A vector of ``v`` in every lane, as template text."""
+    return f"((em_v16a){{{{0}}}} + {_cfloat(v)})"
+
+
+def _unary_exprs(n: Node) -> list[str] | None:
+    """The expressions of a unary node over ``{a}`` (the TE computes' formulas), or None."""
+    a = n.attrs
+    if n.op == "Relu":
+        return [f"em_vmax({{a}}, {_splat(0)})"]
+    if n.op == "Clip":
+        return ([f"em_vmax({{a}}, {_splat(a['min'])})"] if "min" in a else []) + \
+               ([f"em_vmin({{a}}, {_splat(a['max'])})"] if "max" in a else [])
+    if n.op == "HardSigmoid":
+        lin = f"{{a}} * {_cfloat(a.get('alpha', 0.2))} + {_cfloat(a.get('beta', 0.5))}"
+        return [f"em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
+    if n.op == "HardSwish":
+        lin = f"{{a}} * {_cfloat(1 / 6)} + {_cfloat(0.5)}"
+        return [f"{{a}} * em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
+    return None
+
+
+def register_epilogue(body: Graph, m: Node, c: int) -> RegEpilogue | None:
+    """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
+    Relu, Clip, HardSigmoid, HardSwish, or Add/Sub/Mul/Div by a per-channel (or scalar)
+    constant."""
+    epi = RegEpilogue([], [])
+    cur = m.output
+    for n in body.nodes[1:]:
+        if n.output.type.dtype.name != "float32" or sum(v is cur for v in n.inputs) != 1:
+            return None
+        unary = _unary_exprs(n)
+        if unary is not None:
+            epi.exprs += unary
+        elif n.op in _BINARY and len(n.inputs) == 2:
+            other = n.inputs[1] if n.inputs[0] is cur else n.inputs[0]
+            k = _per_channel(other, c)
+            if k is None:
+                return None
+            form = _BINARY if n.inputs[0] is cur else _BINARY_REV
+            epi.exprs.append(form[n.op].replace("{k}", f"{{k{len(epi.consts)}}}"))
+            epi.consts.append(k)
+        else:
+            return None
+        cur = n.output
+    return epi
+
+
+def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
+             epi: RegEpilogue | None) -> str:
+    """``name(xp, wq, op)``: R output pixels × ``lanes`` channels (of a block of ``nb``) from
+    input pixel ``xp``, the block's packed weights ``wq``, to output pixel ``op``."""
+    nv = _cdiv(lanes, LANES)
+    part = lanes - LANES * (nv - 1)     # lanes of the last vector
+    L = [f"static inline __attribute__((always_inline)) void {name}(",
+         "    const float *xp, const float *wq, float *op) {"]
+    exprs = list(epi.exprs) if epi is not None else []
+    base = g.KH * g.KW * nb             # the epilogue constants follow the weights
+    init = "{{0}}"
+    if exprs and exprs[0] in ("{a} + {k0}", "{k0} + {a}"):   # the bias: start from it
+        exprs.pop(0)
+        L.append("  " + " ".join(f"const em_v16a b{v} = *(const em_v16a *)"
+                                  f"(wq + {base + v * LANES});" for v in range(nv)))
+        init = "b{v}"
+    for r in range(R):
+        L.append("  " + " ".join(f"em_v16a a{r}_{v} = {init.format(v=v)};" for v in range(nv)))
+    L += _tile_taps(g, R, nb, nv, part)
+    if exprs:
+        L += _apply_epilogue(exprs, len(epi.consts) if epi else 0, base, nb, R, nv)
+    for r in range(R):
+        for v in range(nv):
+            dst = f"op + {r * g.C + v * LANES}"
+            if v == nv - 1 and part < LANES:
+                L.append(f"  em_store_part({dst}, a{r}_{v}, {part});")
+            else:
+                L.append(f"  *(em_v16 *)({dst}) = a{r}_{v};")
+    L.append("}")
+    return "\n".join(L) + "\n"
+
+
+def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int) -> list[str]:
+    """The accumulation: for each kh, the KW·V weight vectors, then each distinct input column
+    of the R pixels' taps, loaded once and multiplied into every (pixel, kw) that reads it."""
+
+    def load(ptr: str, v: int) -> str:
+        if v == nv - 1 and part < LANES:
+            return f"em_load_part({ptr} + {v * LANES}, {part})"
+        return f"*(const em_v16 *)({ptr} + {v * LANES})"
+
+    V = range(nv)
+    L = [f"  for (int64_t kh = 0; kh < {g.KH}; ++kh) {{",
+         f"    const float *xk = xp + kh * {g.DH * g.W * g.C};",
+         f"    const float *wk = wq + kh * {g.KW * nb};"]
+    for kw in range(g.KW):
+        L.append("    " + " ".join(f"const em_v16a w{kw}_{v} = *(const em_v16a *)"
+                                    f"(wk + {kw * nb + v * LANES});" for v in V))
+    taps: dict[int, list[tuple[int, int]]] = {}
+    for r in range(R):
+        for kw in range(g.KW):
+            taps.setdefault(r * g.SW + kw * g.DW, []).append((r, kw))
+    for col in sorted(taps):
+        xs = " ".join(f"const em_v16a x{v} = {load(f'xk + {col * g.C}', v)};" for v in V)
+        fma = " ".join(f"a{r}_{v} += x{v} * w{kw}_{v};" for r, kw in taps[col] for v in V)
+        L.append(f"    {{ {xs} {fma} }}")
+    L.append("  }")
+    return L
+
+
+def _apply_epilogue(exprs: list[str], nconst: int, base: int, nb: int, R: int, nv: int
+                    ) -> list[str]:
+    """C lines applying ``exprs`` to the accumulators; constant i of vector v is at
+    ``wq + base + i·nb + 16·v``."""
+    used = [i for i in range(nconst) if any(f"{{k{i}}}" in e for e in exprs)]
+    L = []
+    for i in used:
+        L.append("  " + " ".join(f"const em_v16a k{i}_{v} = *(const em_v16a *)"
+                                  f"(wq + {base + i * nb + v * LANES});" for v in range(nv)))
+    for e in exprs:
+        for v in range(nv):
+            ks = {f"k{i}": f"k{i}_{v}" for i in range(nconst)}
+            L.append("  " + " ".join(f"a{r}_{v} = {e.format(a=f'a{r}_{v}', **ks)};"
+                                      for r in range(R)))
+    return L
+
+
+def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int, epi: RegEpilogue | None) -> str:
+    """``name(q, gi, out, x, w)``: output row ``q`` (of n·OH) of channel group ``gi`` (channel
+    blocks ``[gi·bt, gi·bt + bt)``), tile by tile along OW, each tile over the group's blocks."""
+    full = g.C // nb                      # whole channel blocks; then a partial one, if any
+    tail = g.C - full * nb
+    ng = _cdiv(_cdiv(g.C, nb), bt)
+    wb = (g.KH * g.KW + (len(epi.consts) if epi else 0)) * nb   # packed floats per block
+    text = _tile_fn(name + "_full", g, R, nb, nb, epi) if full else ""
+    if tail:
+        text += _tile_fn(name + "_tail", g, R, nb, tail, epi)
+    calls = ""
+    if full:
+        calls += (f"    for (int64_t b = b0; b < b1; ++b)\n"
+                  f"      {name}_full(xo + b * {nb}, w + b * {wb}, oo + b * {nb});\n")
+    if tail:
+        calls += (f"    if (gi == {ng - 1}) "
+                  f"{name}_tail(xo + {full * nb}, w + {full * wb}, oo + {full * nb});\n")
+    return text + f"""
+static void {name}(int64_t q, int64_t gi, float *out, const float *x, const float *w) {{
+  const int64_t n = q / {g.OH}, oh = q % {g.OH};
+  const float *xq = x + (n * {g.H} + oh * {g.SH}) * {g.W * g.C};
+  float *oq = out + q * {g.OW * g.C};
+  const int64_t b0 = gi * {bt}, b1 = b0 + {bt} < {full} ? b0 + {bt} : {full};
+  (void)b0; (void)b1;
+  for (int64_t ow = 0; ow < {g.OW}; ow += {R}) {{
+    const int64_t o = ow + {R} <= {g.OW} ? ow : {g.OW - R};
+    const float *xo = xq + o * {g.SW * g.C};
+    float *oo = oq + o * {g.C};
+{calls}  }}
+}}
+"""
+
+
+def build_depthwise(name: str, body: Graph, threads: int = 2,
+                    tiling: DwTiling | None = None) -> Kernel:
+    """The kernel of a group whose master is a depthwise ConvNHWC (see ``applicable``)."""
+    m = body.nodes[0]
+    g, w_hwio = geometry(m)
+    t = tiling if tiling is not None else default_tiling(g, threads)
+    if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
+        raise ValueError(f"depthwise tiling {t} has a non-positive size")
+    R, rows, nb = min(t.R, g.OW), min(t.ROWS, g.rows), t.NB
+    cb = _cdiv(g.C, nb)
+    bt = min(t.BLOCKS or cb, cb)
+    ng, rb = _cdiv(cb, bt), _cdiv(g.rows, rows)
+    reg = register_epilogue(body, m, g.C) if len(body.nodes) > 1 else None
+    packed = pack_weights(w_hwio, nb, reg.consts if reg else [])
+    # named by what its text depends on, so kernels of one shape share one function
+    key = (g, R, nb, bt, reg.exprs if reg else None)
+    fn = "em_dw_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
+    out_buf = Buffer(f"{name}_out", g.P * g.C)
+    x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
+    w_buf = Buffer(f"{name}_w", packed.size)
+    args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(m.inputs[0])), (w_buf, packed)]
+    task, rbv, gv, q = Var("task"), Var("rb"), Var("gi"), Var("q")
+    row: list[Stmt] = [Eval(fn, (q, gv, out_buf, x_buf, w_buf))]
+    if reg is None and len(body.nodes) > 1:
+        row.append(_te_epilogue(body, m, g, bt * nb, q, gv, out_buf, x_buf, args))
+    q0 = Bin("*", rbv, Const(rows))
+    loop: Stmt = For(q, q0, Bin("min", Const(rows), Bin("-", Const(g.rows), q0)), seq(*row))
+    loop = Let(rbv, Bin("//", task, Const(ng)), Let(gv, Bin("%", task, Const(ng)), loop))
+    stmt = For(task, T0, Bin("-", T1, T0), loop, ForKind.SERIAL)
+    support = {fn: _row_fn(fn, g, R, nb, bt, reg)}
+    if g.C % nb:
+        support["part"] = PART_HELPERS
+    if reg is not None:
+        support["em_dw"] = EPI_HELPERS   # sorts before the em_dw_<hash> functions using it
+    flops = 2 * g.N * g.OH * g.OW * g.C * g.KH * g.KW
+    doc = (f"{body.name}: depthwise N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
+           f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} tile R={R} NB={nb} "
+           f"rTask {rows} rows x {bt * nb} channels, epilogue={_epi_kind(body, reg)}")
+    return Kernel(name, stmt, ng * rb, args, support, flops, doc, format_stmt(stmt))
+
+
+def _epi_kind(body: Graph, reg: RegEpilogue | None) -> str:
+    return "registers" if reg is not None else "TE" if len(body.nodes) > 1 else "none"
+
+
+def _te_epilogue(body: Graph, m: Node, g: DwGeom, ct: int, q: Var, gi: Var, out_buf: Buffer,
+                 x_buf: Buffer, args: list) -> Stmt:
+    """The group's element-wise ops after the master, in place over output row ``q``'s
+    (OW × ``ct``) tile of channel group ``gi``."""
+    oshape = static_shape(m.output.type)
+    raw = te.placeholder((g.P, g.C), "float32", "raw")
+    conv4 = te.compute(oshape, lambda *i: raw[flat_index(oshape[:-1], i[:-1]), i[-1]])
+    grp = group_to_te(body, {m.output.uid: conv4})
+    final = grp.output
+    out2 = te.compute((g.P, g.C), lambda p, c: final[unravel(p, oshape[:-1]) + (c,)])
+    bufs = {raw: out_buf}
+    for i, (v, ph) in enumerate(grp.inputs):
+        if v is m.inputs[0]:      # the epilogue reads the convolution's input too
+            bufs[ph] = x_buf
+            continue
+        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
+        bufs[ph] = b
+        args.append((b, i))
+    for arr, ph in grp.consts:
+        if arr is m.inputs[1].const:  # type: ignore[union-attr]
+            continue
+        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
+        bufs[ph] = b
+        args.append((b, arr))
+    nest = lower(out2, out_buf, bufs)
+    p_var, c_var = nest.loops[0].var, nest.loops[1].var
+    pv, cv = Var("p"), Var("c")
+    inner = substitute(nest.body, {p_var: pv, c_var: cv})
+    c0 = Bin("*", gi, Const(ct))
+    c_len: Expr = Const(ct) if g.C % ct == 0 else Bin("min", Const(ct), Bin("-", Const(g.C), c0))
+    loop = For(pv, Bin("*", q, Const(g.OW)), Const(g.OW),
+               For(cv, c0, c_len, inner, ForKind.VECTORIZED))
+    return simplify(loop)  # type: ignore[return-value]
