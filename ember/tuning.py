@@ -14,6 +14,7 @@ the runtime); the kernel layer only sees a ``RollerContext`` built here.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -24,12 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from ember.codegen.program import BoundKernel, emit_program
+from ember.codegen.program import PRELUDE, BoundKernel, emit_program
 from ember.kernel.base import OUTPUT, Kernel
+from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_name
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.hal import DeviceSpec, detect_cpu, load_spec, with_measurements
 from ember.runtime.compiled import CompiledModel
-from ember.runtime.toolchain import cache_dir, compile_many, write_atomic
+from ember.runtime.toolchain import (
+    cache_dir,
+    compile_many,
+    compile_shared,
+    host_fingerprint,
+    write_atomic,
+)
 from ember.sched import sequential
 
 REPS = 8            # kernel runs per timed call, at most
@@ -50,7 +58,68 @@ def device_spec(threads: int, probe: bool = True) -> DeviceSpec:
     from ember.runtime.probe import probe as run_probe
 
     pk = run_probe(threads)
-    return with_measurements(base, pk.fma_gflops_1, pk.read_gbs_1, pk.read_gbs)
+    uk = microkernel_peaks(base.vector_regs) if base.lanes == LANES else {}
+    return with_measurements(base, pk.fma_gflops_1, pk.read_gbs_1, pk.read_gbs, uk)
+
+
+UK_FORMAT = 1
+UK_K = 256          # reduction steps per micro-kernel call: operands stay in L1
+
+
+def _uk_tiles(regs: int) -> list[tuple[int, int]]:
+    return [(r, v) for v in range(1, 5) for r in range(1, 15) if r * v + v + 1 <= regs - 4]
+
+
+def _uk_source(tiles: list[tuple[int, int]]) -> str:
+    parts = [PRELUDE, PART_HELPERS]
+    parts += [emit_microkernel(r, v) for r, v in tiles]
+    parts.append(f"""
+static float em_a[14 * {UK_K}] __attribute__((aligned(64)));
+static float em_w[{UK_K} * 64] __attribute__((aligned(64)));
+static float em_c[14 * 64] __attribute__((aligned(64)));
+double ember_uk(int which, int64_t calls) {{
+  const float *rows[14];
+  for (int r = 0; r < 14; ++r) rows[r] = em_a + r * {UK_K};
+  for (int i = 0; i < 14 * {UK_K}; ++i) em_a[i] = 1e-3f * (i % 7);
+  for (int i = 0; i < {UK_K} * 64; ++i) em_w[i] = 1e-3f * (i % 5);
+  double t0 = omp_get_wtime();
+  switch (which) {{""")
+    for i, (r, v) in enumerate(tiles):
+        parts.append(f"    case {i}: for (int64_t n = 0; n < calls; ++n) {{ {uk_name(r, v)}(rows, "
+                     f"em_w, 1, 1, {UK_K}, 0, 0, em_c, 64, 1, {16 * v}, {UK_K}); "
+                     f"__asm__ volatile(\"\" ::: \"memory\"); }} "
+                     f"return 2.0 * {r * v * 16 * UK_K} * calls / (omp_get_wtime() - t0) / 1e9;")
+    parts.append("  }\n  return 0;\n}\n")
+    return "\n".join(parts)
+
+
+def microkernel_peaks(regs: int, force: bool = False) -> dict[str, float]:
+    """GFLOP/s of every register tile's micro-kernel on one core with its operands in L1
+    (Roller's ``max_compute_perf`` per rTile), measured once per host and cached."""
+    host = hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
+    path = cache_dir() / f"uk-{host}-r{regs}.json"
+    if not force:
+        data = _read_any_json(path)
+        if data is not None and data.get("format") == UK_FORMAT:
+            return {k: float(v) for k, v in data["gflops"].items()}
+    tiles = _uk_tiles(regs)
+    lib = ctypes.CDLL(str(compile_shared(_uk_source(tiles))))
+    lib.ember_uk.restype = ctypes.c_double
+    lib.ember_uk.argtypes = [ctypes.c_int, ctypes.c_int64]
+    out: dict[str, float] = {}
+    for i, (r, v) in enumerate(tiles):
+        calls = max(1, int(2e8 // (2 * r * v * 16 * UK_K)))   # ~2 ms at 100 GFLOP/s
+        out[f"uk_{r}x{v}"] = round(max(lib.ember_uk(i, calls) for _ in range(5)), 1)
+    write_atomic(path, json.dumps({"format": UK_FORMAT, "gflops": out}).encode())
+    return out
+
+
+def _read_any_json(path: Any) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass

@@ -35,6 +35,8 @@ L2_SHARE = 0.5           # of L2 a core's tile may fill (the rest: output tile, 
 L1_SHARE = 0.5
 TASK_OVERHEAD_S = 0.3e-6
 CALL_OVERHEAD = 12       # FMA slots lost per micro-kernel call (loop, pointer setup)
+STRAGGLER = 0.5          # of one task's time, the expected tail of a parallel region
+MIN_WAVES = 8            # scale-out shrinks tiles down to this many tasks per unit
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,10 @@ def predict(g: ConvGeom, t: DenseTile, spec: DeviceSpec, units: int) -> float:
     total = e.bytes({**e.axes})
     mem = "L3" if total <= spec.layer("L3").capacity * 0.75 else "DRAM"
     t_mem = total / (spec.bandwidth(mem) * 1e9)
-    return waves * TASK_OVERHEAD_S + max(t_compute, t_l2, t_l3, t_mem)
+    t = max(t_compute, t_l2, t_l3, t_mem)
+    # vEUs never start or run in lockstep: the last task ends alone, on average a fraction
+    # of a task after the others (few big tasks lose more than many small ones)
+    return waves * TASK_OVERHEAD_S + t + STRAGGLER * t / waves
 
 
 def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tuple[int, int]]:
@@ -219,7 +224,7 @@ def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
             floor = {"p": min(R, g.P), "oc": nb}
             tile = {"p": min(l2["p"], g.P), "oc": l2["oc"]}
             for t in shrink_for_units(e, {**e.axes, **tile, "g": 1}, ["p", "oc"],
-                                      units, {**e.axes, **floor}):
+                                      units, {**e.axes, **floor}, MIN_WAVES):
                 pt = t["p"] if t["p"] >= g.P else max(R, t["p"] // R * R)
                 for order in ("p", "n"):
                     nt = -(-t["oc"] // nb) * nb      # whole channel blocks
