@@ -43,6 +43,7 @@ import numpy as np
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.microkernel import LANES, PART_HELPERS
+from ember.kernel.roller import RollerContext
 from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
 from ember.loops.transform import format_stmt, simplify, substitute
 from ember.lower.computes import static_shape, unravel
@@ -100,6 +101,9 @@ class DwTiling:
     @property
     def NB(self) -> int:
         return LANES * self.V
+
+    def describe(self) -> str:
+        return f"reg {self.R}x{self.NB} rows/task {self.ROWS} blocks/task {self.BLOCKS}"
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -427,12 +431,46 @@ static void {name}(int64_t q, int64_t gi, float *out, const float *x, const floa
 """
 
 
-def build_depthwise(name: str, body: Graph, threads: int = 2,
+def candidates(g: DwGeom, threads: int, k: int) -> list[DwTiling]:
+    """Roller's rPrograms for a depthwise convolution, best predicted first: for each
+    register tile width V the cheapest R by ``_tile_cost`` (the register-level scale-up),
+    then ``_l1_fit`` (L1 level) and ``_task_shape`` (scale-out) as in ``default_tiling``."""
+    out = [default_tiling(g, threads)]
+    scored = []
+    for V in range(1, MAX_V + 1):
+        if V > 1 and LANES * (V - 1) >= g.C:
+            break
+        rmax = min(ACC_REGS // V, VEC_REGS // V - g.KW - 1, g.OW)
+        for R in range(max(1, min(R_MIN, rmax)), max(1, rmax) + 1):
+            scored.append((_tile_cost(g, R, V), R, V))
+    scored.sort()
+    for _cost, R, V in scored:
+        if len(out) >= k:
+            break
+        nb = LANES * V
+        cb = _cdiv(g.C, nb)
+        r, bt = _l1_fit(g, R, nb, cb)
+        rows, bt = _task_shape(g, cb, bt, threads)
+        t = DwTiling(r, V, rows, bt)
+        if t not in out:
+            out.append(t)
+    return out[:max(1, k)]
+
+
+def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
                     tiling: DwTiling | None = None) -> Kernel:
-    """The kernel of a group whose master is a depthwise ConvNHWC (see ``applicable``)."""
+    """The kernel of a group whose master is a depthwise ConvNHWC (see ``applicable``);
+    with a Roller context and K > 1, the fastest measured of the top-K tilings."""
     m = body.nodes[0]
     g, w_hwio = geometry(m)
-    t = tiling if tiling is not None else default_tiling(g, threads)
+    ctx = threads if isinstance(threads, RollerContext) else None
+    nthreads = ctx.units if ctx is not None else int(threads)  # type: ignore[arg-type]
+    t = tiling if tiling is not None else default_tiling(g, nthreads)
+    if tiling is None and ctx is not None and ctx.topk > 1:
+        cands = candidates(g, nthreads, ctx.topk)
+        if len(cands) > 1:
+            t = ctx.pick(f"depthwise:{g}:units={nthreads}", cands,
+                         lambda c: build_depthwise(name, body, nthreads, c))
     if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
         raise ValueError(f"depthwise tiling {t} has a non-positive size")
     R, rows, nb = min(t.R, g.OW), min(t.ROWS, g.rows), t.NB

@@ -21,7 +21,7 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
     if depthwise.applicable(body):
-        return depthwise.build_depthwise(name, body, threads)
+        return depthwise.build_depthwise(name, body, ctx)
     if conv.applicable(body):
         return conv.build_dense(name, body, ctx)
     return build_generic(name, body, min_tasks=4 * threads, ctx=ctx)
