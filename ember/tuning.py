@@ -29,13 +29,14 @@ from ember.codegen.program import PRELUDE, BoundKernel, emit_program
 from ember.kernel.base import OUTPUT, Kernel
 from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_name
 from ember.kernel.roller import RollerContext
+from ember.kernel.roller.dense import MAX_ROWS, fits_registers
 from ember.kernel.roller.hal import DeviceSpec, detect_cpu, load_spec, with_measurements
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import (
     cache_dir,
     compile_many,
     compile_shared,
-    host_fingerprint,
+    host_id,
     write_atomic,
 )
 from ember.sched import sequential
@@ -67,7 +68,9 @@ UK_K = 256          # reduction steps per micro-kernel call: operands stay in L1
 
 
 def _uk_tiles(regs: int) -> list[tuple[int, int]]:
-    return [(r, v) for v in range(1, 5) for r in range(1, 15) if r * v + v + 1 <= regs - 4]
+    """Every register tile ``dense.register_tiles`` may construct."""
+    return [(r, v) for v in range(1, 5) for r in range(1, MAX_ROWS + 1)
+            if fits_registers(r, v, regs)]
 
 
 def _uk_source(tiles: list[tuple[int, int]]) -> str:
@@ -96,10 +99,9 @@ double ember_uk(int which, int64_t calls) {{
 def microkernel_peaks(regs: int, force: bool = False) -> dict[str, float]:
     """GFLOP/s of every register tile's micro-kernel on one core with its operands in L1
     (Roller's ``max_compute_perf`` per rTile), measured once per host and cached."""
-    host = hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
-    path = cache_dir() / f"uk-{host}-r{regs}.json"
+    path = cache_dir() / f"uk-{host_id()}-r{regs}.json"
     if not force:
-        data = _read_any_json(path)
+        data = _read_json(path)
         if data is not None and data.get("format") == UK_FORMAT:
             return {k: float(v) for k, v in data["gflops"].items()}
     tiles = _uk_tiles(regs)
@@ -112,14 +114,6 @@ def microkernel_peaks(regs: int, force: bool = False) -> dict[str, float]:
         out[f"uk_{r}x{v}"] = round(max(lib.ember_uk(i, calls) for _ in range(5)), 1)
     write_atomic(path, json.dumps({"format": UK_FORMAT, "gflops": out}).encode())
     return out
-
-
-def _read_any_json(path: Any) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 @dataclass
@@ -146,10 +140,10 @@ class TopK:
                                   "candidates": [_describe(c) for c in candidates]}
         path = self._cache_file(signature)
         cached = _read_json(path)
-        if cached is not None:
+        if cached is not None and "chosen_fields" in cached:
             record.update(cached, cached_result=True)
             self.log.append(record)
-            return _rebuild(candidates[0], cached["chosen_fields"])
+            return type(candidates[0])(**cached["chosen_fields"])
         if build is None or len(candidates) == 1:
             record.update(chosen=0, measured=[None] * len(candidates))
             self.log.append(record)
@@ -176,16 +170,12 @@ def _fields(c: Any) -> dict[str, Any]:
     return {f.name: getattr(c, f.name) for f in fields(c)}
 
 
-def _rebuild(like: Any, data: dict[str, Any]) -> Any:
-    return type(like)(**data)
-
-
 def _read_json(path: Any) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and "chosen_fields" in data else None
+    return data if isinstance(data, dict) else None
 
 
 def one_kernel_program(kernel: Kernel, units: int, reps: int = REPS

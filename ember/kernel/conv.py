@@ -19,6 +19,7 @@ import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, uk_name
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
@@ -34,11 +35,8 @@ from ember.loops.ir import (
     Var,
     seq,
 )
-from ember.loops.transform import format_stmt, simplify, substitute
-from ember.lower.computes import static_shape, unravel
-from ember.lower.group import group_to_te
-from ember.te import tensor as te
-from ember.te.lower import flat_index, lower
+from ember.loops.transform import format_stmt, simplify
+from ember.lower.computes import static_shape
 
 
 def applicable(body: Graph) -> bool:
@@ -99,11 +97,6 @@ def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
     return np.ascontiguousarray(w)
 
 
-def task_count(g: ConvGeom, t: DenseTile) -> int:
-    jb = -(-g.OCg // t.NB)
-    return g.G * -(-jb // -(-t.NT // t.NB)) * -(-g.P // t.PT)
-
-
 def _tile_fn(name: str, g: ConvGeom, t: DenseTile) -> str:
     jb = -(-g.OCg // t.NB)
     jt = -(-t.NT // t.NB)           # channel blocks per task
@@ -154,7 +147,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     g, w_hwio = geometry(m)
     t = tiling or choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c))
     packed = pack_weights(w_hwio, g, t)
-    ntasks = task_count(g, t)
+    ntasks = dense.task_count(g, t)
     # named by what its text depends on, so kernels of one shape share one tile function
     fn = "em_tile_" + hashlib.sha1(repr((g, t)).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", g.P * g.OC)
@@ -164,7 +157,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     args: list = [(out_buf, OUTPUT), (x_buf, x_index), (w_buf, packed)]
     task = Var("task")
     stmts: list[Stmt] = [Eval(fn, (task, out_buf, x_buf, w_buf))]
-    epi = _epilogue(body, m, g, t, task, out_buf, args)
+    epi = _epilogue(body, m, g, t, task, out_buf, x_buf, args)
     if epi is not None:
         stmts.append(epi)
     stmt = For(task, T0, Bin("-", T1, T0), seq(*stmts), ForKind.SERIAL)
@@ -178,31 +171,11 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
 
 
 def _epilogue(body: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var, out_buf: Buffer,
-              args: list) -> Stmt | None:
-    """The group's element-wise ops after the master, over the task's (rows × NB) tile."""
+              x_buf: Buffer, args: list) -> Stmt | None:
+    """The group's element-wise ops after the master, over the task's (rows × NT) tile."""
     if len(body.nodes) == 1:
         return None
-    oshape = static_shape(m.output.type)
-    raw = te.placeholder((g.P, g.OC), "float32", "raw")
-    conv4 = te.compute(oshape, lambda *i: raw[flat_index(oshape[:-1], i[:-1]), i[-1]])
-    grp = group_to_te(body, {m.output.uid: conv4})
-    final = grp.output
-    out2 = te.compute((g.P, g.OC), lambda p, c: final[unravel(p, oshape[:-1]) + (c,)])
-    bufs = {raw: out_buf}
-    for i, (_v, ph) in enumerate(grp.inputs):
-        if ph is grp.tensors.get(m.inputs[0].uid):  # type: ignore[union-attr]
-            continue
-        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
-        bufs[ph] = b
-        args.append((b, i))
-    for arr, ph in grp.consts:
-        if arr is m.inputs[1].const:  # type: ignore[union-attr]
-            continue
-        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
-        bufs[ph] = b
-        args.append((b, arr))
-    nest = lower(out2, out_buf, bufs)
-    p_var, c_var = nest.loops[0].var, nest.loops[1].var
+    inner, pv, cv = element_epilogue(body, m, out_buf, x_buf, args)
     jb = -(-g.OCg // t.NB)
     ct = -(-t.NT // t.NB) * t.NB              # channels per task
     tj = -(-jb // (ct // t.NB))
@@ -212,8 +185,6 @@ def _epilogue(body: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var, out_bu
     c0 = Bin("+", Bin("*", gi, Const(g.OCg)), Bin("*", j, Const(ct)))
     p_len = Bin("min", Const(t.PT), Bin("-", Const(g.P), p0))
     c_len = Bin("min", Const(ct), Bin("-", Const(g.OCg), Bin("*", j, Const(ct))))
-    pv, cv = Var("p"), Var("c")
-    inner = substitute(nest.body, {p_var: pv, c_var: cv})
     loop: Stmt = For(pv, p0, p_len, For(cv, c0, c_len, inner, ForKind.VECTORIZED))
     loop = Let(gi, Bin("//", task, Const(tj * pb)), Let(
         j, Bin("%", Bin("//", task, Const(pb)), Const(tj)),

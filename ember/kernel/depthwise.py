@@ -42,14 +42,13 @@ import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS
 from ember.kernel.roller import RollerContext
+from ember.kernel.roller.dense import ConvGeom
 from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
-from ember.loops.transform import format_stmt, simplify, substitute
-from ember.lower.computes import static_shape, unravel
-from ember.lower.group import group_to_te
-from ember.te import tensor as te
-from ember.te.lower import flat_index, lower
+from ember.loops.transform import format_stmt, simplify
+from ember.lower.computes import static_shape
 
 VEC_REGS = 30       # of the 32 vector registers: accumulators + weights + input columns
 ACC_REGS = 24       # at most this many accumulators
@@ -60,32 +59,9 @@ L1_INPUT_BYTES = 20 * 1024   # input a register tile reads over its channel bloc
 R_MIN = 6
 
 
-@dataclass(frozen=True)
-class DwGeom:
-    """A depthwise convolution over an already padded NHWC input (C groups of one channel)."""
-
-    N: int
-    H: int
-    W: int
-    C: int
-    OH: int
-    OW: int
-    KH: int
-    KW: int
-    SH: int
-    SW: int
-    DH: int
-    DW: int
-
-    @property
-    def P(self) -> int:
-        """Output pixels."""
-        return self.N * self.OH * self.OW
-
-    @property
-    def rows(self) -> int:
-        """Output rows of the flattened n·OH axis."""
-        return self.N * self.OH
+# a depthwise convolution is a ConvGeom with G = C groups of one channel (over an already
+# padded NHWC input); ``rows`` is its flattened n·OH axis
+DwGeom = ConvGeom
 
 
 @dataclass(frozen=True)
@@ -133,7 +109,7 @@ def geometry(m: Node) -> tuple[DwGeom, np.ndarray]:
     kh, kw = int(w.type.shape[0]), int(w.type.shape[1])
     sh, sw = m.attrs["strides"]
     dh, dw = m.attrs["dilations"]
-    return DwGeom(n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw), w.const
+    return ConvGeom(n, h, wd, c, oh, ow, c, kh, kw, sh, sw, dh, dw, c), w.const
 
 
 def _tile_cost(g: DwGeom, R: int, V: int) -> float:
@@ -514,30 +490,7 @@ def _te_epilogue(body: Graph, m: Node, g: DwGeom, ct: int, q: Var, gi: Var, out_
                  x_buf: Buffer, args: list) -> Stmt:
     """The group's element-wise ops after the master, in place over output row ``q``'s
     (OW × ``ct``) tile of channel group ``gi``."""
-    oshape = static_shape(m.output.type)
-    raw = te.placeholder((g.P, g.C), "float32", "raw")
-    conv4 = te.compute(oshape, lambda *i: raw[flat_index(oshape[:-1], i[:-1]), i[-1]])
-    grp = group_to_te(body, {m.output.uid: conv4})
-    final = grp.output
-    out2 = te.compute((g.P, g.C), lambda p, c: final[unravel(p, oshape[:-1]) + (c,)])
-    bufs = {raw: out_buf}
-    for i, (v, ph) in enumerate(grp.inputs):
-        if v is m.inputs[0]:      # the epilogue reads the convolution's input too
-            bufs[ph] = x_buf
-            continue
-        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
-        bufs[ph] = b
-        args.append((b, i))
-    for arr, ph in grp.consts:
-        if arr is m.inputs[1].const:  # type: ignore[union-attr]
-            continue
-        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
-        bufs[ph] = b
-        args.append((b, arr))
-    nest = lower(out2, out_buf, bufs)
-    p_var, c_var = nest.loops[0].var, nest.loops[1].var
-    pv, cv = Var("p"), Var("c")
-    inner = substitute(nest.body, {p_var: pv, c_var: cv})
+    inner, pv, cv = element_epilogue(body, m, out_buf, x_buf, args)
     c0 = Bin("*", gi, Const(ct))
     c_len: Expr = Const(ct) if g.C % ct == 0 else Bin("min", Const(ct), Bin("-", Const(g.C), c0))
     loop = For(pv, Bin("*", q, Const(g.OW)), Const(g.OW),

@@ -19,7 +19,6 @@ measured once per machine; ``probe(force=True)`` (or ``ember probe --force``) me
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import platform
@@ -27,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ember.runtime.toolchain import cache_dir, compile_shared, host_fingerprint, write_atomic
+from ember.runtime.toolchain import cache_dir, compile_shared, host_id, write_atomic
 
 PROBE_FORMAT = 2
 
@@ -167,8 +166,7 @@ def cpu_model() -> str:
 
 
 def _cache_path(threads: int) -> Path:
-    host = hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
-    return cache_dir() / f"probe-{host}-t{threads}.json"
+    return cache_dir() / f"probe-{host_id()}-t{threads}.json"
 
 
 def _lib() -> ctypes.CDLL:
@@ -204,7 +202,7 @@ def measure(threads: int, quick: bool = False) -> MachinePeak:
     return MachinePeak(threads, round(fma1, 1), round(fman, 1),
                        {k: round(v, 1) for k, v in read.items()},
                        {k: round(v, 1) for k, v in read1.items()}, round(triad, 1),
-                       cpu_model(), host_fingerprint()[:16],
+                       cpu_model(), host_id(),
                        time.strftime("%Y-%m-%d %H:%M:%S"))
 
 

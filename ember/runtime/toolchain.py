@@ -211,6 +211,11 @@ def host_fingerprint() -> str:
     return "\n".join(f"{k}={v}" for k, v in parts.items())
 
 
+def host_id() -> str:
+    """A short stable name of this host's fingerprint, for per-machine cache files."""
+    return hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
+
+
 def cache_key(source: str, flags: Sequence[str], argv: tuple[str, ...]) -> str:
     """sha256 hex digest naming the library built from ``source`` with ``flags`` by ``argv``."""
     native = any(f in _NATIVE_FLAGS for f in flags)

@@ -258,7 +258,7 @@ def test_multiplier_two_still_correct() -> None:
 def test_default_tiling_fits_registers_and_l1_and_feeds_every_thread(c: int, hw: int, s: int
                                                                       ) -> None:
     oh = (hw - 1) // s + 1
-    g = DwGeom(1, hw + 2, hw + 2, c, oh, oh, 3, 3, s, s, 1, 1)
+    g = DwGeom(1, hw + 2, hw + 2, c, oh, oh, c, 3, 3, s, s, 1, 1, c)
     for threads in (1, 2, 4):
         t = depthwise.default_tiling(g, threads)
         assert t.R >= 1 and t.V >= 1 and t.ROWS >= 1

@@ -63,6 +63,11 @@ class ConvGeom:
         return self.N * self.OH * self.OW
 
     @property
+    def rows(self) -> int:
+        """Output rows of the flattened n·OH axis."""
+        return self.N * self.OH
+
+    @property
     def ICg(self) -> int:
         return self.C // self.G
 
@@ -102,7 +107,8 @@ class DenseTile:
                 f" (model {self.predicted * 1e6:.1f} us)")
 
 
-def _tasks(g: ConvGeom, t: DenseTile) -> int:
+def task_count(g: ConvGeom, t: DenseTile) -> int:
+    """rTasks of ``t``: one per (group, NT channels, PT rows)."""
     return g.G * -(-g.OCg // t.NT) * -(-g.P // t.PT)
 
 
@@ -124,7 +130,7 @@ def predict(g: ConvGeom, t: DenseTile, spec: DeviceSpec, units: int) -> float:
     nb, kwin = t.NB, g.KH * g.KW
     ocp = g.G * -(-g.OCg // nb) * nb
     flops = 2 * g.P * ocp * kwin * g.ICg
-    tasks = _tasks(g, t)
+    tasks = task_count(g, t)
     waves = -(-tasks // units)
     busy = tasks / waves                                  # units busy on average
     rate = uk_efficiency(min(t.R, g.P), t.V, kwin * min(t.KC, g.ICg), spec) * spec.peak_gflops
@@ -159,6 +165,11 @@ def predict(g: ConvGeom, t: DenseTile, spec: DeviceSpec, units: int) -> float:
     return waves * TASK_OVERHEAD_S + t + STRAGGLER * t / waves
 
 
+def fits_registers(R: int, V: int, regs: int) -> bool:
+    """R·V accumulators, V weight vectors and a broadcast, with 4 registers to spare."""
+    return R * V + V + 1 <= regs - 4
+
+
 def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tuple[int, int]]:
     """``(R, V)`` register tiles from scale-up in the register file, best reuse first."""
     e = g.expr()
@@ -166,8 +177,7 @@ def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tup
     caps = {"p": min(MAX_ROWS, g.P), "oc": min(4 * lanes, -(-g.OCg // lanes) * lanes)}
 
     def fits(t: dict[str, int]) -> bool:
-        v = t["oc"] // lanes
-        return t["p"] * v + v + 1 <= spec.vector_regs - 4
+        return fits_registers(t["p"], t["oc"] // lanes, spec.vector_regs)
 
     def traffic(t: dict[str, int]) -> float:   # operand loads per flop
         return (t["p"] + t["oc"]) / (t["p"] * t["oc"])
@@ -182,7 +192,7 @@ def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tup
     # the largest tiles the register file holds, whatever the path, for variety
     for v in range(1, caps["oc"] // lanes + 1):
         r = min(caps["p"], (spec.vector_regs - 4 - v - 1) // v)
-        if r >= 1 and (r, v) not in out:
+        if r >= 1 and fits_registers(r, v, spec.vector_regs) and (r, v) not in out:
             out.append((r, v))
     return out
 

@@ -1,0 +1,51 @@
+"""The element-wise epilogue of a fused group whose master writes a (rows × channels) tile.
+
+Pre: ``body``'s first node ``m`` is the master (a dense product or a convolution) and the
+rest of the group is element-wise over its output. ``element_epilogue`` lowers that rest
+with TE, in place on the master's output buffer viewed as ``(P, C)`` (P output pixels of the
+NHWC output), and returns the loop body for one element ``(p, c)`` with the two variables;
+each kernel wraps it in loops over the tile it just computed, while the tile is in cache.
+Buffers the epilogue reads (other group inputs, its constants) are appended to ``args``; a
+read of the master's own input is bound to ``x_buf``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node
+from ember.loops.ir import Buffer, Stmt, Var
+from ember.loops.transform import substitute
+from ember.lower.computes import static_shape, unravel
+from ember.lower.group import group_to_te
+from ember.te import tensor as te
+from ember.te.lower import flat_index, lower
+
+
+def element_epilogue(body: Graph, m: Node, out_buf: Buffer, x_buf: Buffer,
+                     args: list) -> tuple[Stmt, Var, Var]:
+    oshape = static_shape(m.output.type)
+    pixels, chans = int(np.prod(oshape[:-1])), oshape[-1]
+    raw = te.placeholder((pixels, chans), "float32", "raw")
+    conv4 = te.compute(oshape, lambda *i: raw[flat_index(oshape[:-1], i[:-1]), i[-1]])
+    grp = group_to_te(body, {m.output.uid: conv4})
+    final = grp.output
+    out2 = te.compute((pixels, chans), lambda p, c: final[unravel(p, oshape[:-1]) + (c,)])
+    bufs = {raw: out_buf}
+    for i, (v, ph) in enumerate(grp.inputs):
+        if v is m.inputs[0]:      # the epilogue reads the master's input too
+            bufs[ph] = x_buf
+            continue
+        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
+        bufs[ph] = b
+        args.append((b, i))
+    for arr, ph in grp.consts:
+        if arr is m.inputs[1].const:  # type: ignore[union-attr]
+            continue
+        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
+        bufs[ph] = b
+        args.append((b, arr))
+    nest = lower(out2, out_buf, bufs)
+    pv, cv = Var("p"), Var("c")
+    inner = substitute(nest.body, {nest.loops[0].var: pv, nest.loops[1].var: cv})
+    return inner, pv, cv
