@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ember.codegen.cmath import FUNCTIONS
 from ember.errors import CompileError
 from ember.loops.ir import (
     Alloc,
@@ -39,9 +40,8 @@ C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32":
            "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
            "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t", "float16": "_Float16"}
 
-_FN_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
-           "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "pow": "powf", "round": "nearbyintf",
-           "sin": "sinf", "cos": "cosf"}
+_FN_F32 = {**FUNCTIONS, "sqrt": "sqrtf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf",
+           "pow": "powf", "round": "nearbyintf", "sin": "sinf", "cos": "cosf"}
 
 
 def ctype(dtype: str) -> str:

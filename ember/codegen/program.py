@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ember.codegen.c import BufferBinding, CEmitter
+from ember.codegen.cmath import MATH_C
 from ember.kernel.base import T0, T1, Kernel
 from ember.loops.ir import Buffer, Scope
 from ember.sched.plan import Barrier, ExecutionPlan, RTask
@@ -65,7 +66,7 @@ static inline int64_t em_now(void) {
 #define EM_TASK(e, call) do { if (__builtin_expect(g_prof != 0, 0)) { \
     int64_t t_ = em_now(); call; g_prof[2 * (e)] = t_; g_prof[2 * (e) + 1] = em_now(); \
   } else { call; } } while (0)
-"""
+""" + MATH_C
 
 SYNC = r"""
 static int64_t em_steps[%(T)d * 16] __attribute__((aligned(64)));

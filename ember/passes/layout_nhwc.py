@@ -6,6 +6,10 @@ Transpose(NHWC→NCHW)``, pools likewise; then transposes are sunk through layou
 (element-wise, broadcast with constants, Concat, global pools as reductions) and cancelled in
 pairs, so a chain of convolutions keeps NHWC and transposes remain only at its boundaries.
 A transpose that only moves size-1 dims becomes a Reshape (a view).
+
+Profitability: a pool or a depthwise convolution that is *isolated* (no other conv or pool is
+reachable from it through layout-agnostic ops) stays NCHW: it would pay two transposes for
+nothing, and the planar window kernel (``kernel/window.py``) runs it in place.
 """
 
 from __future__ import annotations
@@ -66,11 +70,73 @@ def _convert_pool(n: Node) -> list[Node] | None:
     return [t, p, back]
 
 
+KEEP_NCHW_WHEN_ISOLATED = ("MaxPool", "AveragePool", "DepthwiseConv")
+"""Kinds that have an NCHW kernel of their own (``kernel/window.py``)."""
+
+
+def _kind(n: Node) -> str | None:
+    """The layout-sensitive kind of ``n`` (a conv or a pool this pass converts), else None."""
+    x = n.inputs[0] if n.inputs else None
+    if x is None or x.type.rank != 4 or len(n.outputs) != 1:
+        return None
+    if n.op in ("MaxPool", "AveragePool"):
+        return n.op
+    if n.op != "Conv" or n.inputs[1] is None or not n.inputs[1].is_const:
+        return None
+    w = n.inputs[1].type.shape
+    c = x.type.shape[1]
+    if n.attrs.get("group", 1) == c == w[0] and w[1] == 1:
+        return "DepthwiseConv"
+    return "Conv"
+
+
+def _layout_agnostic(n: Node) -> bool:
+    """Ops that transposes sink through (``_try_sink``): they keep a chain in one layout."""
+    if n.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool"):
+        return True
+    return len(n.outputs) == 1 and registry.get(n.op).pattern <= Pattern.BROADCAST
+
+
+def isolated(g: Graph) -> set[int]:
+    """ids of the convs/pools from which no other conv/pool is reachable through
+    layout-agnostic ops (in either direction)."""
+    consumers: dict[int, list[Node]] = {}
+    for n in g.nodes:
+        for v in n.inputs:
+            if v is not None:
+                consumers.setdefault(v.uid, []).append(n)
+
+    def neighbours(n: Node) -> list[Node]:
+        out = [v.producer for v in n.inputs if v is not None and v.producer is not None]
+        return out + [m for o in n.outputs for m in consumers.get(o.uid, [])]
+
+    alone = set()
+    for c in g.nodes:
+        if _kind(c) is None:
+            continue
+        seen, todo, found = {id(c)}, neighbours(c), False
+        while todo and not found:
+            m = todo.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            if _kind(m) is not None:
+                found = True
+            elif _layout_agnostic(m):
+                todo += neighbours(m)
+        if not found:
+            alone.add(id(c))
+    return alone
+
+
 def run(g: Graph) -> Graph:
     new: list[Node] = []
+    alone = isolated(g)
     for n in g.nodes:
         rep = None
-        if n.op == "Conv":
+        if id(n) in alone and _kind(n) in KEEP_NCHW_WHEN_ISOLATED:
+            rep = None
+        elif n.op == "Conv":
             rep = _convert_conv(n)
         elif n.op in ("MaxPool", "AveragePool"):
             rep = _convert_pool(n)

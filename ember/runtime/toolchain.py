@@ -41,6 +41,7 @@ DEFAULT_FLAGS: tuple[str, ...] = (
     "-O3",
     "-march=native",
     "-fopenmp",
+    "-fno-trapping-math",   # lets gcc if-convert (vectorize) selects around float arithmetic
     "-fPIC",
     "-shared",
     "-std=gnu11",

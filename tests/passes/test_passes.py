@@ -199,3 +199,43 @@ def test_verifier_catches_broken_graphs() -> None:
     g.nodes.append(c)
     with pytest.raises(VerifyError):
         verify(g, check_types=False)
+
+
+def _pool_attrs() -> dict:
+    return {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+            "dilations": [1, 1], "ceil_mode": 0, "count_include_pad": 0}
+
+
+def test_layout_keeps_isolated_pool_and_depthwise_nchw() -> None:
+    x = Value(TensorType((1, 8, 10, 10)), "x")
+    g = Graph([x], name="alone")
+    p = g.add("MaxPool", [x], _pool_attrs())
+    r = g.add("Relu", [p.output])
+    dw = g.add("Conv", [r.output, Value.constant(f32(8, 1, 3, 3))],
+               {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 8,
+                "kernel_shape": [3, 3]})
+    g.outputs = [dw.output]
+    # the pool reaches the depthwise conv through the Relu: both are converted
+    assert layout_nhwc.isolated(g) == set()
+    lone = Graph([x], name="lone")
+    q = lone.add("AveragePool", [x], _pool_attrs())
+    s = lone.add("Sigmoid", [q.output])
+    lone.outputs = [s.output]
+    xv = f32(1, 8, 10, 10)
+    want = run_graph(lone, {"x": xv})[0]
+    layout_nhwc.run(lone)
+    verify(lone)
+    assert structure(lone) == ["AveragePool(%in0)", "Sigmoid(#0)"]
+    np.testing.assert_allclose(run_graph(lone, {"x": xv})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_layout_converts_pool_between_convs() -> None:
+    g = conv_graph(with_bn=False)
+    y = g.outputs[0]
+    p = g.add("MaxPool", [y], _pool_attrs())
+    g.outputs = [p.output]
+    assert layout_nhwc.isolated(g) == set()
+    layout_nhwc.run(g)
+    canonicalize.run(g)
+    dce.run(g)
+    assert "MaxPoolNHWC" in [n.op for n in g.nodes] and "MaxPool" not in [n.op for n in g.nodes]

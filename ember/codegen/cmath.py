@@ -1,0 +1,107 @@
+"""Vectorizable float32 math for generated C: ``em_expf``, ``em_tanhf``, ``em_erff``, ``em_logf``.
+
+libm's ``expf`` and friends are opaque calls, so a loop over them stays scalar (Sigmoid ran
+8.5x slower than onnxruntime). These are branch-free inline functions that gcc vectorizes
+inside ``#pragma omp simd`` loops (AVX-512: 16 lanes), 7-17x faster than the libm calls.
+if-conversion of their selects needs ``-fno-trapping-math`` (in the toolchain's flags).
+
+Accuracy against double-precision references (tests/numerics/test_cmath.py): exp 1 ulp,
+tanh 1.3 ulp, erf 3 ulp (absolute error < 2e-7), log 1 ulp; NaN propagates, exp overflows
+to inf and underflows through the denormals to 0, log(0) = -inf, log(x < 0) = NaN.
+"""
+
+MATH_C = r"""/* Vectorizable float32 math (branch-free, inlined): gcc turns a loop of these into AVX-512
+   code, where libm's expf/tanhf/erff/logf stay scalar calls. Errors vs. double-precision
+   references: a few ulp; NaN propagates, overflow gives inf, underflow 0 / denormals. */
+static inline float em_bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t em_f2bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float em_expf(float x) {
+  /* exp(x) = 2^n · exp(r), n = round(x / ln 2), |r| <= ln2 / 2 (Cody-Waite), Cephes poly */
+  float xc = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+  float y = p * em_bits2f((uint32_t)(n1 + 127) << 23) * em_bits2f((uint32_t)(n2 + 127) << 23);
+  return x != x ? x : y;
+}
+static inline float em_tanhf(float x) {
+  /* |x| < 0.625: odd Cephes polynomial; else sign(x) · (1 - 2 / (exp(2|x|) + 1)) */
+  float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z + -5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z + -3.33332819422e-1f;
+  float small = x + x * z * p;
+  small = x == 0.0f ? x : small;   /* keeps -0 */
+  float a = x < 0.0f ? -x : x;
+  float big = 1.0f - 2.0f / (em_expf(a + a) + 1.0f);
+  big = x < 0.0f ? -big : big;
+  return a < 0.625f ? small : (x != x ? x : big);
+}
+static inline float em_erff(float x) {
+  /* |x| < 1: Taylor series of erf to x^23 (error < 1e-10); else Abramowitz-Stegun 7.1.26
+     (absolute error < 1.5e-7 where erf is within 0.16 of ±1) */
+  float z = x * x;
+  float p = -1.22905553e-09f;
+  p = p * z + 1.48071928e-08f;
+  p = p * z + -1.63658447e-07f;
+  p = p * z + 1.64621144e-06f;
+  p = p * z + -1.49256504e-05f;
+  p = p * z + 1.20553330e-04f;
+  p = p * z + -8.54832702e-04f;
+  p = p * z + 5.22397763e-03f;
+  p = p * z + -2.68661706e-02f;
+  p = p * z + 1.12837917e-01f;
+  p = p * z + -3.76126389e-01f;
+  p = p * z + 1.12837917e+00f;
+  float small = x * p;
+  float a = x < 0.0f ? -x : x;
+  float t = 1.0f / (1.0f + 0.3275911f * a);
+  float q = 1.061405429f;
+  q = q * t + -1.453152027f;
+  q = q * t + 1.421413741f;
+  q = q * t + -0.284496736f;
+  q = q * t + 0.254829592f;
+  float big = 1.0f - q * t * em_expf(-z);
+  big = x < 0.0f ? -big : big;
+  return a < 1.0f ? small : (x != x ? x : big);
+}
+static inline float em_logf(float x) {
+  /* x = m · 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by the Cephes polynomial */
+  float den = x < 1.17549435e-38f ? 1.0f : 0.0f;          /* denormal: scale by 2^23 first */
+  float xs = x * (1.0f + den * 8388607.0f);
+  uint32_t u = em_f2bits(xs);
+  float e = (float)((int32_t)(u >> 23) - 127) - den * 23.0f;
+  float m = em_bits2f((u & 0x007fffffu) | 0x3f800000u);
+  float hi = m > 1.41421356f ? 1.0f : 0.0f;
+  m = m * (1.0f - 0.5f * hi);
+  e = e + hi;
+  float f = m - 1.0f, z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f + -1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f + -1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f + -1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f + -2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = f * z * p + e * -2.12194440e-4f - 0.5f * z;
+  y = f + y + e * 0.693359375f;
+  /* log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays */
+  float s = x == 0.0f ? -INFINITY : (x < 0.0f ? NAN : x);
+  return (x > 0.0f) & (x < INFINITY) ? y : s;
+}
+"""
+
+FUNCTIONS = {"exp": "em_expf", "tanh": "em_tanhf", "erf": "em_erff", "log": "em_logf"}
+"""libm name -> ember's vectorizable float32 version."""
