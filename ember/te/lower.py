@@ -134,6 +134,35 @@ def lower(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]) -> LoopNe
     return _lower_reduction(output, out_buf, bufs, red)
 
 
+LANES = 16   # float32 lanes of the vector unit the lane-split accumulator is sized for
+
+
+def _reads_contiguously(e: Expr, v: Var) -> bool:
+    """Does ``e`` read some tensor with ``v`` as its innermost (contiguous) index?"""
+    found = []
+
+    def f(x: Expr) -> None:
+        if isinstance(x, TensorRead) and x.indices and x.indices[-1] is v:
+            found.append(x)
+
+    map_expr(e, f)
+    return bool(found)
+
+
+def _reduction_tile(output: Tensor, rop: Reduce) -> int:
+    """How many output elements along the innermost axis share one accumulator tile (0 when
+    the reduction is lane-split instead: its innermost axis is contiguous in the input)."""
+    last = rop.axes[-1]
+    if last.extent >= 2 * LANES and _reads_contiguously(rop.body, last.var):
+        return 0
+    inner_n = output.shape[-1] if output.shape else 1
+    return inner_n if 1 < inner_n <= MAX_TILE else 1
+
+
+_COMBINE = {"sum": lambda a, b: Bin("+", a, b), "prod": lambda a, b: Bin("*", a, b),
+            "max": lambda a, b: Bin("max", a, b), "min": lambda a, b: Bin("min", a, b)}
+
+
 def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer],
                      red: Tensor) -> LoopNest:
     assert isinstance(output.op, ComputeOp) and isinstance(red.op, ComputeOp)
@@ -141,10 +170,11 @@ def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]
     assert rop is not None
     if red.shape != output.shape:
         raise CompileError(f"epilogue of reduction {red.name} changes the shape")
+    tile = _reduction_tile(output, rop)
+    if tile == 0:
+        return _lower_lane_split(output, out_buf, bufs, red)
     axes = output.op.axes
     raxes = red.op.axes
-    inner_n = output.shape[-1] if output.shape else 1
-    tile = inner_n if 1 < inner_n <= MAX_TILE else 1
     acc = Buffer(f"acc_{red.name}", tile, red.dtype, Scope.LOCAL)
     t = Var("t")
     if tile > 1:
@@ -161,24 +191,65 @@ def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]
     rbody = substitute(rop.body, rsub)
     upd_val = _Inliner(bufs, None, None).rewrite(rbody)  # type: ignore[arg-type]
     cur = Load(acc, acc_idx)
-    comb = {"sum": lambda a, b: Bin("+", a, b), "prod": lambda a, b: Bin("*", a, b),
-            "max": lambda a, b: Bin("max", a, b), "min": lambda a, b: Bin("min", a, b)}
-    update: Stmt = Store(acc, acc_idx, comb[rop.combiner](cur, upd_val))
+    update: Stmt = Store(acc, acc_idx, _COMBINE[rop.combiner](cur, upd_val))
     vec = ForKind.VECTORIZED if tile > 1 else ForKind.SERIAL
     if tile > 1:
         update = For(t, Const(0), Const(tile), update, vec)
     for ra in reversed(rop.axes):
         update = For(ra.var, Const(0), Const(ra.extent), update)
     init: Stmt = Store(acc, acc_idx, rop.init)  # type: ignore[arg-type]
-    if red is output:
-        epi_val: Expr = Load(acc, acc_idx)
-    else:
-        epi_val = _Inliner(bufs, red, Load(acc, acc_idx)).rewrite(
-            substitute(output.op.body, sub))  # type: ignore[arg-type]
-    fin: Stmt = Store(out_buf, flat_index(output.shape, tuple(sub.get(a, a) for a in axes)),
-                      epi_val)
+    fin = _epilogue_store(output, out_buf, bufs, red, Load(acc, acc_idx), sub)
     if tile > 1:
         init = For(t, Const(0), Const(tile), init, vec)
         fin = For(t, Const(0), Const(tile), fin, vec)
     body = Alloc(acc, seq(init, update, fin))
     return LoopNest([Loop(v, n) for v, n in zip(spatial, output.shape)], body)
+
+
+def _epilogue_store(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer], red: Tensor,
+                    acc: Expr, sub: dict[Var, Expr]) -> Stmt:
+    """Store the output element(s) at the output's indices (``sub`` rewrites the tiled axis),
+    applying the epilogue to the accumulator ``acc``."""
+    assert isinstance(output.op, ComputeOp)
+    axes = output.op.axes
+    if red is output:
+        epi_val: Expr = acc
+    else:
+        epi_val = _Inliner(bufs, red, acc).rewrite(
+            substitute(output.op.body, sub))  # type: ignore[arg-type]
+    return Store(out_buf, flat_index(output.shape, tuple(sub.get(a, a) for a in axes)), epi_val)
+
+
+def _lower_lane_split(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer],
+                      red: Tensor) -> LoopNest:
+    """A reduction whose innermost reduce axis is contiguous in the input: ``LANES`` partial
+    accumulators over that axis (a vectorized loop over contiguous reads), a scalar tail, then
+    the lanes combined. The combination order differs from a sequential sum (as in any
+    vectorized reduction); max/min are exact."""
+    assert isinstance(output.op, ComputeOp) and isinstance(red.op, ComputeOp)
+    rop = red.op.reduce
+    assert rop is not None
+    axes = output.op.axes
+    rbody = substitute(rop.body, dict(zip(red.op.axes, axes)))
+    val = _Inliner(bufs, None, None).rewrite(rbody)  # type: ignore[arg-type]
+    comb = _COMBINE[rop.combiner]
+    acc = Buffer(f"acc_{red.name}", LANES, red.dtype, Scope.LOCAL)
+    last = rop.axes[-1]
+    q, t, r = Var("q"), Var("t"), Var("r")
+    nq, nr = divmod(last.extent, LANES)
+    lane = Bin("+", Bin("*", q, Const(LANES)), t)
+    main = For(q, Const(0), Const(nq), For(t, Const(0), Const(LANES), Store(
+        acc, t, comb(Load(acc, t), substitute(val, {last.var: lane}))), ForKind.VECTORIZED))
+    update: Stmt = main
+    if nr:
+        tail_val = substitute(val, {last.var: Bin("+", Const(nq * LANES), r)})
+        update = seq(main, For(r, Const(0), Const(nr),
+                               Store(acc, Const(0), comb(Load(acc, Const(0)), tail_val))))
+    for ra in reversed(rop.axes[:-1]):
+        update = For(ra.var, Const(0), Const(ra.extent), update)
+    init = For(t, Const(0), Const(LANES), Store(acc, t, rop.init), ForKind.VECTORIZED)  # type: ignore[arg-type]
+    fold = For(t, Const(1), Const(LANES - 1),
+               Store(acc, Const(0), comb(Load(acc, Const(0)), Load(acc, t))))
+    fin = _epilogue_store(output, out_buf, bufs, red, Load(acc, Const(0)), {})
+    body = Alloc(acc, seq(init, update, fold, fin))
+    return LoopNest([Loop(v, n) for v, n in zip(axes, output.shape)], body)
