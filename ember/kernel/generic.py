@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 
 from ember.ir.graph import Graph
+from ember.ir.ops import registry
+from ember.ir.ops.registry import Pattern
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.roller import RollerContext, stream
-from ember.kernel.schedule import default_schedule
+from ember.kernel.schedule import default_schedule, transpose_schedule
 from ember.loops.ir import Buffer, Store
 from ember.loops.transform import format_stmt
 from ember.lower.group import group_to_te
@@ -40,11 +42,29 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
         tile = stream.construct(outer, nest.loops[-1].extent, in_bytes,
                                 dtype(out_buf.dtype).itemsize, ctx.spec, ctx.units)
         chunk = tile.chunk
-    default_schedule(nest, min_tasks=min_tasks, chunk=chunk)
+    axis = transposed_axis(body)
+    if axis is not None:
+        transpose_schedule(nest, axis, min_tasks=min_tasks)
+    else:
+        default_schedule(nest, min_tasks=min_tasks, chunk=chunk)
     par = nest.parallel_loop()
     ntasks = par.extent if par is not None else 1
     stmt = nest.to_stmt((T0, T1) if par is not None else None)
     return Kernel(name, stmt, ntasks, args, doc=body.name, loops=format_stmt(stmt))
+
+
+def transposed_axis(body: Graph) -> int | None:
+    """For a group that is one Transpose among element-wise ops: the output axis that is the
+    input's innermost (contiguous) axis, unless that is the output's innermost axis too."""
+    tr = [n for n in body.nodes if n.op == "Transpose"]
+    if len(tr) != 1 or any(registry.get(n.op).pattern > Pattern.BROADCAST
+                           for n in body.nodes if n is not tr[0]):
+        return None
+    perm = list(tr[0].attrs["perm"])
+    if body.outputs[0].type.rank != len(perm):
+        return None
+    axis = perm.index(len(perm) - 1)
+    return None if axis == len(perm) - 1 else axis
 
 
 def _numel(shape: tuple[int, ...]) -> int:

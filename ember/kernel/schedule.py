@@ -107,3 +107,36 @@ def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4,
     elif nest.loops[0].kind is not ForKind.VECTORIZED:
         parallel(nest, nest.loops[0].var)
     return nest
+
+
+TRANSPOSE_TILE = 16
+
+
+def _divisor_tile(n: int, most: int = TRANSPOSE_TILE) -> int:
+    """The largest divisor of ``n`` in [4, most] (a tile with no guard), or 0."""
+    return next((f for f in range(min(most, n), 3, -1) if n % f == 0), 0)
+
+
+def transpose_schedule(nest: LoopNest, axis: int, min_tasks: int = 8) -> LoopNest:
+    """The schedule of a transposition: output loop ``axis`` is the contiguous axis of the
+    input, the innermost output loop the contiguous axis of the output. Both are tiled (by
+    divisors up to 16) and their tile loops moved innermost, so a 16 x 16 block is read and
+    written whole while its cache lines are in L1 (the default schedule's stride-C reads
+    re-fetched each input line 16 times from L2). The longer of the two tile loops is the
+    vectorized innermost one (measured: a full 16-lane vector beats contiguity of either side);
+    the outer loops form the rTask loop. Falls back to the default schedule without such tiles."""
+    last = len(nest.loops) - 1
+    if axis == last or not isinstance(nest.body, Store) or nest.guards:
+        return default_schedule(nest, min_tasks)
+    va, vb = nest.loops[axis].var, nest.loops[last].var
+    fa, fb = _divisor_tile(nest.loops[axis].extent), _divisor_tile(nest.loops[last].extent)
+    if not fa or not fb:
+        return default_schedule(nest, min_tasks)
+    _, ai = split(nest, va, fa)
+    _, bi = split(nest, vb, fb)
+    outer = [lp for lp in nest.loops if lp.var not in (ai, bi)]
+    inner, other = (ai, bi) if fa > fb else (bi, ai)   # the longer tile is the vector loop
+    nest.loops = outer + [nest.loop(other), nest.loop(inner)]
+    vectorize(nest, inner)
+    parallel(nest, fuse_all(nest, [lp.var for lp in outer]))
+    return nest

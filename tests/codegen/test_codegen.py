@@ -80,6 +80,22 @@ def test_default_schedule_vectorizes_innermost_and_parallelizes_outer() -> None:
     assert [lp.kind for lp in nest.loops] == [ForKind.PARALLEL, ForKind.VECTORIZED]
 
 
+def test_transpose_schedule_tiles_both_contiguous_axes() -> None:
+    a = te.placeholder((2, 12, 20, 32), name="a")             # NHWC -> NCHW
+    c = te.compute((2, 32, 12, 20), lambda n, ch, h, w: a[n, h, w, ch])
+    x = rng.standard_normal((2, 12, 20, 32)).astype("f4")
+    seen = []
+
+    def sched(nest):
+        S.transpose_schedule(nest, axis=1)
+        seen.append([(lp.kind, lp.extent) for lp in nest.loops])
+
+    np.testing.assert_array_equal(_run_kernel(c, [a], [x], sched), x.transpose(0, 3, 1, 2))
+    # tiles: 16 of the channels (contiguous in a), 10 of the width (contiguous in the output)
+    assert seen == [[(ForKind.PARALLEL, 2 * 2 * 12 * 2), (ForKind.SERIAL, 10),
+                     (ForKind.VECTORIZED, 16)]]
+
+
 def _conv_model_source(threads: int = 2) -> str:
     from onnx import TensorProto, helper, numpy_helper
 
