@@ -14,29 +14,56 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from ember.ir.graph import Graph, Node
+from ember.kernel import transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, uk_name
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
 from ember.loops.ir import (
+    Alloc,
     Bin,
     Buffer,
     Const,
     Eval,
+    Expr,
     For,
     ForKind,
     Let,
+    Load,
+    Scope,
     Stmt,
+    Store,
     Var,
     seq,
 )
-from ember.loops.transform import format_stmt, simplify
+from ember.loops.transform import format_stmt, map_expr, simplify, substitute
 from ember.lower.computes import static_shape
+
+TO_NCHW = [0, 3, 1, 2]
+SCRATCH_BYTES = 512 * 1024   # the per-task tile of a transposed-output kernel, on the stack
+
+
+def transposed_output(body: Graph) -> bool:
+    """Does the group end in Transpose(NHWC -> NCHW) of a ConvNHWC? Then the kernel computes
+    each task's tile into a local scratch and its epilogue stores it transposed, while the
+    tile is in cache (no separate transpose pass over the whole output)."""
+    last = body.nodes[-1]
+    return (len(body.nodes) > 1 and last.op == "Transpose" and body.nodes[0].op == "ConvNHWC"
+            and list(last.attrs["perm"]) == TO_NCHW)
+
+
+def core_body(body: Graph) -> Graph:
+    """``body`` without its trailing transpose (the group the tile is computed by)."""
+    if not transposed_output(body):
+        return body
+    last = body.nodes[-1]
+    return Graph(body.inputs, [last.inputs[0]], body.nodes[:-1], body.name)  # type: ignore[list-item]
 
 
 def applicable(body: Graph) -> bool:
@@ -97,16 +124,20 @@ def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
     return np.ascontiguousarray(w)
 
 
-def _tile_fn(name: str, g: ConvGeom, t: DenseTile) -> str:
+def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False) -> str:
+    """The C function of one rTask. ``local``: it writes its tile to ``out`` as a
+    [PT][channels per task] scratch instead of at the tile's place in the [P][OC] output."""
     jb = -(-g.OCg // t.NB)
     jt = -(-t.NT // t.NB)           # channel blocks per task
     tj = -(-jb // jt)               # channel tasks per group
     nc = -(-g.ICg // t.KC)
     pb = -(-g.P // t.PT)
     chunk = g.KH * g.KW * t.KC * t.NB
+    ldc = jt * t.NB if local else g.OC
+    crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
     cases = "\n".join(
         f"        case {r}: {uk_name(r, t.V)}(rows, wb, {g.KH}, {g.KW}, icc, "
-        f"{g.DH * g.W * g.C}, {g.DW * g.C}, cb + p * {g.OC}, {g.OC}, c > 0, nvalid, "
+        f"{g.DH * g.W * g.C}, {g.DW * g.C}, cb + {crow}, {ldc}, c > 0, nvalid, "
         f"{t.KC}); break;"
         for r in range(t.R, 0, -1))
     rows = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
@@ -119,7 +150,7 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile) -> str:
       }}"""
     left = f"{g.OCg} - j * {t.NB}"
     block = f"""const int64_t nvalid = {left} < {t.NB} ? {left} : {t.NB};
-      float *cb = out + g * {g.OCg} + j * {t.NB};
+      float *cb = out + {"(j - j0)" if local else f"g * {g.OCg} + j"} * {t.NB};
       const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};"""
     call = f"switch (nr) {{\n{cases}\n        default: break;\n      }}"
     outer, inner = ("j", "p") if t.order == "p" else ("p", "j")
@@ -146,28 +177,89 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     m = body.nodes[0]
     g, w_hwio = geometry(m)
     t = tiling or choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c))
+    local = transposed_output(body)
+    if local:
+        t = fit_scratch(t)
     packed = pack_weights(w_hwio, g, t)
     ntasks = dense.task_count(g, t)
     # named by what its text depends on, so kernels of one shape share one tile function
-    fn = "em_tile_" + hashlib.sha1(repr((g, t)).encode()).hexdigest()[:12]
+    fn = "em_tile_" + hashlib.sha1(repr((g, t, local)).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", g.P * g.OC)
     x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
     w_buf = Buffer(f"{name}_w", packed.size)
     x_index = body.inputs.index(m.inputs[0])
     args: list = [(out_buf, OUTPUT), (x_buf, x_index), (w_buf, packed)]
     task = Var("task")
-    stmts: list[Stmt] = [Eval(fn, (task, out_buf, x_buf, w_buf))]
-    epi = _epilogue(body, m, g, t, task, out_buf, x_buf, args)
-    if epi is not None:
-        stmts.append(epi)
-    stmt = For(task, T0, Bin("-", T1, T0), seq(*stmts), ForKind.SERIAL)
+    if local:
+        scratch = Buffer(f"{name}_tile", t.PT * _task_channels(t), scope=Scope.LOCAL)
+        epi = _transposed_epilogue(core_body(body), m, g, t, task, out_buf, scratch, x_buf,
+                                   args)
+        stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf)), epi))
+    else:
+        stmts: list[Stmt] = [Eval(fn, (task, out_buf, x_buf, w_buf))]
+        epi2 = _epilogue(body, m, g, t, task, out_buf, x_buf, args)
+        stmt = seq(*stmts, epi2) if epi2 is not None else stmts[0]
+    stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS}
     for r in range(1, t.R + 1):
         support[uk_name(r, t.V)] = emit_microkernel(r, t.V)
-    support[fn] = _tile_fn(fn, g, t)
+    support[fn] = _tile_fn(fn, g, t, local)
+    if local:
+        support[transpose_tile.NAME] = transpose_tile.C_SOURCE
     flops = 2 * g.P * g.OC * g.KH * g.KW * g.ICg
     doc = f"{body.name}: {dense.describe_space(g)}; roller {t.describe()}"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
+
+
+def _task_channels(t: DenseTile) -> int:
+    return -(-t.NT // t.NB) * t.NB
+
+
+def fit_scratch(t: DenseTile) -> DenseTile:
+    """``t`` with fewer rows per task if its tile would not fit ``SCRATCH_BYTES``."""
+    rows = SCRATCH_BYTES // (4 * _task_channels(t)) // t.R * t.R
+    return t if t.PT <= rows else replace(t, PT=max(t.R, rows))
+
+
+def _task_origin(g: ConvGeom, t: DenseTile, task: Var) -> tuple[Expr, Expr, Expr, Expr]:
+    """The first row and channel of ``task``'s tile and their counts."""
+    jb = -(-g.OCg // t.NB)
+    ct = _task_channels(t)
+    tj = -(-jb // (ct // t.NB))
+    pb = -(-g.P // t.PT)
+    gi = Bin("//", task, Const(tj * pb))
+    j = Bin("%", Bin("//", task, Const(pb)), Const(tj))
+    p0 = Bin("*", Bin("%", task, Const(pb)), Const(t.PT))
+    c0 = Bin("+", Bin("*", gi, Const(g.OCg)), Bin("*", j, Const(ct)))
+    p_len = Bin("min", Const(t.PT), Bin("-", Const(g.P), p0))
+    c_len = Bin("min", Const(ct), Bin("-", Const(g.OCg), Bin("*", j, Const(ct))))
+    return p0, c0, p_len, c_len
+
+
+def _transposed_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var,
+                         out_buf: Buffer, scratch: Buffer, x_buf: Buffer, args: list) -> Stmt:
+    """The group's element-wise ops over the task's tile, in place in the scratch (channels
+    innermost, as the untransposed epilogue), then the tile stored transposed into the NCHW
+    output (N = 1) in 16 x 16 register-transposed blocks (``transpose_tile``)."""
+    p0v, c0v = Var("p0"), Var("c0")
+    p0, c0, p_len, c_len = _task_origin(g, t, task)
+    ct = _task_channels(t)
+    stmts: list[Stmt] = []
+    if len(core.nodes) > 1:
+        pv, cv = Var("p"), Var("c")
+        local = Bin("+", Bin("*", Bin("-", pv, p0v), Const(ct)), Bin("-", cv, c0v))
+        st, epv, ecv = element_epilogue(core, m, scratch, x_buf, args)
+        assert isinstance(st, Store)
+        st = substitute(st, {epv: pv, ecv: cv})  # type: ignore[assignment]
+        value = map_expr(st.value, lambda e: Load(scratch, local)
+                         if isinstance(e, Load) and e.buf is scratch else None)
+        stmts.append(For(pv, p0v, p_len, For(cv, c0v, c_len, Store(scratch, local, value),
+                                              ForKind.VECTORIZED)))
+    ohw = g.OH * g.OW
+    stmts.append(Eval(transpose_tile.NAME, (
+        scratch, Const(ct), out_buf, Bin("+", Bin("*", c0v, Const(ohw)), p0v), Const(ohw),
+        p_len, c_len)))
+    return simplify(Let(p0v, p0, Let(c0v, c0, seq(*stmts))))  # type: ignore[return-value]
 
 
 def _epilogue(body: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var, out_buf: Buffer,
@@ -176,17 +268,6 @@ def _epilogue(body: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var, out_bu
     if len(body.nodes) == 1:
         return None
     inner, pv, cv = element_epilogue(body, m, out_buf, x_buf, args)
-    jb = -(-g.OCg // t.NB)
-    ct = -(-t.NT // t.NB) * t.NB              # channels per task
-    tj = -(-jb // (ct // t.NB))
-    pb = -(-g.P // t.PT)
-    gi, j, pc = Var("gi"), Var("j"), Var("pc")
-    p0 = Bin("*", pc, Const(t.PT))
-    c0 = Bin("+", Bin("*", gi, Const(g.OCg)), Bin("*", j, Const(ct)))
-    p_len = Bin("min", Const(t.PT), Bin("-", Const(g.P), p0))
-    c_len = Bin("min", Const(ct), Bin("-", Const(g.OCg), Bin("*", j, Const(ct))))
+    p0, c0, p_len, c_len = _task_origin(g, t, task)
     loop: Stmt = For(pv, p0, p_len, For(cv, c0, c_len, inner, ForKind.VECTORIZED))
-    loop = Let(gi, Bin("//", task, Const(tj * pb)), Let(
-        j, Bin("%", Bin("//", task, Const(pb)), Const(tj)),
-        Let(pc, Bin("%", task, Const(pb)), loop)))
     return simplify(loop)  # type: ignore[return-value]

@@ -87,6 +87,10 @@ def legal(group: Group, n: Node, via: Value) -> bool:
     if group.pattern is Pattern.OPAQUE:
         return False
     same_shape = n.output.type.shape == via.type.shape
+    if group.nodes[-1].op == "Transpose" and group.pattern is Pattern.OUT_FUSABLE:
+        return False       # a transposed store closes a dense group
+    if group.pattern is Pattern.OUT_FUSABLE and n.op == "Transpose":
+        return transposed_store(group, n)
     if group.pattern in (Pattern.OUT_FUSABLE, Pattern.REDUCTION):
         # element-wise epilogue, read at the master's output index
         return p <= Pattern.BROADCAST and same_shape and \
@@ -95,6 +99,17 @@ def legal(group: Group, n: Node, via: Value) -> bool:
     if group.pattern <= Pattern.INJECTIVE:
         return p <= Pattern.REDUCTION
     return False
+
+
+def transposed_store(group: Group, n: Node) -> bool:
+    """The dense convolution kernel (``kernel/conv.py``) can store its output tile transposed
+    NHWC -> NCHW (a conv chain's exit): a ConvNHWC master with >= 2 input channels per group
+    and constant weights (depthwise has a kernel of its own, without that store), batch 1."""
+    m = group.master
+    w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
+    return (w is not None and w.is_const and w.type.shape[2] >= 2
+            and m.output.type.shape[0] == 1
+            and list(n.attrs.get("perm", ())) == [0, 3, 1, 2])
 
 
 def profitable(group: Group, n: Node) -> bool:

@@ -7,6 +7,8 @@ with fused epilogues, and compares with onnxruntime.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -73,3 +75,25 @@ def test_topk_measures_then_caches(tmp_path, monkeypatch: pytest.MonkeyPatch) ->
     (rec2,) = again.meta["roller"]
     assert rec2.get("cached_result") and rec2["chosen_fields"] == rec["chosen_fields"]
     assert again.meta["timings"]["profile_topk"] == 0
+
+
+@pytest.mark.parametrize("tile", TILES[::2], ids=lambda t: f"R{t.R}V{t.V}PT{t.PT}")
+def test_transposed_store_of_a_conv_chain_exit(tile: DenseTile,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An NCHW model's last conv stores its tiles transposed (16 x 16 register blocks and
+    scalar edges), after a residual Add and a Relu computed on the tile."""
+    from ember import driver
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 24, 20, 19)).astype(np.float32)
+    r = rng.standard_normal((1, 50, 20, 19)).astype(np.float32)
+    w = rng.standard_normal((50, 24, 1, 1)).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Add", ["c", "r"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    model = make_model(nodes, {"x": x, "r": r}, {"w": w}, ["y"])
+    monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None: tile)
+    src = driver.build(model, num_threads=2).source
+    assert re.search(r"em_transpose_store\(L\d+_\w+_tile, ", src)     # called on the tile
+    got = ember.compile(model, num_threads=2)(x=x, r=r)
+    np.testing.assert_allclose(got, run_ort(model, {"x": x, "r": r})[0], rtol=1e-4, atol=1e-4)
