@@ -11,8 +11,9 @@ to inf and underflows through the denormals to 0, log(0) = -inf, log(x < 0) = Na
 """
 
 MATH_C = r"""/* Vectorizable float32 math (branch-free, inlined): gcc turns a loop of these
-   into AVX-512 code, where libm's expf/tanhf/erff/logf stay scalar calls. Errors vs. double-precision
-   references: a few ulp; NaN propagates, overflow gives inf, underflow 0 / denormals. */
+   into AVX-512 code, where libm's expf/tanhf/erff/logf stay scalar calls. Errors vs.
+   double-precision references: a few ulp; NaN propagates, overflow gives inf, underflow
+   gives 0 / denormals. */
 static inline float em_bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t em_f2bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float em_expf(float x) {
