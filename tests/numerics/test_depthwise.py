@@ -25,9 +25,18 @@ from onnx import helper
 from ember import driver
 from ember.kernel import depthwise
 from ember.kernel.depthwise import DwGeom, DwTiling
+from ember.passes import layout_nhwc
 from tests.numerics.test_compiled_ops import BASE, F32, compare, make_model, randn
 
 pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(autouse=True)
+def _depthwise_in_nhwc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These models are one depthwise conv, which the layout pass would leave in NCHW for the
+    window kernel (tests/numerics/test_window.py): convert it anyway, as inside a conv chain,
+    so that the NHWC depthwise kernel is what runs."""
+    monkeypatch.setattr(layout_nhwc, "KEEP_NCHW_WHEN_ISOLATED", ())
 
 SOME = BASE                              # 6 examples: every example runs the C compiler
 MORE = settings(BASE, max_examples=16)
