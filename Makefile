@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench bench-ops lint clean
+.PHONY: demo test bench bench-ops conformance lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,9 @@ bench: $(VENV)/.installed-bench
 
 bench-ops: $(VENV)/.installed-bench
 	$(BIN)/python bench/ops.py --out bench/results
+
+conformance: $(VENV)/.installed-test
+	$(BIN)/python -m ember.conformance --out bench/results/conformance.json
 
 lint: $(VENV)/.installed-test
 	$(BIN)/pip install -q ruff
