@@ -35,8 +35,9 @@ cuts rows so every vEU gets several rTasks of even work.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -271,21 +272,25 @@ def _unary_exprs(n: Node) -> list[str] | None:
     return None
 
 
-def register_epilogue(body: Graph, m: Node, c: int) -> RegEpilogue | None:
+def register_epilogue(body: Graph, m: Node, c: int,
+                      channel_const: Callable[[Any, int], np.ndarray | None] | None = None
+                      ) -> RegEpilogue | None:
     """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
     Relu, Clip, HardSigmoid, HardSwish, or Add/Sub/Mul/Div by a per-channel (or scalar)
-    constant."""
+    constant; ``channel_const`` extracts such a constant as a (C,) array (default: NHWC's)."""
     epi = RegEpilogue([], [])
     cur = m.output
     for n in body.nodes[1:]:
         if n.output.type.dtype.name != "float32" or sum(v is cur for v in n.inputs) != 1:
+            return None
+        if tuple(n.output.type.shape) != tuple(m.output.type.shape):
             return None
         unary = _unary_exprs(n)
         if unary is not None:
             epi.exprs += unary
         elif n.op in _BINARY and len(n.inputs) == 2:
             other = n.inputs[1] if n.inputs[0] is cur else n.inputs[0]
-            k = _per_channel(other, c)
+            k = (channel_const or _per_channel)(other, c)
             if k is None:
                 return None
             form = _BINARY if n.inputs[0] is cur else _BINARY_REV

@@ -1,12 +1,12 @@
 """The element-wise epilogue of a fused group whose master writes a (rows × channels) tile.
 
-Pre: ``body``'s first node ``m`` is the master (a dense product or a convolution) and the
-rest of the group is element-wise over its output. ``element_epilogue`` lowers that rest
+Pre: ``body``'s first node ``m`` is the master (a dense product, a convolution or a pool) and
+the rest of the group is element-wise over its output. ``element_epilogue`` lowers that rest
 with TE, in place on the master's output buffer viewed as ``(P, C)`` (P output pixels of the
-NHWC output), and returns the loop body for one element ``(p, c)`` with the two variables;
-each kernel wraps it in loops over the tile it just computed, while the tile is in cache.
-Buffers the epilogue reads (other group inputs, its constants) are appended to ``args``; a
-read of the master's own input is bound to ``x_buf``.
+NHWC output; for an NCHW master, the N·C·OH rows and OW), and returns the loop body for one
+element ``(p, c)`` with the two variables; each kernel wraps it in loops over the tile it just
+computed, while the tile is in cache. Buffers the epilogue reads (other group inputs, its
+constants) are appended to ``args``; a read of the master's own input is bound to ``x_buf``.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ def element_epilogue(body: Graph, m: Node, out_buf: Buffer, x_buf: Buffer,
         b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
         bufs[ph] = b
         args.append((b, i))
+    weights = m.inputs[1].const if len(m.inputs) > 1 and m.inputs[1] is not None else None
     for arr, ph in grp.consts:
-        if arr is m.inputs[1].const:  # type: ignore[union-attr]
+        if weights is not None and arr is weights:   # the master's own (repacked) weights
             continue
         b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
         bufs[ph] = b

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ember.ir.graph import Node
-from ember.kernel import conv, depthwise, layernorm, softmax
+from ember.kernel import conv, depthwise, layernorm, softmax, window
 from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
 from ember.kernel.roller import RollerContext
@@ -20,6 +20,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return softmax.build_softmax(name, body)
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
+    if window.applicable(body):
+        return window.build_window(name, body, ctx)
     if depthwise.applicable(body):
         return depthwise.build_depthwise(name, body, ctx)
     if conv.applicable(body):
