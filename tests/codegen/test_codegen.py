@@ -155,3 +155,18 @@ def test_graph_build_api_types() -> None:
     g = Graph([x])
     n = g.add("Transpose", [x], {"perm": [1, 0]})
     assert n.output.type == TensorType((3, 2))
+
+
+def test_elementwise_group_runs_as_one_flat_loop() -> None:
+    from ember.kernel.generic import flatten_elementwise
+
+    a = te.placeholder((4, 6, 14), name="a")
+    b = te.placeholder((4, 6, 14), name="b")
+    c = te.compute((4, 6, 14), lambda i, j, k: a[i, j, k] * b[i, j, k] + 1.0)
+    nest = flatten_elementwise(lower(c, Buffer("o", 336), {a: Buffer("a", 336),
+                                                           b: Buffer("b", 336)}))
+    assert [lp.extent for lp in nest.loops] == [336]
+    d = te.compute((4, 6, 14), lambda i, j, k: a[i, j, k] + b[0, j, k])   # a broadcast read
+    nest = flatten_elementwise(lower(d, Buffer("o", 336), {a: Buffer("a", 336),
+                                                           b: Buffer("b", 336)}))
+    assert [lp.extent for lp in nest.loops] == [4, 6, 14]
