@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember.codegen.program import BoundKernel, emit_program, kernel_symbol
+from ember.codegen.program import BoundKernel, ParamBlob, emit_program, kernel_symbol
 from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
@@ -23,7 +23,7 @@ from ember.kernel.cost import kernel_cost
 from ember.kernel.select import build_kernel
 from ember.passes import pipeline
 from ember.passes.cse import attr_key
-from ember.passes.memplan import ALIGN, MemoryPlan
+from ember.passes.memplan import MemoryPlan
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
@@ -199,20 +199,11 @@ def _copy_outputs(g: Graph) -> None:
 def _bind(g: Graph, fused: list[Node], kernels: list[Kernel]
           ) -> tuple[list[BoundKernel], np.ndarray]:
     plan: MemoryPlan = g.memory_plan  # type: ignore[attr-defined]
-    blob = bytearray()
-    const_off: dict[int, int] = {}
-
-    def const_addr(arr: np.ndarray) -> str:
-        key = id(arr)
-        if key not in const_off:
-            blob.extend(b"\0" * (-len(blob) % ALIGN))
-            const_off[key] = len(blob)
-            blob.extend(np.ascontiguousarray(arr).tobytes())
-        return f"g_params + {const_off[key]}"
+    blob = ParamBlob()
 
     def value_addr(v: Value) -> str:
         if v.is_const:
-            return const_addr(v.const)  # type: ignore[arg-type]
+            return blob.address(v.const)  # type: ignore[arg-type]
         s = plan.storage[v.uid]
         off = f" + {s.offset}" if s.offset else ""
         if s.kind == "input":
@@ -226,14 +217,13 @@ def _bind(g: Graph, fused: list[Node], kernels: list[Kernel]
         addrs = {}
         for buf, src in k.args:
             if isinstance(src, np.ndarray):
-                addrs[buf] = const_addr(src)
+                addrs[buf] = blob.address(src)
             elif src == OUTPUT:
                 addrs[buf] = value_addr(n.outputs[0])
             else:
                 addrs[buf] = value_addr(n.inputs[src])  # type: ignore[arg-type]
         bound.append(BoundKernel(k, addrs))
-    params = np.frombuffer(bytes(blob) or b"\0", dtype=np.uint8).copy()
-    return bound, params
+    return bound, blob.array()
 
 
 def load(path: str | os.PathLike) -> CompiledModel:

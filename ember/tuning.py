@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.codegen.program import PRELUDE, BoundKernel, emit_program
+from ember.codegen.program import PRELUDE, BoundKernel, ParamBlob, emit_program
 from ember.kernel.base import OUTPUT, Kernel
 from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_name
 from ember.kernel.roller import RollerContext
@@ -182,15 +182,13 @@ def one_kernel_program(kernel: Kernel, units: int, reps: int = REPS
                        ) -> tuple[str, np.ndarray, dict[str, Any]]:
     """C source, params and metadata of a program running ``kernel`` ``reps`` times, its
     tensor inputs and output bound to the program's inputs and output (flat float buffers)."""
-    blob = bytearray()
+    blob = ParamBlob()
     addrs: dict[Any, str] = {}
     inputs: list[dict[str, Any]] = []
     out_size = 0
     for buf, src in kernel.args:
         if isinstance(src, np.ndarray):
-            blob.extend(b"\0" * (-len(blob) % 64))
-            addrs[buf] = f"g_params + {len(blob)}"
-            blob.extend(np.ascontiguousarray(src).tobytes())
+            addrs[buf] = blob.address(src)
         elif src == OUTPUT:
             addrs[buf] = "(char *)g_out[0]"
             out_size = int(buf.size)
@@ -206,8 +204,7 @@ def one_kernel_program(kernel: Kernel, units: int, reps: int = REPS
                                            "dtype": "float32"}],
             "workspace_bytes": 0, "num_threads": units, "kernels": reps,
             "source_sha256": hashlib.sha256(source.encode()).hexdigest(), "profile": {}}
-    params = np.frombuffer(bytes(blob) or b"\0", dtype=np.uint8).copy()
-    return source, params, meta
+    return source, blob.array(), meta
 
 
 def measure_kernels(kernels: list[Kernel], units: int,

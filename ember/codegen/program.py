@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ember.codegen.c import BufferBinding, CEmitter
 from ember.codegen.cmath import MATH_C
 from ember.kernel.base import T0, T1, Kernel
@@ -125,6 +127,30 @@ static inline void em_wait(int v, int64_t s) {
 class BoundKernel:
     kernel: Kernel
     addresses: dict[Buffer, str]     # global buffer -> C byte-pointer expression
+
+
+class ParamBlob:
+    """The program's constant parameters: arrays packed into one byte blob, each aligned to a
+    cache line; ``address(arr)`` is its C expression off ``g_params`` (an array added twice,
+    by identity, is stored once)."""
+
+    ALIGN = 64
+
+    def __init__(self) -> None:
+        self._blob = bytearray()
+        self._offset: dict[int, int] = {}
+
+    def address(self, arr: np.ndarray) -> str:
+        key = id(arr)
+        if key not in self._offset:
+            self._blob.extend(b"\0" * (-len(self._blob) % self.ALIGN))
+            self._offset[key] = len(self._blob)
+            self._blob.extend(np.ascontiguousarray(arr).tobytes())
+        return f"g_params + {self._offset[key]}"
+
+    def array(self) -> np.ndarray:
+        """The blob as the uint8 array ``ember_init`` receives (never empty)."""
+        return np.frombuffer(bytes(self._blob) or b"\0", dtype=np.uint8).copy()
 
 
 def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan) -> str:
