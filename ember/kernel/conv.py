@@ -50,12 +50,13 @@ SCRATCH_BYTES = 512 * 1024   # the per-task tile of a transposed-output kernel, 
 
 
 def transposed_output(body: Graph) -> bool:
-    """Does the group end in Transpose(NHWC -> NCHW) of a ConvNHWC? Then the kernel computes
-    each task's tile into a local scratch and its epilogue stores it transposed, while the
-    tile is in cache (no separate transpose pass over the whole output)."""
-    last = body.nodes[-1]
-    return (len(body.nodes) > 1 and last.op == "Transpose" and body.nodes[0].op == "ConvNHWC"
-            and list(last.attrs["perm"]) == TO_NCHW)
+    """Does the group end in Transpose(NHWC -> NCHW) of a batch-1 ConvNHWC (what the fusion
+    pass's ``transposed_store`` admits)? Then the kernel computes each task's tile into a local
+    scratch and its epilogue stores it transposed, while the tile is in cache (no separate
+    transpose pass over the whole output)."""
+    last, m = body.nodes[-1], body.nodes[0]
+    return (len(body.nodes) > 1 and last.op == "Transpose" and m.op == "ConvNHWC"
+            and m.output.type.shape[0] == 1 and list(last.attrs["perm"]) == TO_NCHW)
 
 
 def core_body(body: Graph) -> Graph:
@@ -196,9 +197,9 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
                                    args)
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf)), epi))
     else:
-        stmts: list[Stmt] = [Eval(fn, (task, out_buf, x_buf, w_buf))]
-        epi2 = _epilogue(body, m, g, t, task, out_buf, x_buf, args)
-        stmt = seq(*stmts, epi2) if epi2 is not None else stmts[0]
+        call = Eval(fn, (task, out_buf, x_buf, w_buf))
+        epi_in_place = _epilogue(body, m, g, t, task, out_buf, x_buf, args)
+        stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS}
     for r in range(1, t.R + 1):

@@ -10,10 +10,9 @@ from ember.ir.ops import registry
 from ember.ir.ops.registry import Pattern
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.roller import RollerContext, stream
-from ember.kernel.schedule import default_schedule, transpose_schedule
-from ember.loops.ir import Bin, Buffer, Const, Expr, Load, Store, Var
-from ember.loops.nest import Loop, LoopNest
-from ember.loops.transform import format_stmt, map_expr
+from ember.kernel.schedule import default_schedule, flatten_elementwise, transpose_schedule
+from ember.loops.ir import Buffer, Store
+from ember.loops.transform import format_stmt
 from ember.lower.group import group_to_te
 from ember.support.dtypes import dtype
 from ember.te.lower import lower
@@ -52,36 +51,6 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
     ntasks = par.extent if par is not None else 1
     stmt = nest.to_stmt((T0, T1) if par is not None else None)
     return Kernel(name, stmt, ntasks, args, doc=body.name, loops=format_stmt(stmt))
-
-
-def flatten_elementwise(nest: LoopNest) -> LoopNest:
-    """A Store whose every Load reads at the store's own index (an element-wise group over
-    same-shaped tensors) becomes one flat loop, so that a short innermost dim (a 14-wide row)
-    no longer bounds the vector loop and the streaming tile can take any length."""
-    st = nest.body
-    if not isinstance(st, Store) or len(nest.loops) < 2 or nest.guards:
-        return nest
-    loads: list[Load] = []
-    map_expr(st.value, lambda e: loads.append(e) if isinstance(e, Load) else None)
-    if not loads or not all(_same(ld.index, st.index) for ld in loads):
-        return nest
-    flat = Var("i")
-    value = map_expr(st.value, lambda e: Load(e.buf, flat) if isinstance(e, Load) else None)
-    return LoopNest([Loop(flat, math.prod(lp.extent for lp in nest.loops))],
-                    Store(st.buf, flat, value))
-
-
-def _same(a: Expr, b: Expr) -> bool:
-    """Structural equality of index expressions (variables by identity)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, Var):
-        return a is b
-    if isinstance(a, Const):
-        return a.value == b.value  # type: ignore[attr-defined,no-any-return]
-    if isinstance(a, Bin):
-        return a.op == b.op and _same(a.a, b.a) and _same(a.b, b.b)  # type: ignore[attr-defined]
-    return False
 
 
 def transposed_axis(body: Graph) -> int | None:

@@ -8,8 +8,9 @@ a guard, a fuse rewrites the old variables as div/mod of the new one.
 
 from __future__ import annotations
 
-from ember.loops.ir import Bin, Const, ForKind, Store, Var
+from ember.loops.ir import Bin, Const, ForKind, Load, Store, Var
 from ember.loops.nest import Loop, LoopNest
+from ember.loops.transform import map_expr, same_expr, simplify
 
 
 def split(nest: LoopNest, var: Var | str, factor: int) -> tuple[Var, Var]:
@@ -73,6 +74,23 @@ def parallel(nest: LoopNest, var: Var | str) -> None:
 
 def unroll(nest: LoopNest, var: Var | str) -> None:
     _set_kind(nest, var, ForKind.UNROLLED)
+
+
+def flatten_elementwise(nest: LoopNest) -> LoopNest:
+    """Fuse every loop of a Store whose every Load reads at the store's own index (an
+    element-wise group over same-shaped tensors): one flat loop whose index the simplifier
+    folds back to the fused variable, so a short innermost dim (a 14-wide row) no longer bounds
+    the vector loop and the streaming tile can take any length. Other nests are unchanged."""
+    st = nest.body
+    if not isinstance(st, Store) or len(nest.loops) < 2 or nest.guards:
+        return nest
+    loads: list[Load] = []
+    map_expr(st.value, lambda e: loads.append(e) if isinstance(e, Load) else None)
+    if not loads or not all(same_expr(ld.index, st.index) for ld in loads):
+        return nest
+    fuse_all(nest, [lp.var for lp in nest.loops])
+    nest.body = simplify(nest.body)  # type: ignore[assignment]
+    return nest
 
 
 def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4,

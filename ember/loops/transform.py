@@ -112,7 +112,36 @@ def _simp(e: Expr) -> Expr | None:
         return a
     if op == "%" and isinstance(b, Const) and b.value == 1:
         return Const(0)
+    if op == "+":
+        return _undo_split(a, b)
     return None
+
+
+def _undo_split(a: Expr, b: Expr) -> Expr | None:
+    """``(x // n) * n + x % n`` -> ``x`` (index arithmetic is non-negative): what a fuse of
+    two loops leaves in the flat index of a tensor they both walk."""
+    if not (isinstance(a, Bin) and a.op == "*" and isinstance(a.a, Bin) and a.a.op == "//"
+            and isinstance(b, Bin) and b.op == "%"):
+        return None
+    n = a.b
+    if (isinstance(n, Const) and same_expr(a.a.b, n) and same_expr(b.b, n)
+            and same_expr(a.a.a, b.a)):
+        return b.a
+    return None
+
+
+def same_expr(a: Expr, b: Expr) -> bool:
+    """Structural equality of integer index expressions (variables by identity)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Var):
+        return a is b
+    if isinstance(a, Const):
+        return bool(a.value == b.value)  # type: ignore[attr-defined]
+    if isinstance(a, Bin):
+        return (a.op == b.op and same_expr(a.a, b.a)  # type: ignore[attr-defined]
+                and same_expr(a.b, b.b))  # type: ignore[attr-defined]
+    return False
 
 
 def simplify(node: Expr | Stmt) -> Expr | Stmt:

@@ -18,6 +18,7 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops import registry
 from ember.ir.ops.registry import Pattern
 from ember.ir.ops.tensor import slice_params, slice_range
+from ember.passes.layout_nhwc import TO_NCHW
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 MAX_GROUP = 24
@@ -109,7 +110,7 @@ def transposed_store(group: Group, n: Node) -> bool:
     w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
     return (w is not None and w.is_const and w.type.shape[2] >= 2
             and m.output.type.shape[0] == 1
-            and list(n.attrs.get("perm", ())) == [0, 3, 1, 2])
+            and list(n.attrs.get("perm", ())) == TO_NCHW)
 
 
 def profitable(group: Group, n: Node) -> bool:

@@ -91,7 +91,8 @@ def _kind(n: Node) -> str | None:
 
 
 def _layout_agnostic(n: Node) -> bool:
-    """Ops that transposes sink through (``_try_sink``): they keep a chain in one layout."""
+    """The ops a transpose may sink through (``_try_sink``, which sinks only these): they keep
+    a chain in one layout."""
     if n.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool"):
         return True
     return len(n.outputs) == 1 and registry.get(n.op).pattern <= Pattern.BROADCAST
@@ -201,10 +202,9 @@ def _try_sink(u: Node) -> list[Node] | None:
             return [Node("Identity", [src], [u.output], {}, u.name)]
         return [Node("Transpose", [src], [u.output], {"perm": q}, u.name)]
     tin = [x for x in ins if x is not None]
-    if not tin:
+    if not tin or not _layout_agnostic(u):
         return None
     perm = tin[0][1]
-    op = registry.get(u.op)
     if u.op in ("GlobalAveragePool", "GlobalMaxPool") and perm == TO_NCHW:
         red = "ReduceMean" if u.op == "GlobalAveragePool" else "ReduceMax"
         r = _mk(red, [tin[0][0]], {"axes": [1, 2], "keepdims": 1}, u.name)
@@ -213,7 +213,7 @@ def _try_sink(u: Node) -> list[Node] | None:
         axis = u.attrs["axis"] % len(perm)
         c = _mk("Concat", [s for s, _ in tin], {"axis": perm[axis]}, u.name)
         return [c, Node("Transpose", [c.output], [u.output], {"perm": perm}, u.name + "_t")]
-    if op.pattern > Pattern.BROADCAST or len(u.outputs) != 1:
+    if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool"):
         return None
     rank = len(perm)
     if u.output.type.rank != rank:

@@ -149,12 +149,14 @@ def _reads_contiguously(e: Expr, v: Var) -> bool:
     return bool(found)
 
 
-def _reduction_tile(output: Tensor, rop: Reduce) -> int:
-    """How many output elements along the innermost axis share one accumulator tile (0 when
-    the reduction is lane-split instead: its innermost axis is contiguous in the input)."""
+def _lane_split(rop: Reduce) -> bool:
+    """Is the innermost reduce axis long and contiguous in the input (``_lower_lane_split``)?"""
     last = rop.axes[-1]
-    if last.extent >= 2 * LANES and _reads_contiguously(rop.body, last.var):
-        return 0
+    return last.extent >= 2 * LANES and _reads_contiguously(rop.body, last.var)
+
+
+def _reduction_tile(output: Tensor) -> int:
+    """How many output elements along the innermost axis share one accumulator tile."""
     inner_n = output.shape[-1] if output.shape else 1
     return inner_n if 1 < inner_n <= MAX_TILE else 1
 
@@ -170,9 +172,9 @@ def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]
     assert rop is not None
     if red.shape != output.shape:
         raise CompileError(f"epilogue of reduction {red.name} changes the shape")
-    tile = _reduction_tile(output, rop)
-    if tile == 0:
+    if _lane_split(rop):
         return _lower_lane_split(output, out_buf, bufs, red)
+    tile = _reduction_tile(output)
     axes = output.op.axes
     raxes = red.op.axes
     acc = Buffer(f"acc_{red.name}", tile, red.dtype, Scope.LOCAL)

@@ -158,7 +158,7 @@ def test_graph_build_api_types() -> None:
 
 
 def test_elementwise_group_runs_as_one_flat_loop() -> None:
-    from ember.kernel.generic import flatten_elementwise
+    from ember.kernel.schedule import flatten_elementwise
 
     a = te.placeholder((4, 6, 14), name="a")
     b = te.placeholder((4, 6, 14), name="b")

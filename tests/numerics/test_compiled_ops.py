@@ -26,6 +26,8 @@ from onnx import helper, numpy_helper
 import ember
 from ember.frontend.onnx.importer import import_model
 from ember.ir.interp import run_graph
+from tests import cases
+from tests.cases import ints, randn
 
 ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(4)
@@ -118,21 +120,12 @@ def check(op: str, inputs: list, attrs: dict | None = None, *, opset: int = 17,
     compare(make_model(nodes, feeds, inits, outs, opset), feeds, rtol, atol, scale_atol, oracle)
 
 
-def randn(data: st.DataObject, shape: tuple[int, ...], dtype: type = F32) -> np.ndarray:
-    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
 def away_from_zero(x: np.ndarray, eps: float = 0.25) -> np.ndarray:
     return (np.sign(x) + (x == 0)) * (np.abs(x) + F32(eps))
 
 
 def dims(data: st.DataObject, rank: int, lo: int = 1, hi: int = 5) -> tuple[int, ...]:
-    return tuple(data.draw(st.lists(st.integers(lo, hi), min_size=rank, max_size=rank)))
-
-
-def ints(data: st.DataObject, n: int, lo: int, hi: int) -> list[int]:
-    return data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
+    return cases.dims(data, rank, lo, hi)
 
 
 def bcast_shape(data: st.DataObject, out: tuple[int, ...]) -> tuple[int, ...]:
@@ -293,19 +286,9 @@ def test_depthwise_conv(data: st.DataObject) -> None:
 @given(data=st.data())
 def test_conv_transpose(data: st.DataObject) -> None:
     nd = data.draw(st.sampled_from([2, 2, 1]))
-    g = data.draw(st.integers(1, 3))
-    cg, mg = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
-    k, s, d = ints(data, nd, 1, 3), ints(data, nd, 1, 3), ints(data, nd, 1, 2)
-    eff = [(k[i] - 1) * d[i] + 1 for i in range(nd)]
-    pads = [data.draw(st.integers(0, (eff[i % nd] - 1) // 2)) for i in range(2 * nd)]
-    opad = [data.draw(st.integers(0, s[i] - 1)) for i in range(nd)]  # ort: < stride
-    x = randn(data, (data.draw(st.integers(1, 2)), g * cg, *dims(data, nd, 1, 5)))
-    w = randn(data, (g * cg, mg, *k))
-    b = randn(data, (g * mg,)) if data.draw(st.booleans()) else None
-    attrs = {"kernel_shape": k, "strides": s, "dilations": d, "pads": pads, "group": g,
-             "output_padding": opad}
+    inputs, attrs = cases.conv_transpose(data, nd, groups=3, chans=4, hw=5)
     epi = data.draw(st.sampled_from([None, "Relu", "Add", "AddC"]))
-    check("ConvTranspose", [x, w, b], attrs, const=(1, 2), epilogue=epi, scale_atol=True)
+    check("ConvTranspose", inputs, attrs, const=(1, 2), epilogue=epi, scale_atol=True)
 
 
 @BASE
@@ -365,12 +348,8 @@ def test_matmul_batched(data: st.DataObject) -> None:
 @BASE
 @given(data=st.data())
 def test_batch_norm(data: st.DataObject) -> None:
-    shape = dims(data, data.draw(st.integers(2, 4)), 1, 5)
-    c = shape[1]
-    params = [randn(data, (c,)), randn(data, (c,)), randn(data, (c,)),
-              np.abs(randn(data, (c,))) + F32(0.1)]
-    attrs = {"epsilon": data.draw(st.sampled_from([1e-5, 1e-3]))}
-    check("BatchNormalization", [randn(data, shape), *params], attrs, const=(1, 2, 3, 4))
+    inputs, attrs = cases.batch_norm(data, dims(data, data.draw(st.integers(2, 4)), 1, 5))
+    check("BatchNormalization", inputs, attrs, const=(1, 2, 3, 4))
 
 
 # --------------------------------------------------------------------------- pooling / LRN
@@ -444,14 +423,7 @@ def test_softmax(data: st.DataObject, op: str) -> None:
 @BASE
 @given(data=st.data())
 def test_concat(data: st.DataObject) -> None:
-    rank = data.draw(st.integers(1, 4))
-    base = dims(data, rank)
-    axis = data.draw(st.integers(-rank, rank - 1))
-    xs = []
-    for _ in range(data.draw(st.integers(1, 4))):
-        shape = list(base)
-        shape[axis] = data.draw(st.integers(1, 4))
-        xs.append(randn(data, tuple(shape)))
+    xs, axis = cases.concat(data, axis_lo=1)
     check("Concat", xs, {"axis": axis}, epilogue=data.draw(st.sampled_from([None, "Relu"])))
 
 
@@ -499,15 +471,7 @@ def test_transpose(data: st.DataObject) -> None:
 @BASE
 @given(data=st.data())
 def test_squeeze_unsqueeze(data: st.DataObject) -> None:
-    rank = data.draw(st.integers(1, 4))
-    shape = dims(data, rank, 1, 3)
-    x = randn(data, shape)
-    ones = [i for i, d in enumerate(shape) if d == 1]
-    axes = data.draw(st.lists(st.sampled_from(ones), unique=True)) if ones else []
-    axes = [a - rank if data.draw(st.booleans()) else a for a in axes]
-    out_rank = rank + data.draw(st.integers(1, 2))
-    new = data.draw(st.lists(st.integers(-out_rank, out_rank - 1), min_size=out_rank - rank,
-                             max_size=out_rank - rank, unique_by=lambda a: a % out_rank))
+    x, axes, new = cases.squeeze_unsqueeze(data)
     check("Squeeze", [x, np.array(axes, np.int64)] if axes else [x], const=(1,))
     check("Unsqueeze", [x, np.array(new, np.int64)], const=(1,))
 
@@ -535,15 +499,8 @@ def test_slice(data: st.DataObject) -> None:
 @BASE
 @given(data=st.data())
 def test_gather(data: st.DataObject) -> None:
-    rank = data.draw(st.integers(1, 3))
-    shape = dims(data, rank)
-    axis = data.draw(st.integers(-rank, rank - 1))
-    n = shape[axis]
-    idx_shape = dims(data, data.draw(st.integers(0, 2)), 1, 3)
-    seed = data.draw(st.integers(0, 2**32 - 1))
-    idx = np.random.default_rng(seed).integers(-n, n, idx_shape)
-    idx = idx.astype(data.draw(st.sampled_from([np.int64, np.int32])))
-    check("Gather", [randn(data, shape), idx], {"axis": axis},
+    inputs, attrs = cases.gather(data)
+    check("Gather", inputs, attrs,
           const=(1,) if data.draw(st.booleans()) else ())
 
 

@@ -16,6 +16,8 @@ from onnx import helper, numpy_helper
 
 from ember.frontend.onnx.importer import import_model
 from ember.ir.interp import run_graph
+from tests import cases
+from tests.cases import dims, ints, randn
 
 ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(4)
@@ -76,19 +78,6 @@ def check(op: str, inputs: list, attrs: dict | None = None, opset: int = 17, n_o
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"{op} {attrs}")
 
 
-def randn(data: st.DataObject, shape: tuple[int, ...], dtype: type = F32) -> np.ndarray:
-    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
-def dims(data: st.DataObject, rank: int, lo: int = 1, hi: int = 4) -> tuple[int, ...]:
-    return tuple(data.draw(st.lists(st.integers(lo, hi), min_size=rank, max_size=rank)))
-
-
-def ints(data: st.DataObject, n: int, lo: int, hi: int) -> list[int]:
-    return data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
-
-
 # --------------------------------------------------------------------------- nn
 @FAST
 @given(st.data())
@@ -122,18 +111,8 @@ def test_conv_auto_pad(data: st.DataObject, auto_pad: str) -> None:
 @given(st.data())
 def test_conv_transpose(data: st.DataObject) -> None:
     nd = data.draw(st.integers(1, 3))
-    g = data.draw(st.integers(1, 2))
-    cg, mg = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
-    k, s, d = ints(data, nd, 1, 3), ints(data, nd, 1, 3), ints(data, nd, 1, 2)
-    eff = [(k[i] - 1) * d[i] + 1 for i in range(nd)]
-    pads = [data.draw(st.integers(0, (eff[i % nd] - 1) // 2)) for i in range(2 * nd)]
-    opad = [data.draw(st.integers(0, s[i] - 1)) for i in range(nd)]  # ort: < stride
-    x = randn(data, (data.draw(st.integers(1, 2)), g * cg, *dims(data, nd, 1, 4)))
-    w = randn(data, (g * cg, mg, *k))
-    b = randn(data, (g * mg,)) if data.draw(st.booleans()) else None
-    attrs = {"kernel_shape": k, "strides": s, "dilations": d, "pads": pads, "group": g,
-             "output_padding": opad}
-    check("ConvTranspose", [x, w, b], attrs, const=(1, 2))
+    inputs, attrs = cases.conv_transpose(data, nd, groups=2, chans=3, hw=4)
+    check("ConvTranspose", inputs, attrs, const=(1, 2))
 
 
 @FAST
@@ -179,12 +158,8 @@ def test_matmul(data: st.DataObject) -> None:
 @FAST
 @given(st.data())
 def test_batch_norm(data: st.DataObject) -> None:
-    shape = dims(data, data.draw(st.integers(2, 5)), 1, 4)
-    c = shape[1]
-    params = [randn(data, (c,)), randn(data, (c,)), randn(data, (c,)),
-              np.abs(randn(data, (c,))) + F32(0.1)]
-    attrs = {"epsilon": data.draw(st.sampled_from([1e-5, 1e-3]))}
-    check("BatchNormalization", [randn(data, shape), *params], attrs, const=(1, 2, 3, 4))
+    inputs, attrs = cases.batch_norm(data, dims(data, data.draw(st.integers(2, 5)), 1, 4))
+    check("BatchNormalization", inputs, attrs, const=(1, 2, 3, 4))
 
 
 def _pool_case(data: st.DataObject) -> tuple[np.ndarray, dict]:
@@ -253,14 +228,7 @@ def test_softmax(data: st.DataObject, op: str, opset: int) -> None:
 @FAST
 @given(st.data())
 def test_concat(data: st.DataObject) -> None:
-    rank = data.draw(st.integers(1, 4))
-    base = dims(data, rank)
-    axis = data.draw(st.integers(-rank, rank - 1))
-    xs = []
-    for _ in range(data.draw(st.integers(1, 4))):
-        shape = list(base)
-        shape[axis] = data.draw(st.integers(0, 3))
-        xs.append(randn(data, tuple(shape)))
+    xs, axis = cases.concat(data, axis_lo=0)
     check("Concat", xs, {"axis": axis})
 
 
@@ -332,15 +300,7 @@ def test_flatten_transpose(data: st.DataObject) -> None:
 @FAST
 @given(st.data(), st.sampled_from([11, 13]))
 def test_squeeze_unsqueeze(data: st.DataObject, opset: int) -> None:
-    rank = data.draw(st.integers(1, 4))
-    shape = dims(data, rank, 1, 3)
-    x = randn(data, shape)
-    ones = [i for i, d in enumerate(shape) if d == 1]
-    axes = data.draw(st.lists(st.sampled_from(ones), unique=True)) if ones else []
-    axes = [a - rank if data.draw(st.booleans()) else a for a in axes]
-    out_rank = rank + data.draw(st.integers(1, 2))
-    new = data.draw(st.lists(st.integers(-out_rank, out_rank - 1), min_size=out_rank - rank,
-                             max_size=out_rank - rank, unique_by=lambda a: a % out_rank))
+    x, axes, new = cases.squeeze_unsqueeze(data)
     if opset == 11:
         check("Squeeze", [x], {"axes": axes} if axes else {}, opset=opset)
         check("Unsqueeze", [x], {"axes": new}, opset=opset)
@@ -353,15 +313,8 @@ def test_squeeze_unsqueeze(data: st.DataObject, opset: int) -> None:
 @FAST
 @given(st.data())
 def test_gather(data: st.DataObject) -> None:
-    rank = data.draw(st.integers(1, 3))
-    shape = dims(data, rank)
-    axis = data.draw(st.integers(-rank, rank - 1))
-    n = shape[axis]
-    idx_shape = dims(data, data.draw(st.integers(0, 2)), 1, 3)
-    seed = data.draw(st.integers(0, 2**32 - 1))
-    idx = np.random.default_rng(seed).integers(-n, n, idx_shape)
-    idx = idx.astype(data.draw(st.sampled_from([np.int64, np.int32])))
-    check("Gather", [randn(data, shape), idx], {"axis": axis},
+    inputs, attrs = cases.gather(data)
+    check("Gather", inputs, attrs,
           const=(1,) if data.draw(st.booleans()) else ())
 
 
