@@ -12,7 +12,15 @@ import numpy as np
 
 from ember.errors import CompileError, UnsupportedOpError
 from ember.ir.graph import Graph, Value
-from ember.lower import computes_extra, computes_nn, computes_rnn  # noqa: F401  (register)
+from ember.lower import (  # noqa: F401  (register)
+    computes_attention,
+    computes_extra,
+    computes_index,
+    computes_math,
+    computes_nn,
+    computes_norm,
+    computes_rnn,
+)
 from ember.lower.computes import COMPUTES, static_shape
 from ember.te import tensor as te
 from ember.te.tensor import Tensor

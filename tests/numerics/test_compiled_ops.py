@@ -13,115 +13,25 @@ kernel. Tests marked ``xfail(strict=True)`` are minimal cases of known ember bug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
-import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import helper, numpy_helper
+from onnx import helper
 
-import ember
-from ember.frontend.onnx.importer import import_model
-from ember.ir.interp import run_graph
 from tests import cases
 from tests.cases import ints, randn
+from tests.modelkit import F32, away_from_zero, check
 
 ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(4)
 
-F32 = np.float32
 BASE = settings(max_examples=6, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 FEW = settings(BASE, max_examples=3)     # tests parametrized over many discrete cases
 MANY = settings(BASE, max_examples=14)   # the kernels with the most geometry (conv, pools)
-
-
-# --------------------------------------------------------------------------- model building
-def _tinfo(name: str, a: np.ndarray) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-
-
-def make_model(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray],
-               inits: dict[str, np.ndarray], outputs: Sequence[str],
-               opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "test", [_tinfo(k, v) for k, v in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outputs],
-        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                             ir_version=8)
-
-
-def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-def run_ref(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """ember's numpy references: the oracle where onnxruntime does not implement a case."""
-    return run_graph(import_model(model), feeds)
-
-
-def compare(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4,
-            atol: float = 1e-5, scale_atol: bool = False, oracle: str = "ort") -> None:
-    want = run_ort(model, feeds) if oracle == "ort" else run_ref(model, feeds)
-    cm = ember.compile(model)
-    got = cm.run(feeds)
-    assert len(cm.output_names) == len(want)
-    for name, w in zip(cm.output_names, want, strict=True):
-        g = got[name]
-        assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
-        assert g.shape == w.shape, (name, g.shape, w.shape)
-        tol = atol * max(1.0, float(np.abs(w).max(initial=0.0))) if scale_atol else atol
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=tol, err_msg=name)
-
-
-def check(op: str, inputs: list, attrs: dict | None = None, *, opset: int = 17,
-          n_out: int = 1, const: tuple[int, ...] = (), epilogue: str | None = None,
-          rtol: float = 1e-4, atol: float = 1e-5, scale_atol: bool = False,
-          oracle: str = "ort") -> None:
-    """One node ``op`` over ``inputs`` (None = absent; indices in ``const`` are initializers),
-    optionally followed by an epilogue node: "Relu" (or another unary op), "Add" of a new random
-    graph input shaped like the output, or "AddC" of a random per-channel constant (C, 1, ...).
-    """
-    feeds: dict[str, np.ndarray] = {}
-    inits: dict[str, np.ndarray] = {}
-    names = []
-    for i, a in enumerate(inputs):
-        if a is None:
-            names.append("")
-            continue
-        names.append(f"in{i}")
-        (inits if i in const else feeds)[f"in{i}"] = np.asarray(a)
-    outs = [f"out{i}" for i in range(n_out)]
-    nodes = [helper.make_node(op, names, outs, name=op.lower(), **(attrs or {}))]
-    if epilogue is not None:
-        y = outs[0]
-        if epilogue in ("Add", "AddC"):
-            shape = run_ort(make_model(nodes, feeds, inits, outs, opset), feeds)[0].shape
-            rng = np.random.default_rng(len(shape))
-            if epilogue == "Add":
-                feeds["other"] = rng.standard_normal(shape).astype(F32)
-            else:  # a per-channel constant, broadcast over the spatial dims
-                inits["other"] = rng.standard_normal((shape[1],) + (1,) * (len(shape) - 2))
-                inits["other"] = inits["other"].astype(F32)
-            nodes.append(helper.make_node("Add", [y, "other"], ["final"]))
-        else:
-            nodes.append(helper.make_node(epilogue, [y], ["final"]))
-        outs = ["final"] + outs[1:]
-    compare(make_model(nodes, feeds, inits, outs, opset), feeds, rtol, atol, scale_atol, oracle)
-
-
-def away_from_zero(x: np.ndarray, eps: float = 0.25) -> np.ndarray:
-    return (np.sign(x) + (x == 0)) * (np.abs(x) + F32(eps))
 
 
 def dims(data: st.DataObject, rank: int, lo: int = 1, hi: int = 5) -> tuple[int, ...]:

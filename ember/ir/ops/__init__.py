@@ -1,3 +1,14 @@
 """Operator families. Importing this package registers every op."""
 
-from ember.ir.ops import elementwise, layout, nn, reduce, rnn, tensor  # noqa: F401
+from ember.ir.ops import (  # noqa: F401
+    attention,
+    elementwise,
+    indexing,
+    layout,
+    mathlogic,
+    nn,
+    norm,
+    reduce,
+    rnn,
+    tensor,
+)
