@@ -27,7 +27,7 @@ from ember.passes.memplan import MemoryPlan
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
-from ember.sched.plan import ExecutionPlan, RTask
+from ember.sched.plan import ExecutionPlan
 from ember.tuning import TopK, device_spec
 
 VERSION = "0.1.0"
@@ -139,7 +139,7 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         "workspace_bytes": comp.memory_plan.workspace_bytes,
         "num_threads": comp.plan.num_veus, "kernels": len(comp.kernels),
         "source_sha256": hashlib.sha256(comp.source.encode()).hexdigest(),
-        "profile": _profile_meta(comp),
+        "profile": _profile_meta(comp), "plan": comp.plan.to_json(),
         "timings": {k: round(v, 4) for k, v in comp.timings.items()},
         "roller": comp.roller,
     }
@@ -154,9 +154,7 @@ def _profile_meta(comp: Compilation) -> dict[str, Any]:
         flops, nbytes = kernel_cost(n, k)
         kernels.append({"name": kernel_symbol(i, k), "op": n.attrs["master"], "flops": flops,
                         "bytes": nbytes})
-    entries = [[v, e.kernel, e.begin, e.end] for v, prog in enumerate(comp.plan.programs)
-               for e in prog if isinstance(e, RTask)]
-    return {"kernels": kernels, "entries": entries}
+    return {"kernels": kernels, "entries": [list(e) for e in comp.plan.entries()]}
 
 
 def _body_key(n: Node) -> tuple:

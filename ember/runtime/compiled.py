@@ -92,6 +92,8 @@ class CompiledModel:
         self._lock = threading.Lock()
         self._module = NativeModule(self._lib_path)
         self._module.init(self._params)
+        if "plan" in meta:
+            self._module.set_plan(meta["plan"]["programs"])
 
     # ------------------------------------------------------------------ properties
 
@@ -195,6 +197,21 @@ class CompiledModel:
             self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
         return outputs
 
+    @property
+    def plan(self) -> dict[str, Any] | None:
+        """The execution plan it runs (``ExecutionPlan.to_json`` form), when recorded."""
+        return copy.deepcopy(self._meta.get("plan"))
+
+    def use_plan(self, plan: Mapping[str, Any]) -> None:
+        """Run another plan over the same kernels from now on (``ExecutionPlan.to_json`` of a
+        validated plan); ``save`` keeps it."""
+        with self._lock:
+            self._module.set_plan(plan["programs"])
+            self._meta["plan"] = copy.deepcopy(dict(plan))
+            prof = self._meta.get("profile")
+            if isinstance(prof, dict):
+                prof["entries"] = plan_entries(plan["programs"])
+
     def profile(self, feeds: Mapping[str, Any], runs: int = 10) -> Any:
         """Time every kernel and rTask over ``runs`` runs (see ``ember.runtime.profile``)."""
         from ember.runtime.profile import profile_model
@@ -228,6 +245,12 @@ def load_model(path: str | os.PathLike[str]) -> CompiledModel:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def plan_entries(programs: list[list[int]]) -> list[list[int]]:
+    """[vEU, kernel, begin, end] of each rTask of an encoded plan, in profile-entry order."""
+    return [[v, p[i], p[i + 1], p[i + 2]] for v, p in enumerate(programs)
+            for i in range(0, len(p), 3) if p[i] >= 0]
 
 
 def _check_meta(meta: dict[str, Any]) -> None:

@@ -144,6 +144,11 @@ class NativeModule:
         if hasattr(lib, "ember_profile"):   # libraries built before profiling lack these
             self._profile = _bind(lib, "ember_profile", None, [ctypes.c_void_p])
             self._profile_entries = _bind(lib, "ember_profile_entries", ctypes.c_int, [])
+        self._set_plan = None
+        if hasattr(lib, "ember_set_plan"):
+            self._set_plan = _bind(lib, "ember_set_plan", ctypes.c_int,
+                                   [_VOIDPP, ctypes.c_void_p])
+        self._plan_arrays: list[np.ndarray] = []
         self._params: np.ndarray | None = None
         self._in_ptrs = (ctypes.c_void_p * 0)()
         self._out_ptrs = (ctypes.c_void_p * 0)()
@@ -164,6 +169,26 @@ class NativeModule:
     def profile_entries(self) -> int:
         """Number of rTask entries a profile buffer records (0: no profiling support)."""
         return int(self._profile_entries()) if self._profile_entries else 0
+
+    def set_plan(self, programs: Sequence[Sequence[int]]) -> None:
+        """Run the encoded plan ``programs`` (one flat int64 list of triples per vEU, see
+        ``ExecutionPlan.encode``) from now on; the module keeps the arrays alive."""
+        if self._set_plan is None:
+            raise EmberError(f"{self.lib_path.name} has its plan compiled in (rebuild the model "
+                             "with this version of ember to change plans)")
+        if len(programs) != self.num_threads():
+            raise EmberError(f"plan has {len(programs)} vEU programs; the library runs "
+                             f"{self.num_threads()} threads")
+        arrays = [np.ascontiguousarray(np.asarray(p, dtype=np.int64).reshape(-1))
+                  for p in programs]
+        if any(a.size % 3 for a in arrays):
+            raise EmberError("a plan program is a flat list of (a, b, c) triples")
+        ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        lens = np.array([a.size // 3 for a in arrays], dtype=np.int64)
+        if self._set_plan(ptrs, lens.ctypes.data) != 0:
+            raise EmberError("the library rejected the plan: it names a kernel, task range "
+                             "or vEU that the library does not have")
+        self._plan_arrays = arrays
 
     def set_profile(self, buf: np.ndarray | None) -> None:
         """Record per-rTask start/end times into ``buf`` (int64, 2 per entry) from now on."""

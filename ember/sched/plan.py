@@ -1,14 +1,22 @@
 """The execution plan: for each vEU (a thread) an ordered list of rTasks and barrier rTasks.
 
 An ``RTask`` runs tasks ``[begin, end)`` of one kernel. Every vEU publishes how many of its
-entries it has completed (Rammer's step array); a ``Barrier`` waits until the listed vEUs have
+rTasks it has completed (Rammer's step array); a ``Barrier`` waits until the listed vEUs have
 reached the listed step counts — only the last rTask per vEU that it depends on. Schedulers
-(sequential here; Rammer and IOS later) produce this type, codegen consumes it unchanged.
+(sequential, Rammer, IOS) produce this type; codegen and the runtime consume it unchanged.
+
+A plan is data, not code: ``encode`` turns each vEU's program into a flat int64 list of
+triples — ``(kernel, begin, end)`` for an rTask, ``(-1 - vEU, step, 0)`` for one wait — that
+the compiled library interprets (``ember_set_plan``), so one library runs any plan over its
+kernels and ``schedule="auto"`` compares plans without recompiling.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from ember.errors import CompileError
 
 
 @dataclass(frozen=True)
@@ -23,30 +31,106 @@ class Barrier:
     waits: tuple[tuple[int, int], ...]   # (vEU, step that vEU must have reached)
 
 
+Entry = RTask | Barrier
+
+
 @dataclass
 class ExecutionPlan:
     num_veus: int
-    programs: list[list[RTask | Barrier]] = field(default_factory=list)
+    programs: list[list[Entry]] = field(default_factory=list)
     policy: str = "sequential"
 
-    def validate(self, ntasks: list[int]) -> None:
-        """Every task of every kernel is run exactly once."""
+    def validate(self, ntasks: Sequence[int]) -> None:
+        """Every task of every kernel runs exactly once, every wait names another vEU and a
+        step it reaches, and the plan cannot deadlock; raises CompileError otherwise."""
+        if len(self.programs) != self.num_veus:
+            raise CompileError(f"plan has {len(self.programs)} programs for "
+                               f"{self.num_veus} vEUs")
         seen: dict[int, list[tuple[int, int]]] = {}
         for prog in self.programs:
             for e in prog:
                 if isinstance(e, RTask):
+                    if not 0 <= e.kernel < len(ntasks):
+                        raise CompileError(f"plan runs kernel {e.kernel} of {len(ntasks)}")
                     seen.setdefault(e.kernel, []).append((e.begin, e.end))
         for k, n in enumerate(ntasks):
-            spans = sorted(seen.get(k, []))
             pos = 0
-            for b, e in spans:
-                if b != pos:
-                    raise AssertionError(f"kernel {k}: tasks [{pos}, {b}) not covered")
+            for b, e in sorted(seen.get(k, [])):
+                if b != pos or e <= b:
+                    raise CompileError(f"kernel {k}: tasks [{pos}, {b}) not covered once")
                 pos = e
             if pos != n:
-                raise AssertionError(f"kernel {k}: covers {pos} of {n} tasks")
+                raise CompileError(f"kernel {k}: the plan covers {pos} of {n} tasks")
+        self._check_progress()
 
-    def format(self, names: list[str]) -> str:
+    def _check_progress(self) -> None:
+        """Simulate the step counters: every vEU must reach the end of its program."""
+        steps = [0] * self.num_veus
+        final = [sum(isinstance(e, RTask) for e in p) for p in self.programs]
+        pcs = [0] * self.num_veus
+        moved = True
+        while moved:
+            moved = False
+            for v, prog in enumerate(self.programs):
+                while pcs[v] < len(prog):
+                    e = prog[pcs[v]]
+                    if isinstance(e, Barrier):
+                        for u, s in e.waits:
+                            if u == v or not 0 <= u < self.num_veus or s > final[u]:
+                                raise CompileError(f"vEU {v} waits for vEU {u} step {s}, "
+                                                   "which never comes")
+                        if any(steps[u] < s for u, s in e.waits):
+                            break
+                    else:
+                        steps[v] += 1
+                    pcs[v] += 1
+                    moved = True
+        if any(pc < len(p) for pc, p in zip(pcs, self.programs)):
+            raise CompileError("the plan deadlocks: its vEUs wait for each other")
+
+    def entries(self) -> list[tuple[int, int, int, int]]:
+        """(vEU, kernel, begin, end) of every rTask, vEU by vEU in program order: the
+        numbering of the library's profile entries."""
+        return [(v, e.kernel, e.begin, e.end) for v, prog in enumerate(self.programs)
+                for e in prog if isinstance(e, RTask)]
+
+    def encode(self) -> list[list[int]]:
+        out = []
+        for prog in self.programs:
+            flat: list[int] = []
+            for e in prog:
+                if isinstance(e, RTask):
+                    flat += [e.kernel, e.begin, e.end]
+                else:
+                    for u, s in e.waits:
+                        flat += [-1 - u, s, 0]
+            out.append(flat)
+        return out
+
+    @classmethod
+    def decode(cls, programs: Sequence[Sequence[int]], policy: str = "?") -> ExecutionPlan:
+        plan = cls(len(programs), [], policy)
+        for flat in programs:
+            prog: list[Entry] = []
+            for i in range(0, len(flat) - 2, 3):
+                a, b, c = (int(x) for x in flat[i:i + 3])
+                if a >= 0:
+                    prog.append(RTask(a, b, c))
+                elif prog and isinstance(prog[-1], Barrier):
+                    prog[-1] = Barrier(prog[-1].waits + ((-1 - a, b),))
+                else:
+                    prog.append(Barrier(((-1 - a, b),)))
+            plan.programs.append(prog)
+        return plan
+
+    def to_json(self) -> dict:
+        return {"policy": self.policy, "num_veus": self.num_veus, "programs": self.encode()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> ExecutionPlan:
+        return cls.decode(data["programs"], data.get("policy", "?"))
+
+    def format(self, names: Sequence[str]) -> str:
         lines = [f"plan ({self.policy}, {self.num_veus} vEUs)"]
         for v, prog in enumerate(self.programs):
             lines.append(f"  vEU {v}:")
@@ -59,3 +143,38 @@ class ExecutionPlan:
                     w = ", ".join(f"vEU{u}>={s}" for u, s in e.waits)
                     lines.append(f"    wait {w}")
         return "\n".join(lines)
+
+
+class PlanBuilder:
+    """Appends rTasks to vEU programs with the fewest waits their dependencies need.
+
+    ``place(k, v, b, e)`` puts tasks [b, e) of kernel ``k`` on vEU ``v`` after whatever ``v``
+    already runs; ``deps[k]`` are the kernels all of whose rTasks must be complete first. A
+    wait is emitted only for the last rTask of a dependency on each other vEU, and not at all
+    where ``v`` already knows that vEU got that far — directly or through a vEU it waited for
+    (each step records what its vEU knew then). Rammer's ``Wait``/``Append`` on step counters.
+    """
+
+    def __init__(self, num_veus: int, deps: Sequence[Sequence[int]], policy: str) -> None:
+        self.plan = ExecutionPlan(num_veus, [[] for _ in range(num_veus)], policy)
+        self.deps = deps
+        self.steps = [0] * num_veus
+        self.last: dict[int, dict[int, int]] = {}          # kernel -> vEU -> step
+        self.know = [[0] * num_veus for _ in range(num_veus)]
+        self.history: list[list[list[int]]] = [[[0] * num_veus] for _ in range(num_veus)]
+
+    def place(self, k: int, v: int, begin: int, end: int) -> None:
+        need: dict[int, int] = {}
+        for p in self.deps[k]:
+            for u, s in self.last.get(p, {}).items():
+                if u != v and self.know[v][u] < s:
+                    need[u] = max(need.get(u, 0), s)
+        if need:
+            self.plan.programs[v].append(Barrier(tuple(sorted(need.items()))))
+            for u, s in need.items():
+                self.know[v] = [max(a, b) for a, b in zip(self.know[v], self.history[u][s])]
+        self.plan.programs[v].append(RTask(k, begin, end))
+        self.steps[v] += 1
+        self.know[v][v] = self.steps[v]
+        self.history[v].append(list(self.know[v]))
+        self.last.setdefault(k, {})[v] = self.steps[v]

@@ -8,6 +8,7 @@ import pytest
 
 from ember import driver
 from ember.codegen.program import BoundKernel, emit_program
+from ember.errors import CompileError
 from ember.ir.graph import Graph, Value
 from ember.ir.types import TensorType
 from ember.kernel import schedule as S
@@ -127,15 +128,28 @@ def test_single_thread_program_has_no_parallel_region() -> None:
     src = _conv_model_source(threads=1)
     assert "#pragma omp parallel" not in src and "em_signal" not in src
     run = src[src.index("int ember_run("):]
-    assert "em_veu0();" in run          # the one vEU's program, with its profile hooks
+    assert "em_run_veu(0);" in run      # the one vEU's program, with its profile hooks
 
 
-def test_every_rtask_has_a_profile_hook() -> None:
-    src = _conv_model_source(threads=2)
-    calls = [ln for ln in src.splitlines() if ln.strip().startswith("EM_TASK(")]
-    ids = [int(ln.split("(")[1].split(",")[0]) for ln in calls]
-    assert ids == list(range(len(ids))) and ids
-    assert f"int ember_profile_entries(void) {{ return {len(ids)}; }}" in src
+def test_plan_is_compiled_in_as_data_with_a_profile_hook_per_rtask() -> None:
+    import re
+
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Exp", ["x"], ["b"]),
+         helper.make_node("Add", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 1000))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    comp = driver.build(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                        num_threads=2)
+    assert comp.plan is not None
+    for v, flat in enumerate(comp.plan.encode()):
+        m = re.search(rf"static const int64_t em_plan_v{v}\[\] = {{([^}}]*)}};", comp.source)
+        assert m is not None and [int(x) for x in m.group(1).split(",")] == flat
+    run = comp.source[comp.source.index("static void em_run_veu("):]
+    assert "EM_TASK(e, em_kernels[p[0]](p[1], p[2]));" in run   # the one profile hook
+    assert f"#define EM_NK {len(comp.kernels)}" in comp.source
 
 
 def test_sequential_plan_covers_every_task_with_barriers() -> None:
@@ -146,7 +160,7 @@ def test_sequential_plan_covers_every_task_with_barriers() -> None:
     assert isinstance(v0[1], Barrier) and set(v0[1].waits) == {(1, 1), (2, 1)}
     # kernel 1 has a single task: only vEU 0 runs it, the others wait for vEU 0 alone
     assert plan.programs[1][2] == Barrier(((0, 2),))
-    with pytest.raises(AssertionError):
+    with pytest.raises(CompileError):
         plan.validate([10, 2, 7])
 
 
