@@ -13,16 +13,23 @@ __version__ = "0.1.0"
 __all__ = ["compile", "load", "CompiledModel", "EmberError", "__version__"]
 
 
-def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None):  # noqa: A001
+def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None,  # noqa: A001
+            schedule=None, profile=True):
     """Compile an ONNX model (path or ModelProto) for ``target``; returns a CompiledModel.
 
     ``topk``: how many of Roller's constructed kernels per operator to compile and time at
     compile time (the fastest is kept, and cached per machine); 1 (the default, or
     ``EMBER_TOPK``) takes the performance model's best without measuring.
+
+    ``schedule``: the inter-operator plan — "auto" (the default, or ``EMBER_SCHEDULE``: build
+    the sequential, Rammer and IOS plans, time each, keep the fastest), "sequential", "rammer"
+    or "ios". The schedulers use per-rTask costs profiled on the compiled kernels, or predicted
+    from their flops and bytes with ``profile=False``.
     """
     from ember.driver import compile as _compile
 
-    return _compile(model, input_shapes, target, num_threads=num_threads, topk=topk)
+    return _compile(model, input_shapes, target, num_threads=num_threads, topk=topk,
+                    schedule=schedule, profile=profile)
 
 
 def load(path):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ember import autosched
 from ember.codegen.program import BoundKernel, ParamBlob, emit_program, kernel_symbol
 from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
@@ -23,7 +24,7 @@ from ember.kernel.cost import kernel_cost
 from ember.kernel.select import build_kernel
 from ember.passes import pipeline
 from ember.passes.cse import attr_key
-from ember.passes.memplan import MemoryPlan
+from ember.passes.memplan import MemoryPlan, kernel_dependencies
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
@@ -114,17 +115,51 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
     return comp
 
 
+def default_schedule() -> str:
+    """``EMBER_SCHEDULE`` or "auto"."""
+    return os.environ.get("EMBER_SCHEDULE", "").strip() or "auto"
+
+
 def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
             input_shapes: dict[str, Any] | None = None, target: str = "cpu",
-            *, num_threads: int | None = None, topk: int | None = None) -> CompiledModel:
+            *, num_threads: int | None = None, topk: int | None = None,
+            schedule: str | None = None, profile: bool = True) -> CompiledModel:
+    """Compile ``model`` for the CPU. ``schedule``: "auto" (time every plan, keep the fastest),
+    "sequential", "rammer" or "ios"; their costs come from profiling the compiled kernels
+    (``profile=False``: predicted from the kernels' flops and bytes)."""
+    return compile_full(model, input_shapes, target, num_threads=num_threads, topk=topk,
+                        schedule=schedule, profile=profile)[1]
+
+
+def compile_full(model: onnx.ModelProto | str | os.PathLike,
+                 input_shapes: dict[str, Any] | None = None, target: str = "cpu",
+                 *, num_threads: int | None = None, topk: int | None = None,
+                 schedule: str | None = None, profile: bool = True
+                 ) -> tuple[Compilation, CompiledModel]:
+    """``compile``, also returning the Compilation (graph, kernels, plan) behind the model."""
     if target != "cpu":
         raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
+    policy = schedule or default_schedule()
+    if policy not in ("auto",) + autosched.POLICIES:
+        raise EmberError(f"unknown schedule {policy!r}; choose one of auto, "
+                         f"{', '.join(autosched.POLICIES)}")
     comp = build(model, input_shapes, num_threads=num_threads, topk=topk)
     t = time.perf_counter()
     _progress(f"compiling {len(comp.source) // 1024} KiB of C")
     lib = compile_shared(comp.source)
     comp.timings["cc"] = time.perf_counter() - t
-    return CompiledModel(lib, comp.params, _meta(comp), comp.source)
+    cm = CompiledModel(lib, comp.params, _meta(comp), comp.source)
+    if policy != "sequential" and cm.num_threads > 1:
+        t = time.perf_counter()
+        _progress(f"scheduling ({policy})")
+        fused = [n for n in comp.graph.nodes if n.op == "Fused"]
+        report = autosched.choose(cm, fused, comp.kernels, kernel_dependencies(comp.graph),
+                                  device_spec(cm.num_threads), policy, profile)
+        comp.timings["schedule"] = time.perf_counter() - t
+        cm.annotate("schedule", report)
+        cm.annotate("timings", {k: round(v, 4) for k, v in comp.timings.items()})
+        comp.plan = ExecutionPlan.from_json(cm.meta["plan"])
+    return comp, cm
 
 
 def _meta(comp: Compilation) -> dict[str, Any]:

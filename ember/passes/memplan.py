@@ -10,6 +10,7 @@ Constants referenced by kernels get offsets in the parameter blob later (codegen
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from ember.errors import CompileError
@@ -160,3 +161,67 @@ def _inplace_candidate(n: Node, o: Value, plan: MemoryPlan, last: dict[int, int]
                         for v2, r2, o2 in views if r2 is r)):
             return s
     return None
+
+
+# --------------------------------------------------------------------------- kernel order
+def kernel_dependencies(g: Graph) -> list[tuple[int, ...]]:
+    """For each ``Fused`` node (numbered in graph order), the earlier ones it must follow.
+
+    Pre: ``run`` has planned the graph. A kernel follows the last writer of every byte it reads
+    or writes (read-after-write, write-after-write) and every reader of a byte it overwrites
+    since that byte's last write (write-after-read): the arena reuses bytes in graph order, so
+    bytes are dependencies too, not only values. Schedules that keep these edges may run
+    anything else concurrently and still see the memory plan's values.
+    """
+    plan: MemoryPlan = g.memory_plan  # type: ignore[attr-defined]
+    spaces: dict[tuple[str, int], _Bytes] = {}
+    deps: list[tuple[int, ...]] = []
+    k = 0
+    for n in g.nodes:
+        if n.op != "Fused":
+            continue
+        found: set[int] = set()
+        for v, write in [(v, False) for v in n.present_inputs()] + [(o, True) for o in n.outputs]:
+            s = plan.storage.get(v.uid)
+            if s is None or s.kind == "const":
+                continue
+            space = (s.kind, 0 if s.kind == "workspace" else s.index)
+            start = s.offset + (s.index if s.kind == "workspace" else 0)
+            found |= spaces.setdefault(space, _Bytes()).touch(start, start + v.type.nbytes,
+                                                              k, write)
+        found.discard(k)
+        deps.append(tuple(sorted(found)))
+        k += 1
+    return deps
+
+
+class _Bytes:
+    """Byte segments of one storage space, each with its last writer and readers since."""
+
+    def __init__(self) -> None:
+        self.starts = [0]
+        self.info: list[tuple[int | None, tuple[int, ...]]] = [(None, ())]
+
+    def _split(self, x: int) -> int:
+        i = bisect.bisect_right(self.starts, x) - 1
+        if self.starts[i] != x:
+            i += 1
+            self.starts.insert(i, x)
+            self.info.insert(i, self.info[i - 1])
+        return i
+
+    def touch(self, start: int, end: int, k: int, write: bool) -> set[int]:
+        if end <= start:
+            return set()
+        i, j = self._split(start), self._split(end)
+        deps: set[int] = set()
+        for s in range(i, j):
+            writer, readers = self.info[s]
+            if writer is not None:
+                deps.add(writer)
+            if write:
+                deps.update(readers)
+                self.info[s] = (k, ())
+            elif k not in readers:
+                self.info[s] = (writer, readers + (k,))
+        return deps

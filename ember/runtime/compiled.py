@@ -202,6 +202,12 @@ class CompiledModel:
         """The execution plan it runs (``ExecutionPlan.to_json`` form), when recorded."""
         return copy.deepcopy(self._meta.get("plan"))
 
+    def annotate(self, key: str, value: Any) -> None:
+        """Record ``value`` (JSON-able) in the metadata under ``key``; ``save`` keeps it."""
+        if key in ("inputs", "outputs", "workspace_bytes", "plan", "format"):
+            raise EmberError(f"meta[{key!r}] describes the library and cannot be annotated")
+        self._meta[key] = copy.deepcopy(value)
+
     def use_plan(self, plan: Mapping[str, Any]) -> None:
         """Run another plan over the same kernels from now on (``ExecutionPlan.to_json`` of a
         validated plan); ``save`` keeps it."""

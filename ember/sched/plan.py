@@ -169,6 +169,9 @@ class PlanBuilder:
             for u, s in self.last.get(p, {}).items():
                 if u != v and self.know[v][u] < s:
                     need[u] = max(need.get(u, 0), s)
+        # drop a wait that another wait implies (that vEU knew it when it got there)
+        need = {u: s for u, s in need.items()
+                if not any(w != u and self.history[w][t][u] >= s for w, t in need.items())}
         if need:
             self.plan.programs[v].append(Barrier(tuple(sorted(need.items()))))
             for u, s in need.items():

@@ -20,11 +20,13 @@ SLOW = ["resnet50", "inception_v3", "randwire"]
 def test_zoo_model_matches_onnxruntime(name: str) -> None:
     model = build(name)
     x = np.random.default_rng(3).standard_normal(input_shape(name, 1)).astype(np.float32)
-    got = ember.compile(model)(x)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
     scale = max(1.0, float(np.abs(want).max()))
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale)
+    # every scheduler's plan (predicted costs: nothing timed) over the one compiled library
+    for policy in ("sequential", "rammer", "ios"):
+        cm = ember.compile(model, num_threads=2, schedule=policy, profile=False)
+        np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5 * scale, err_msg=policy)
 
 
 def test_batch_two() -> None:

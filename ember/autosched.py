@@ -1,0 +1,161 @@
+"""Choosing the execution plan: per-rTask costs, the schedulers, and timing the candidates.
+
+The driver compiles a model once with the sequential plan compiled in. For ``schedule`` other
+than ``"sequential"`` this module then
+
+1. profiles the library (``CompiledModel.profile``: start/end of every rTask over a few runs)
+   and turns it into seconds per rTask for each kernel — or, with ``profile=False``, predicts
+   them from each kernel's flops and bytes on the device spec (roofline);
+2. builds the plans of the requested schedulers over the kernels' dependencies (the memory
+   plan's byte hazards included, ``memplan.kernel_dependencies``) on a vDevice;
+3. swaps each plan into the same library (``use_plan``: plans are data) and times whole runs in
+   interleaved rounds; ``"auto"`` keeps the fastest, a named policy keeps its own plan.
+
+Profiled costs and choices are cached per (program source, threads, policy) under
+``cache_dir()/sched``, so a warm compile does not profile again. Random inputs drive the runs:
+floats normal, integers zero (index inputs must stay in range).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.errors import EmberError
+from ember.ir.graph import Node
+from ember.kernel.base import Kernel
+from ember.kernel.cost import kernel_cost
+from ember.kernel.roller.hal import DeviceSpec
+from ember.runtime.compiled import CompiledModel
+from ember.runtime.toolchain import cache_dir
+from ember.sched import ios, rammer, sequential
+from ember.sched.plan import ExecutionPlan
+from ember.sched.vdevice import KernelInfo, VDevice, makespan
+
+POLICIES = ("sequential", "rammer", "ios")
+TASK_OVERHEAD_S = 2e-7     # a predicted rTask's fixed cost on top of its roofline time
+
+
+def predicted_task_s(fused: Sequence[Node], kernels: Sequence[Kernel], spec: DeviceSpec
+                     ) -> list[float]:
+    """Roofline seconds of one rTask of each kernel on one vEU (compute at 70 % of peak)."""
+    out = []
+    dram = spec.bandwidth(spec.layers[-1].name, 1) * 1e9
+    for n, k in zip(fused, kernels):
+        flops, nbytes = kernel_cost(n, k)
+        t = max(flops / (spec.peak_gflops * 0.7e9), nbytes / max(dram, 1.0))
+        out.append(t / max(k.ntasks, 1) + TASK_OVERHEAD_S)
+    return out
+
+
+def profiled_task_s(cm: CompiledModel, feeds: dict[str, np.ndarray], nkernels: int,
+                    runs: int = 10) -> list[float]:
+    """Median seconds of one rTask of each kernel, from the library's profile hooks."""
+    prof = cm.profile(feeds, runs)
+    per: list[list[float]] = [[] for _ in range(nkernels)]
+    for i, (_v, k, b, e) in enumerate(prof.entries):
+        dur = prof.times[:, i, 1] - prof.times[:, i, 0]
+        per[k].append(float(np.median(dur)) / max(e - b, 1))
+    return [float(np.mean(p)) if p else TASK_OVERHEAD_S for p in per]
+
+
+def make_plan(policy: str, infos: Sequence[KernelInfo], dev: VDevice) -> ExecutionPlan:
+    if policy == "sequential":
+        return sequential.schedule([k.ntasks for k in infos], dev.num_veus)
+    if policy == "rammer":
+        return rammer.schedule(infos, dev)
+    if policy == "ios":
+        return ios.schedule(infos, dev)
+    raise EmberError(f"unknown schedule {policy!r}; choose one of auto, {', '.join(POLICIES)}")
+
+
+def random_feeds(cm: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {s.name: (rng.standard_normal(s.shape).astype(s.dtype) if s.dtype.kind == "f"
+                     else np.zeros(s.shape, s.dtype)) for s in cm.inputs}
+
+
+def time_plans(cm: CompiledModel, plans: dict[str, ExecutionPlan],
+               feeds: dict[str, np.ndarray], budget_s: float = 1.5) -> dict[str, float]:
+    """Median seconds of a run under each plan, timed in interleaved rounds."""
+    samples: dict[str, list[float]] = {p: [] for p in plans}
+    t_end = time.perf_counter() + budget_s
+    rounds = 0
+    while rounds < 3 or (time.perf_counter() < t_end and rounds < 50):
+        for name, plan in plans.items():
+            cm.use_plan(plan.to_json())
+            cm.run(feeds)                       # one discarded run after the switch
+            t = time.perf_counter()
+            cm.run(feeds)
+            samples[name].append(time.perf_counter() - t)
+        rounds += 1
+    return {p: float(np.median(s)) for p, s in samples.items()}
+
+
+def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
+           deps: Sequence[Sequence[int]], spec: DeviceSpec, policy: str,
+           profile: bool = True) -> dict[str, Any]:
+    """Put the plan of ``policy`` (or, for ``"auto"``, the fastest) into ``cm``; returns the
+    report stored in the model's metadata under ``"schedule"``."""
+    t0 = time.perf_counter()
+    threads = cm.num_threads
+    dev = VDevice(threads)
+    names = list(POLICIES) if policy == "auto" else [policy]
+    key = f"{cm.meta.get('source_sha256', '')}-{threads}-{policy}-{int(profile)}"
+    cached = _cache_read(key)
+    feeds = random_feeds(cm)
+    if cached and "task_s" in cached and len(cached["task_s"]) == len(kernels):
+        task_s = [float(t) for t in cached["task_s"]]
+    elif profile and threads > 0:
+        task_s = profiled_task_s(cm, feeds, len(kernels))
+    else:
+        task_s = predicted_task_s(fused, kernels, spec)
+    infos = [KernelInfo(k.name, k.ntasks, tuple(d), t)
+             for k, d, t in zip(kernels, deps, task_s, strict=True)]
+    plans = {p: make_plan(p, infos, dev) for p in names}
+    for p in plans.values():
+        p.validate([k.ntasks for k in kernels])
+    predicted = {p: makespan(plan, infos, dev) for p, plan in plans.items()}
+    if cached and cached.get("chosen") in plans and "measured_s" in cached:
+        measured = {p: float(s) for p, s in cached["measured_s"].items()}
+    elif len(plans) > 1:
+        measured = time_plans(cm, plans, feeds)
+    else:
+        measured = {}
+    chosen = min(measured, key=lambda p: measured[p]) if measured else names[0]
+    cm.use_plan(plans[chosen].to_json())
+    report = {"policy": policy, "chosen": chosen, "profiled": profile,
+              "predicted_s": predicted, "measured_s": measured,
+              "seconds": round(time.perf_counter() - t0, 3)}
+    _cache_write(key, {**report, "task_s": task_s})
+    return report
+
+
+def _cache_path(key: str) -> Any:
+    return cache_dir() / "sched" / f"{key}.json"
+
+
+def _cache_read(key: str) -> dict[str, Any] | None:
+    if os.environ.get("EMBER_SCHED_CACHE", "1") == "0":
+        return None
+    try:
+        data = json.loads(_cache_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _cache_write(key: str, data: dict[str, Any]) -> None:
+    path = _cache_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError:
+        pass

@@ -1,0 +1,165 @@
+"""IOS (Ding et al., MLSys'21): inter-operator stages chosen by dynamic programming.
+
+Pre: kernels in a topological order with dependencies and per-rTask costs. Post: an
+``ExecutionPlan`` made of stages; a stage runs one group of kernels on every vEU, or up to ``s``
+independent groups side by side on disjoint vEU sets (concurrent execution), each group's
+kernels one after the other on its vEUs.
+
+The dynamic program of the paper (§4.1): ``cost(S) = min over endings E of S of
+cost(S - E) + latency(E)``, where ``S`` is a set of kernels closed under predecessors and an
+ending is a non-empty subset of ``S`` closed under successors within ``S``. Pruning as in §4.3:
+a group has at most ``r`` kernels and a stage at most ``s`` groups. Stage latency comes from
+the vDevice costs (profiled per rTask), not from a compiled stage per candidate.
+
+The graph is cut into blocks wherever every dependency crossing a point of the topological order
+comes from a single kernel (IOS schedules Inception block by block the same way); a block
+with more than ``max_block`` kernels is cut into windows of that size, which bounds the state
+space. IOS's operator merge (stacking same-input convolutions) is not implemented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+
+from ember.sched.plan import ExecutionPlan, PlanBuilder
+from ember.sched.rammer import water_fill
+from ember.sched.vdevice import KernelInfo, VDevice
+
+Stage = list[list[int]]    # groups of kernel ids; each group runs in order on its vEUs
+
+
+def schedule(kernels: Sequence[KernelInfo], dev: VDevice, r: int = 3, s: int = 2,
+             max_block: int = 24) -> ExecutionPlan:
+    stages: list[Stage] = []
+    for block in blocks(kernels, max_block):
+        stages += _solve(kernels, block, dev, r, min(s, dev.num_veus))
+    return emit(kernels, stages, dev)
+
+
+def blocks(kernels: Sequence[KernelInfo], max_block: int) -> list[list[int]]:
+    """Cut the topological order where every crossing edge starts at one kernel."""
+    n = len(kernels)
+    last_use = list(range(n))
+    for i, k in enumerate(kernels):
+        for p in k.deps:
+            last_use[p] = max(last_use[p], i)
+    out: list[list[int]] = []
+    cur: list[int] = []
+    open_src: set[int] = set()
+    for i in range(n):
+        cur.append(i)
+        open_src = {p for p in open_src | {i} if last_use[p] > i}
+        if len(open_src) <= 1 or len(cur) >= max_block:
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _solve(kernels: Sequence[KernelInfo], block: list[int], dev: VDevice, r: int,
+           s: int) -> list[Stage]:
+    idx = {k: j for j, k in enumerate(block)}
+    m = len(block)
+    preds = [0] * m
+    succs = [0] * m
+    for j, k in enumerate(block):
+        for p in kernels[k].deps:
+            if p in idx:
+                preds[j] |= 1 << idx[p]
+                succs[idx[p]] |= 1 << j
+
+    def endings(S: int) -> list[int]:
+        """Successor-closed subsets of S with at most r * s kernels."""
+        found: set[int] = set()
+        frontier = [0]
+        while frontier:
+            nxt = []
+            for E in frontier:
+                for j in range(m):
+                    bit = 1 << j
+                    if S & bit and not E & bit and (succs[j] & S) & ~E == 0:
+                        F = E | bit
+                        if F not in found and bin(F).count("1") <= r * s:
+                            found.add(F)
+                            nxt.append(F)
+            frontier = nxt
+        return list(found)
+
+    @cache
+    def best(S: int) -> tuple[float, tuple[tuple[tuple[int, ...], ...], ...]]:
+        if S == 0:
+            return 0.0, ()
+        choice: tuple[float, tuple] = (float("inf"), ())
+        for E in endings(S):
+            for stage, lat in _stage_options(E, m, preds, succs, block, kernels, dev, r, s):
+                rest, stages = best(S & ~E)
+                if rest + lat < choice[0]:
+                    choice = (rest + lat, stages + (stage,))
+        return choice
+
+    _, chosen = best((1 << m) - 1)
+    best.cache_clear()
+    return [[[block[j] for j in g] for g in stage] for stage in chosen]
+
+
+def _stage_options(E: int, m: int, preds: list[int], succs: list[int], block: list[int],
+                   kernels: Sequence[KernelInfo], dev: VDevice, r: int, s: int):
+    """(stage, latency) for running ending E as one group, or as independent groups."""
+    members = [j for j in range(m) if E >> j & 1]
+    opts = []
+    if len(members) <= r:
+        opts.append(((tuple(members),), _group_s(members, block, kernels, dev.num_veus, dev)))
+    comps = _components(members, preds, succs, E)
+    if 1 < len(comps) <= s and all(len(c) <= r for c in comps):
+        share = dev.num_veus // len(comps)
+        lat = max(_group_s(c, block, kernels, share, dev) for c in comps)
+        opts.append((tuple(tuple(c) for c in comps), lat))
+    return opts
+
+
+def _components(members: list[int], preds: list[int], succs: list[int], E: int
+                ) -> list[list[int]]:
+    left = set(members)
+    comps = []
+    while left:
+        stack = [left.pop()]
+        comp = set(stack)
+        while stack:
+            j = stack.pop()
+            for o in list(left):
+                if (preds[j] | succs[j]) >> o & 1:
+                    left.discard(o)
+                    comp.add(o)
+                    stack.append(o)
+        comps.append(sorted(comp))
+    return comps
+
+
+def _group_s(members: Sequence[int], block: list[int], kernels: Sequence[KernelInfo],
+             veus: int, dev: VDevice) -> float:
+    t = 0.0
+    for j in members:
+        k = kernels[block[j]]
+        per = -(-k.ntasks // max(veus, 1)) if k.ntasks >= veus else 1
+        t += per * k.task_s + dev.task_overhead_s + (dev.wait_s if veus > 1 else 0.0)
+    return t + dev.wait_s
+
+
+def emit(kernels: Sequence[KernelInfo], stages: list[Stage], dev: VDevice) -> ExecutionPlan:
+    """Stages to vEU programs: group g of a stage with G groups runs on its share of vEUs."""
+    V = dev.num_veus
+    builder = PlanBuilder(V, [k.deps for k in kernels], "ios")
+    for stage in stages:
+        share = max(V // len(stage), 1)
+        for g, group in enumerate(stage):
+            veus = list(range(g * share, V if g == len(stage) - 1 else (g + 1) * share))
+            for k in group:
+                counts = water_fill(kernels[k].ntasks, kernels[k].task_s, [0.0] * len(veus))
+                begin = 0
+                for v, c in zip(veus, counts):
+                    if c:
+                        builder.place(k, v, begin, begin + c)
+                        begin += c
+    return builder.plan
