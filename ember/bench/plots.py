@@ -6,6 +6,9 @@
   intensity, flops per byte of compulsory traffic), under the measured ceilings: the FMA peak
   and one bandwidth slope per memory layer (DRAM, L3, L2 read bandwidth from the probe). A
   point's area is proportional to its share of its model's run time.
+* ``gantt``: the rTasks of an execution plan on each vEU over time, predicted (the plan replayed
+  on profiled per-rTask costs) above measured (the library's profile hooks, median run),
+  coloured by operator, with each wait that held a vEU back marked by a black tick.
 """
 
 from __future__ import annotations
@@ -103,6 +106,40 @@ def roofline(results: list[ModelResult], peak: MachinePeak, path: Path) -> Path:
     ax.set_title(f"ember kernels on {peak.cpu} ({peak.threads} threads)")
     ax.legend(fontsize=7, markerscale=0.6, loc="lower right")
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
+          timelines: dict[str, list[tuple[float, float]]], path: Path, title: str = "",
+          waits: list[tuple[int, int]] | None = None) -> Path:
+    """One panel per timeline (name -> (start, end) seconds of every entry, in ``entries``
+    order: (vEU, kernel, begin, end)); ``labels[kernel]`` is its operator, which picks its
+    colour; ``waits`` are (vEU, entry index) of rTasks that a wait preceded."""
+    plt = _plt()
+    ops = sorted({labels[k] for _, k, _, _ in entries})
+    cmap = plt.get_cmap("tab20")
+    colour = {op: cmap(i % 20) for i, op in enumerate(ops)}
+    veus = 1 + max((v for v, *_ in entries), default=0)
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(12, 1.0 + 0.7 * veus * len(timelines)),
+                             squeeze=False, sharex=True)
+    for ax, (name, spans) in zip(axes[:, 0], timelines.items()):
+        for (v, k, _b, _e), (t0, t1) in zip(entries, spans):
+            ax.broken_barh([(t0 * 1e3, max(t1 - t0, 1e-9) * 1e3)], (v - 0.4, 0.8),
+                           facecolors=colour[labels[k]], edgecolor="none")
+        for v, i in waits or []:
+            t0 = spans[i][0] * 1e3
+            ax.plot([t0, t0], [v - 0.45, v + 0.45], color="black", linewidth=0.6)
+        ax.set_yticks(range(veus), [f"vEU {v}" for v in range(veus)])
+        ax.set_ylim(veus - 0.5, -0.5)
+        ax.set_title(f"{title} — {name}" if title else name, fontsize=9)
+    axes[-1, 0].set_xlabel("ms")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops[:20]]
+    fig.legend(handles, ops[:20], loc="lower center", ncol=min(len(ops), 10), fontsize=7,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     plt.close(fig)
