@@ -97,34 +97,43 @@ def time_plans(cm: CompiledModel, plans: dict[str, ExecutionPlan],
     return {p: float(np.median(s)) for p, s in samples.items()}
 
 
+def build_plans(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
+                deps: Sequence[Sequence[int]], spec: DeviceSpec, names: Sequence[str],
+                task_s: Sequence[float] | None = None, profile: bool = True
+                ) -> tuple[dict[str, ExecutionPlan], list[KernelInfo]]:
+    """The validated plans of ``names`` over the kernels of ``cm``, and the kernels as the
+    schedulers saw them (costs profiled on ``cm``, predicted, or given as ``task_s``)."""
+    if task_s is None:
+        task_s = (profiled_task_s(cm, random_feeds(cm), len(kernels)) if profile
+                  else predicted_task_s(fused, kernels, spec))
+    infos = [KernelInfo(k.name, k.ntasks, tuple(d), t)
+             for k, d, t in zip(kernels, deps, task_s, strict=True)]
+    dev = VDevice(cm.num_threads)
+    plans = {p: make_plan(p, infos, dev) for p in names}
+    for p in plans.values():
+        p.validate([k.ntasks for k in kernels])
+    return plans, infos
+
+
 def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
            deps: Sequence[Sequence[int]], spec: DeviceSpec, policy: str,
            profile: bool = True) -> dict[str, Any]:
     """Put the plan of ``policy`` (or, for ``"auto"``, the fastest) into ``cm``; returns the
     report stored in the model's metadata under ``"schedule"``."""
     t0 = time.perf_counter()
-    threads = cm.num_threads
-    dev = VDevice(threads)
     names = list(POLICIES) if policy == "auto" else [policy]
-    key = f"{cm.meta.get('source_sha256', '')}-{threads}-{policy}-{int(profile)}"
+    key = f"{cm.meta.get('source_sha256', '')}-{cm.num_threads}-{policy}-{int(profile)}"
     cached = _cache_read(key)
-    feeds = random_feeds(cm)
-    if cached and "task_s" in cached and len(cached["task_s"]) == len(kernels):
+    task_s = None
+    if cached and len(cached.get("task_s", ())) == len(kernels):
         task_s = [float(t) for t in cached["task_s"]]
-    elif profile and threads > 0:
-        task_s = profiled_task_s(cm, feeds, len(kernels))
-    else:
-        task_s = predicted_task_s(fused, kernels, spec)
-    infos = [KernelInfo(k.name, k.ntasks, tuple(d), t)
-             for k, d, t in zip(kernels, deps, task_s, strict=True)]
-    plans = {p: make_plan(p, infos, dev) for p in names}
-    for p in plans.values():
-        p.validate([k.ntasks for k in kernels])
+    plans, infos = build_plans(cm, fused, kernels, deps, spec, names, task_s, profile)
+    dev = VDevice(cm.num_threads)
     predicted = {p: makespan(plan, infos, dev) for p, plan in plans.items()}
     if cached and cached.get("chosen") in plans and "measured_s" in cached:
         measured = {p: float(s) for p, s in cached["measured_s"].items()}
     elif len(plans) > 1:
-        measured = time_plans(cm, plans, feeds)
+        measured = time_plans(cm, plans, random_feeds(cm))
     else:
         measured = {}
     chosen = min(measured, key=lambda p: measured[p]) if measured else names[0]
@@ -132,7 +141,7 @@ def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
     report = {"policy": policy, "chosen": chosen, "profiled": profile,
               "predicted_s": predicted, "measured_s": measured,
               "seconds": round(time.perf_counter() - t0, 3)}
-    _cache_write(key, {**report, "task_s": task_s})
+    _cache_write(key, {**report, "task_s": [k.task_s for k in infos]})
     return report
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ember.ir.graph import Node
-from ember.kernel import conv, depthwise, layernorm, softmax, window
+from ember.kernel import conv, depthwise, layernorm, lstm, softmax, window
 from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
 from ember.kernel.roller import RollerContext
@@ -18,6 +18,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
     body = fused.attrs["body"]
     if softmax.applicable(body):
         return softmax.build_softmax(name, body)
+    if lstm.applicable(body):
+        return lstm.build_lstm_step(name, body)
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
     if window.applicable(body):

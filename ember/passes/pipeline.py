@@ -13,6 +13,7 @@ from ember.passes import (
     fold_bn,
     fold_constants,
     fuse,
+    fuse_lstm,
     layout_nhwc,
     memplan,
 )
@@ -31,6 +32,7 @@ OPTIMIZE: list[Pass] = [
     ("fold_constants", fold_constants.run),
     ("cse", cse.run),
     ("dce", dce.run),
+    ("fuse_lstm", fuse_lstm.run),
 ]
 FUSE: list[Pass] = [("fuse", fuse.run)]
 PLAN: list[Pass] = [("memplan", memplan.run)]

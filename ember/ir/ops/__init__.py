@@ -5,6 +5,7 @@ from ember.ir.ops import (  # noqa: F401
     elementwise,
     indexing,
     layout,
+    lstm_step,
     mathlogic,
     nn,
     norm,

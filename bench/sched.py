@@ -1,0 +1,144 @@
+"""Inter-operator scheduling benchmark (issue 7): sequential vs Rammer vs IOS vs onnxruntime.
+
+    python bench/sched.py [--threads 2] [--models lstm_tc,inception_v3,...] [--out bench/results]
+                          [--pictures docs]
+
+For every model (the project's zoo, random weights, batch 1), in one process and on the same
+random inputs: ember compiles it once (``schedule="sequential"``, so the library holds the
+sequential plan), profiles its rTasks, builds the Rammer and IOS plans from those costs and
+swaps each plan into the same library; onnxruntime runs it with the same thread count. Timing
+is interleaved rounds (each round: every engine a discarded run, then timed runs for ~0.1 s);
+medians are reported with ratios to onnxruntime and to ember's sequential plan. ``auto`` is
+the plan ``schedule="auto"`` would keep: the fastest of the three in these rounds. Outputs of
+every plan are compared with onnxruntime's. Scheduling time is profiling + building the plans.
+
+``--pictures DIR`` draws the Gantt chart (predicted and measured) of the fastest plan of
+``lstm_tc`` and ``inception_v3`` to ``DIR/schedule_<model>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ember
+from ember import autosched, driver, zoo
+from ember.passes.memplan import kernel_dependencies
+from ember.tuning import device_spec
+
+MODELS = ["lstm_tc", "resnext29_16x64d", "randwire", "inception_v3", "squeezenet1_1",
+          "mobilenet_v2"]
+PICTURES = ("lstm_tc", "inception_v3")
+
+
+def _ort(model, threads: int):  # noqa: ANN202
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def _rounds(fns: dict, min_time: float = 3.0, block: float = 0.1) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    t_end = time.perf_counter() + min_time
+    while time.perf_counter() < t_end or min(len(s) for s in samples.values()) < 10:
+        for name, fn in fns.items():
+            fn()
+            b_end = time.perf_counter() + block
+            while True:
+                t = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - t)
+                if time.perf_counter() > b_end:
+                    break
+    return samples
+
+
+def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
+    model = zoo.build(name, 1)
+    feeds = zoo.random_inputs(name, 1)
+    sess = _ort(model, threads)
+    want = sess.run(None, feeds)
+    t = time.perf_counter()
+    comp, cm = driver.compile_full(model, num_threads=threads, schedule="sequential")
+    compile_s = time.perf_counter() - t
+    t = time.perf_counter()
+    fused = [n for n in comp.graph.nodes if n.op == "Fused"]
+    plans, infos = autosched.build_plans(cm, fused, comp.kernels,
+                                         kernel_dependencies(comp.graph),
+                                         device_spec(threads), autosched.POLICIES)
+    sched_s = time.perf_counter() - t
+    errs = {}
+    for p, plan in plans.items():
+        cm.use_plan(plan.to_json())
+        got = cm.run(feeds)
+        errs[p] = max(float(np.abs(g - w).max()) for g, w in zip(got.values(), want))
+
+    def runner(plan):  # noqa: ANN001, ANN202
+        js = plan.to_json()
+        return lambda: (cm.use_plan(js) if cm.plan != js else None, cm.run(feeds))
+
+    fns = {p: runner(plan) for p, plan in plans.items()}
+    fns["onnxruntime"] = lambda: sess.run(None, feeds)
+    samples = _rounds(fns)
+    med = {k: float(np.median(v)) for k, v in samples.items()}
+    best = min(autosched.POLICIES, key=lambda p: med[p])
+    out = {"model": name, "kernels": len(comp.kernels), "compile_s": round(compile_s, 2),
+           "schedule_s": round(sched_s, 2), "median_ms": {k: v * 1e3 for k, v in med.items()},
+           "auto": best, "max_abs_diff": errs}
+    if pictures is not None and name in PICTURES:
+        from ember.cli import _schedule_picture
+
+        cm.use_plan(plans[best].to_json())
+        comp.plan = plans[best]
+        out["picture"] = str(_schedule_picture(comp, cm, pictures / f"schedule_{name}.png"))
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| model | kernels | ORT ms | sequential ms | rammer ms | ios ms | auto | "
+            "auto/ORT | best/sequential | schedule s |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        m = r["median_ms"]
+        auto = m[r["auto"]]
+        lines.append(f"| {r['model']} | {r['kernels']} | {m['onnxruntime']:.2f} | "
+                     f"{m['sequential']:.2f} | {m['rammer']:.2f} | {m['ios']:.2f} | {r['auto']} | "
+                     f"{auto / m['onnxruntime']:.2f} | {m['sequential'] / auto:.2f}x | "
+                     f"{r['schedule_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--pictures", default=None)
+    a = ap.parse_args(argv)
+    rows = []
+    for name in a.models.split(","):
+        print(f"[sched] {name} ...", file=sys.stderr, flush=True)
+        rows.append(bench_model(name, a.threads, Path(a.pictures) if a.pictures else None))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(table(rows))
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sched.json").write_text(json.dumps({"threads": a.threads, "ember":
+                                                    ember.__version__, "rows": rows}, indent=1))
+        (out / "sched.md").write_text(table(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

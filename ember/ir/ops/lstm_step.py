@@ -1,0 +1,42 @@
+"""``LSTMStep``: one LSTM time step with its recurrent product, as one operator.
+
+``LSTMStep(h, c, x, W) = LSTMCell(h · W + x, c)``: ``h`` [B, K] the previous hidden state,
+``c`` [B, H] the previous cell state, ``x`` [B, 4H] the step's input projection (biases
+included), ``W`` [K, 4H] the transposed recurrent weights, gate order i, o, f, c as ONNX.
+Output ``[2, B, H]`` = stack(Ht, Ct), as ``LSTMCell``. Attributes are ``LSTMCell``'s.
+
+The graph pass ``passes/fuse_lstm.py`` forms it from ``MatMul`` + ``Add`` + ``LSTMCell``, so
+that one kernel (``kernel/lstm.py``) computes a block of hidden units' four gates and their
+cell update together: one rTask list and one barrier per time step instead of two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.errors import TypeInferenceError
+from ember.ir.ops.registry import Pattern, defop
+from ember.ir.ops.rnn import lstm_cell
+from ember.ir.types import TensorType
+
+
+def _infer(attrs: dict[str, Any], ts: list[TensorType | None], cs: list) -> list[TensorType]:
+    h, c, x, w = ts[:4]
+    if h is None or c is None or x is None or w is None:
+        raise TypeInferenceError("LSTMStep needs h, c, x and W")
+    if h.rank != 2 or c.rank != 2 or x.rank != 2 or w.rank != 2:
+        raise TypeInferenceError(f"LSTMStep needs 2-D operands, got {h}, {c}, {x}, {w}")
+    b, hid = c.shape
+    if (h.shape[0] != b or x.shape != (b, 4 * hid) or w.shape != (h.shape[1], 4 * hid)  # type: ignore[operator]
+            or len({t.dtype for t in (h, c, x, w)}) != 1):
+        raise TypeInferenceError(f"LSTMStep shapes do not agree: h {h}, c {c}, x {x}, W {w}")
+    return [TensorType((2, b, hid), c.dtype)]
+
+
+@defop("LSTMStep", Pattern.OPAQUE, _infer)
+def lstm_step(attrs: dict[str, Any], h: np.ndarray, c: np.ndarray, x: np.ndarray,
+              w: np.ndarray) -> list[np.ndarray]:
+    """stack(Ht, Ct) of one LSTM step whose gates are ``h @ W + x``."""
+    return lstm_cell(attrs, (h @ w + x).astype(x.dtype), c)
