@@ -75,7 +75,8 @@ def applicable(body: Graph) -> bool:
     if m.op == "MatMul":
         a, b = m.inputs
         return (b is not None and b.is_const and b.type.rank == 2 and a is not None
-                and a.type.rank >= 2 and a.type.is_static)
+                and a.type.rank >= 2 and a.type.is_static
+                and a.type.dtype.name == "float32")  # the dense kernel computes in float32
     return False
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ember.ir.graph import Node
-from ember.kernel import conv, depthwise, layernorm, lstm, softmax, window
+from ember.kernel import conv, depthwise, layernorm, lstm, scatter, softmax, window
 from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
 from ember.kernel.roller import RollerContext
@@ -22,6 +22,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return lstm.build_lstm_step(name, body)
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
+    if scatter.applicable(body):
+        return scatter.build(name, body, threads)
     if window.applicable(body):
         return window.build_window(name, body, ctx)
     if depthwise.applicable(body):

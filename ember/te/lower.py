@@ -5,7 +5,8 @@ placeholders (bound to buffers). At most one producer (or the output itself) is 
 read by the consumers at exactly the output's indices (an epilogue).
 Post: a ``LoopNest`` over the output's spatial axes. A reduction is lowered with a cache-written
 accumulator: ``acc[T]`` over the innermost output axis tile (vectorizable), the reduction loops
-outside the tile loop, and the epilogue applied when the accumulator is stored.
+outside the tile loop, and the epilogue applied when the accumulator is stored. An arg
+reduction (argmax / argmin) keeps a second accumulator, the extreme value beside its position.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ember.loops.ir import (
 )
 from ember.loops.nest import Loop, LoopNest
 from ember.loops.transform import map_expr, substitute
-from ember.te.tensor import ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead
+from ember.te.tensor import ARG_COMBINERS, ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead
 
 MAX_TILE = 1024
 
@@ -151,6 +152,8 @@ def _reads_contiguously(e: Expr, v: Var) -> bool:
 
 def _lane_split(rop: Reduce) -> bool:
     """Is the innermost reduce axis long and contiguous in the input (``_lower_lane_split``)?"""
+    if rop.combiner in ARG_COMBINERS:  # lanes would need their positions merged too
+        return False
     last = rop.axes[-1]
     return last.extent >= 2 * LANES and _reads_contiguously(rop.body, last.var)
 
@@ -192,20 +195,45 @@ def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]
     # reduction body at the output's indices
     rbody = substitute(rop.body, rsub)
     upd_val = _Inliner(bufs, None, None).rewrite(rbody)  # type: ignore[arg-type]
-    cur = Load(acc, acc_idx)
-    update: Stmt = Store(acc, acc_idx, _COMBINE[rop.combiner](cur, upd_val))
+    locals_: list[Buffer] = [acc]
+    if rop.combiner in ARG_COMBINERS:
+        first = substitute(rbody, {ra.var: Const(0) for ra in rop.axes})
+        best = Buffer(f"accv_{red.name}", tile, rop.body.dtype, Scope.LOCAL)
+        locals_.append(best)
+        init, update = _arg_steps(rop, acc, best, acc_idx, upd_val,
+                                  _Inliner(bufs, None, None).rewrite(first))  # type: ignore
+    else:
+        update = Store(acc, acc_idx, _COMBINE[rop.combiner](Load(acc, acc_idx), upd_val))
+        init = Store(acc, acc_idx, rop.init)  # type: ignore[arg-type]
     vec = ForKind.VECTORIZED if tile > 1 else ForKind.SERIAL
     if tile > 1:
         update = For(t, Const(0), Const(tile), update, vec)
     for ra in reversed(rop.axes):
         update = For(ra.var, Const(0), Const(ra.extent), update)
-    init: Stmt = Store(acc, acc_idx, rop.init)  # type: ignore[arg-type]
     fin = _epilogue_store(output, out_buf, bufs, red, Load(acc, acc_idx), sub)
     if tile > 1:
         init = For(t, Const(0), Const(tile), init, vec)
         fin = For(t, Const(0), Const(tile), fin, vec)
-    body = Alloc(acc, seq(init, update, fin))
+    body: Stmt = seq(init, update, fin)
+    for b in locals_:
+        body = Alloc(b, body)
     return LoopNest([Loop(v, n) for v, n in zip(spatial, output.shape)], body)
+
+
+def _arg_steps(rop: Reduce, pos: Buffer, best: Buffer, at: Expr, value: Expr,
+               first: Expr) -> tuple[Stmt, Stmt]:
+    """(init, update) of an arg reduction: ``best`` holds the extreme value so far, ``pos`` its
+    position (row-major over the reduce axes). Starting from the element at position 0 and
+    replacing only on a strictly better value keeps the first occurrence; NaN beats every
+    number (numpy's argmax / argmin return the first NaN)."""
+    cur = Load(best, at)
+    better: Expr = Bin(">" if rop.combiner == "argmax" else "<", value, cur)
+    if value.dtype.startswith("float"):
+        better = Bin("||", better, Bin("&&", Bin("!=", value, value), Bin("==", cur, cur)))
+    where = flat_index(tuple(a.extent for a in rop.axes), tuple(a.var for a in rop.axes))
+    update = seq(Store(pos, at, Select(better, where, Load(pos, at))),
+                 Store(best, at, Select(better, value, cur)))
+    return seq(Store(best, at, first), Store(pos, at, Const(0))), update
 
 
 def _epilogue_store(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer], red: Tensor,

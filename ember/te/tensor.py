@@ -41,9 +41,14 @@ class TensorRead(Expr):
         return f"{self.tensor.name}[{', '.join(str(i) for i in self.indices)}]"
 
 
+ARG_COMBINERS = ("argmax", "argmin")
+
+
 @dataclass(eq=False)
 class Reduce(Expr):
-    """``combiner`` over ``axes`` of ``body``; combiner in sum / max / min / prod."""
+    """``combiner`` over ``axes`` of ``body``; combiner in sum / max / min / prod, or argmax /
+    argmin: the int64 position (row-major over ``axes``) of the first extreme value of ``body``
+    (``init`` unused)."""
 
     combiner: str
     body: Expr
@@ -51,9 +56,12 @@ class Reduce(Expr):
     init: Expr | None = None
 
     def __post_init__(self) -> None:
+        if self.combiner in ARG_COMBINERS:
+            self.dtype = "int64"
+            return
         self.dtype = self.body.dtype
         if self.init is None:
-            big = 3.4028234663852886e38
+            big = float("inf")  # the identities: a row of -inf has max -inf, as in numpy
             val = {"sum": 0.0, "prod": 1.0, "max": -big, "min": big}[self.combiner]
             if not self.dtype.startswith("float"):
                 val = {"sum": 0, "prod": 1, "max": -(2**62), "min": 2**62}[self.combiner]
