@@ -16,7 +16,7 @@ import onnx
 
 from ember import autosched
 from ember.codegen.program import BoundKernel, ParamBlob, emit_program, kernel_symbol
-from ember.errors import EmberError
+from ember.errors import EmberError, UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
 from ember.kernel.base import OUTPUT, Kernel
@@ -83,6 +83,7 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
         if not v.type.is_static:
             raise EmberError(f"input {v.name!r} has symbolic shape {v.type}; pass "
                              f"input_shapes={{{v.name!r}: (...)}} (dynamic models need the VM)")
+    _require_static_shapes(g)
     comp.timings["import"] = time.perf_counter() - t
     t = time.perf_counter()
     verify_each = verify_each or os.environ.get("EMBER_VERIFY") == "1"
@@ -118,6 +119,38 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
 def default_schedule() -> str:
     """``EMBER_SCHEDULE`` or "auto"."""
     return os.environ.get("EMBER_SCHEDULE", "").strip() or "auto"
+
+
+# the operands that determine an op's output shape, by position (``_require_static_shapes``)
+SHAPE_OPERANDS = {"Reshape": {1: "shape"}, "Range": {0: "start", 1: "limit", 2: "delta"}}
+
+
+def _require_static_shapes(g: Graph) -> None:
+    """With static inputs, the first node whose output shape is symbolic computes it from a
+    run-time operand (Reshape's shape, ...): name it as the converters do for such operands.
+    Nodes that no output depends on are left to dead-code elimination."""
+    live = {v.uid for v in g.outputs}
+    for n in reversed(g.nodes):
+        if any(o.uid in live for o in n.outputs):
+            live |= {v.uid for v in n.inputs if v is not None}
+    for n in g.nodes:
+        out = next((o for o in n.outputs if not o.type.is_static), None)
+        if out is None or not any(o.uid in live for o in n.outputs):
+            continue
+        operands = SHAPE_OPERANDS.get(n.op, {})
+        runtime = [(name, n.inputs[i]) for i, name in operands.items()
+                   if i < len(n.inputs) and n.inputs[i] is not None
+                   and not n.inputs[i].is_const]  # type: ignore[union-attr]
+        if runtime:
+            name, v = runtime[0]
+            assert v is not None
+            raise UnsupportedOpError(
+                f"node {n.name!r} ({n.op}): input {name!r} (%{v.name}: {v.type}) of {n.op} is "
+                f"computed at run time; the dynamic form of {n.op} is not supported yet (ember "
+                f"needs {name} as a constant: its output {out.type} must have a static shape)")
+        raise UnsupportedOpError(
+            f"node {n.name!r} ({n.op}): its output shape {out.type} depends on values computed "
+            "at run time, which ember's static compiler does not support yet")
 
 
 def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ember.errors import UnsupportedOpError
 from ember.support import dtypes
 from ember.support.dtypes import DType
 
@@ -71,7 +72,10 @@ class TensorType:
     @property
     def numel(self) -> int:
         if not self.is_static:
-            raise ValueError(f"numel of a symbolic shape {self}")
+            raise UnsupportedOpError(
+                f"a tensor of type {self} has a shape computed at run time; ember's static "
+                "compiler needs every shape at compile time (shape operands such as Reshape's "
+                "shape must be constants; bind symbolic inputs with input_shapes=...)")
         n = 1
         for d in self.shape:
             n *= d  # type: ignore[operator]

@@ -1,12 +1,17 @@
-"""Tensor-expression compute of ``LSTMCell`` (see ``ember.ir.ops.rnn`` for the equations).
+"""Tensor-expression computes of the recurrent cells ``LSTMCell``, ``GRUCell``, ``GRUReset``
+and ``RNNCell`` (see ``ember.ir.ops.rnn`` for the equations).
 
-Output ``[2, B, H]``: element ``(s, b, j)`` reads the four gates of unit ``j`` at their offsets
-in ``G[b, :]`` (order i, o, f, c) and the previous cell state; index ``s = 0`` is ``Ht`` and
-``s = 1`` is ``Ct``. The cell update is written once and inlined in both halves.
+``LSTMCell``'s output is ``[2, B, H]``: element ``(s, b, j)`` reads the four gates of unit ``j``
+at their offsets in ``G[b, :]`` (order i, o, f, c) and the previous cell state; index ``s = 0``
+is ``Ht`` and ``s = 1`` is ``Ct``. The cell update is written once and inlined in both halves.
+The GRU cells read their gates at fixed column offsets of ``[B, kH]`` rows in the same way;
+``RNNCell`` is element-wise. Every read index is within its tensor by construction (the type
+relations check the ``[B, kH]`` shapes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ember.ir.types import TensorType
@@ -81,3 +86,55 @@ def _lstm_cell(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
 
     return [te.compute((2, b_n, h), state, name="lstm_state")]
 
+
+
+def _acts(attrs: dict[str, Any]) -> Callable[[int, Expr], Expr]:
+    """``act(k, x)``: activation ``k`` of the cell's attributes, after the optional clip."""
+    names, alphas, betas = attrs["activations"], attrs["alphas"], attrs["betas"]
+    clip = float(attrs.get("clip", 0.0))
+
+    def act(k: int, x: Expr) -> Expr:
+        if clip > 0:
+            x = _mn(_mx(x, fconst(-clip)), fconst(clip))
+        return activation(names[k], alphas[k], betas[k], x)
+
+    return act
+
+
+@register("RNNCell")
+def _rnn_cell(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
+              ) -> list[Tensor]:
+    g = ins[0]
+    act = _acts(attrs)
+    return [te.compute(g.shape, lambda *i: act(0, g[i]), name="rnn_cell")]
+
+
+@register("GRUReset")
+def _gru_reset(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
+               ) -> list[Tensor]:
+    g, h = ins[0], ins[1]
+    n = int(h.shape[1])
+    act = _acts(attrs)
+    return [te.compute(h.shape, lambda b, j: act(0, g[b, Const(n) + j]) * h[b, j],
+                       name="gru_reset")]
+
+
+@register("GRUCell")
+def _gru_cell(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
+              ) -> list[Tensor]:
+    a, c, h = ins[0], ins[1], ins[2]
+    n = int(h.shape[1])
+    act = _acts(attrs)
+    linear = bool(attrs.get("linear_before_reset", 0))
+
+    def state(b: Expr, j: Expr) -> Expr:
+        if linear:
+            z = act(0, a[b, j] + c[b, j])
+            r = act(0, a[b, Const(n) + j] + c[b, Const(n) + j])
+            cand = act(1, a[b, Const(2 * n) + j] + r * c[b, Const(2 * n) + j])
+        else:
+            z = act(0, a[b, j])
+            cand = act(1, c[b, j])
+        return (fconst(1.0) - z) * cand + z * h[b, j]
+
+    return [te.compute(h.shape, state, name="gru_cell")]

@@ -636,9 +636,6 @@ def test_resize_uint8_nearest() -> None:
 
 @pytest.mark.parametrize("op, dtype", [("Sigmoid", np.float64), ("Abs", np.float64),
                                        ("Abs", np.int64)])
-@pytest.mark.xfail(strict=True, reason="ember bug: float64 Sigmoid computes in float32 "
-                   "(fconst(1.0) makes the compute float32, its output buffer is then declared "
-                   "float); Abs of float64 / int64 emits C abs(), the 32-bit int function")
 def test_unary_other_dtypes(op: str, dtype: type) -> None:
     x = np.random.default_rng(0).standard_normal((3, 4)) * (1e12 if dtype is np.int64 else 1)
     check(op, [x.astype(dtype)])
@@ -652,8 +649,6 @@ def test_max_pool_int8_padded() -> None:
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 4, 5), (5,)), ((4,), (2, 4, 3))])
-@pytest.mark.xfail(strict=True, reason="ember bug: MatMul with a 1-D operand raises "
-                   "'MatMul with 1-D operands is reshaped by the frontend', which it is not")
 def test_matmul_1d(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(0)
     check("MatMul", [rng.standard_normal(a_shape).astype(F32),

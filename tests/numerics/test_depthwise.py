@@ -26,7 +26,9 @@ from ember import driver
 from ember.kernel import depthwise
 from ember.kernel.depthwise import DwGeom, DwTiling
 from ember.passes import layout_nhwc
-from tests.numerics.test_compiled_ops import BASE, F32, compare, make_model, randn
+from tests.cases import randn
+from tests.modelkit import F32, compare, make_model
+from tests.numerics.test_compiled_ops import BASE
 
 pytest.importorskip("onnxruntime")
 

@@ -16,7 +16,7 @@ from onnx import helper
 import ember
 from ember.kernel import conv
 from ember.kernel.roller.dense import DenseTile
-from tests.numerics.test_compiled_ops import make_model, run_ort
+from tests.modelkit import make_model, run_ort
 
 ort = pytest.importorskip("onnxruntime")
 

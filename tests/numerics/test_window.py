@@ -29,7 +29,9 @@ from ember.kernel import window
 from ember.kernel.roller import RollerContext
 from ember.kernel.window import WinGeom, WinTiling
 from ember.passes import pipeline
-from tests.numerics.test_compiled_ops import BASE, F32, compare, make_model, randn
+from tests.cases import randn
+from tests.modelkit import F32, compare, make_model
+from tests.numerics.test_compiled_ops import BASE
 
 pytest.importorskip("onnxruntime")
 

@@ -169,8 +169,8 @@ def _lstm_error(model: onnx.ModelProto, kind: type[EmberError], *words: str) -> 
 
 
 def test_lstm_errors_name_the_node() -> None:
-    model = _with_lens(lstm_model(3, 2, 4, 5)[0], [3, 2])
-    _lstm_error(model, UnsupportedOpError, "sequence_lens", "[3, 2]")
+    model = _with_lens(lstm_model(3, 2, 4, 5)[0], [3, 4])         # longer than the sequence
+    _lstm_error(model, ModelError, "sequence_lens", "[3, 4]")
 
     model, _ = lstm_model(3, 2, 4, 5, activations=["Sigmoid", "Gelu", "Tanh"])
     _lstm_error(model, UnsupportedOpError, "Gelu")
@@ -284,11 +284,11 @@ def test_in_place_kernel_never_overwrites_another_view_of_its_input() -> None:
 def test_unrolled_lstm_builds_each_kernel_once_and_shares_its_c_function() -> None:
     model, feeds = lstm_model(12, 2, 8, 16, outputs=("", "Y_h"))
     comp = driver.build(model)
-    # XW; 12 cells; 11 recurrent products (none at step 0: no initial state); the copy of Y_h
-    assert len(comp.kernels) == 1 + 12 + 11 + 1
-    # built once each: XW, the first cell (its C_prev is a constant), the cell, the product,
-    # the copy; the two cells differ only in where C_prev lives: one C function
-    assert len({id(k) for k in comp.kernels}) == 5
+    # XW; the first cell (no recurrent product at step 0: no initial state); 11 LSTMSteps
+    # (product + cell, passes/fuse_lstm.py); the copy of Y_h
+    assert len(comp.kernels) == 1 + 1 + 11 + 1
+    # built once each: XW, the first cell, the step, the copy; one C function each
+    assert len({id(k) for k in comp.kernels}) == 4
     assert comp.source.count("static void em_kernel") == 4
-    assert comp.source.count("static void em_tile_") == 2   # XW and the recurrent product
+    assert comp.source.count("static void em_tile_") == 1   # XW
     _close(list(ember.compile(model).run(feeds).values()), _ort(model, feeds))

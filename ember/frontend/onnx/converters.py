@@ -223,7 +223,7 @@ for _op in ("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater"):
     _legacy, _modern = _make_binary(_op)
     converter(_op, since=1)(_legacy)
     converter(_op, since=7)(_modern)
-converter("PRelu", since=1)(_make_binary("PRelu")[1])
+converter("PRelu", since=7)(_make_binary("PRelu")[1])  # opsets 1-6: conv_nn.prelu_legacy
 
 
 @converter("Sum", "Max", "Min", "Where", "Not", since=1)

@@ -1,23 +1,39 @@
-"""ONNX ``LSTM`` (opsets 7 and 14): the recurrence unrolled over a static sequence length.
+"""ONNX ``LSTM``, ``GRU`` and ``RNN`` (opsets 7, 14, 22): the recurrence unrolled over a static
+sequence length.
 
-Hochreiter & Schmidhuber, "Long Short-Term Memory" (1997); ONNX operator ``LSTM``. As Rammer
-(OSDI'20, LSTM-TC) compiles recurrent models, a static sequence length turns the loop into a
-data-flow graph. Per direction:
+Hochreiter & Schmidhuber, "Long Short-Term Memory" (1997); Cho et al., "Learning Phrase
+Representations using RNN Encoder-Decoder" (2014, the GRU); ONNX operators ``LSTM``, ``GRU``,
+``RNN``. As Rammer (OSDI'20, LSTM-TC) compiles recurrent models, a static sequence length turns
+the loop into a data-flow graph. Per direction:
 
-* the input projection of every time step at once: ``XW = X[S*B, I] · Wᵀ + (Wb + Rb)``, one
-  dense product with constant weights;
-* per step ``t``: ``G = Ht-1 · Rᵀ + XW[t]`` (a dense product whose epilogue adds the step's rows
-  of ``XW``; a contiguous slice is a view, not a copy), then ``LSTMCell(G, Ct-1, P)`` writing
-  the stacked state ``[Ht; Ct]`` (both halves are views again). At the first step without an
-  initial state, ``Ht-1 = 0`` and the product is skipped.
-* ``Y`` concatenates the ``Ht`` in time order; ``Y_h`` / ``Y_c`` are the last states.
+* the input projection of every time step at once: ``XW = X[S*B, I] · Wᵀ + biases``, one dense
+  product with constant weights (two for a GRU without ``linear_before_reset``, so that every
+  step's rows stay contiguous);
+* per step ``t``: a dense product of the previous state whose epilogue adds the step's rows of
+  ``XW`` (a contiguous slice is a view, not a copy), then the op's cell (``LSTMCell``,
+  ``GRUCell``, or ``RNNCell``, which fuses into that epilogue; see ``ember.ir.ops.rnn``). A GRU
+  without ``linear_before_reset`` needs the reset gate before the candidate's product:
+  ``G = Ht-1·R_zrᵀ + XW_zr[t]``, ``GRUReset(G, Ht-1) = rt ⊙ Ht-1``, ``C = (rt ⊙ Ht-1)·R_hᵀ +
+  XW_h[t]``, ``GRUCell(G, C, Ht-1)``. At the first step without an initial state,
+  ``Ht-1 = 0`` and the products are skipped.
+* ``sequence_lens``: where it may be shorter than the sequence for some batch entry (a constant
+  that says so, or a run-time input), step ``t`` keeps the previous state of the entries with
+  ``t >= len`` and writes zeros to their ``Y`` rows (``Where`` on the mask ``t < len``, folded
+  when ``len`` is a constant). A reverse direction visits the padded steps first, so its state
+  stays the initial one until the entry's last real step, as the operator requires. The final
+  states of an empty sequence (``len = 0``) are zeros, as onnxruntime computes them.
+* ``Y`` concatenates the states in time order; ``Y_h`` (and ``Y_c``) are the last states.
 
-Supported: directions forward / reverse / bidirectional, optional ``B``, ``initial_h``,
-``initial_c`` and peepholes ``P``, ``sequence_lens`` only when it equals the sequence length
-everywhere, ``clip``, ``input_forget``, any ONNX RNN activation functions, ``layout`` 0 and 1.
+Supported: directions forward / reverse / bidirectional, optional ``B``, ``sequence_lens``,
+``initial_h``, ``initial_c`` and peepholes ``P``, ``clip``, ``input_forget``,
+``linear_before_reset``, any ONNX RNN activation functions with their alpha / beta, ``layout`` 0
+and 1, any subset of the outputs. X must have a static shape and be float32.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,127 +41,344 @@ from ember.errors import ModelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
 from ember.ir.ops.rnn import activation_params
+from ember.ir.types import dims_equal
 
-DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
+DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
+                       "RNN": ["Tanh"]}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+DIRECTIONS = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}
 
 
-def _static(v: Value, what: str) -> list[int]:
+@dataclass
+class Recurrence:
+    """One recurrent node after normalization (time-major, static sizes)."""
+
+    op: str
+    x2: Value                 # X as [S*B, I]
+    seq: int
+    batch: int
+    hidden: int
+    reverse: list[bool]       # one entry per direction
+    layout: int
+    lens: Value | None        # None: every sequence has the full length
+
+    def zeros(self, width: int = 1) -> Value:
+        return Value.constant(np.zeros((self.batch, width * self.hidden), np.float32))
+
+
+# --------------------------------------------------------------------------- normalization
+def _static(op: str, v: Value, what: str) -> list[int]:
     if not v.type.is_static:
         raise UnsupportedOpError(
-            f"LSTM input {what} has shape {v.type}; ember unrolls the recurrence and needs a "
+            f"{op} input {what} has shape {v.type}; ember unrolls the recurrence and needs a "
             "static shape (bind it with import_model(..., input_shapes=...))")
     return [int(d) for d in v.type.shape]  # type: ignore[arg-type]
 
 
-def _check_sequence_lens(lens: Value | None, seq: int) -> None:
+def _sequence_lens(op: str, lens: Value | None, seq: int, batch: int) -> Value | None:
+    """``sequence_lens`` when some entry may be shorter than ``seq``; None when all are full."""
     if lens is None:
-        return
+        return None
+    if (lens.type.rank != 1 or dims_equal(lens.type.shape[0], batch) is False
+            or lens.type.dtype.is_float):
+        raise ModelError(f"{op} sequence_lens {lens.type} must be an integer vector of the "
+                         f"batch size {batch}")
     arr = lens.const
-    if arr is None or np.any(np.asarray(arr) != seq):
-        raise UnsupportedOpError(
-            f"LSTM sequence_lens ({'computed at run time' if arr is None else arr.tolist()}) "
-            f"must equal the sequence length {seq} for every batch entry: ember does not mask "
-            "padded time steps")
+    if arr is None:
+        return lens
+    if np.any(arr < 0) or np.any(arr > seq):
+        raise ModelError(f"{op} sequence_lens {arr.tolist()} must lie in [0, {seq}] (the "
+                         "sequence length)")
+    return None if np.all(arr == seq) else lens
 
 
-def _direction(ctx: Ctx, d: int, w: Value) -> Value:
-    """``w[d]`` of a per-direction tensor (folded when ``w`` is a constant)."""
-    return ctx.add1("Gather", [w, ctx.const(np.array(d, np.int64))], {"axis": 0})
+def _check_weights(op: str, n_dirs: int, hidden: int, in_size: int,
+                   shapes: dict[str, list[int] | None]) -> None:
+    g = GATES[op]
+    want = {"W": [n_dirs, g * hidden, in_size], "R": [n_dirs, g * hidden, hidden],
+            "B": [n_dirs, 2 * g * hidden], "P": [n_dirs, 3 * hidden]}
+    for name, shape in shapes.items():
+        if shape is not None and shape != want[name]:
+            raise ModelError(f"{op} input {name} has shape {shape}, expected {want[name]} for "
+                             f"{n_dirs} direction(s), hidden_size {hidden} and input size "
+                             f"{in_size}")
 
 
-def _cell_attrs(attrs: Attrs, d: int, n_dirs: int) -> Attrs:
-    names = list(attrs.get("activations") or DEFAULT_ACTIVATIONS * n_dirs)
-    if len(names) != 3 * n_dirs:
-        raise ModelError(f"LSTM needs {3 * n_dirs} activations for {n_dirs} direction(s), "
+def _prepare(ctx: Ctx, op: str, ins: list[Value | None], n_states: int, attrs: Attrs
+             ) -> tuple[Recurrence, list[Value | None]]:
+    """Checks and layout normalization of ``[X, W, R, B, sequence_lens, *states, P?]``;
+    returns the recurrence and its initial states (time-major ``[dirs, B, H]``, or None)."""
+    x, w, r, b, lens = ins[:5]
+    states = list(ins[5:5 + n_states])
+    p = ins[5 + n_states] if len(ins) > 5 + n_states else None
+    assert x is not None and w is not None and r is not None
+    direction = attrs.get("direction", "forward")
+    reverse = DIRECTIONS.get(direction)
+    if reverse is None:
+        raise ModelError(f"unknown {op} direction {direction!r}")
+    layout = int(attrs.get("layout", 0))
+    if layout not in (0, 1):
+        raise ModelError(f"{op} layout must be 0 or 1, got {layout}")
+    if x.type.dtype.name != "float32":
+        raise UnsupportedOpError(f"{op} on {x.type.dtype.name} is not supported (float32 only)")
+    if any(v is not None and v.type.rank != 3 for v in (x, *states)):
+        raise ModelError(f"{op} input X and initial states must have rank 3, got {x.type}, "
+                         f"{[None if v is None else str(v.type) for v in states]}")
+    if layout == 1:   # batch-major: [B, S, I] and states [B, dirs, H]
+        x = ctx.add1("Transpose", [x], {"perm": [1, 0, 2]})
+        states = [None if v is None else ctx.add1("Transpose", [v], {"perm": [1, 0, 2]})
+                  for v in states]
+    seq, batch, in_size = _static(op, x, "X")
+    if seq < 1 or batch < 1:
+        raise UnsupportedOpError(f"{op} on an empty sequence or batch (X {x.type})")
+    rshape = _static(op, r, "R")
+    hidden = int(attrs.get("hidden_size", rshape[-1]))
+    _check_weights(op, len(reverse), hidden, in_size,
+                   {"W": _static(op, w, "W"), "R": rshape,
+                    "B": None if b is None else _static(op, b, "B"),
+                    "P": None if p is None else _static(op, p, "P")})
+    for v in states:
+        if v is not None and _static(op, v, "initial state") != [len(reverse), batch, hidden]:
+            raise ModelError(f"{op} initial state {v.type} does not match "
+                             f"[{len(reverse)}, {batch}, {hidden}] (layout {layout})")
+    x2 = ctx.add1("Reshape", [x, ctx.const(np.array([seq * batch, in_size], np.int64))])
+    rec = Recurrence(op, x2, seq, batch, hidden, reverse, layout,
+                     _sequence_lens(op, lens, seq, batch))
+    return rec, states
+
+
+def _cell_attrs(op: str, attrs: Attrs, d: int, n_dirs: int) -> Attrs:
+    """The cell attributes of direction ``d``: its activation functions, alphas, betas, clip."""
+    n = len(DEFAULT_ACTIVATIONS[op])
+    names = list(attrs.get("activations") or DEFAULT_ACTIVATIONS[op] * n_dirs)
+    if len(names) != n * n_dirs:
+        raise ModelError(f"{op} needs {n * n_dirs} activations for {n_dirs} direction(s), "
                          f"got {names}")
     alphas = [float(a) for a in attrs.get("activation_alpha") or []]
     betas = [float(b) for b in attrs.get("activation_beta") or []]
     acts, al, be = activation_params(names, alphas, betas)
     clip = float(attrs.get("clip", 0.0) or 0.0)
     if clip < 0:
-        raise ModelError(f"LSTM clip must be positive, got {clip}")
-    return {"activations": acts[3 * d:3 * d + 3], "alphas": al[3 * d:3 * d + 3],
-            "betas": be[3 * d:3 * d + 3], "clip": clip,
-            "input_forget": int(attrs.get("input_forget", 0))}
+        raise ModelError(f"{op} clip must be positive, got {clip}")
+    out: Attrs = {"activations": acts[n * d:n * d + n], "alphas": al[n * d:n * d + n],
+                  "betas": be[n * d:n * d + n], "clip": clip}
+    if op == "LSTM":
+        out["input_forget"] = int(attrs.get("input_forget", 0))
+    if op == "GRU":
+        out["linear_before_reset"] = int(attrs.get("linear_before_reset", 0))
+    return out
 
 
-def _run_direction(ctx: Ctx, x2: Value, seq: int, batch: int, hidden: int, d: int,
-                   reverse: bool, ins: list[Value | None], cell: Attrs
-                   ) -> tuple[list[Value], Value, Value]:
-    """Unroll one direction: (H_t in time order, last H, last C)."""
-    w, r, b, _lens, h0, c0, p = ins
-    assert w is not None and r is not None
-    wt = ctx.add1("Transpose", [_direction(ctx, d, w)], {"perm": [1, 0]})
-    rt = ctx.add1("Transpose", [_direction(ctx, d, r)], {"perm": [1, 0]})
-    xw = ctx.add1("MatMul", [x2, wt])                                   # [S*B, 4H]
-    if b is not None:
-        bd = _direction(ctx, d, b)
-        wb = ctx.add1("Slice", [bd], {"starts": [0], "ends": [4 * hidden], "axes": [0],
-                                      "steps": [1]})
-        rb = ctx.add1("Slice", [bd], {"starts": [4 * hidden], "ends": [8 * hidden],
-                                      "axes": [0], "steps": [1]})
-        xw = ctx.add1("Add", [xw, ctx.add1("Add", [wb, rb])])
-    h = _direction(ctx, d, h0) if h0 is not None else None
-    c = (_direction(ctx, d, c0) if c0 is not None
-         else ctx.const(np.zeros((batch, hidden), np.float32)))
-    peep = [_direction(ctx, d, p)] if p is not None else []
-    hs: dict[int, Value] = {}
-    steps = range(seq - 1, -1, -1) if reverse else range(seq)
+# --------------------------------------------------------------------------- building blocks
+def _direction(ctx: Ctx, d: int, w: Value) -> Value:
+    """``w[d]`` of a per-direction tensor (folded when ``w`` is a constant)."""
+    return ctx.add1("Gather", [w, ctx.const(np.array(d, np.int64))], {"axis": 0})
+
+
+def _rows(ctx: Ctx, v: Value, lo: int, hi: int) -> Value:
+    """``v[lo:hi]`` along axis 0 (a view when ``v`` is a row-major intermediate)."""
+    return ctx.add1("Slice", [v], {"starts": [lo], "ends": [hi], "axes": [0], "steps": [1]})
+
+
+def _t(ctx: Ctx, w: Value) -> Value:
+    return ctx.add1("Transpose", [w], {"perm": [1, 0]})
+
+
+def _add(ctx: Ctx, a: Value, b: Value | None) -> Value:
+    return a if b is None else ctx.add1("Add", [a, b])
+
+
+def _step_mask(ctx: Ctx, rec: Recurrence, t: int) -> Value | None:
+    """Bool ``[B, 1]``: which batch entries have a step ``t``; None when all do."""
+    if rec.lens is None:
+        return None
+    lens = rec.lens
+    m = ctx.add1("Less", [ctx.const(np.array(t, lens.type.dtype.np)), lens])
+    if m.const is not None and bool(np.all(m.const)):
+        return None
+    return ctx.add1("Unsqueeze", [m], {"axes": [1]})
+
+
+def _keep(ctx: Ctx, mask: Value | None, new: Value, old: Value) -> Value:
+    """``new`` where the step exists, ``old`` where the entry's sequence has ended."""
+    return new if mask is None else ctx.add1("Where", [mask, new, old])
+
+
+Step = Callable[[int, Value | None, Value | None], tuple[Value, Value | None]]
+
+
+def _unroll(ctx: Ctx, rec: Recurrence, d: int, step: Step, h0: Value | None,
+            c0: Value | None = None, cell_state: bool = False
+            ) -> tuple[list[Value], list[Value]]:
+    """Run ``step(t, h, c) -> (h', c')`` over direction ``d``'s time order, masking ended
+    sequences; ``h`` is None at the first step without an initial state, ``c`` is None unless
+    ``cell_state`` (then zeros without ``c0``). Returns (Y rows in time order, final states)."""
+    h = None if h0 is None else _direction(ctx, d, h0)
+    c = None if c0 is None else _direction(ctx, d, c0)
+    if cell_state and c is None:
+        c = rec.zeros()
+    ys: dict[int, Value] = {}
+    steps = range(rec.seq - 1, -1, -1) if rec.reverse[d] else range(rec.seq)
     for t in steps:
-        gates = ctx.add1("Slice", [xw], {"starts": [t * batch], "ends": [(t + 1) * batch],
-                                         "axes": [0], "steps": [1]})
+        h_new, c_new = step(t, h, c)
+        mask = _step_mask(ctx, rec, t)
+        ys[t] = _keep(ctx, mask, h_new, rec.zeros())
+        h = _keep(ctx, mask, h_new, h if h is not None else rec.zeros())
+        if c_new is not None and c is not None:
+            c = _keep(ctx, mask, c_new, c)
+    assert h is not None
+    has_steps = _step_mask(ctx, rec, 0)          # an empty sequence ends in zeros (as ORT)
+    finals = [_keep(ctx, has_steps, v, rec.zeros()) for v in ([h] if c is None else [h, c])]
+    return [ys[t] for t in range(rec.seq)], finals
+
+
+def _bias_halves(ctx: Ctx, rec: Recurrence, d: int, b: Value | None
+                 ) -> tuple[Value | None, Value | None]:
+    """(Wb, Rb) of direction ``d``, each ``[G*H]``; (None, None) without ``B``."""
+    if b is None:
+        return None, None
+    bd = _direction(ctx, d, b)
+    n = GATES[rec.op] * rec.hidden
+    return _rows(ctx, bd, 0, n), _rows(ctx, bd, n, 2 * n)
+
+
+def _outputs(ctx: Ctx, rec: Recurrence, runs: list[tuple[list[Value], list[Value]]]
+             ) -> list[Value]:
+    """Y [S, dirs, B, H] and the final states [dirs, B, H] (batch-major with layout 1)."""
+    ys = []
+    for steps, _ in runs:
+        y = ctx.add1("Concat", [ctx.add1("Unsqueeze", [s], {"axes": [0]}) for s in steps],
+                     {"axis": 0})
+        ys.append(ctx.add1("Unsqueeze", [y], {"axes": [1]}))          # [S, 1, B, H]
+    outs = [ys[0] if len(ys) == 1 else ctx.add1("Concat", ys, {"axis": 1})]
+    for k in range(len(runs[0][1])):
+        finals = [ctx.add1("Unsqueeze", [run[1][k]], {"axes": [0]}) for run in runs]
+        outs.append(finals[0] if len(finals) == 1 else ctx.add1("Concat", finals, {"axis": 0}))
+    if rec.layout == 1:
+        outs = [ctx.add1("Transpose", [outs[0]], {"perm": [2, 0, 1, 3]}),
+                *(ctx.add1("Transpose", [v], {"perm": [1, 0, 2]}) for v in outs[1:])]
+    return outs
+
+
+# --------------------------------------------------------------------------- LSTM
+def _lstm_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], cell: Attrs
+                    ) -> tuple[list[Value], list[Value]]:
+    w, r, b, h0, c0, p = ins
+    assert w is not None and r is not None
+    wb, rb = _bias_halves(ctx, rec, d, b)
+    xw = ctx.add1("MatMul", [rec.x2, _t(ctx, _direction(ctx, d, w))])    # [S*B, 4H]
+    if wb is not None and rb is not None:
+        xw = ctx.add1("Add", [xw, ctx.add1("Add", [wb, rb])])
+    rt = _t(ctx, _direction(ctx, d, r))
+    peep = [_direction(ctx, d, p)] if p is not None else []
+    n = rec.batch
+
+    def step(t: int, h: Value | None, c: Value | None) -> tuple[Value, Value | None]:
+        gates = _rows(ctx, xw, t * n, (t + 1) * n)
         if h is not None:
             gates = ctx.add1("Add", [ctx.add1("MatMul", [h, rt]), gates])
         state = ctx.add1("LSTMCell", [gates, c, *peep], cell)       # [2, B, H] = (Ht, Ct)
-        h, c = (ctx.add1("Squeeze", [ctx.add1("Slice", [state], {
-            "starts": [k], "ends": [k + 1], "axes": [0], "steps": [1]})], {"axes": [0]})
-            for k in (0, 1))
-        hs[t] = h
-    assert h is not None
-    return [hs[t] for t in range(seq)], h, c
+        h_t, c_t = (ctx.add1("Squeeze", [_rows(ctx, state, k, k + 1)], {"axes": [0]})
+                    for k in (0, 1))
+        return h_t, c_t
+
+    return _unroll(ctx, rec, d, step, h0, c0, cell_state=True)
 
 
 @converter("LSTM", since=7)
 def lstm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     """Y [S, dirs, B, H], Y_h and Y_c [dirs, B, H] (batch-major with layout 1)."""
     x, w, r, b, lens, h0, c0, p = ctx.inputs(ins, 8, 3)
-    assert x is not None and w is not None and r is not None
-    direction = attrs.get("direction", "forward")
-    dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
-    if dirs is None:
-        raise ModelError(f"unknown LSTM direction {direction!r}")
-    layout = int(attrs.get("layout", 0))
-    if layout not in (0, 1):
-        raise ModelError(f"LSTM layout must be 0 or 1, got {layout}")
-    if x.type.dtype.name != "float32":
-        raise UnsupportedOpError(f"LSTM on {x.type.dtype.name} is not supported (float32 only)")
-    if layout == 1:   # batch-major: [B, S, I] and states [B, dirs, H]
-        x = ctx.add1("Transpose", [x], {"perm": [1, 0, 2]})
-        h0, c0 = (None if v is None else ctx.add1("Transpose", [v], {"perm": [1, 0, 2]})
-                  for v in (h0, c0))
-    seq, batch, in_size = _static(x, "X")
-    if seq < 1 or batch < 1:
-        raise UnsupportedOpError(f"LSTM on an empty sequence or batch (X {x.type})")
-    wshape, rshape = _static(w, "W"), _static(r, "R")
-    hidden = int(attrs.get("hidden_size", rshape[-1]))
-    if wshape != [len(dirs), 4 * hidden, in_size] or rshape != [len(dirs), 4 * hidden, hidden]:
-        raise ModelError(f"LSTM weights W {wshape} / R {rshape} do not match {len(dirs)} "
-                         f"direction(s), hidden_size {hidden} and input size {in_size}")
-    _check_sequence_lens(lens, seq)
-    x2 = ctx.add1("Reshape", [x, ctx.const(np.array([seq * batch, in_size], np.int64))])
-    ys, hs, cs = [], [], []
-    for d, reverse in enumerate(dirs):
-        steps, h_last, c_last = _run_direction(
-            ctx, x2, seq, batch, hidden, d, reverse, [w, r, b, lens, h0, c0, p],
-            _cell_attrs(attrs, d, len(dirs)))
-        y = ctx.add1("Concat", [ctx.add1("Unsqueeze", [s], {"axes": [0]}) for s in steps],
-                     {"axis": 0})
-        ys.append(ctx.add1("Unsqueeze", [y], {"axes": [1]}))          # [S, 1, B, H]
-        hs.append(ctx.add1("Unsqueeze", [h_last], {"axes": [0]}))
-        cs.append(ctx.add1("Unsqueeze", [c_last], {"axes": [0]}))
-    outs = [v[0] if len(v) == 1 else ctx.add1("Concat", v, {"axis": axis})
-            for v, axis in ((ys, 1), (hs, 0), (cs, 0))]
-    if layout == 1:
-        outs = [ctx.add1("Transpose", [outs[0]], {"perm": [2, 0, 1, 3]}),
-                *(ctx.add1("Transpose", [v], {"perm": [1, 0, 2]}) for v in outs[1:])]
-    return outs
+    rec, (h0, c0) = _prepare(ctx, "LSTM", [x, w, r, b, lens, h0, c0, p], 2, attrs)
+    runs = [_lstm_direction(ctx, rec, d, [w, r, b, h0, c0, p],
+                            _cell_attrs("LSTM", attrs, d, len(rec.reverse)))
+            for d in range(len(rec.reverse))]
+    return _outputs(ctx, rec, runs)
+
+
+# --------------------------------------------------------------------------- GRU
+def _gru_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], cell: Attrs
+                   ) -> tuple[list[Value], list[Value]]:
+    w, r, b, h0 = ins
+    assert w is not None and r is not None
+    hid, n = rec.hidden, rec.batch
+    wd, rd = _direction(ctx, d, w), _direction(ctx, d, r)
+    wb, rb = _bias_halves(ctx, rec, d, b)
+    if cell["linear_before_reset"]:
+        xw = _add(ctx, ctx.add1("MatMul", [rec.x2, _t(ctx, wd)]), wb)      # [S*B, 3H]
+        rt = _t(ctx, rd)
+
+        def linear(t: int, h: Value | None, _c: Value | None) -> tuple[Value, Value | None]:
+            if h is not None:
+                hr = _add(ctx, ctx.add1("MatMul", [h, rt]), rb)
+            elif rb is not None:
+                hr = ctx.add1("Expand", [rb], {"shape": [n, 3 * hid]})
+            else:
+                hr = rec.zeros(3)
+            hp = h if h is not None else rec.zeros()
+            return ctx.add1("GRUCell", [_rows(ctx, xw, t * n, (t + 1) * n), hr, hp], cell), None
+
+        return _unroll(ctx, rec, d, linear, h0)
+    bzr = bh = None
+    if wb is not None and rb is not None:
+        bias = ctx.add1("Add", [wb, rb])
+        bzr, bh = _rows(ctx, bias, 0, 2 * hid), _rows(ctx, bias, 2 * hid, 3 * hid)
+    xzr = _add(ctx, ctx.add1("MatMul", [rec.x2, _t(ctx, _rows(ctx, wd, 0, 2 * hid))]), bzr)
+    xh = _add(ctx, ctx.add1("MatMul", [rec.x2, _t(ctx, _rows(ctx, wd, 2 * hid, 3 * hid))]), bh)
+    rzr, rh = _t(ctx, _rows(ctx, rd, 0, 2 * hid)), _t(ctx, _rows(ctx, rd, 2 * hid, 3 * hid))
+    reset = {k: cell[k][:1] for k in ("activations", "alphas", "betas")}
+    reset["clip"] = cell["clip"]
+
+    def default(t: int, h: Value | None, _c: Value | None) -> tuple[Value, Value | None]:
+        gzr, gh = _rows(ctx, xzr, t * n, (t + 1) * n), _rows(ctx, xh, t * n, (t + 1) * n)
+        if h is None:
+            return ctx.add1("GRUCell", [gzr, gh, rec.zeros()], cell), None
+        gzr = ctx.add1("Add", [ctx.add1("MatMul", [h, rzr]), gzr])
+        rh_prev = ctx.add1("GRUReset", [gzr, h], reset)
+        gh = ctx.add1("Add", [ctx.add1("MatMul", [rh_prev, rh]), gh])
+        return ctx.add1("GRUCell", [gzr, gh, h], cell), None
+
+    return _unroll(ctx, rec, d, default, h0)
+
+
+@converter("GRU", since=7)
+def gru(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    """Y [S, dirs, B, H] and Y_h [dirs, B, H] (batch-major with layout 1)."""
+    x, w, r, b, lens, h0 = ctx.inputs(ins, 6, 3)
+    rec, (h0,) = _prepare(ctx, "GRU", [x, w, r, b, lens, h0], 1, attrs)
+    runs = [_gru_direction(ctx, rec, d, [w, r, b, h0],
+                           _cell_attrs("GRU", attrs, d, len(rec.reverse)))
+            for d in range(len(rec.reverse))]
+    return _outputs(ctx, rec, runs)
+
+
+# --------------------------------------------------------------------------- RNN
+def _rnn_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], cell: Attrs
+                   ) -> tuple[list[Value], list[Value]]:
+    w, r, b, h0 = ins
+    assert w is not None and r is not None
+    wb, rb = _bias_halves(ctx, rec, d, b)
+    xw = ctx.add1("MatMul", [rec.x2, _t(ctx, _direction(ctx, d, w))])    # [S*B, H]
+    if wb is not None and rb is not None:
+        xw = ctx.add1("Add", [xw, ctx.add1("Add", [wb, rb])])
+    rt = _t(ctx, _direction(ctx, d, r))
+    n = rec.batch
+
+    def step(t: int, h: Value | None, _c: Value | None) -> tuple[Value, Value | None]:
+        g = _rows(ctx, xw, t * n, (t + 1) * n)
+        if h is not None:
+            g = ctx.add1("Add", [ctx.add1("MatMul", [h, rt]), g])
+        return ctx.add1("RNNCell", [g], cell), None
+
+    return _unroll(ctx, rec, d, step, h0)
+
+
+@converter("RNN", since=7)
+def rnn(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    """Y [S, dirs, B, H] and Y_h [dirs, B, H] (batch-major with layout 1)."""
+    x, w, r, b, lens, h0 = ctx.inputs(ins, 6, 3)
+    rec, (h0,) = _prepare(ctx, "RNN", [x, w, r, b, lens, h0], 1, attrs)
+    runs = [_rnn_direction(ctx, rec, d, [w, r, b, h0],
+                           _cell_attrs("RNN", attrs, d, len(rec.reverse)))
+            for d in range(len(rec.reverse))]
+    return _outputs(ctx, rec, runs)

@@ -15,6 +15,23 @@ Attributes: ``activations`` (3 names: f, g, h), ``alphas`` / ``betas`` (one per 
 defaults filled in by ``activation_params``), ``clip`` (0 = none; bounds the four gates'
 pre-activations, not ``Ct`` before ``h``, as onnxruntime reads the spec), ``input_forget``.
 Pattern: INJECTIVE (each output reads the gates at fixed offsets).
+
+The ONNX ``GRU`` (Cho et al., 2014; gate order z, r, h) and ``RNN`` (Elman) steps, unrolled the
+same way:
+
+* ``RNNCell(G) = f(clip(G))``, the simple RNN's new state from ``G = Xt·Wᵀ + Ht-1·Rᵀ + Wb + Rb``;
+  ELEMWISE, so it fuses into the epilogue of the recurrent product.
+* ``GRUReset(G [B, 2H], H_prev [B, H]) = f(clip(G_r)) ⊙ H_prev`` (``linear_before_reset = 0``:
+  the product ``(rt ⊙ Ht-1)·Rhᵀ`` needs it before the candidate gate);
+* ``GRUCell(A, C, H_prev) -> Ht = (1 - zt) ⊙ ht + zt ⊙ Ht-1`` where, with
+  ``linear_before_reset = 0``, ``A = [Gz | Gr]`` ([B, 2H], both products and biases added) and
+  ``C`` ([B, H]) is the candidate's pre-activation: ``zt = f(Az)``, ``ht = g(C)``; with
+  ``linear_before_reset = 1``, ``A = Xt·Wᵀ + Wb`` and ``C = Ht-1·Rᵀ + Rb`` (both [B, 3H]):
+  ``zt = f(Az + Cz)``, ``rt = f(Ar + Cr)``, ``ht = g(Ah + rt ⊙ Ch)``. ``clip`` bounds every
+  pre-activation (onnxruntime's reading). Both INJECTIVE.
+
+Attributes of all three: ``activations`` / ``alphas`` / ``betas`` (one per function: RNN f;
+GRU f, g), ``clip``; GRU also ``linear_before_reset``.
 """
 
 from __future__ import annotations
@@ -144,3 +161,88 @@ def lstm_cell(attrs: Attrs, gates: np.ndarray, c_prev: np.ndarray,
         go = go + p[h:2 * h] * c
     ht = act(0, go) * act(2, c, clipped=False)
     return [np.stack([ht, c]).astype(gates.dtype)]
+
+
+# --------------------------------------------------------------------------- RNN / GRU
+def _act(attrs: Attrs, k: int, x: np.ndarray) -> np.ndarray:
+    """Activation ``k`` of ``attrs`` on ``x``, after the optional clip."""
+    clip = float(attrs.get("clip", 0.0))
+    if clip > 0:
+        x = np.clip(x, -clip, clip)
+    return apply_activation(attrs["activations"][k], attrs["alphas"][k], attrs["betas"][k], x)
+
+
+def _check_acts(op: str, attrs: Attrs, n: int) -> None:
+    for key in ("activations", "alphas", "betas"):
+        if len(attrs.get(key, ())) != n:
+            raise TypeInferenceError(f"{op} needs {n} {key}, got {attrs.get(key)}")
+
+
+def _rnn_cell_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    g = ts[0]
+    assert g is not None
+    _check_acts("RNNCell", attrs, 1)
+    if not g.dtype.is_float:
+        raise TypeInferenceError(f"RNNCell needs a float input, got {g}")
+    return [g]
+
+
+@defop("RNNCell", Pattern.ELEMWISE, _rnn_cell_infer)
+def rnn_cell(attrs: Attrs, g: np.ndarray) -> list[np.ndarray]:
+    """One simple-RNN step from its pre-activation: f(clip(G))."""
+    return [_act(attrs, 0, g).astype(g.dtype)]
+
+
+def _state_check(op: str, h: TensorType, *gates: tuple[TensorType, int]) -> None:
+    if h.rank != 2 or any(t.rank != 2 for t, _ in gates):
+        raise TypeInferenceError(f"{op} needs 2-D gates and state, got "
+                                 f"{[str(t) for t, _ in gates]} and {h}")
+    b, n = h.shape
+    for t, k in gates:
+        if dims_equal(t.shape[0], b) is False or (
+                isinstance(n, int) and dims_equal(t.shape[1], k * n) is False):
+            raise TypeInferenceError(f"{op} gates {t} do not match the state {h} "
+                                     f"(need [B, {k}H])")
+        if t.dtype != h.dtype:
+            raise TypeInferenceError(f"{op} inputs must share one dtype")
+
+
+def _gru_reset_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    g, h = ts[0], ts[1]
+    assert g is not None and h is not None
+    _check_acts("GRUReset", attrs, 1)
+    _state_check("GRUReset", h, (g, 2))
+    return [h]
+
+
+@defop("GRUReset", Pattern.INJECTIVE, _gru_reset_infer)
+def gru_reset(attrs: Attrs, g: np.ndarray, h_prev: np.ndarray) -> list[np.ndarray]:
+    """rt ⊙ Ht-1 with rt = f(clip(G[:, H:2H])) (linear_before_reset = 0)."""
+    n = h_prev.shape[1]
+    return [(_act(attrs, 0, g[:, n:2 * n]) * h_prev).astype(h_prev.dtype)]
+
+
+def _gru_cell_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    a, c, h = ts[0], ts[1], ts[2]
+    assert a is not None and c is not None and h is not None
+    _check_acts("GRUCell", attrs, 2)
+    if attrs.get("linear_before_reset", 0):
+        _state_check("GRUCell", h, (a, 3), (c, 3))
+    else:
+        _state_check("GRUCell", h, (a, 2), (c, 1))
+    return [h]
+
+
+@defop("GRUCell", Pattern.INJECTIVE, _gru_cell_infer)
+def gru_cell(attrs: Attrs, a: np.ndarray, c: np.ndarray,
+             h_prev: np.ndarray) -> list[np.ndarray]:
+    """One GRU step: Ht = (1 - zt) ⊙ ht + zt ⊙ Ht-1 (see the module docstring for A, C)."""
+    n = h_prev.shape[1]
+    if attrs.get("linear_before_reset", 0):
+        z = _act(attrs, 0, a[:, :n] + c[:, :n])
+        r = _act(attrs, 0, a[:, n:2 * n] + c[:, n:2 * n])
+        h = _act(attrs, 1, a[:, 2 * n:] + r * c[:, 2 * n:])
+    else:
+        z = _act(attrs, 0, a[:, :n])
+        h = _act(attrs, 1, c)
+    return [((1 - z) * h + z * h_prev).astype(h_prev.dtype)]

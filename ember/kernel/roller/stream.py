@@ -51,6 +51,8 @@ class StreamTile:
 
 def predict(outer: int, inner: int, chunk: int, bytes_per_elem: int, spec: DeviceSpec,
             units: int) -> float:
+    if outer <= 0 or inner <= 0 or chunk <= 0:
+        return 0.0
     tasks = outer * (inner // chunk)
     total = outer * inner * bytes_per_elem
     layer = "L2" if total <= spec.layer("L2").capacity * units else (
@@ -64,8 +66,11 @@ def predict(outer: int, inner: int, chunk: int, bytes_per_elem: int, spec: Devic
 def construct(outer: int, inner: int, in_bytes: int, out_bytes: int, spec: DeviceSpec,
               units: int, min_waves: int = 4) -> StreamTile:
     """The streaming rTile of a nest with ``outer`` task rows of ``inner`` contiguous
-    elements, each element moving ``in_bytes + out_bytes``."""
+    elements, each element moving ``in_bytes + out_bytes``. An empty nest (a zero-size
+    tensor) streams nothing: one trivial task, no split."""
     per_elem = max(1, in_bytes + out_bytes)
+    if outer <= 0 or inner <= 0:
+        return StreamTile(inner, 1, 0.0)
     if outer >= min_waves * units or inner < 2 * spec.lanes:
         return StreamTile(inner, outer, predict(outer, inner, inner, per_elem, spec, units))
     e = stream_expr(inner, in_bytes, out_bytes)
