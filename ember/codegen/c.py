@@ -40,13 +40,24 @@ C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32":
            "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
            "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t", "float16": "_Float16"}
 
-_FN_F32 = {**FUNCTIONS, "sqrt": "sqrtf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf",
-           "pow": "powf", "round": "nearbyintf", "sin": "sinf", "cos": "cosf"}
+_LIBM = ("sqrt", "floor", "ceil", "pow", "fmod", "copysign", "sin", "cos", "tan", "asin",
+         "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "log1p", "exp",
+         "log", "tanh", "erf")
+# float32 (and float16, computed in float32): ember's vectorizable versions, else libm's f-forms
+_FN_F32 = {**{f: f + "f" for f in _LIBM}, "abs": "fabsf", "round": "nearbyintf", **FUNCTIONS}
+# float64: libm's double functions; round is half to even (the default rounding mode)
+_FN_F64 = {**{f: f for f in _LIBM}, "abs": "fabs", "round": "nearbyint"}
+_FN = {"float32": _FN_F32, "float16": _FN_F32, "float64": _FN_F64}
+# float16 is a storage type: loads widen to float, arithmetic runs in float32, a store (or an
+# explicit Cast) rounds once
+_COMPUTE_TYPES = {**C_TYPES, "float16": "float"}
 
 
-def ctype(dtype: str) -> str:
+def ctype(dtype: str, compute: bool = False) -> str:
+    """The C type of ``dtype``: its storage type, or with ``compute`` the type arithmetic on
+    it runs in (float for float16)."""
     try:
-        return C_TYPES[dtype]
+        return (_COMPUTE_TYPES if compute else C_TYPES)[dtype]
     except KeyError:
         raise CompileError(f"no C type for dtype {dtype}") from None
 
@@ -60,7 +71,7 @@ def c_const(c: Const) -> str:
         if math.isinf(f):
             return "INFINITY" if f > 0 else "(-INFINITY)"
         txt = repr(f)
-        return txt + "f" if c.dtype == "float32" else txt
+        return txt if c.dtype == "float64" else txt + "f"
     if c.dtype == "bool":
         return "1" if v else "0"
     iv = int(v)
@@ -99,17 +110,25 @@ class CEmitter:
         if isinstance(e, Const):
             return c_const(e)
         if isinstance(e, Load):
-            return f"{self.buf(e.buf)}[{self.expr(e.index)}]"
+            ld = f"{self.buf(e.buf)}[{self.expr(e.index)}]"
+            return f"((float){ld})" if e.dtype == "float16" else ld
         if isinstance(e, Bin):
             return self._bin(e)
         if isinstance(e, Call):
-            fn = _FN_F32.get(e.fn, e.fn) if e.dtype == "float32" else e.fn
-            return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
+            return self._call(e)
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
         if isinstance(e, Cast):
             return f"(({ctype(e.dtype)})({self.expr(e.value)}))"
         raise CompileError(f"cannot emit expression {type(e).__name__}")
+
+    def _call(self, e: Call) -> str:
+        args = [self.expr(a) for a in e.args]
+        table = _FN.get(e.dtype)
+        if table is None and e.fn == "abs":  # integers: no libm call (abs() is int-only)
+            return f"({args[0]} < 0 ? -({args[0]}) : {args[0]})"
+        fn = table.get(e.fn, e.fn) if table else e.fn
+        return f"{fn}({', '.join(args)})"
 
     def _bin(self, e: Bin) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
@@ -118,7 +137,7 @@ class CEmitter:
             return f"EM_SEL2({a}, {b}, {cmp})"
         op = {"//": "/"}.get(e.op, e.op)  # index arithmetic is non-negative
         if e.op == "%" and e.a.dtype.startswith("float"):
-            return f"fmodf({a}, {b})"
+            return f"{_FN[e.a.dtype]['fmod']}({a}, {b})"
         return f"({a} {op} {b})"
 
     # ------------------------------------------------------------ statements
@@ -141,11 +160,12 @@ class CEmitter:
             name = f"L{len(self.names)}_{base}"
             self.names[s.buf] = name
             with out.indented("{", "}"):
-                out.line(f"{ctype(s.buf.dtype)} {name}[{s.buf.size}] "
+                out.line(f"{ctype(s.buf.dtype, compute=True)} {name}[{s.buf.size}] "
                          "__attribute__((aligned(64)));")
                 self.stmt(s.body, out)
         elif isinstance(s, Let):
-            out.line(f"const {ctype(s.var.dtype)} {self.var(s.var)} = {self.expr(s.value)};")
+            out.line(f"const {ctype(s.var.dtype, compute=True)} {self.var(s.var)} = "
+                     f"{self.expr(s.value)};")
             self.stmt(s.body, out)
         elif isinstance(s, Eval):
             args = [self.buf(a) if isinstance(a, Buffer) else self.expr(a) for a in s.args]

@@ -1,4 +1,5 @@
-"""Vectorizable float32 math for generated C: ``em_expf``, ``em_tanhf``, ``em_erff``, ``em_logf``.
+"""Vectorizable float32 math for generated C: ``em_expf``, ``em_tanhf``, ``em_erff``, ``em_logf``,
+``em_expm1f`` and ``em_log1pf``.
 
 libm's ``expf`` and friends are opaque calls, so a loop over them stays scalar (Sigmoid ran
 8.5x slower than onnxruntime). These are branch-free inline functions that gcc vectorizes
@@ -7,7 +8,9 @@ if-conversion of their selects needs ``-fno-trapping-math`` (in the toolchain's 
 
 Accuracy against double-precision references (tests/numerics/test_cmath.py): exp 1 ulp,
 tanh 1.3 ulp, erf 3 ulp (absolute error < 2e-7), log 1 ulp; NaN propagates, exp overflows
-to inf and underflows through the denormals to 0, log(0) = -inf, log(x < 0) = NaN.
+to inf and underflows through the denormals to 0, log(0) = -inf, log(x < 0) = NaN. expm1 and
+log1p keep their relative accuracy near 0 (Kahan's and Goldberg's corrections of exp and log).
+These are used for float32 and float16 (computed in float32) only; float64 calls libm.
 """
 
 MATH_C = r"""/* Vectorizable float32 math (branch-free, inlined): gcc turns a loop of these
@@ -102,7 +105,26 @@ static inline float em_logf(float x) {
   float s = x == 0.0f ? -INFINITY : (x < 0.0f ? NAN : x);
   return (x > 0.0f) & (x < INFINITY) ? y : s;
 }
+static inline float em_expm1f(float x) {
+  /* Kahan: with u = exp(x) rounded, (u - 1) · x / log(u) cancels u's rounding error, so
+     exp(x) - 1 keeps its relative accuracy near 0 (u == 1: the answer is x itself) */
+  float u = em_expf(x);
+  float um1 = u - 1.0f;
+  float k = um1 * x / em_logf(u);
+  float r = u == 1.0f ? x : (um1 == -1.0f ? -1.0f : k);
+  return x > 40.0f ? um1 : r;                                 /* exp(x) - 1 is exp(x) there */
+}
+static inline float em_log1pf(float x) {
+  /* Goldberg: with u = 1 + x rounded, log(u) · x / (u - 1) cancels u's rounding error
+     (u == 1: the answer is x itself) */
+  float u = 1.0f + x;
+  float d = u - 1.0f;
+  float k = em_logf(u) * x / d;
+  float r = d == 0.0f ? x : k;
+  return u == INFINITY ? u : r;
+}
 """
 
-FUNCTIONS = {"exp": "em_expf", "tanh": "em_tanhf", "erf": "em_erff", "log": "em_logf"}
+FUNCTIONS = {"exp": "em_expf", "tanh": "em_tanhf", "erf": "em_erff", "log": "em_logf",
+             "expm1": "em_expm1f", "log1p": "em_log1pf"}
 """libm name -> ember's vectorizable float32 version."""

@@ -41,8 +41,10 @@ def build_softmax(name: str, body: Graph) -> Kernel:
         inner *= d
     k = shape[axis]
     total = outer * k * inner
-    x = Buffer(f"{name}_x", total)
-    y = Buffer(f"{name}_y", total)
+    dt = n.output.type.dtype.name          # float16 / float64 rows: float / double math
+    acc_dt = "float64" if dt == "float64" else "float32"
+    x = Buffer(f"{name}_x", total, dt)
+    y = Buffer(f"{name}_y", total, dt)
     row, j = Var("row"), Var("j")
     base = Bin("+", Bin("*", Bin("//", row, Const(inner)), Const(k * inner)),
                Bin("%", row, Const(inner)))
@@ -50,22 +52,23 @@ def build_softmax(name: str, body: Graph) -> Kernel:
     def at(jv: Var) -> Bin:
         return Bin("+", base, Bin("*", jv, Const(inner)))
 
-    m = Buffer("mx", 1, scope=Scope.LOCAL)
-    s = Buffer("sm", 1, scope=Scope.LOCAL)
+    m = Buffer("mx", 1, acc_dt, scope=Scope.LOCAL)
+    s = Buffer("sm", 1, acc_dt, scope=Scope.LOCAL)
     zero = Const(0)
     xv = Load(x, at(j))
     shifted = Bin("-", xv, Load(m, zero))
-    find_max = seq(Store(m, zero, Const(-3.4028234663852886e38, "float32")),
+    find_max = seq(Store(m, zero, Const(-3.4028234663852886e38, acc_dt)),
                    For(j, zero, Const(k), Store(m, zero, Bin("max", Load(m, zero), xv))))
-    acc = seq(Store(s, zero, Const(0.0, "float32")),
+    acc = seq(Store(s, zero, Const(0.0, acc_dt)),
               For(j, zero, Const(k), Store(s, zero, Bin(
-                  "+", Load(s, zero), Call("exp", (shifted,))))))
+                  "+", Load(s, zero), Call("exp", (shifted,), acc_dt)))))
     if n.op == "Softmax":
-        inv = Bin("/", Const(1.0, "float32"), Load(s, zero))
+        inv = Bin("/", Const(1.0, acc_dt), Load(s, zero))
+        e = Call("exp", (shifted,), acc_dt)
         write = seq(Store(s, zero, inv), For(j, zero, Const(k), Store(
-            y, at(j), Bin("*", Call("exp", (shifted,)), Load(s, zero))), ForKind.VECTORIZED))
+            y, at(j), Bin("*", e, Load(s, zero))), ForKind.VECTORIZED))
     else:
-        lse = Call("log", (Load(s, zero),))
+        lse = Call("log", (Load(s, zero),), acc_dt)
         write = seq(Store(s, zero, lse), For(j, zero, Const(k), Store(
             y, at(j), Bin("-", shifted, Load(s, zero))), ForKind.VECTORIZED))
     body_stmt = Alloc(m, Alloc(s, seq(find_max, acc, write)))

@@ -74,11 +74,12 @@ _UNARY: dict[str, Callable[[dict[str, Any], Expr], Expr]] = {
                                    x * fconst(a.get("alpha", 0.01), x.dtype)),
     "Clip": lambda a, x: _mn(_mx(x, fconst(a.get("min", -3.4e38), x.dtype)),
                              fconst(a.get("max", 3.4e38), x.dtype)),
-    "Sigmoid": lambda a, x: fconst(1.0) / (fconst(1.0) + call("exp", -x)),
-    "HardSigmoid": lambda a, x: _mn(_mx(x * fconst(a.get("alpha", 0.2))
-                                        + fconst(a.get("beta", 0.5)), fconst(0.0)), fconst(1.0)),
-    "HardSwish": lambda a, x: x * _mn(_mx(x * fconst(1 / 6) + fconst(0.5), fconst(0.0)),
-                                      fconst(1.0)),
+    "Sigmoid": lambda a, x: fconst(1.0, x.dtype) / (fconst(1.0, x.dtype) + call("exp", -x)),
+    "HardSigmoid": lambda a, x: _mn(_mx(x * fconst(a.get("alpha", 0.2), x.dtype)
+                                        + fconst(a.get("beta", 0.5), x.dtype),
+                                        fconst(0.0, x.dtype)), fconst(1.0, x.dtype)),
+    "HardSwish": lambda a, x: x * _mn(_mx(x * fconst(1 / 6, x.dtype) + fconst(0.5, x.dtype),
+                                          fconst(0.0, x.dtype)), fconst(1.0, x.dtype)),
     "Tanh": lambda a, x: call("tanh", x),
     "Erf": lambda a, x: call("erf", x),
     "Exp": lambda a, x: call("exp", x),
@@ -95,10 +96,13 @@ _UNARY: dict[str, Callable[[dict[str, Any], Expr], Expr]] = {
 }
 
 def _gelu(approximate: str, x: Expr) -> Expr:
+    def k(v: float) -> Const:
+        return fconst(v, x.dtype)
+
     if approximate == "none":
-        return fconst(0.5) * x * (fconst(1.0) + call("erf", x * fconst(0.7071067811865476)))
-    inner = fconst(0.7978845608028654) * (x + fconst(0.044715) * x * x * x)
-    return fconst(0.5) * x * (fconst(1.0) + call("tanh", inner))
+        return k(0.5) * x * (k(1.0) + call("erf", x * k(0.7071067811865476)))
+    inner = k(0.7978845608028654) * (x + k(0.044715) * x * x * x)
+    return k(0.5) * x * (k(1.0) + call("tanh", inner))
 
 
 _BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
