@@ -112,6 +112,9 @@ def roofline(results: list[ModelResult], peak: MachinePeak, path: Path) -> Path:
     return path
 
 
+MAX_WAIT_TICKS = 300   # beyond this, ticks would hide the rTasks (an unrolled RNN has thousands)
+
+
 def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
           timelines: dict[str, list[tuple[float, float]]], path: Path, title: str = "",
           waits: list[tuple[int, int]] | None = None) -> Path:
@@ -129,12 +132,16 @@ def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
         for (v, k, _b, _e), (t0, t1) in zip(entries, spans):
             ax.broken_barh([(t0 * 1e3, max(t1 - t0, 1e-9) * 1e3)], (v - 0.4, 0.8),
                            facecolors=colour[labels[k]], edgecolor="none")
-        for v, i in waits or []:
+        shown = waits if waits is not None and len(waits) <= MAX_WAIT_TICKS else []
+        for v, i in shown:
             t0 = spans[i][0] * 1e3
             ax.plot([t0, t0], [v - 0.45, v + 0.45], color="black", linewidth=0.6)
         ax.set_yticks(range(veus), [f"vEU {v}" for v in range(veus)])
         ax.set_ylim(veus - 0.5, -0.5)
-        ax.set_title(f"{title} — {name}" if title else name, fontsize=9)
+        label = f"{title} — {name}" if title else name
+        if waits and not shown:
+            label += f" ({len(waits)} waits, too many to mark)"
+        ax.set_title(label, fontsize=9)
     axes[-1, 0].set_xlabel("ms")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops[:20]]
     fig.legend(handles, ops[:20], loc="lower center", ncol=min(len(ops), 10), fontsize=7,

@@ -4,9 +4,7 @@ the reference) and the reductions ``ReduceL1`` / ``ReduceL2`` / ``ReduceSumSquar
 
 Not here, on purpose:
 
-* ``ArgMax`` / ``ArgMin`` need a reduction over (value, index) pairs; TE's ``Reduce`` combines
-  one scalar with sum / max / min / prod, and a two-reduction form (max, then the first index
-  holding it) is two reductions in one group, which ``te.lower`` rejects.
+* ``ArgMax`` / ``ArgMin``: in ``computes_index.py``, on TE's argmax / argmin combiners.
 * ``ReduceLogSumExp`` needs the max before the sum of exponentials (two reductions again); the
   one-reduction form ``log(sum(exp(x)))`` overflows for x > 88 where the reference does not.
 

@@ -13,8 +13,9 @@ through ``ctx.add``, which folds eagerly: a node whose inputs are all constants 
 its numpy reference and becomes a constant Value.
 
 The families live in ``conv_nn.py`` (conv, dense, norm, pool, softmax), ``tensor_ops.py``
-(shape manipulation, indexing, resize, reductions) and ``rnn.py`` (LSTM, unrolled); this file
-holds element-wise and misc ops.
+(shape manipulation, indexing, resize, reductions) and ``rnn.py`` (LSTM, GRU, RNN, unrolled);
+``math_ops.py``, ``norm_ops.py``, ``index_ops.py`` and ``attention.py`` hold the newer families;
+this file holds the core element-wise and misc ops.
 """
 
 from __future__ import annotations
