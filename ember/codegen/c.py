@@ -3,6 +3,11 @@
 A kernel becomes ``static void name(int64_t t0, int64_t t1)``: it runs rTasks [t0, t1) of its
 parallel loop. Buffers are named by the caller (``BufferBinding``): model inputs/outputs,
 workspace offsets, parameter offsets, or locals. Vectorized loops carry ``#pragma omp simd``.
+
+The narrow storage types (bfloat16, float8, float4, 4/2-bit integers: ``ember.support.dtypes``)
+hold bytes as ml_dtypes does; a load widens them (``em_from_<t>``, to float; the integers to
+int32), arithmetic runs in float32 / int32, and a store or an explicit Cast rounds once
+(``em_to_<t>`` / ``em_wrap_<t>`` of ``cmath.NARROW_C``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ember.codegen.cmath import FUNCTIONS
+from ember.codegen.cmath import FUNCTIONS, NARROW_FLOATS, NARROW_INTS, SATURATING
 from ember.errors import CompileError
 from ember.loops.ir import (
     Alloc,
@@ -38,7 +43,8 @@ from ember.support.text import TextBuffer
 
 C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
            "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
-           "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t", "float16": "_Float16"}
+           "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t", "float16": "_Float16",
+           **{t: "uint8_t" for t in NARROW_FLOATS + NARROW_INTS}, "bfloat16": "uint16_t"}
 
 _LIBM = ("sqrt", "floor", "ceil", "pow", "fmod", "copysign", "sin", "cos", "tan", "asin",
          "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "log1p", "exp",
@@ -47,10 +53,52 @@ _LIBM = ("sqrt", "floor", "ceil", "pow", "fmod", "copysign", "sin", "cos", "tan"
 _FN_F32 = {**{f: f + "f" for f in _LIBM}, "abs": "fabsf", "round": "nearbyintf", **FUNCTIONS}
 # float64: libm's double functions; round is half to even (the default rounding mode)
 _FN_F64 = {**{f: f for f in _LIBM}, "abs": "fabs", "round": "nearbyint"}
-_FN = {"float32": _FN_F32, "float16": _FN_F32, "float64": _FN_F64}
+_FN = {"float32": _FN_F32, "float16": _FN_F32, "float64": _FN_F64,
+       **{t: _FN_F32 for t in NARROW_FLOATS}}
 # float16 is a storage type: loads widen to float, arithmetic runs in float32, a store (or an
 # explicit Cast) rounds once
-_COMPUTE_TYPES = {**C_TYPES, "float16": "float"}
+_COMPUTE_TYPES = {**C_TYPES, "float16": "float", **{t: "float" for t in NARROW_FLOATS},
+                  **{t: "int32_t" for t in NARROW_INTS}}
+
+
+def is_float(dtype: str) -> bool:
+    """Whether ``dtype`` computes as a floating-point type (float16/32/64 and the narrow
+    floats)."""
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
+def widen(dtype: str, stored: str) -> str:
+    """C expression of the compute value of a stored element ``stored`` of ``dtype``."""
+    if dtype == "float16":
+        return f"((float){stored})"
+    if dtype in NARROW_FLOATS:
+        return f"em_from_{dtype}({stored})"
+    if dtype in NARROW_INTS:
+        return f"em_wrap_{dtype}({stored})"
+    return stored
+
+
+def narrow(dtype: str, value: str, saturate: bool = True, store: bool = False) -> str:
+    """C expression of compute value ``value`` as the stored bits of narrow ``dtype``: with
+    ``store``, the conversion of a store, exact for every value of the type (inf and NaN
+    included: no saturation) so that an explicit Cast followed by the store rounds once."""
+    if store and dtype == "float8e8m0":
+        return f"em_st_float8e8m0((float)({value}))"
+    if store:
+        saturate = False
+    if dtype in NARROW_INTS:
+        return f"((uint8_t)({value} & {15 if dtype.endswith('4') else 3}))"
+    flag = f", {int(saturate)}" if dtype in SATURATING else ""
+    return f"em_to_{dtype}((float)({value}){flag})"
+
+
+def cast_narrow(dtype: str, value: str, src: str, saturate: bool = True) -> str:
+    """C expression converting ``value`` (compute type of ``src``) to narrow ``dtype`` and
+    back to its compute type: the one rounding of an explicit Cast."""
+    if dtype in NARROW_INTS:
+        conv = f"em_f2i32({value})" if is_float(src) else f"((int32_t)({value}))"
+        return f"em_wrap_{dtype}({conv})"
+    return f"em_from_{dtype}({narrow(dtype, value, saturate)})"
 
 
 def ctype(dtype: str, compute: bool = False) -> str:
@@ -64,7 +112,7 @@ def ctype(dtype: str, compute: bool = False) -> str:
 
 def c_const(c: Const) -> str:
     v = c.value
-    if c.dtype.startswith("float"):
+    if is_float(c.dtype):
         f = float(v)
         if math.isnan(f):
             return "NAN"
@@ -111,7 +159,7 @@ class CEmitter:
             return c_const(e)
         if isinstance(e, Load):
             ld = f"{self.buf(e.buf)}[{self.expr(e.index)}]"
-            return f"((float){ld})" if e.dtype == "float16" else ld
+            return widen(e.dtype, ld)
         if isinstance(e, Bin):
             return self._bin(e)
         if isinstance(e, Call):
@@ -119,11 +167,15 @@ class CEmitter:
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
         if isinstance(e, Cast):
+            if e.dtype in NARROW_FLOATS or e.dtype in NARROW_INTS:
+                return cast_narrow(e.dtype, self.expr(e.value), e.value.dtype)
             return f"(({ctype(e.dtype)})({self.expr(e.value)}))"
         raise CompileError(f"cannot emit expression {type(e).__name__}")
 
     def _call(self, e: Call) -> str:
         args = [self.expr(a) for a in e.args]
+        if e.fn == "cast_nosat":  # Cast with ONNX saturate=0 (float8 targets)
+            return cast_narrow(e.dtype, args[0], e.args[0].dtype, saturate=False)
         table = _FN.get(e.dtype)
         if table is None and e.fn == "abs":  # integers: no libm call (abs() is int-only)
             return f"({args[0]} < 0 ? -({args[0]}) : {args[0]})"
@@ -136,7 +188,7 @@ class CEmitter:
             cmp = "<" if e.op == "min" else ">"
             return f"EM_SEL2({a}, {b}, {cmp})"
         op = {"//": "/"}.get(e.op, e.op)  # index arithmetic is non-negative
-        if e.op == "%" and e.a.dtype.startswith("float"):
+        if e.op == "%" and is_float(e.a.dtype):
             return f"{_FN[e.a.dtype]['fmod']}({a}, {b})"
         return f"({a} {op} {b})"
 
@@ -148,7 +200,10 @@ class CEmitter:
         elif isinstance(s, For):
             self._for(s, out)
         elif isinstance(s, Store):
-            out.line(f"{self.buf(s.buf)}[{self.expr(s.index)}] = {self.expr(s.value)};")
+            value = self.expr(s.value)
+            if s.buf.dtype in NARROW_FLOATS or s.buf.dtype in NARROW_INTS:
+                value = narrow(s.buf.dtype, value, store=True)
+            out.line(f"{self.buf(s.buf)}[{self.expr(s.index)}] = {value};")
         elif isinstance(s, If):
             with out.indented(f"if ({self.expr(s.cond)}) {{", "}"):
                 self.stmt(s.then, out)

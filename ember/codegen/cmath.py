@@ -11,6 +11,12 @@ tanh 1.3 ulp, erf 3 ulp (absolute error < 2e-7), log 1 ulp; NaN propagates, exp 
 to inf and underflows through the denormals to 0, log(0) = -inf, log(x < 0) = NaN. expm1 and
 log1p keep their relative accuracy near 0 (Kahan's and Goldberg's corrections of exp and log).
 These are used for float32 and float16 (computed in float32) only; float64 calls libm.
+
+``NARROW_C`` (part of ``MATH_C``) converts ONNX's narrow storage types (``ember.support.dtypes``)
+to and from float32: ``em_from_<t>`` widens a stored byte (bfloat16: 16 bits) exactly,
+``em_to_<t>`` rounds to nearest even with ONNX Cast's overflow rules (the float8 ones take
+``saturate``), and ``em_wrap_<t>`` reduces an int32 to a 4/2-bit integer (ml_dtypes' low-bit
+wrap). NARROW_FN names them per type.
 """
 
 MATH_C = r"""/* Vectorizable float32 math (branch-free, inlined): gcc turns a loop of these
@@ -124,6 +130,120 @@ static inline float em_log1pf(float x) {
   return u == INFINITY ? u : r;
 }
 """
+
+NARROW_C = r"""/* Narrow storage types <-> float32 (ONNX Cast rules, ml_dtypes bytes). */
+static inline float em_pow2f(int e) { return em_bits2f((uint32_t)(e + 127) << 23); }
+/* magnitude code (exponent field << m | mantissa) of finite a >= 0 rounded to nearest even
+   on the grid of m mantissa bits with minimum normal exponent emin (subnormals below);
+   a carry out of the mantissa lands in the exponent field, codes past the top mean overflow */
+static inline uint32_t em_fround(float a, int m, int emin) {
+  int e = (int)(em_f2bits(a) >> 23) - 127;
+  int big = e < emin ? emin : e;
+  float n = nearbyintf(a * em_pow2f(m - big));
+  return ((uint32_t)(big - emin) << m) + (uint32_t)n;
+}
+/* value of magnitude code c with m mantissa bits and exponent bias */
+static inline float em_fdecode(uint32_t c, int m, int bias) {
+  uint32_t f = c >> m, man = c & ((1u << m) - 1u);
+  return f ? (float)((1u << m) | man) * em_pow2f((int)f - bias - m)
+           : (float)man * em_pow2f(1 - bias - m);
+}
+static inline float em_from_bfloat16(uint16_t c) { return em_bits2f((uint32_t)c << 16); }
+static inline uint16_t em_to_bfloat16(float x) {
+  uint32_t u = em_f2bits(x);
+  uint16_t q = (uint16_t)((u >> 16) | 0x40u);                          /* quiet NaN */
+  return x != x ? q : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float em_from_float8e4m3fn(uint8_t c) {
+  float v = (c & 0x7f) == 0x7f ? NAN : em_fdecode(c & 0x7fu, 3, 7);
+  return c & 0x80 ? -v : v;
+}
+static inline uint8_t em_to_float8e4m3fn(float x, int sat) {
+  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (x != x) return (uint8_t)(s | 0x7fu);
+  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 3, -6);
+  return (uint8_t)(s | (c > 0x7eu ? (sat ? 0x7eu : 0x7fu) : c));
+}
+static inline float em_from_float8e4m3fnuz(uint8_t c) {
+  float v = c == 0x80 ? NAN : em_fdecode(c & 0x7fu, 3, 8);
+  return c & 0x80 ? -v : v;
+}
+static inline uint8_t em_to_float8e4m3fnuz(float x, int sat) {
+  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (x != x) return 0x80;
+  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 3, -7);
+  if (c > 0x7fu) return sat ? (uint8_t)(s | 0x7fu) : 0x80;
+  return c == 0 ? 0 : (uint8_t)(s | c);
+}
+static inline float em_from_float8e5m2(uint8_t c) {
+  uint32_t m = c & 0x7fu;
+  float v = m > 0x7cu ? NAN : (m == 0x7cu ? INFINITY : em_fdecode(m, 2, 15));
+  return c & 0x80 ? -v : v;
+}
+static inline uint8_t em_to_float8e5m2(float x, int sat) {
+  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (x != x) return (uint8_t)(s | 0x7eu);
+  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 2, -14);
+  return (uint8_t)(s | (c > 0x7bu ? (sat ? 0x7bu : 0x7cu) : c));
+}
+static inline float em_from_float8e5m2fnuz(uint8_t c) {
+  float v = c == 0x80 ? NAN : em_fdecode(c & 0x7fu, 2, 16);
+  return c & 0x80 ? -v : v;
+}
+static inline uint8_t em_to_float8e5m2fnuz(float x, int sat) {
+  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (x != x) return 0x80;
+  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 2, -15);
+  if (c > 0x7fu) return sat ? (uint8_t)(s | 0x7fu) : 0x80;
+  return c == 0 ? 0 : (uint8_t)(s | c);
+}
+/* E8M0: 2^(c - 127), 0xff is NaN; from float by ONNX's round-up rule (the sign is dropped) */
+static inline float em_from_float8e8m0(uint8_t c) {
+  return c == 0xff ? NAN : (c ? em_bits2f((uint32_t)c << 23) : em_bits2f(0x00400000u));
+}
+static inline uint8_t em_to_float8e8m0(float x, int sat) {
+  uint32_t u = em_f2bits(x), e = (u >> 23) & 0xffu;
+  uint32_t up = (u & 0x7fffffu) != 0 && !(sat && e == 0xfeu);
+  return e == 0xffu ? 0xff : (uint8_t)(e + up);
+}
+/* a store: exact for every E8M0 value (2^-127 is a float32 denormal that rounds up) */
+static inline uint8_t em_st_float8e8m0(float x) {
+  return x == em_bits2f(0x00400000u) ? 0 : em_to_float8e8m0(x, 0);
+}
+/* float4 e2m1: no inf or NaN; everything past 6 (inf too) saturates to +-6; NaN gives a zero
+   of the opposite sign (what ml_dtypes, the reference of ONNX's tests, does) */
+static inline float em_from_float4e2m1(uint8_t c) {
+  float v = em_fdecode(c & 0x7u, 1, 1);
+  return c & 0x8 ? -v : v;
+}
+static inline uint8_t em_to_float4e2m1(float x) {
+  uint32_t s = (em_f2bits(x) >> 28) & 0x8u;
+  float a = fabsf(x);
+  if (x != x) return (uint8_t)(s ^ 0x8u);
+  uint32_t c = a == INFINITY ? 0x7u : em_fround(a, 1, 0);
+  return (uint8_t)(s | (c > 0x7u ? 0x7u : c));
+}
+/* float -> int32 as ml_dtypes converts (x86 cvttss2si: NaN and out of range give INT32_MIN) */
+static inline int32_t em_f2i32(float x) {
+  return (x != x || x >= 2147483648.0f || x < -2147483648.0f) ? INT32_MIN : (int32_t)x;
+}
+static inline int32_t em_wrap_int4(int32_t v) { return (int32_t)((uint32_t)v << 28) >> 28; }
+static inline int32_t em_wrap_uint4(int32_t v) { return v & 15; }
+static inline int32_t em_wrap_int2(int32_t v) { return (int32_t)((uint32_t)v << 30) >> 30; }
+static inline int32_t em_wrap_uint2(int32_t v) { return v & 3; }
+"""
+
+NARROW_FLOATS = ("bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
+                 "float8e8m0", "float4e2m1")
+NARROW_INTS = ("int4", "uint4", "int2", "uint2")
+SATURATING = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0")
+"""Narrow types whose ``em_to_<t>`` takes a ``saturate`` flag."""
+
+MATH_C = MATH_C + NARROW_C
 
 FUNCTIONS = {"exp": "em_expf", "tanh": "em_tanhf", "erf": "em_erff", "log": "em_logf",
              "expm1": "em_expm1f", "log1p": "em_log1pf"}

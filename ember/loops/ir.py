@@ -13,6 +13,8 @@ import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ember.support.dtypes import FLOAT_PREFIXES
+
 _ids = itertools.count()
 
 
@@ -195,7 +197,7 @@ def as_expr(x: object, dtype: str = "int64") -> Expr:
     if isinstance(x, int):
         return Const(x, dtype if dtype != "bool" else "int64")
     if isinstance(x, float):
-        return Const(x, dtype if dtype.startswith("float") else "float32")
+        return Const(x, dtype if dtype.startswith(FLOAT_PREFIXES) else "float32")
     raise TypeError(f"cannot make an expression of {x!r}")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
+from ember.support.dtypes import FLOAT_PREFIXES
 from ember.te import tensor as te
 from ember.te.lower import flat_index
 from ember.te.tensor import Tensor
@@ -38,7 +39,7 @@ def static_shape(t: TensorType) -> tuple[int, ...]:
 
 
 def fconst(v: float, dtype: str = "float32") -> Const:
-    return Const(float(v), dtype) if dtype.startswith("float") else Const(int(v), dtype)
+    return Const(float(v), dtype) if dtype.startswith(FLOAT_PREFIXES) else Const(int(v), dtype)
 
 
 def bcast_read(t: Tensor, out_idx: tuple[Expr, ...]) -> Expr:
@@ -172,6 +173,8 @@ def _cast(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
     dt = outs[0].dtype.name
     if dt == "bool":
         return [te.compute(x.shape, lambda *i: Bin("!=", x[i], Const(0, x.dtype)), dtype="bool")]
+    if not attrs.get("saturate", 1):  # ONNX saturate=0 of a float8 target (ember/codegen/c.py)
+        return [te.compute(x.shape, lambda *i: Call("cast_nosat", (x[i],), dt), dtype=dt)]
     return [te.compute(x.shape, lambda *i: Cast(x[i], dt), dtype=dt)]
 
 

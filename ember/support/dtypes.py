@@ -1,10 +1,23 @@
-"""Element types: one table mapping ember's dtype names to numpy, C and ONNX."""
+"""Element types: one table mapping ember's dtype names to numpy, C and ONNX.
+
+Besides the usual numeric types the table holds the narrow *storage* types of ONNX: bfloat16,
+the float8 variants (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, e8m0), float4e2m1 and the 4- and
+2-bit integers. numpy represents them through ``ml_dtypes`` (one byte per element, also for
+the sub-byte types: ONNX packs those in the protobuf, ``numpy_helper.to_array`` unpacks
+them); ember's buffers hold exactly those bytes. Generated code computes on them in float32
+(the integers in int32) and rounds once at a store or an explicit Cast. ``cast_array`` is the
+reference conversion with ONNX's Cast rules (saturation of float8, E8M0's rounding).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
+
+FLOAT_PREFIXES = ("float", "bfloat")
+"""``name.startswith(FLOAT_PREFIXES)``: a floating-point dtype name (bfloat16 included)."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +30,12 @@ class DType:
 
     @property
     def is_float(self) -> bool:
-        return self.name.startswith("float")
+        return self.name.startswith("float") or self.name == "bfloat16"
+
+    @property
+    def is_narrow(self) -> bool:
+        """A storage-only type: computed in float32 (int32 for the 4/2-bit integers)."""
+        return self.name in NARROW
 
     def __repr__(self) -> str:
         return self.name
@@ -36,7 +54,24 @@ _TABLE = [
     DType("float64", np.float64, "double", 11, 8),
     DType("uint32", np.uint32, "uint32_t", 12, 4),
     DType("uint64", np.uint64, "uint64_t", 13, 8),
+    DType("bfloat16", ml_dtypes.bfloat16, "uint16_t", 16, 2),
+    DType("float8e4m3fn", ml_dtypes.float8_e4m3fn, "uint8_t", 17, 1),
+    DType("float8e4m3fnuz", ml_dtypes.float8_e4m3fnuz, "uint8_t", 18, 1),
+    DType("float8e5m2", ml_dtypes.float8_e5m2, "uint8_t", 19, 1),
+    DType("float8e5m2fnuz", ml_dtypes.float8_e5m2fnuz, "uint8_t", 20, 1),
+    DType("uint4", ml_dtypes.uint4, "uint8_t", 21, 1),
+    DType("int4", ml_dtypes.int4, "uint8_t", 22, 1),
+    DType("float4e2m1", ml_dtypes.float4_e2m1fn, "uint8_t", 23, 1),
+    DType("float8e8m0", ml_dtypes.float8_e8m0fnu, "uint8_t", 24, 1),
+    DType("uint2", ml_dtypes.uint2, "uint8_t", 25, 1),
+    DType("int2", ml_dtypes.int2, "uint8_t", 26, 1),
 ]
+
+# storage-only types (see the module docstring); FLOAT8 are the ones Cast's ``saturate`` affects
+NARROW = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
+                    "float8e8m0", "float4e2m1", "int4", "uint4", "int2", "uint2"})
+FLOAT8 = frozenset({"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
+SMALL_INT_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
 
 BY_NAME = {d.name: d for d in _TABLE}
 BY_ONNX = {d.onnx: d for d in _TABLE}
@@ -59,3 +94,33 @@ def dtype(x: object) -> DType:
         return BY_NP[np.dtype(x)]
     except (TypeError, KeyError) as e:
         raise ValueError(f"unsupported dtype {x!r}; supported: {sorted(BY_NAME)}") from e
+
+
+def cast_array(x: np.ndarray, to: DType, saturate: bool = True) -> np.ndarray:
+    """``x`` converted to ``to`` by ONNX's Cast rules: float8 targets with ``saturate`` clamp
+    to the largest finite value (NaN stays NaN), without it overflow gives inf or NaN per type;
+    E8M0 rounds up (``round_mode="up"``); everything else converts as ml_dtypes / numpy do
+    (round to nearest even; the 4/2-bit integers truncate a float and keep the low bits)."""
+    if to.name == "float8e8m0":
+        return float8e8m0_round_up(x, saturate)
+    if to.name in FLOAT8 and saturate:
+        info = ml_dtypes.finfo(to.np)
+        f = x.astype(np.float64) if x.dtype == np.float64 else x.astype(np.float32)
+        return np.clip(f, float(info.min), float(info.max)).astype(to.np)
+    if x.dtype.name in NARROW and to.name in NARROW:  # through float32, exact for the sources
+        x = x.astype(np.float32)
+    return x.astype(to.np)
+
+
+def float8e8m0_round_up(x: np.ndarray, saturate: bool = True) -> np.ndarray:
+    """E8M0 (a bare power-of-two exponent) by ONNX's round-up rule: the float32 exponent
+    field, plus one when any mantissa bit is set (denormals included); inf and NaN give NaN
+    (0xFF); the sign is dropped. ``saturate`` keeps 2^127 from rounding up into NaN."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    exp = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exp == 0xFF
+    up = ((bits & 0x7FFFFF) != 0) & ~special
+    if saturate:
+        up &= exp != 0xFE
+    out = np.where(special, 0xFF, exp + up).astype(np.uint8)
+    return out.view(ml_dtypes.float8_e8m0fnu)

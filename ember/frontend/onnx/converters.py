@@ -282,7 +282,22 @@ def constant(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def cast(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (x,) = ctx.inputs(ins, 1)
     to = onnx_dtype(ctx.attr(attrs, "to"))
-    return ctx.add("Cast", [x], {"to": to.name})
+    return ctx.add("Cast", [x], cast_attrs(to, attrs))
+
+
+def cast_attrs(to: dtypes.DType, attrs: Attrs) -> dict[str, Any]:
+    """ember Cast attributes for target ``to`` from ONNX's (``saturate`` since opset 19,
+    ``round_mode`` since 24: ember implements E8M0's default "up")."""
+    out: dict[str, Any] = {"to": to.name}
+    if to.name in dtypes.FLOAT8 or to.name == "float8e8m0":
+        out["saturate"] = int(attrs.get("saturate", 1))
+    mode = attrs.get("round_mode", "up")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if to.name == "float8e8m0" and mode != "up":
+        raise UnsupportedOpError(
+            f"Cast to FLOAT8E8M0 with round_mode={mode!r} is not supported (ember implements "
+            "the default round_mode 'up')")
+    return out
 
 
 # Register the other families (they import this module for ``converter`` and ``Ctx``).

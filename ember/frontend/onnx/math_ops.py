@@ -21,6 +21,7 @@ from ember.frontend.onnx.converters import (
     ConverterFn,
     Ctx,
     Inputs,
+    cast_attrs,
     converter,
     legacy_broadcast,
 )
@@ -108,7 +109,7 @@ def castlike(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x, like = _two(ctx, ins)
     if x.type.dtype == like.type.dtype:
         return [x]
-    return ctx.add("Cast", [x], {"to": like.type.dtype.name})
+    return ctx.add("Cast", [x], cast_attrs(like.type.dtype, attrs))
 
 
 @converter("Size", since=1)

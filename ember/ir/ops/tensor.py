@@ -357,8 +357,9 @@ def _cast_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
 
 @defop("Cast", Pattern.ELEMWISE, _cast_infer)
 def cast(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
-    """Convert to dtype ``to`` (a name like "float32"); float -> int truncates."""
-    return [x.astype(dtypes.dtype(attrs["to"]).np)]
+    """Convert to dtype ``to`` (a name like "float32"); float -> int truncates; ``saturate``
+    (default 1) clamps float8 results (ONNX Cast-19 rules, ``dtypes.cast_array``)."""
+    return [dtypes.cast_array(x, dtypes.dtype(attrs["to"]), bool(attrs.get("saturate", 1)))]
 
 
 def _expand_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
