@@ -17,6 +17,7 @@ from ember.lower import (  # noqa: F401  (register)
     computes_extra,
     computes_index,
     computes_math,
+    computes_misc,
     computes_nn,
     computes_norm,
     computes_rnn,

@@ -305,6 +305,7 @@ from ember.frontend.onnx import attention as _attention  # noqa: E402,F401
 from ember.frontend.onnx import conv_nn as _conv_nn  # noqa: E402,F401
 from ember.frontend.onnx import index_ops as _index_ops  # noqa: E402,F401
 from ember.frontend.onnx import math_ops as _math_ops  # noqa: E402,F401
+from ember.frontend.onnx import misc_ops as _misc_ops  # noqa: E402,F401
 from ember.frontend.onnx import norm_ops as _norm_ops  # noqa: E402,F401
 from ember.frontend.onnx import quant_ops as _quant_ops  # noqa: E402,F401
 from ember.frontend.onnx import rnn as _rnn  # noqa: E402,F401

@@ -7,6 +7,7 @@ from ember.ir.ops import (  # noqa: F401
     layout,
     lstm_step,
     mathlogic,
+    misc,
     nn,
     norm,
     reduce,
