@@ -101,6 +101,16 @@ def cast_narrow(dtype: str, value: str, src: str, saturate: bool = True) -> str:
     return f"em_from_{dtype}({narrow(dtype, value, saturate)})"
 
 
+def bitcast(dtype: str, value: str, src: str) -> str:
+    """C expression reinterpreting compute value ``value`` of ``src``, stored as ``src``'s
+    bits, as a ``dtype`` element (same width) and widening that to ``dtype``'s compute type:
+    a union pun of one element (defined behaviour in C), no value conversion."""
+    narrow_src = src in NARROW_FLOATS or src in NARROW_INTS
+    bits = narrow(src, value, store=True) if narrow_src else f"({ctype(src)})({value})"
+    pun = f"((union {{ {ctype(src)} s; {ctype(dtype)} d; }}){{ .s = {bits} }}).d"
+    return widen(dtype, pun)
+
+
 def ctype(dtype: str, compute: bool = False) -> str:
     """The C type of ``dtype``: its storage type, or with ``compute`` the type arithmetic on
     it runs in (float for float16)."""
@@ -176,6 +186,8 @@ class CEmitter:
         args = [self.expr(a) for a in e.args]
         if e.fn == "cast_nosat":  # Cast with ONNX saturate=0 (float8 targets)
             return cast_narrow(e.dtype, args[0], e.args[0].dtype, saturate=False)
+        if e.fn == "bitcast":  # ONNX BitCast: the stored bits as another type, no conversion
+            return bitcast(e.dtype, args[0], e.args[0].dtype)
         table = _FN.get(e.dtype)
         if table is None and e.fn == "abs":  # integers: no libm call (abs() is int-only)
             return f"({args[0]} < 0 ? -({args[0]}) : {args[0]})"
