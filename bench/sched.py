@@ -7,7 +7,8 @@ For every model (the project's zoo, random weights, batch 1), in one process and
 random inputs: ember compiles it once (``schedule="sequential"``, so the library holds the
 sequential plan), profiles its rTasks, builds the Rammer and IOS plans from those costs and
 swaps each plan into the same library; onnxruntime runs it with the same thread count. Timing
-is interleaved rounds (each round: every engine a discarded run, then timed runs for ~0.1 s);
+is interleaved rounds (each round: every engine switches to its plan, untimed, makes a discarded
+run, then timed runs for ~0.1 s);
 medians are reported with ratios to onnxruntime and to ember's sequential plan. ``auto`` is
 the plan ``schedule="auto"`` would keep: the fastest of the three in these rounds. Outputs of
 every plan are compared with onnxruntime's. Scheduling time is profiling + building the plans.
@@ -47,16 +48,20 @@ def _ort(model, threads: int):  # noqa: ANN202
                                 providers=["CPUExecutionProvider"])
 
 
-def _rounds(fns: dict, min_time: float = 3.0, block: float = 0.1) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {k: [] for k in fns}
+def _rounds(engines: dict, min_time: float = 3.0, block: float = 0.1
+            ) -> dict[str, list[float]]:
+    """Interleaved rounds over ``engines`` (name -> (setup, run)): each round, per engine,
+    ``setup()`` (a plan switch: never timed), one discarded run, then timed runs."""
+    samples: dict[str, list[float]] = {k: [] for k in engines}
     t_end = time.perf_counter() + min_time
     while time.perf_counter() < t_end or min(len(s) for s in samples.values()) < 10:
-        for name, fn in fns.items():
-            fn()
+        for name, (setup, run) in engines.items():
+            setup()
+            run()
             b_end = time.perf_counter() + block
             while True:
                 t = time.perf_counter()
-                fn()
+                run()
                 samples[name].append(time.perf_counter() - t)
                 if time.perf_counter() > b_end:
                     break
@@ -83,24 +88,23 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
         got = cm.run(feeds)
         errs[p] = max(float(np.abs(g - w).max()) for g, w in zip(got.values(), want))
 
-    def runner(plan):  # noqa: ANN001, ANN202
+    def switch(plan):  # noqa: ANN001, ANN202
         js = plan.to_json()
-        return lambda: (cm.use_plan(js) if cm.plan != js else None, cm.run(feeds))
+        return lambda: cm.use_plan(js)
 
-    fns = {p: runner(plan) for p, plan in plans.items()}
-    fns["onnxruntime"] = lambda: sess.run(None, feeds)
-    samples = _rounds(fns)
+    engines = {p: (switch(plan), lambda: cm.run(feeds)) for p, plan in plans.items()}
+    engines["onnxruntime"] = (lambda: None, lambda: sess.run(None, feeds))
+    samples = _rounds(engines)
     med = {k: float(np.median(v)) for k, v in samples.items()}
     best = min(autosched.POLICIES, key=lambda p: med[p])
     out = {"model": name, "kernels": len(comp.kernels), "compile_s": round(compile_s, 2),
            "schedule_s": round(sched_s, 2), "median_ms": {k: v * 1e3 for k, v in med.items()},
            "auto": best, "max_abs_diff": errs}
     if pictures is not None and name in PICTURES:
-        from ember.cli import _schedule_picture
-
         cm.use_plan(plans[best].to_json())
         comp.plan = plans[best]
-        out["picture"] = str(_schedule_picture(comp, cm, pictures / f"schedule_{name}.png"))
+        out["picture"] = str(autosched.schedule_picture(comp, cm,
+                                                        pictures / f"schedule_{name}.png"))
     return out
 
 

@@ -22,7 +22,8 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,7 +36,10 @@ from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import cache_dir
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import ExecutionPlan
-from ember.sched.vdevice import KernelInfo, VDevice, makespan
+from ember.sched.vdevice import KernelInfo, VDevice, makespan, simulate
+
+if TYPE_CHECKING:
+    from ember.driver import Compilation
 
 POLICIES = ("sequential", "rammer", "ios")
 TASK_OVERHEAD_S = 2e-7     # a predicted rTask's fixed cost on top of its roofline time
@@ -84,17 +88,25 @@ def time_plans(cm: CompiledModel, plans: dict[str, ExecutionPlan],
                feeds: dict[str, np.ndarray], budget_s: float = 1.5) -> dict[str, float]:
     """Median seconds of a run under each plan, timed in interleaved rounds."""
     samples: dict[str, list[float]] = {p: [] for p in plans}
+    encoded = {p: plan.to_json() for p, plan in plans.items()}
     t_end = time.perf_counter() + budget_s
     rounds = 0
     while rounds < 3 or (time.perf_counter() < t_end and rounds < 50):
-        for name, plan in plans.items():
-            cm.use_plan(plan.to_json())
+        for name, plan in encoded.items():
+            cm.use_plan(plan)
             cm.run(feeds)                       # one discarded run after the switch
             t = time.perf_counter()
             cm.run(feeds)
             samples[name].append(time.perf_counter() - t)
         rounds += 1
     return {p: float(np.median(s)) for p, s in samples.items()}
+
+
+def kernel_infos(kernels: Sequence[Kernel], deps: Sequence[Sequence[int]],
+                 task_s: Sequence[float]) -> list[KernelInfo]:
+    """The kernels as the schedulers see them."""
+    return [KernelInfo(k.name, k.ntasks, tuple(d), t)
+            for k, d, t in zip(kernels, deps, task_s, strict=True)]
 
 
 def build_plans(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
@@ -106,8 +118,7 @@ def build_plans(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kern
     if task_s is None:
         task_s = (profiled_task_s(cm, random_feeds(cm), len(kernels)) if profile
                   else predicted_task_s(fused, kernels, spec))
-    infos = [KernelInfo(k.name, k.ntasks, tuple(d), t)
-             for k, d, t in zip(kernels, deps, task_s, strict=True)]
+    infos = kernel_infos(kernels, deps, task_s)
     dev = VDevice(cm.num_threads)
     plans = {p: make_plan(p, infos, dev) for p in names}
     for p in plans.values():
@@ -117,9 +128,9 @@ def build_plans(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kern
 
 def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
            deps: Sequence[Sequence[int]], spec: DeviceSpec, policy: str,
-           profile: bool = True) -> dict[str, Any]:
-    """Put the plan of ``policy`` (or, for ``"auto"``, the fastest) into ``cm``; returns the
-    report stored in the model's metadata under ``"schedule"``."""
+           profile: bool = True) -> tuple[ExecutionPlan, dict[str, Any]]:
+    """Put the plan of ``policy`` (or, for ``"auto"``, the fastest) into ``cm``; returns it
+    and the report stored in the model's metadata under ``"schedule"``."""
     t0 = time.perf_counter()
     names = list(POLICIES) if policy == "auto" else [policy]
     key = f"{cm.meta.get('source_sha256', '')}-{cm.num_threads}-{policy}-{int(profile)}"
@@ -142,10 +153,10 @@ def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
               "predicted_s": predicted, "measured_s": measured,
               "seconds": round(time.perf_counter() - t0, 3)}
     _cache_write(key, {**report, "task_s": [k.task_s for k in infos]})
-    return report
+    return plans[chosen], report
 
 
-def _cache_path(key: str) -> Any:
+def _cache_path(key: str) -> Path:
     return cache_dir() / "sched" / f"{key}.json"
 
 
@@ -168,3 +179,25 @@ def _cache_write(key: str, data: dict[str, Any]) -> None:
         tmp.replace(path)
     except OSError:
         pass
+
+
+def schedule_picture(comp: Compilation, cm: CompiledModel, path: Path) -> Path:
+    """The Gantt chart of the plan ``cm`` runs: predicted (the plan replayed on per-rTask
+    costs profiled now) above measured (the median run of a profile), waits marked."""
+    from ember.bench.plots import gantt
+    from ember.passes.memplan import kernel_dependencies
+
+    plan = comp.plan
+    assert plan is not None
+    feeds = random_feeds(cm)
+    infos = kernel_infos(comp.kernels, kernel_dependencies(comp.graph),
+                         profiled_task_s(cm, feeds, len(comp.kernels)))
+    predicted = simulate(plan, infos, VDevice(plan.num_veus))
+    prof = cm.profile(feeds, 10)
+    run = int(np.argsort(prof.run_seconds)[len(prof.run_seconds) // 2])
+    measured = [(float(a), float(b)) for a, b in prof.times[run]]
+    labels = [n.attrs["master"] for n in comp.graph.nodes if n.op == "Fused"]
+    name = Path(str(comp.graph.name or "model")).name
+    return gantt(plan.entries(), labels, {f"predicted ({plan.policy})": predicted,
+                                          f"measured ({plan.policy})": measured},
+                 path, title=name, waits=plan.waited_entries())

@@ -13,13 +13,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from ember.driver import Compilation
-    from ember.runtime.compiled import CompiledModel
 
 from ember.bench import cli as bench_cli
 from ember.errors import EmberError
@@ -129,49 +124,13 @@ def cmd_inspect(a: argparse.Namespace) -> int:
               f"{r['seconds']:.1f} s)")
     if a.schedule_picture:
         assert cm is not None
-        path = _schedule_picture(comp, cm, Path(a.schedule_picture))
+        from ember.autosched import schedule_picture
+
+        path = schedule_picture(comp, cm, Path(a.schedule_picture))
         print(f"wrote {path}")
     if a.source:
         print("\n==== C source ====\n" + comp.source)
     return 0
-
-
-def _schedule_picture(comp: Compilation, cm: CompiledModel, path: Path) -> Path:
-    """Predicted and measured Gantt charts of the plan ``cm`` runs."""
-    from ember import autosched
-    from ember.bench.plots import gantt
-    from ember.passes.memplan import kernel_dependencies
-    from ember.sched.plan import Barrier
-    from ember.sched.vdevice import KernelInfo, VDevice, simulate
-
-    plan = comp.plan
-    assert plan is not None
-    fused = [n for n in comp.graph.nodes if n.op == "Fused"]
-    kernels = comp.kernels
-    feeds = autosched.random_feeds(cm)
-    task_s = autosched.profiled_task_s(cm, feeds, len(kernels))
-    deps = kernel_dependencies(comp.graph)
-    infos = [KernelInfo(k.name, k.ntasks, tuple(d), t) for k, d, t in zip(kernels, deps, task_s)]
-    predicted = simulate(plan, infos, VDevice(plan.num_veus))
-    prof = cm.profile(feeds, 10)
-    run = int(np.argsort(prof.run_seconds)[len(prof.run_seconds) // 2])
-    measured = [(float(a), float(b)) for a, b in prof.times[run]]
-    waits, i = [], 0
-    for v, prog in enumerate(plan.programs):
-        pending = False
-        for e in prog:
-            if isinstance(e, Barrier):
-                pending = True
-                continue
-            if pending:
-                waits.append((v, i))
-            pending = False
-            i += 1
-    labels = [n.attrs["master"] for n in fused]
-    name = Path(str(getattr(comp.graph, "name", "") or "model")).name
-    return gantt(plan.entries(), labels, {f"predicted ({plan.policy})": predicted,
-                                          f"measured ({plan.policy})": measured},
-                 path, title=name, waits=waits)
 
 
 def main(argv: list[str] | None = None) -> int:

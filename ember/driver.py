@@ -186,12 +186,12 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike,
         t = time.perf_counter()
         _progress(f"scheduling ({policy})")
         fused = [n for n in comp.graph.nodes if n.op == "Fused"]
-        report = autosched.choose(cm, fused, comp.kernels, kernel_dependencies(comp.graph),
-                                  device_spec(cm.num_threads), policy, profile)
+        comp.plan, report = autosched.choose(cm, fused, comp.kernels,
+                                             kernel_dependencies(comp.graph),
+                                             device_spec(cm.num_threads), policy, profile)
         comp.timings["schedule"] = time.perf_counter() - t
         cm.annotate("schedule", report)
         cm.annotate("timings", {k: round(v, 4) for k, v in comp.timings.items()})
-        comp.plan = ExecutionPlan.from_json(cm.meta["plan"])
     return comp, cm
 
 
@@ -214,15 +214,14 @@ def _meta(comp: Compilation) -> dict[str, Any]:
 
 
 def _profile_meta(comp: Compilation) -> dict[str, Any]:
-    """Kernel costs and the plan's rTask entries, in the order the library numbers them."""
-    assert comp.plan is not None
+    """Each kernel's name, operator, flops and bytes (the rTask entries come from the plan)."""
     fused = [n for n in comp.graph.nodes if n.op == "Fused"]
     kernels = []
     for i, (n, k) in enumerate(zip(fused, comp.kernels)):
         flops, nbytes = kernel_cost(n, k)
         kernels.append({"name": kernel_symbol(i, k), "op": n.attrs["master"], "flops": flops,
                         "bytes": nbytes})
-    return {"kernels": kernels, "entries": [list(e) for e in comp.plan.entries()]}
+    return {"kernels": kernels}
 
 
 def _body_key(n: Node) -> tuple:

@@ -39,6 +39,7 @@ from ember.loops.ir import (
     Store,
     Var,
 )
+from ember.support.dtypes import is_float_name
 from ember.support.text import TextBuffer
 
 C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
@@ -59,12 +60,6 @@ _FN = {"float32": _FN_F32, "float16": _FN_F32, "float64": _FN_F64,
 # explicit Cast) rounds once
 _COMPUTE_TYPES = {**C_TYPES, "float16": "float", **{t: "float" for t in NARROW_FLOATS},
                   **{t: "int32_t" for t in NARROW_INTS}}
-
-
-def is_float(dtype: str) -> bool:
-    """Whether ``dtype`` computes as a floating-point type (float16/32/64 and the narrow
-    floats)."""
-    return dtype.startswith("float") or dtype == "bfloat16"
 
 
 def widen(dtype: str, stored: str) -> str:
@@ -96,7 +91,7 @@ def cast_narrow(dtype: str, value: str, src: str, saturate: bool = True) -> str:
     """C expression converting ``value`` (compute type of ``src``) to narrow ``dtype`` and
     back to its compute type: the one rounding of an explicit Cast."""
     if dtype in NARROW_INTS:
-        conv = f"em_f2i32({value})" if is_float(src) else f"((int32_t)({value}))"
+        conv = f"em_f2i32({value})" if is_float_name(src) else f"((int32_t)({value}))"
         return f"em_wrap_{dtype}({conv})"
     return f"em_from_{dtype}({narrow(dtype, value, saturate)})"
 
@@ -122,7 +117,7 @@ def ctype(dtype: str, compute: bool = False) -> str:
 
 def c_const(c: Const) -> str:
     v = c.value
-    if is_float(c.dtype):
+    if is_float_name(c.dtype):
         f = float(v)
         if math.isnan(f):
             return "NAN"
@@ -200,7 +195,7 @@ class CEmitter:
             cmp = "<" if e.op == "min" else ">"
             return f"EM_SEL2({a}, {b}, {cmp})"
         op = {"//": "/"}.get(e.op, e.op)  # index arithmetic is non-negative
-        if e.op == "%" and is_float(e.a.dtype):
+        if e.op == "%" and is_float_name(e.a.dtype):
             return f"{_FN[e.a.dtype]['fmod']}({a}, {b})"
         return f"({a} {op} {b})"
 

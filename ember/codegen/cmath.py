@@ -154,28 +154,33 @@ static inline uint16_t em_to_bfloat16(float x) {
   uint16_t q = (uint16_t)((u >> 16) | 0x40u);                          /* quiet NaN */
   return x != x ? q : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+/* the float8s with a negative zero and a NaN code ("FN"): magnitude codes above mx overflow
+   to mx (saturate) or to ovf (NaN or inf) */
+static inline uint8_t em_to_f8fn(float x, int sat, int m, int emin, uint32_t mx, uint32_t ovf,
+                                 uint32_t nan) {
+  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
+  if (x != x) return (uint8_t)(s | nan);
+  uint32_t c = fabsf(x) == INFINITY ? 0xffu : em_fround(fabsf(x), m, emin);
+  return (uint8_t)(s | (c > mx ? (sat ? mx : ovf) : c));
+}
+/* the "FNUZ" float8s: 0x80 is the one NaN, no negative zero, overflow is NaN unless saturated */
+static inline float em_from_f8uz(uint8_t c, int m, int bias) {
+  float v = c == 0x80 ? NAN : em_fdecode(c & 0x7fu, m, bias);
+  return c & 0x80 ? -v : v;
+}
+static inline uint8_t em_to_f8uz(float x, int sat, int m, int emin) {
+  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
+  if (x != x) return 0x80;
+  uint32_t c = fabsf(x) == INFINITY ? 0xffu : em_fround(fabsf(x), m, emin);
+  if (c > 0x7fu) return sat ? (uint8_t)(s | 0x7fu) : 0x80;
+  return c == 0 ? 0 : (uint8_t)(s | c);
+}
 static inline float em_from_float8e4m3fn(uint8_t c) {
   float v = (c & 0x7f) == 0x7f ? NAN : em_fdecode(c & 0x7fu, 3, 7);
   return c & 0x80 ? -v : v;
 }
 static inline uint8_t em_to_float8e4m3fn(float x, int sat) {
-  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
-  float a = fabsf(x);
-  if (x != x) return (uint8_t)(s | 0x7fu);
-  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 3, -6);
-  return (uint8_t)(s | (c > 0x7eu ? (sat ? 0x7eu : 0x7fu) : c));
-}
-static inline float em_from_float8e4m3fnuz(uint8_t c) {
-  float v = c == 0x80 ? NAN : em_fdecode(c & 0x7fu, 3, 8);
-  return c & 0x80 ? -v : v;
-}
-static inline uint8_t em_to_float8e4m3fnuz(float x, int sat) {
-  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
-  float a = fabsf(x);
-  if (x != x) return 0x80;
-  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 3, -7);
-  if (c > 0x7fu) return sat ? (uint8_t)(s | 0x7fu) : 0x80;
-  return c == 0 ? 0 : (uint8_t)(s | c);
+  return em_to_f8fn(x, sat, 3, -6, 0x7eu, 0x7fu, 0x7fu);
 }
 static inline float em_from_float8e5m2(uint8_t c) {
   uint32_t m = c & 0x7fu;
@@ -183,23 +188,15 @@ static inline float em_from_float8e5m2(uint8_t c) {
   return c & 0x80 ? -v : v;
 }
 static inline uint8_t em_to_float8e5m2(float x, int sat) {
-  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
-  float a = fabsf(x);
-  if (x != x) return (uint8_t)(s | 0x7eu);
-  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 2, -14);
-  return (uint8_t)(s | (c > 0x7bu ? (sat ? 0x7bu : 0x7cu) : c));
+  return em_to_f8fn(x, sat, 2, -14, 0x7bu, 0x7cu, 0x7eu);
 }
-static inline float em_from_float8e5m2fnuz(uint8_t c) {
-  float v = c == 0x80 ? NAN : em_fdecode(c & 0x7fu, 2, 16);
-  return c & 0x80 ? -v : v;
+static inline float em_from_float8e4m3fnuz(uint8_t c) { return em_from_f8uz(c, 3, 8); }
+static inline uint8_t em_to_float8e4m3fnuz(float x, int sat) {
+  return em_to_f8uz(x, sat, 3, -7);
 }
+static inline float em_from_float8e5m2fnuz(uint8_t c) { return em_from_f8uz(c, 2, 16); }
 static inline uint8_t em_to_float8e5m2fnuz(float x, int sat) {
-  uint32_t s = (em_f2bits(x) >> 24) & 0x80u;
-  float a = fabsf(x);
-  if (x != x) return 0x80;
-  uint32_t c = a == INFINITY ? 0xffu : em_fround(a, 2, -15);
-  if (c > 0x7fu) return sat ? (uint8_t)(s | 0x7fu) : 0x80;
-  return c == 0 ? 0 : (uint8_t)(s | c);
+  return em_to_f8uz(x, sat, 2, -15);
 }
 /* E8M0: 2^(c - 127), 0xff is NaN; from float by ONNX's round-up rule (the sign is dropped) */
 static inline float em_from_float8e8m0(uint8_t c) {

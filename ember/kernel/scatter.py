@@ -120,16 +120,22 @@ def _scatter_frame(name: str, n: Node, data: Buffer, out: Buffer, total: int, up
                   loops=format_stmt(stmt))
 
 
-def _build_scatter_elements(name: str, body: Graph, n: Node, threads: int) -> Kernel:
+def _scatter_operands(name: str, body: Graph, n: Node) -> tuple:
+    """(output shape, indices shape, out, data, indices, updates buffers, the reduction's
+    combine, the kernel's args) of a ScatterElements / ScatterND node."""
     shape = static_shape(n.output.type)
     ishape = static_shape(n.inputs[1].type)  # type: ignore[union-attr]
-    axis = int(n.attrs.get("axis", 0)) % len(shape)
     out = Buffer(f"{name}_out", max(math.prod(shape), 1), n.output.type.dtype.name)
     args: list = [(out, OUTPUT)]
-    data = _bind(f"{name}_data", n.inputs[0], body, args)
-    idx = _bind(f"{name}_idx", n.inputs[1], body, args)
-    upd = _bind(f"{name}_upd", n.inputs[2], body, args)
-    comb = _COMBINE[n.attrs.get("reduction", "none")]
+    data, idx, upd = (_bind(f"{name}_{what}", v, body, args)
+                      for what, v in zip(("data", "idx", "upd"), n.inputs[:3]))
+    return (shape, ishape, out, data, idx, upd, _COMBINE[n.attrs.get("reduction", "none")],
+            args)
+
+
+def _build_scatter_elements(name: str, body: Graph, n: Node, threads: int) -> Kernel:
+    shape, ishape, out, data, idx, upd, comb, args = _scatter_operands(name, body, n)
+    axis = int(n.attrs.get("axis", 0)) % len(shape)
     ostr, istr = _strides(shape), _strides(ishape)
     count = math.prod(ishape)
 
@@ -150,15 +156,8 @@ def _build_scatter_elements(name: str, body: Graph, n: Node, threads: int) -> Ke
 
 
 def _build_scatternd(name: str, body: Graph, n: Node, threads: int) -> Kernel:
-    shape = static_shape(n.output.type)
-    ishape = static_shape(n.inputs[1].type)  # type: ignore[union-attr]
+    shape, ishape, out, data, idx, upd, comb, args = _scatter_operands(name, body, n)
     m = ishape[-1]
-    out = Buffer(f"{name}_out", max(math.prod(shape), 1), n.output.type.dtype.name)
-    args: list = [(out, OUTPUT)]
-    data = _bind(f"{name}_data", n.inputs[0], body, args)
-    idx = _bind(f"{name}_idx", n.inputs[1], body, args)
-    upd = _bind(f"{name}_upd", n.inputs[2], body, args)
-    comb = _COMBINE[n.attrs.get("reduction", "none")]
     ostr = _strides(shape)
     size = math.prod(shape[m:])          # elements per update slice
     count = math.prod(ishape[:-1])

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ember.support.dtypes import FLOAT_PREFIXES
+from ember.support.dtypes import is_float_name
 
 _ids = itertools.count()
 
@@ -197,7 +197,7 @@ def as_expr(x: object, dtype: str = "int64") -> Expr:
     if isinstance(x, int):
         return Const(x, dtype if dtype != "bool" else "int64")
     if isinstance(x, float):
-        return Const(x, dtype if dtype.startswith(FLOAT_PREFIXES) else "float32")
+        return Const(x, dtype if is_float_name(dtype) else "float32")
     raise TypeError(f"cannot make an expression of {x!r}")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
-from ember.support.dtypes import FLOAT_PREFIXES
+from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.lower import flat_index
 from ember.te.tensor import Tensor
@@ -39,7 +39,7 @@ def static_shape(t: TensorType) -> tuple[int, ...]:
 
 
 def fconst(v: float, dtype: str = "float32") -> Const:
-    return Const(float(v), dtype) if dtype.startswith(FLOAT_PREFIXES) else Const(int(v), dtype)
+    return Const(float(v), dtype) if is_float_name(dtype) else Const(int(v), dtype)
 
 
 def bcast_read(t: Tensor, out_idx: tuple[Expr, ...]) -> Expr:

@@ -23,7 +23,7 @@ from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.lower.computes import axes_of, clamp, fconst, register, static_shape
-from ember.support.dtypes import FLOAT_PREFIXES
+from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
@@ -184,7 +184,7 @@ def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     scales = attrs.get("scales")
     mode = attrs.get("mode", "nearest")
     dt = x.dtype
-    is_int = not dt.startswith(FLOAT_PREFIXES) and dt != "bool"
+    is_int = not is_float_name(dt) and dt != "bool"
     # the arithmetic dtype: the reference works in float64 for cubic weights and for ints
     wdt = "float64" if mode == "cubic" or is_int or dt == "float64" else "float32"
     axes = []
@@ -272,7 +272,7 @@ def _reduce_norm(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType
     s = _reduce_at(x, axes, keep, pre, op.lower())
     if op != "ReduceL2":
         return [s]
-    if not x.dtype.startswith(FLOAT_PREFIXES):  # the reference takes sqrt in float64, truncates
+    if not is_float_name(x.dtype):  # the reference takes sqrt in float64, truncates
         return [te.compute(shape, lambda *i: Cast(Call("sqrt", (Cast(s[i], "float64"),),
                                                        "float64"), x.dtype), name="l2")]
     return [te.compute(shape, lambda *i: Call("sqrt", (s[i],), x.dtype), name="l2")]

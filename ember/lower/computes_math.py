@@ -18,7 +18,7 @@ import numpy as np
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
 from ember.lower.computes import bcast_read, register, static_shape
-from ember.support.dtypes import FLOAT_PREFIXES
+from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
@@ -31,7 +31,7 @@ BinaryFn = Callable[[Attrs, Expr, Expr], Expr]
 def c(v: float, like: Expr | str) -> Const:
     """``v`` as a constant of the dtype of ``like`` (an expression or a dtype name)."""
     dt = like if isinstance(like, str) else like.dtype
-    if dt.startswith(FLOAT_PREFIXES):
+    if is_float_name(dt):
         return Const(float(v), dt)
     if dt == "bool":
         return Const(bool(v), dt)
@@ -149,7 +149,7 @@ def _bitshift(attrs: Attrs, x: Expr, s: Expr) -> Expr:
 @nary("Mod")
 def _mod(attrs: Attrs, a: Expr, b: Expr) -> Expr:
     fmod = bool(attrs.get("fmod", 0))
-    if a.dtype.startswith(FLOAT_PREFIXES):
+    if is_float_name(a.dtype):
         r: Expr = fn("fmod", a, b)
         if fmod:
             return r
@@ -167,7 +167,7 @@ def _mod(attrs: Attrs, a: Expr, b: Expr) -> Expr:
 
 @unary("Sign")
 def _sign(attrs: Attrs, x: Expr) -> Expr:
-    zero_or_nan = x if x.dtype.startswith(FLOAT_PREFIXES) else c(0, x)
+    zero_or_nan = x if is_float_name(x.dtype) else c(0, x)
     pos = Select(Bin(">", x, c(0, x)), c(1, x), zero_or_nan)
     if x.dtype.startswith("uint"):
         return pos
@@ -238,7 +238,7 @@ def _shrink(attrs: Attrs, x: Expr) -> Expr:
     truncate back, as the reference does."""
     lambd, bias = attrs.get("lambd", 0.5), attrs.get("bias", 0.0)
     dt = x.dtype
-    v = x if dt.startswith(FLOAT_PREFIXES) else Cast(x, "float64")
+    v = x if is_float_name(dt) else Cast(x, "float64")
     y = Select(Bin("<", v, c(-lambd, v)), v + c(bias, v),
                Select(Bin(">", v, c(lambd, v)), v - c(bias, v), c(0, v)))
     return y if y.dtype == dt else Cast(y, dt)

@@ -19,7 +19,7 @@ from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.lower.computes import bcast_read, clamp, fconst, register, static_shape
-from ember.support.dtypes import FLOAT_PREFIXES
+from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
@@ -95,7 +95,7 @@ def _lp_pool(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Te
     """One window reduction of |x|^p (taps outside the input under a lazy Select), then the
     1/p power as its epilogue."""
     x = ins[0]
-    if not x.dtype.startswith(FLOAT_PREFIXES):
+    if not is_float_name(x.dtype):
         raise CompileError(f"LpPool needs a float input, got {x.dtype}")
     k = [int(v) for v in attrs["kernel_shape"]]
     nd = len(k)

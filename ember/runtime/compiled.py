@@ -214,17 +214,16 @@ class CompiledModel:
         with self._lock:
             self._module.set_plan(plan["programs"])
             self._meta["plan"] = copy.deepcopy(dict(plan))
-            prof = self._meta.get("profile")
-            if isinstance(prof, dict):
-                prof["entries"] = plan_entries(plan["programs"])
 
     def profile(self, feeds: Mapping[str, Any], runs: int = 10) -> Any:
         """Time every kernel and rTask over ``runs`` runs (see ``ember.runtime.profile``)."""
         from ember.runtime.profile import profile_model
 
         values = self._order(feeds)
-        return profile_model(self._module, self._meta.get("profile"),
-                             lambda: self._execute(values), runs)
+        meta = self._meta.get("profile")
+        if meta and "plan" in self._meta:   # the entries are the plan's rTasks
+            meta = {**meta, "entries": plan_entries(self._meta["plan"]["programs"])}
+        return profile_model(self._module, meta, lambda: self._execute(values), runs)
 
     # ------------------------------------------------------------------ persistence
 
@@ -254,7 +253,8 @@ def load_model(path: str | os.PathLike[str]) -> CompiledModel:
 
 
 def plan_entries(programs: list[list[int]]) -> list[list[int]]:
-    """[vEU, kernel, begin, end] of each rTask of an encoded plan, in profile-entry order."""
+    """[vEU, kernel, begin, end] of each rTask of an encoded plan, in profile-entry order (the
+    runtime reads plans in their encoded form; ``ExecutionPlan.entries`` is the same list)."""
     return [[v, p[i], p[i + 1], p[i + 2]] for v, p in enumerate(programs)
             for i in range(0, len(p), 3) if p[i] >= 0]
 

@@ -63,10 +63,10 @@ class Profile:
 
 def profile_model(module: NativeModule, meta: dict[str, Any] | None, run: Callable[[], Any],
                   runs: int = 10, warmup: int = 2) -> Profile:
-    """Profile the library ``module`` (its compile-time profile ``meta``) over ``runs`` calls
-    of ``run``, which runs one inference on it."""
+    """Profile the library ``module`` (``meta``: its kernels and its plan's rTask entries)
+    over ``runs`` calls of ``run``, which runs one inference on it."""
     n = module.profile_entries()
-    if not meta or n == 0 or n != len(meta["entries"]):
+    if not meta or n == 0 or n != len(meta.get("entries", ())):
         raise EmberError("this compiled model has no profiling data; recompile it with this "
                          "version of ember")
     for _ in range(warmup):

@@ -13,7 +13,7 @@ kernels and ``schedule="auto"`` compares plans without recompiling.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ember.errors import CompileError
@@ -64,9 +64,22 @@ class ExecutionPlan:
         self._check_progress()
 
     def _check_progress(self) -> None:
-        """Simulate the step counters: every vEU must reach the end of its program."""
-        steps = [0] * self.num_veus
+        """Every wait names another vEU and a step it reaches; every vEU reaches its end."""
         final = [sum(isinstance(e, RTask) for e in p) for p in self.programs]
+        for v, prog in enumerate(self.programs):
+            for e in prog:
+                for u, s in e.waits if isinstance(e, Barrier) else ():
+                    if u == v or not 0 <= u < self.num_veus or s > final[u]:
+                        raise CompileError(f"vEU {v} waits for vEU {u} step {s}, which "
+                                           "never comes")
+        for _ in self.walk():
+            pass
+
+    def walk(self) -> Iterator[tuple[int, Entry]]:
+        """Replay the step counters: yield (vEU, entry) in an order the plan allows — a wait
+        only once the steps it names have been yielded; CompileError if the vEUs would stop
+        waiting for each other (a deadlock). Validation, the simulator and the tests share it."""
+        steps = [0] * self.num_veus
         pcs = [0] * self.num_veus
         moved = True
         while moved:
@@ -74,19 +87,30 @@ class ExecutionPlan:
             for v, prog in enumerate(self.programs):
                 while pcs[v] < len(prog):
                     e = prog[pcs[v]]
-                    if isinstance(e, Barrier):
-                        for u, s in e.waits:
-                            if u == v or not 0 <= u < self.num_veus or s > final[u]:
-                                raise CompileError(f"vEU {v} waits for vEU {u} step {s}, "
-                                                   "which never comes")
-                        if any(steps[u] < s for u, s in e.waits):
-                            break
-                    else:
+                    if isinstance(e, Barrier) and any(steps[u] < s for u, s in e.waits):
+                        break
+                    if isinstance(e, RTask):
                         steps[v] += 1
                     pcs[v] += 1
                     moved = True
+                    yield v, e
         if any(pc < len(p) for pc, p in zip(pcs, self.programs)):
             raise CompileError("the plan deadlocks: its vEUs wait for each other")
+
+    def waited_entries(self) -> list[tuple[int, int]]:
+        """(vEU, entry index in ``entries()`` order) of every rTask that follows a wait."""
+        out, i = [], 0
+        for v, prog in enumerate(self.programs):
+            pending = False
+            for e in prog:
+                if isinstance(e, Barrier):
+                    pending = True
+                    continue
+                if pending:
+                    out.append((v, i))
+                pending = False
+                i += 1
+        return out
 
     def entries(self) -> list[tuple[int, int, int, int]]:
         """(vEU, kernel, begin, end) of every rTask, vEU by vEU in program order: the
@@ -158,7 +182,6 @@ class PlanBuilder:
     def __init__(self, num_veus: int, deps: Sequence[Sequence[int]], policy: str) -> None:
         self.plan = ExecutionPlan(num_veus, [[] for _ in range(num_veus)], policy)
         self.deps = deps
-        self.steps = [0] * num_veus
         self.last: dict[int, dict[int, int]] = {}          # kernel -> vEU -> step
         self.know = [[0] * num_veus for _ in range(num_veus)]
         self.history: list[list[list[int]]] = [[[0] * num_veus] for _ in range(num_veus)]
@@ -177,7 +200,7 @@ class PlanBuilder:
             for u, s in need.items():
                 self.know[v] = [max(a, b) for a, b in zip(self.know[v], self.history[u][s])]
         self.plan.programs[v].append(RTask(k, begin, end))
-        self.steps[v] += 1
-        self.know[v][v] = self.steps[v]
+        step = len(self.history[v])          # this rTask's step on v
+        self.know[v][v] = step
         self.history[v].append(list(self.know[v]))
-        self.last.setdefault(k, {})[v] = self.steps[v]
+        self.last.setdefault(k, {})[v] = step

@@ -67,14 +67,12 @@ def water_fill(n: int, cost: float, starts: Sequence[float]) -> list[int]:
     if cost <= 0:
         counts[order[0]] = n
         return counts
-    # the finish time E using the m earliest units: m * E = n * cost + their start times
-    end = starts[order[0]] + n * cost
+    # the finish time E using the m earliest units (m * E = n * cost + their start times):
+    # the first m whose E comes before the next unit is free
     for m in range(1, len(order) + 1):
-        e = (n * cost + sum(starts[v] for v in order[:m])) / m
-        if m < len(order) and e <= starts[order[m]]:
-            end = e
+        end = (n * cost + sum(starts[v] for v in order[:m])) / m
+        if m == len(order) or end <= starts[order[m]]:
             break
-        end = e
     left = n
     for v in order:
         c = min(left, max(0, int((end - starts[v]) / cost + 1e-9)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ember.sched.plan import Barrier, ExecutionPlan, RTask
+from ember.sched.plan import Barrier, ExecutionPlan
 
 
 @dataclass(frozen=True)
@@ -41,30 +41,17 @@ def levels(kernels: Sequence[KernelInfo]) -> list[int]:
 def simulate(plan: ExecutionPlan, kernels: Sequence[KernelInfo], dev: VDevice
              ) -> list[tuple[float, float]]:
     """Predicted (start, end) seconds of every rTask entry, in ``plan.entries()`` order."""
-    V = plan.num_veus
-    done: list[list[float]] = [[0.0] for _ in range(V)]     # vEU -> step -> finish time
-    now = [0.0] * V
-    pcs = [0] * V
-    spans: list[list[tuple[float, float]]] = [[] for _ in range(V)]
-    progress = True
-    while progress:
-        progress = False
-        for v, prog in enumerate(plan.programs):
-            while pcs[v] < len(prog):
-                e = prog[pcs[v]]
-                if isinstance(e, Barrier):
-                    if any(len(done[u]) <= s for u, s in e.waits):
-                        break
-                    now[v] = max([now[v]] + [done[u][s] + dev.wait_s for u, s in e.waits])
-                else:
-                    assert isinstance(e, RTask)
-                    k = kernels[e.kernel]
-                    end = now[v] + (e.end - e.begin) * k.task_s + dev.task_overhead_s
-                    spans[v].append((now[v], end))
-                    now[v] = end
-                    done[v].append(end)
-                pcs[v] += 1
-                progress = True
+    done: list[list[float]] = [[0.0] for _ in range(plan.num_veus)]  # vEU -> step -> finish
+    now = [0.0] * plan.num_veus
+    spans: list[list[tuple[float, float]]] = [[] for _ in range(plan.num_veus)]
+    for v, e in plan.walk():
+        if isinstance(e, Barrier):
+            now[v] = max([now[v]] + [done[u][s] + dev.wait_s for u, s in e.waits])
+            continue
+        end = now[v] + (e.end - e.begin) * kernels[e.kernel].task_s + dev.task_overhead_s
+        spans[v].append((now[v], end))
+        now[v] = end
+        done[v].append(end)
     return [s for per in spans for s in per]
 
 

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-FLOAT_PREFIXES = ("float", "bfloat")
-"""``name.startswith(FLOAT_PREFIXES)``: a floating-point dtype name (bfloat16 included)."""
+
+def is_float_name(name: str) -> bool:
+    """Whether the dtype ``name`` is a floating-point type (bfloat16 and the narrow floats
+    included): the one test lowering and codegen use."""
+    return name.startswith(("float", "bfloat"))
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class DType:
 
     @property
     def is_float(self) -> bool:
-        return self.name.startswith("float") or self.name == "bfloat16"
+        return is_float_name(self.name)
 
     @property
     def is_narrow(self) -> bool:

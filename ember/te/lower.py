@@ -32,7 +32,7 @@ from ember.loops.ir import (
 )
 from ember.loops.nest import Loop, LoopNest
 from ember.loops.transform import map_expr, substitute
-from ember.support.dtypes import FLOAT_PREFIXES
+from ember.support.dtypes import is_float_name
 from ember.te.tensor import ARG_COMBINERS, ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead
 
 MAX_TILE = 1024
@@ -229,7 +229,7 @@ def _arg_steps(rop: Reduce, pos: Buffer, best: Buffer, at: Expr, value: Expr,
     number (numpy's argmax / argmin return the first NaN)."""
     cur = Load(best, at)
     better: Expr = Bin(">" if rop.combiner == "argmax" else "<", value, cur)
-    if value.dtype.startswith(FLOAT_PREFIXES):
+    if is_float_name(value.dtype):
         better = Bin("||", better, Bin("&&", Bin("!=", value, value), Bin("==", cur, cur)))
     where = flat_index(tuple(a.extent for a in rop.axes), tuple(a.var for a in rop.axes))
     update = seq(Store(pos, at, Select(better, where, Load(pos, at))),

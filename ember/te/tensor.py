@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ember.loops.ir import Const, Expr, Var, as_expr
-from ember.support.dtypes import FLOAT_PREFIXES
+from ember.support.dtypes import is_float_name
 
 _ids = itertools.count()
 
@@ -64,7 +64,7 @@ class Reduce(Expr):
         if self.init is None:
             big = float("inf")  # the identities: a row of -inf has max -inf, as in numpy
             val = {"sum": 0.0, "prod": 1.0, "max": -big, "min": big}[self.combiner]
-            if not self.dtype.startswith(FLOAT_PREFIXES):
+            if not is_float_name(self.dtype):
                 val = {"sum": 0, "prod": 1, "max": -(2**62), "min": 2**62}[self.combiner]
             self.init = Const(val, self.dtype)
 

@@ -27,29 +27,18 @@ def respects(plan: ExecutionPlan, kernels: list[KernelInfo]) -> bool:
             if isinstance(e, RTask):
                 step += 1
                 where.setdefault(e.kernel, {})[v] = step
-    hist = [[[0] * V] for _ in range(V)]
+    hist = [[[0] * V] for _ in range(V)]      # vEU -> step -> what it knew then
     know = [[0] * V for _ in range(V)]
-    pcs = [0] * V
-    moved = True
-    while moved:
-        moved = False
-        for v, prog in enumerate(plan.programs):
-            while pcs[v] < len(prog):
-                e = prog[pcs[v]]
-                if isinstance(e, Barrier):
-                    if any(len(hist[u]) <= s for u, s in e.waits):
-                        break
-                    for u, s in e.waits:
-                        know[v] = [max(a, b) for a, b in zip(know[v], hist[u][s])]
-                else:
-                    for p in kernels[e.kernel].deps:
-                        for u, s in where[p].items():
-                            if u != v and know[v][u] < s:
-                                return False
-                    know[v][v] = len(hist[v])
-                    hist[v].append(list(know[v]))
-                pcs[v] += 1
-                moved = True
+    for v, e in plan.walk():
+        if isinstance(e, Barrier):
+            for u, s in e.waits:
+                know[v] = [max(a, b) for a, b in zip(know[v], hist[u][s])]
+            continue
+        for p in kernels[e.kernel].deps:
+            if any(u != v and know[v][u] < s for u, s in where[p].items()):
+                return False
+        know[v][v] = len(hist[v])
+        hist[v].append(list(know[v]))
     return True
 
 

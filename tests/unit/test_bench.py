@@ -16,6 +16,7 @@ from ember.bench.engines import Engine, Prepared
 from ember.errors import EmberError
 from ember.runtime import probe as probe_mod
 from ember.runtime.probe import MachinePeak
+from ember.sched.plan import ExecutionPlan
 
 PEAK = MachinePeak(2, 100.0, 200.0, {"L1": 400.0, "L2": 150.0, "L3": 90.0, "DRAM": 30.0},
                    {"DRAM": 20.0}, 28.0, "test cpu", "h", "now")
@@ -186,7 +187,8 @@ def test_profile_hooks_time_every_rtask() -> None:
     x = np.random.default_rng(1).standard_normal((64, 128)).astype(np.float32)
     prof = cm.profile({"x": x}, runs=3)
     meta = cm.meta["profile"]
-    assert len(prof.entries) == len(meta["entries"]) > 0
+    plan = ExecutionPlan.from_json(cm.meta["plan"])   # the entries are the plan's rTasks
+    assert [tuple(e) for e in prof.entries] == plan.entries() and prof.entries
     assert prof.times.shape == (3, len(prof.entries), 2)
     assert np.all(prof.times[:, :, 1] >= prof.times[:, :, 0])
     (k,) = [k for k in prof.kernels if k.op == "MatMul"]

@@ -260,23 +260,44 @@ def _outputs(ctx: Ctx, rec: Recurrence, runs: list[tuple[list[Value], list[Value
     return outs
 
 
+def _projection(ctx: Ctx, rec: Recurrence, d: int, w: Value, b: Value | None) -> Value:
+    """Every step's input projection at once: ``X · W[d]ᵀ + (Wb + Rb)`` [S*B, G*H]."""
+    wb, rb = _bias_halves(ctx, rec, d, b)
+    xw = ctx.add1("MatMul", [rec.x2, _t(ctx, _direction(ctx, d, w))])
+    return xw if wb is None or rb is None else ctx.add1("Add", [xw, ctx.add1("Add", [wb, rb])])
+
+
+def _gates(ctx: Ctx, rec: Recurrence, xw: Value, t: int, h: Value | None, rt: Value) -> Value:
+    """Step ``t``'s pre-activations: its rows of the projection, plus ``h · Rᵀ`` after the
+    first step (the MatMul + Add that ``passes/fuse_lstm.py`` recognizes)."""
+    n = rec.batch
+    g = _rows(ctx, xw, t * n, (t + 1) * n)
+    return g if h is None else ctx.add1("Add", [ctx.add1("MatMul", [h, rt]), g])
+
+
+def _convert(ctx: Ctx, op: str, ins: list[Value | None], n_states: int, attrs: Attrs,
+             direction: Callable[..., tuple[list[Value], list[Value]]]) -> list[Value]:
+    """The common converter: ``ins`` = X, W, R, B, sequence_lens, then the ``n_states`` initial
+    states and any extra inputs; ``direction(ctx, rec, d, [W, R, B, states..., extra...],
+    cell)`` unrolls one direction."""
+    rec, states = _prepare(ctx, op, ins, n_states, attrs)
+    rest = [*ins[1:4], *states, *ins[5 + n_states:]]
+    runs = [direction(ctx, rec, d, rest, _cell_attrs(op, attrs, d, len(rec.reverse)))
+            for d in range(len(rec.reverse))]
+    return _outputs(ctx, rec, runs)
+
+
 # --------------------------------------------------------------------------- LSTM
 def _lstm_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], cell: Attrs
                     ) -> tuple[list[Value], list[Value]]:
     w, r, b, h0, c0, p = ins
     assert w is not None and r is not None
-    wb, rb = _bias_halves(ctx, rec, d, b)
-    xw = ctx.add1("MatMul", [rec.x2, _t(ctx, _direction(ctx, d, w))])    # [S*B, 4H]
-    if wb is not None and rb is not None:
-        xw = ctx.add1("Add", [xw, ctx.add1("Add", [wb, rb])])
+    xw = _projection(ctx, rec, d, w, b)                                  # [S*B, 4H]
     rt = _t(ctx, _direction(ctx, d, r))
     peep = [_direction(ctx, d, p)] if p is not None else []
-    n = rec.batch
 
     def step(t: int, h: Value | None, c: Value | None) -> tuple[Value, Value | None]:
-        gates = _rows(ctx, xw, t * n, (t + 1) * n)
-        if h is not None:
-            gates = ctx.add1("Add", [ctx.add1("MatMul", [h, rt]), gates])
+        gates = _gates(ctx, rec, xw, t, h, rt)
         state = ctx.add1("LSTMCell", [gates, c, *peep], cell)       # [2, B, H] = (Ht, Ct)
         h_t, c_t = (ctx.add1("Squeeze", [_rows(ctx, state, k, k + 1)], {"axes": [0]})
                     for k in (0, 1))
@@ -288,12 +309,7 @@ def _lstm_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], 
 @converter("LSTM", since=7)
 def lstm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     """Y [S, dirs, B, H], Y_h and Y_c [dirs, B, H] (batch-major with layout 1)."""
-    x, w, r, b, lens, h0, c0, p = ctx.inputs(ins, 8, 3)
-    rec, (h0, c0) = _prepare(ctx, "LSTM", [x, w, r, b, lens, h0, c0, p], 2, attrs)
-    runs = [_lstm_direction(ctx, rec, d, [w, r, b, h0, c0, p],
-                            _cell_attrs("LSTM", attrs, d, len(rec.reverse)))
-            for d in range(len(rec.reverse))]
-    return _outputs(ctx, rec, runs)
+    return _convert(ctx, "LSTM", ctx.inputs(ins, 8, 3), 2, attrs, _lstm_direction)
 
 
 # --------------------------------------------------------------------------- GRU
@@ -344,12 +360,7 @@ def _gru_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], c
 @converter("GRU", since=7)
 def gru(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     """Y [S, dirs, B, H] and Y_h [dirs, B, H] (batch-major with layout 1)."""
-    x, w, r, b, lens, h0 = ctx.inputs(ins, 6, 3)
-    rec, (h0,) = _prepare(ctx, "GRU", [x, w, r, b, lens, h0], 1, attrs)
-    runs = [_gru_direction(ctx, rec, d, [w, r, b, h0],
-                           _cell_attrs("GRU", attrs, d, len(rec.reverse)))
-            for d in range(len(rec.reverse))]
-    return _outputs(ctx, rec, runs)
+    return _convert(ctx, "GRU", ctx.inputs(ins, 6, 3), 1, attrs, _gru_direction)
 
 
 # --------------------------------------------------------------------------- RNN
@@ -357,18 +368,11 @@ def _rnn_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], c
                    ) -> tuple[list[Value], list[Value]]:
     w, r, b, h0 = ins
     assert w is not None and r is not None
-    wb, rb = _bias_halves(ctx, rec, d, b)
-    xw = ctx.add1("MatMul", [rec.x2, _t(ctx, _direction(ctx, d, w))])    # [S*B, H]
-    if wb is not None and rb is not None:
-        xw = ctx.add1("Add", [xw, ctx.add1("Add", [wb, rb])])
+    xw = _projection(ctx, rec, d, w, b)                                  # [S*B, H]
     rt = _t(ctx, _direction(ctx, d, r))
-    n = rec.batch
 
     def step(t: int, h: Value | None, _c: Value | None) -> tuple[Value, Value | None]:
-        g = _rows(ctx, xw, t * n, (t + 1) * n)
-        if h is not None:
-            g = ctx.add1("Add", [ctx.add1("MatMul", [h, rt]), g])
-        return ctx.add1("RNNCell", [g], cell), None
+        return ctx.add1("RNNCell", [_gates(ctx, rec, xw, t, h, rt)], cell), None
 
     return _unroll(ctx, rec, d, step, h0)
 
@@ -376,9 +380,4 @@ def _rnn_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], c
 @converter("RNN", since=7)
 def rnn(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     """Y [S, dirs, B, H] and Y_h [dirs, B, H] (batch-major with layout 1)."""
-    x, w, r, b, lens, h0 = ctx.inputs(ins, 6, 3)
-    rec, (h0,) = _prepare(ctx, "RNN", [x, w, r, b, lens, h0], 1, attrs)
-    runs = [_rnn_direction(ctx, rec, d, [w, r, b, h0],
-                           _cell_attrs("RNN", attrs, d, len(rec.reverse)))
-            for d in range(len(rec.reverse))]
-    return _outputs(ctx, rec, runs)
+    return _convert(ctx, "RNN", ctx.inputs(ins, 6, 3), 1, attrs, _rnn_direction)
