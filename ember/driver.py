@@ -15,13 +15,20 @@ import numpy as np
 import onnx
 
 from ember import autosched
-from ember.codegen.program import BoundKernel, ParamBlob, emit_program, kernel_symbol
-from ember.errors import EmberError, UnsupportedOpError
+from ember.codegen.program import (
+    BoundKernel,
+    ParamBlob,
+    emit_program,
+    kernel_symbol,
+    symbolic_template,
+)
+from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
 from ember.kernel.base import OUTPUT, Kernel
 from ember.kernel.cost import kernel_cost
 from ember.kernel.select import build_kernel
+from ember.lower import dims
 from ember.passes import pipeline
 from ember.passes.cse import attr_key
 from ember.passes.memplan import MemoryPlan, kernel_dependencies
@@ -47,6 +54,7 @@ class Compilation:
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     roller: list[dict[str, Any]] = field(default_factory=list)   # top-K records per kernel
+    symbols: dims.SymbolTable | None = None    # a symbolic program's dims (None: static)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -74,23 +82,28 @@ def _progress(msg: str) -> None:
 def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, Any] | None = None,
           *, num_threads: int | None = None,
           dump: Callable[[str, Graph], None] | None = None,
-          verify_each: bool = False, topk: int | None = None) -> Compilation:
+          verify_each: bool = False, topk: int | None = None,
+          dim_hints: dict[str, int] | None = None) -> Compilation:
+    """Compile ``model`` to C. Inputs with symbolic dims (``dim_param``) left open by
+    ``input_shapes`` make a symbolic program: compiled once, run at any value of the symbols
+    (``dim_hints``: the representative sizes its kernels are scheduled for, default 128)."""
     t = time.perf_counter()
     g = import_model(model, input_shapes)
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
                        output_names=[v.name for v in g.outputs])
-    for v in g.inputs:
-        if not v.type.is_static:
-            raise EmberError(f"input {v.name!r} has symbolic shape {v.type}; pass "
-                             f"input_shapes={{{v.name!r}: (...)}} (dynamic models need the VM)")
-    _require_static_shapes(g)
+    table = _symbol_table(g, dim_hints or {})
+    if table is None:
+        _require_static_shapes(g)
     comp.timings["import"] = time.perf_counter() - t
     t = time.perf_counter()
     verify_each = verify_each or os.environ.get("EMBER_VERIFY") == "1"
     g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=verify_each, dump=dump)
     _copy_outputs(g)
+    if table is not None:
+        _require_input_symbols(g, table)
     g = pipeline.run(g, pipeline.PLAN, dump=dump)
     comp.graph = g
+    comp.symbols = table
     comp.timings["passes"] = time.perf_counter() - t
     t = time.perf_counter()
     fused = [n for n in g.nodes if n.op == "Fused"]
@@ -98,22 +111,69 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
     picker = TopK(threads, device_spec(threads), default_topk() if topk is None else topk)
     ctx = picker.context()
     built: dict[tuple, Kernel] = {}
-    for i, n in enumerate(fused):
-        if len(fused) > 20 and i % 20 == 0:
-            _progress(f"kernels {i}/{len(fused)}")
-        key = _body_key(n)
-        if key not in built:
-            built[key] = build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx)
-        comp.kernels.append(built[key])
-    comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
-    comp.plan.validate([k.ntasks for k in comp.kernels])
+    with dims.symbols(table or dims.SymbolTable()):
+        for i, n in enumerate(fused):
+            if len(fused) > 20 and i % 20 == 0:
+                _progress(f"kernels {i}/{len(fused)}")
+            key = _body_key(n)
+            if key not in built:
+                built[key] = _build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx,
+                                           table is not None)
+            comp.kernels.append(built[key])
+    if table is None:
+        comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
+        comp.plan.validate([k.ntasks for k in comp.kernels])
+    else:
+        comp.plan = symbolic_template(len(comp.kernels), threads)
     bound, comp.params = _bind(g, fused, comp.kernels)
-    comp.source = emit_program(bound, comp.plan)
+    slots = len(comp.memory_plan.slot_types)
+    comp.source = emit_program(bound, comp.plan, len(table.names) if table else 0, slots)
     comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s
     comp.timings["construct"] = ctx.construct_s
     comp.timings["profile_topk"] = picker.measure_s
     comp.roller = ctx.log
     return comp
+
+
+def _symbol_table(g: Graph, hints: dict[str, int]) -> dims.SymbolTable | None:
+    """The symbols of the inputs' open dims, in order of appearance (None: a static model)."""
+    names: list[str] = []
+    for v in g.inputs:
+        for d in v.type.shape:
+            for a in sorted(dims.free_atoms(d)):
+                if a not in names:
+                    names.append(a)
+    if not names:
+        return None
+    return dims.SymbolTable(list(names), {n: int(hints.get(n, dims.DEFAULT_HINT))
+                                          for n in names})
+
+
+def _require_input_symbols(g: Graph, table: dims.SymbolTable) -> None:
+    """Every dim of a symbolic program is a function of the input symbols; a dim computed from
+    data (NonZero's count, a Reshape to a run-time shape...) needs the VM's shape functions."""
+    known = set(table.names)
+    for n in g.nodes:
+        for o in n.outputs:
+            extra = set().union(*(dims.free_atoms(d) for d in o.type.shape)) - known
+            if extra:
+                raise UnsupportedOpError(
+                    f"node {n.name!r} ({n.attrs.get('master', n.op)}): its output {o.type} has "
+                    f"dims computed from data at run time ({', '.join(sorted(extra))}); such "
+                    "models need ember's VM, which does not run them yet; fix the input shapes "
+                    "with input_shapes=... to compile a static model")
+
+
+def _build_kernel(name: str, n: Node, ctx: Any, symbolic: bool) -> Kernel:
+    if not symbolic:
+        return build_kernel(name, n, ctx)
+    try:
+        return build_kernel(name, n, ctx)
+    except (TypeError, CompileError) as e:
+        raise UnsupportedOpError(
+            f"node {n.name!r} ({n.attrs['master']}): no kernel for its symbolic shapes "
+            f"({', '.join(str(v.type) for v in n.present_inputs())}) yet ({e}); fix the "
+            "input shapes with input_shapes=... to compile a static model") from e
 
 
 def default_schedule() -> str:
@@ -156,18 +216,22 @@ def _require_static_shapes(g: Graph) -> None:
 def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
             input_shapes: dict[str, Any] | None = None, target: str = "cpu",
             *, num_threads: int | None = None, topk: int | None = None,
-            schedule: str | None = None, profile: bool = True) -> CompiledModel:
+            schedule: str | None = None, profile: bool = True,
+            dim_hints: dict[str, int] | None = None) -> CompiledModel:
     """Compile ``model`` for the CPU. ``schedule``: "auto" (time every plan, keep the fastest),
     "sequential", "rammer" or "ios"; their costs come from profiling the compiled kernels
-    (``profile=False``: predicted from the kernels' flops and bytes)."""
+    (``profile=False``: predicted from the kernels' flops and bytes). Inputs whose dims stay
+    symbolic (a ``dim_param`` not fixed by ``input_shapes``) give a model compiled once for any
+    value of them; ``dim_hints`` names the sizes its kernels are tuned for (default 128)."""
     return compile_full(model, input_shapes, target, num_threads=num_threads, topk=topk,
-                        schedule=schedule, profile=profile)[1]
+                        schedule=schedule, profile=profile, dim_hints=dim_hints)[1]
 
 
 def compile_full(model: onnx.ModelProto | str | os.PathLike,
                  input_shapes: dict[str, Any] | None = None, target: str = "cpu",
                  *, num_threads: int | None = None, topk: int | None = None,
-                 schedule: str | None = None, profile: bool = True
+                 schedule: str | None = None, profile: bool = True,
+                 dim_hints: dict[str, int] | None = None
                  ) -> tuple[Compilation, CompiledModel]:
     """``compile``, also returning the Compilation (graph, kernels, plan) behind the model."""
     if target != "cpu":
@@ -176,13 +240,13 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike,
     if policy not in ("auto",) + autosched.POLICIES:
         raise EmberError(f"unknown schedule {policy!r}; choose one of auto, "
                          f"{', '.join(autosched.POLICIES)}")
-    comp = build(model, input_shapes, num_threads=num_threads, topk=topk)
+    comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints)
     t = time.perf_counter()
     _progress(f"compiling {len(comp.source) // 1024} KiB of C")
     lib = compile_shared(comp.source)
     comp.timings["cc"] = time.perf_counter() - t
     cm = CompiledModel(lib, comp.params, _meta(comp), comp.source)
-    if policy != "sequential" and cm.num_threads > 1:
+    if policy != "sequential" and cm.num_threads > 1 and comp.symbols is None:
         t = time.perf_counter()
         _progress(f"scheduling ({policy})")
         fused = [n for n in comp.graph.nodes if n.op == "Fused"]
@@ -198,27 +262,53 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike,
 def _meta(comp: Compilation) -> dict[str, Any]:
     g = comp.graph
     assert comp.plan is not None
-    return {
+    table = comp.symbols
+
+    def shape(v: Value) -> list[int | str]:
+        return [dims.text(d, table) if table else int(d)  # type: ignore[call-overload]
+                for d in v.type.shape]
+
+    meta: dict[str, Any] = {
         "format": 1, "ember_version": VERSION, "target": "cpu", "graph_name": g.name,
-        "inputs": [{"name": name, "shape": list(v.type.shape), "dtype": v.type.dtype.name}
+        "inputs": [{"name": name, "shape": shape(v), "dtype": v.type.dtype.name}
                    for name, v in zip(comp.input_names, g.inputs)],
-        "outputs": [{"name": name, "shape": list(v.type.shape), "dtype": v.type.dtype.name}
+        "outputs": [{"name": name, "shape": shape(v), "dtype": v.type.dtype.name}
                     for name, v in zip(comp.output_names, g.outputs)],
         "workspace_bytes": comp.memory_plan.workspace_bytes,
         "num_threads": comp.plan.num_veus, "kernels": len(comp.kernels),
         "source_sha256": hashlib.sha256(comp.source.encode()).hexdigest(),
-        "profile": _profile_meta(comp), "plan": comp.plan.to_json(),
+        "profile": _profile_meta(comp),
         "timings": {k: round(v, 4) for k, v in comp.timings.items()},
         "roller": comp.roller,
     }
+    if table is None:
+        meta["plan"] = comp.plan.to_json()
+    else:   # the plan is scaled to the dims at run time; the memory plan is laid out then
+        mp = comp.memory_plan
+        meta["dims"] = [{"name": n, "hint": table.hints[n]} for n in table.names]
+        meta["slots"] = [_nbytes_text(t, table) for t in mp.slot_types]
+        meta["slot_events"] = [[slot, int(alloc)] for slot, alloc in mp.events]
+    return meta
+
+
+def _nbytes_text(t: Any, table: dims.SymbolTable) -> int | str:
+    """A buffer's byte size as a run-time dim expression."""
+    parts = [dims.text(d, table) for d in t.shape]
+    static = t.dtype.itemsize
+    for p in parts:
+        if isinstance(p, int):
+            static *= p
+    sym = [p for p in parts if isinstance(p, str)]
+    return "*".join([str(static)] + sym) if sym else static
 
 
 def _profile_meta(comp: Compilation) -> dict[str, Any]:
-    """Each kernel's name, operator, flops and bytes (the rTask entries come from the plan)."""
+    """Each kernel's name, operator, flops and bytes (the rTask entries come from the plan);
+    a symbolic program's costs depend on its dims and are left at 0."""
     fused = [n for n in comp.graph.nodes if n.op == "Fused"]
     kernels = []
     for i, (n, k) in enumerate(zip(fused, comp.kernels)):
-        flops, nbytes = kernel_cost(n, k)
+        flops, nbytes = kernel_cost(n, k) if comp.symbols is None else (0, 0)
         kernels.append({"name": kernel_symbol(i, k), "op": n.attrs["master"], "flops": flops,
                         "bytes": nbytes})
     return {"kernels": kernels}
@@ -275,6 +365,8 @@ def _bind(g: Graph, fused: list[Node], kernels: list[Kernel]
             return f"(char *)g_in[{s.index}]{off}"
         if s.kind == "output":
             return f"(char *)g_out[{s.index}]{off}"
+        if plan.symbolic:
+            return f"g_ws + g_off[{s.index}]" + (f" + {s.offset}" if s.offset else "")
         return f"g_ws + {s.index + s.offset}"
 
     bound = []

@@ -25,6 +25,7 @@ from ember.loops.ir import (
     Call,
     Cast,
     Const,
+    DimVar,
     Eval,
     Expr,
     For,
@@ -147,6 +148,8 @@ class CEmitter:
 
     # ------------------------------------------------------------ expressions
     def var(self, v: Var) -> str:
+        if isinstance(v, DimVar):  # a symbolic dim: the program's run-time dims table
+            return f"g_dims[{v.slot}]"
         if v not in self.vars:  # the name without the global ids, so equal kernels read equal
             base = re.sub(r"_?\d+", "", "".join(ch if ch.isalnum() else "_" for ch in v.name))
             self.vars[v] = f"{base or 'v'}_{len(self.vars)}"

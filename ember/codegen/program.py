@@ -31,7 +31,8 @@ import numpy as np
 from ember.codegen.c import BufferBinding, CEmitter
 from ember.codegen.cmath import MATH_C
 from ember.kernel.base import T0, T1, Kernel
-from ember.loops.ir import Buffer, Scope
+from ember.loops.ir import Buffer, Scope, as_expr
+from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan
 from ember.support.text import TextBuffer
 
@@ -149,10 +150,20 @@ class ParamBlob:
         return np.frombuffer(bytes(self._blob) or b"\0", dtype=np.uint8).copy()
 
 
-def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan) -> str:
+def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 0,
+                 num_slots: int = 0) -> str:
+    """The program's C source. ``num_dims`` > 0 makes it symbolic (Nimble §3.5): kernels read
+    their symbolic dims from ``g_dims``, the workspace addresses of ``num_slots`` buffers come
+    from ``g_off`` (the memory plan is laid out at run time), rTask counts are computed from
+    the dims, and the plan's rTask ranges are scaled to them (``plan`` is a template whose
+    kernel ``k`` has ``num_veus`` rTasks, see ``symbolic_template``); ``ember_set_dims(dims,
+    offsets)`` sets all of it before a run."""
     out = TextBuffer()
     for line in PRELUDE.splitlines():
         out.line(line)
+    if num_dims:
+        out.line(f"static int64_t g_dims[{num_dims}];")
+        out.line(f"static int64_t g_off[{max(num_slots, 1)}];")
     support: dict[str, str] = {}
     for bk in kernels:
         support.update(bk.kernel.support)
@@ -165,12 +176,14 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan) -> str:
         out.line(f"/* {bk.kernel.doc} ({bk.kernel.ntasks} rTasks) */")
         out.line(f"static void {_kname(i, bk)}(int64_t t0, int64_t t1) {{ {fn}(t0, t1{args}); }}")
     out.line()
-    _emit_tables(kernels, out)
+    _emit_tables(kernels, out, num_dims > 0)
     T = plan.num_veus
     if T > 1:
         for line in SYNC.replace("%(T)d", str(T)).splitlines():
             out.line(line)
-    _emit_plan(plan, out)
+    _emit_plan(plan, out, num_dims > 0)
+    if num_dims:
+        _emit_set_dims(plan, num_dims, num_slots, out)
     _emit_entry(plan, out)
     return out.getvalue()
 
@@ -216,27 +229,40 @@ def _kname(i: int, bk: BoundKernel) -> str:
     return kernel_symbol(i, bk.kernel)
 
 
-def _emit_tables(kernels: list[BoundKernel], out: TextBuffer) -> None:
+def _emit_tables(kernels: list[BoundKernel], out: TextBuffer, symbolic: bool) -> None:
     names = ", ".join(_kname(i, bk) for i, bk in enumerate(kernels))
-    counts = ", ".join(str(bk.kernel.ntasks) for bk in kernels)
     out.line("typedef void (*em_task_fn)(int64_t, int64_t);")
     out.line(f"#define EM_NK {len(kernels)}")
     out.line(f"static em_task_fn const em_kernels[EM_NK] = {{{names}}};")
-    out.line(f"static const int64_t em_ntasks[EM_NK] = {{{counts}}};")
+    if symbolic:   # rTask counts are expressions of the dims: ``em_count_tasks`` sets them
+        out.line("static int64_t em_ntasks[EM_NK];")
+        em = CEmitter(BufferBinding({}))
+        with out.indented("static void em_count_tasks(void) {", "}"):
+            for i, bk in enumerate(kernels):
+                out.line(f"em_ntasks[{i}] = {em.expr(as_expr(bk.kernel.ntasks))};")
+    else:
+        counts = ", ".join(str(bk.kernel.ntasks) for bk in kernels)
+        out.line(f"static const int64_t em_ntasks[EM_NK] = {{{counts}}};")
     with out.indented("static void em_sequential(void) {", "}"):
         out.line("for (int k = 0; k < EM_NK; ++k) em_kernels[k](0, em_ntasks[k]);")
 
 
-def _emit_plan(plan: ExecutionPlan, out: TextBuffer) -> None:
+def _emit_plan(plan: ExecutionPlan, out: TextBuffer, symbolic: bool = False) -> None:
     """The compiled-in plan (encoded triples, see ``ExecutionPlan.encode``), the tables the
-    runner reads, and ``ember_set_plan``, which swaps in another plan over the same kernels."""
+    runner reads, and ``ember_set_plan``, which swaps in another plan over the same kernels.
+    A symbolic program's plan is a template (``em_tmpl_v``) scaled into ``em_plan_v``."""
     T = plan.num_veus
     for v, flat in enumerate(plan.encode()):
         body = ", ".join(map(str, flat)) or "0"
-        out.line(f"static const int64_t em_plan_v{v}[] = {{{body}}};")
+        if symbolic:
+            out.line(f"static const int64_t em_tmpl_v{v}[] = {{{body}}};")
+            out.line(f"static int64_t em_plan_v{v}[{max(len(flat), 1)}];")
+        else:
+            out.line(f"static const int64_t em_plan_v{v}[] = {{{body}}};")
     progs = ", ".join(f"em_plan_v{v}" for v in range(T))
     lens = ", ".join(str(len(f) // 3) for f in plan.encode())
-    out.line(f"static const int64_t *g_prog[{T}] = {{{progs}}};")
+    const = "" if symbolic else "const "
+    out.line(f"static {const}int64_t *g_prog[{T}] = {{{progs}}};")
     out.line(f"static int64_t g_len[{T}] = {{{lens}}};")
     out.line(f"static int64_t g_base[{T}];")
     out.line("static int64_t g_entries = -1;")
@@ -302,6 +328,49 @@ static void em_run_veu(int v) {
   }
 }
 """
+
+
+SET_DIMS_C = r"""
+/* A symbolic program's run-time sizes: its dims, the workspace offset of each buffer slot;
+   then the rTask counts and the plan's ranges: template task b of T becomes
+   [n * b / T, n * e / T) of the kernel's n rTasks. Returns 0, or -1 when a dim is negative. */
+int ember_set_dims(const int64_t *dims, const int64_t *offsets) {
+  for (int i = 0; i < %(D)d; ++i) { if (dims[i] < 0) return -1; g_dims[i] = dims[i]; }
+  for (int i = 0; i < %(S)d; ++i) g_off[i] = offsets[i];
+  em_count_tasks();
+  static const int64_t *const tmpl[%(T)d] = {%(TMPL)s};
+  static int64_t *const dst[%(T)d] = {%(DST)s};
+  for (int v = 0; v < %(T)d; ++v) {
+    g_prog[v] = dst[v];
+    for (int64_t i = 0; i < g_len[v]; ++i) {
+      const int64_t *t = tmpl[v] + 3 * i;
+      int64_t *d = dst[v] + 3 * i;
+      d[0] = t[0];
+      if (t[0] >= 0) {
+        d[1] = em_ntasks[t[0]] * t[1] / %(T)d; d[2] = em_ntasks[t[0]] * t[2] / %(T)d;
+      } else { d[1] = t[1]; d[2] = t[2]; }
+    }
+  }
+  return 0;
+}
+int ember_num_dims(void) { return %(D)d; }
+"""
+
+
+def _emit_set_dims(plan: ExecutionPlan, num_dims: int, num_slots: int, out: TextBuffer) -> None:
+    T = plan.num_veus
+    text = SET_DIMS_C % {"D": num_dims, "S": num_slots, "T": T,
+                         "TMPL": ", ".join(f"em_tmpl_v{v}" for v in range(T)),
+                         "DST": ", ".join(f"em_plan_v{v}" for v in range(T))}
+    for line in text.splitlines():
+        out.line(line)
+
+
+def symbolic_template(num_kernels: int, num_veus: int) -> ExecutionPlan:
+    """The plan template of a symbolic program: the sequential plan as if every kernel had
+    ``num_veus`` rTasks (vEU v runs task v), a barrier after each kernel. ``ember_set_dims``
+    scales task v of kernel k to its share of the kernel's real rTask count (maybe empty)."""
+    return sequential.schedule([num_veus] * num_kernels, num_veus)
 
 
 def _emit_entry(plan: ExecutionPlan, out: TextBuffer) -> None:

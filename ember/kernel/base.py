@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ember.loops.ir import Buffer, Stmt, Var
+from ember.loops.ir import Buffer, Extent, Stmt, Var
 
 T0 = Var("t0")
 T1 = Var("t1")
@@ -22,7 +22,7 @@ OUTPUT = -1
 class Kernel:
     name: str
     body: Stmt
-    ntasks: int
+    ntasks: Extent      # an expression of the program's DimVars for a symbolic kernel
     # global buffers: bound to the fused node's input i (int >= 0), its output (OUTPUT),
     # or a constant array (weights, possibly repacked by the generator)
     args: list[tuple[Buffer, int | np.ndarray]]

@@ -10,8 +10,13 @@ from ember.ir.ops import registry
 from ember.ir.ops.registry import Pattern
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.roller import RollerContext, stream
-from ember.kernel.schedule import default_schedule, flatten_elementwise, transpose_schedule
-from ember.loops.ir import Buffer, Store
+from ember.kernel.schedule import (
+    default_schedule,
+    flatten_elementwise,
+    mul_extent,
+    transpose_schedule,
+)
+from ember.loops.ir import Buffer, Extent, Store, hint_of
 from ember.loops.transform import format_stmt
 from ember.lower.group import group_to_te
 from ember.support.dtypes import dtype
@@ -37,9 +42,9 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
     nest = flatten_elementwise(lower(g.output, out_buf, bufs))
     chunk = None
     if ctx is not None and isinstance(nest.body, Store) and nest.loops:
-        outer = math.prod(lp.extent for lp in nest.loops[:-1])
+        outer = math.prod(hint_of(lp.extent) for lp in nest.loops[:-1])
         in_bytes = sum(dtype(b.dtype).itemsize for b in bufs.values())
-        tile = stream.construct(outer, nest.loops[-1].extent, in_bytes,
+        tile = stream.construct(outer, hint_of(nest.loops[-1].extent), in_bytes,
                                 dtype(out_buf.dtype).itemsize, ctx.spec, ctx.units)
         chunk = tile.chunk
     axis = transposed_axis(body)
@@ -67,8 +72,8 @@ def transposed_axis(body: Graph) -> int | None:
     return None if axis == len(perm) - 1 else axis
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
+def _numel(shape: tuple[Extent, ...]) -> Extent:
+    n: Extent = 1
     for d in shape:
-        n *= d
+        n = mul_extent(n, d)
     return n

@@ -8,24 +8,60 @@ a guard, a fuse rewrites the old variables as div/mod of the new one.
 
 from __future__ import annotations
 
-from ember.loops.ir import Bin, Const, ForKind, Load, Store, Var
+from ember.loops.ir import (
+    Bin,
+    Const,
+    Expr,
+    Extent,
+    ForKind,
+    Load,
+    Store,
+    Var,
+    as_expr,
+    hint_of,
+    static_value,
+)
 from ember.loops.nest import Loop, LoopNest
 from ember.loops.transform import map_expr, same_expr, simplify
 
 
 def split(nest: LoopNest, var: Var | str, factor: int) -> tuple[Var, Var]:
+    """Split a loop by ``factor``. A static extent the factor does not divide gets a guard; a
+    symbolic one a residue split (the last tile's inner loop runs the rest: no guard, see
+    ``Loop.full``)."""
     i = nest.find(var)
     lp = nest.loops[i]
-    factor = max(1, min(int(factor), lp.extent))
     outer = Var(f"{lp.var.name}_o")
     inner = Var(f"{lp.var.name}_i")
-    n_outer = -(-lp.extent // factor)
-    nest.loops[i:i + 1] = [Loop(outer, n_outer), Loop(inner, factor)]
+    ext = static_value(lp.extent)
+    value = None
+    if ext is None:
+        factor = max(1, int(factor))
+        n_outer: Extent = simplify_extent((as_expr(lp.extent) + (factor - 1)) // factor)
+        rest = Bin("min", Const(factor), Bin("-", as_expr(lp.extent), Bin("*", outer,
+                                                                         Const(factor))))
+        nest.loops[i:i + 1] = [Loop(outer, n_outer), Loop(inner, rest, full=factor)]
+    else:
+        factor = max(1, min(int(factor), ext))
+        nest.loops[i:i + 1] = [Loop(outer, -(-ext // factor)), Loop(inner, factor)]
     value = Bin("+", Bin("*", outer, Const(factor)), inner)
     nest.substitute({lp.var: value})
-    if lp.extent % factor:
-        nest.guards.append(Bin("<", value, Const(lp.extent)))
+    if ext is not None and ext % factor:
+        nest.guards.append(Bin("<", value, Const(ext)))
     return outer, inner
+
+
+def simplify_extent(e: Expr) -> Extent:
+    s = simplify(e)
+    v = static_value(s)  # type: ignore[arg-type]
+    return v if v is not None else s  # type: ignore[return-value]
+
+
+def mul_extent(a: Extent, b: Extent) -> Extent:
+    sa, sb = static_value(a), static_value(b)
+    if sa is not None and sb is not None:
+        return sa * sb
+    return simplify_extent(Bin("*", as_expr(a), as_expr(b)))
 
 
 def fuse(nest: LoopNest, outer: Var | str, inner: Var | str) -> Var:
@@ -33,10 +69,12 @@ def fuse(nest: LoopNest, outer: Var | str, inner: Var | str) -> Var:
     if j != i + 1:
         raise ValueError("fuse needs two adjacent loops (outer, inner)")
     lo, li = nest.loops[i], nest.loops[j]
+    if lo.full is not None or li.full is not None:
+        raise ValueError("a residue-split loop cannot be fused")
     fused = Var(f"{lo.var.name}_{li.var.name}")
-    nest.loops[i:j + 1] = [Loop(fused, lo.extent * li.extent)]
-    nest.substitute({lo.var: Bin("//", fused, Const(li.extent)),
-                     li.var: Bin("%", fused, Const(li.extent))})
+    nest.loops[i:j + 1] = [Loop(fused, mul_extent(lo.extent, li.extent))]
+    nest.substitute({lo.var: Bin("//", fused, as_expr(li.extent)),
+                     li.var: Bin("%", fused, as_expr(li.extent))})
     return fused
 
 
@@ -111,14 +149,15 @@ def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4,
     outers = [lp.var for lp in nest.loops[:-1]]
     outer_extent = 1
     for lp in nest.loops[:-1]:
-        outer_extent *= lp.extent
-    if chunk is None and outer_extent < min_tasks and inner.extent >= 512:
+        outer_extent *= hint_of(lp.extent)
+    if chunk is None and outer_extent < min_tasks and hint_of(inner.extent) >= 512:
         chunk = 256
-    if chunk is not None and chunk < inner.extent:
+    if chunk is not None and chunk < hint_of(inner.extent):
         o, i = split(nest, inner.var, chunk)
         outers.append(o)
         inner = nest.loop(i)
-    if isinstance(nest.body, Store) and inner.extent >= vector_min and not nest.guards:
+    if (isinstance(nest.body, Store) and hint_of(inner.extent) >= vector_min
+            and not nest.guards):
         vectorize(nest, inner.var)
     if outers:
         parallel(nest, fuse_all(nest, outers))
@@ -147,7 +186,10 @@ def transpose_schedule(nest: LoopNest, axis: int, min_tasks: int = 8) -> LoopNes
     if axis == last or not isinstance(nest.body, Store) or nest.guards:
         return default_schedule(nest, min_tasks)
     va, vb = nest.loops[axis].var, nest.loops[last].var
-    fa, fb = _divisor_tile(nest.loops[axis].extent), _divisor_tile(nest.loops[last].extent)
+    ea, eb = static_value(nest.loops[axis].extent), static_value(nest.loops[last].extent)
+    if ea is None or eb is None:
+        return default_schedule(nest, min_tasks)
+    fa, fb = _divisor_tile(ea), _divisor_tile(eb)
     if not fa or not fb:
         return default_schedule(nest, min_tasks)
     _, ai = split(nest, va, fa)

@@ -55,6 +55,49 @@ class Var(Expr):
 
 
 @dataclass(eq=False)
+class DimVar(Var):
+    """A symbolic dimension of a kernel (Nimble §3.5): a run-time value the generated code reads
+    from the program's dims table (``g_dims[slot]``). ``hint`` is the representative size
+    schedules are chosen for."""
+
+    slot: int = 0
+    hint: int = 128
+
+
+Extent = int | Expr   # a loop or tensor extent: static, or an expression of DimVars
+
+
+def hint_of(e: int | Expr) -> int:
+    """``e`` evaluated with every ``DimVar`` at its hint (schedule decisions for symbols)."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, DimVar):
+        return e.hint
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Bin):
+        a, b = hint_of(e.a), hint_of(e.b)
+        ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+               "//": lambda: a // max(b, 1), "%": lambda: a % max(b, 1),
+               "min": lambda: min(a, b), "max": lambda: max(a, b)}
+        if e.op in ops:
+            return int(ops[e.op]())
+    raise TypeError(f"cannot take the hint of {e!r}")
+
+
+def is_static(e: int | Expr) -> bool:
+    return isinstance(e, int) or (isinstance(e, Const) and isinstance(e.value, int))
+
+
+def static_value(e: int | Expr) -> int | None:
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return e.value
+    return None
+
+
+@dataclass(eq=False)
 class Const(Expr):
     value: int | float | bool
     dtype: str = "int64"

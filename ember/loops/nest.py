@@ -13,12 +13,14 @@ from ember.loops.ir import (
     Bin,
     Const,
     Expr,
+    Extent,
     For,
     ForKind,
     If,
     Stmt,
     Var,
     all_of,
+    as_expr,
     seq,
 )
 from ember.loops.transform import simplify, substitute
@@ -27,8 +29,12 @@ from ember.loops.transform import simplify, substitute
 @dataclass(eq=False)
 class Loop:
     var: Var
-    extent: int
+    extent: Extent
     kind: ForKind = ForKind.SERIAL
+    # a residue split of a symbolic extent: the loop runs ``full`` iterations but for the last
+    # tile (``extent`` = min(full, rest)); materialized as two variants (Nimble's residue
+    # dispatch), so the full tile's loop has a constant trip count
+    full: int | None = None
 
 
 @dataclass(eq=False)
@@ -48,6 +54,9 @@ class LoopNest:
 
     def substitute(self, mapping: dict[Var, Expr]) -> None:
         self.body = substitute(self.body, mapping)  # type: ignore[assignment]
+        for lp in self.loops:   # a residue loop's extent reads the outer tile's variable
+            if isinstance(lp.extent, Expr):
+                lp.extent = simplify(substitute(lp.extent, mapping))  # type: ignore[assignment]
         self.guards = [substitute(g, mapping) for g in self.guards]  # type: ignore[misc]
 
     def parallel_loop(self) -> Loop | None:
@@ -66,6 +75,11 @@ class LoopNest:
             if lp.kind is ForKind.PARALLEL and task_range is not None:
                 b, e = task_range
                 body = For(lp.var, b, Bin("-", e, b), body, ForKind.SERIAL)
+            elif lp.full is not None:
+                ext = as_expr(lp.extent)
+                body = If(Bin("==", ext, Const(lp.full)),
+                          For(lp.var, Const(0), Const(lp.full), body, lp.kind),
+                          For(lp.var, Const(0), ext, body, lp.kind))
             else:
-                body = For(lp.var, Const(0), Const(lp.extent), body, lp.kind)
+                body = For(lp.var, Const(0), as_expr(lp.extent), body, lp.kind)
         return simplify(seq(body))  # type: ignore[return-value]

@@ -124,7 +124,7 @@ def _undo_split(a: Expr, b: Expr) -> Expr | None:
             and isinstance(b, Bin) and b.op == "%"):
         return None
     n = a.b
-    if (isinstance(n, Const) and same_expr(a.a.b, n) and same_expr(b.b, n)
+    if (same_expr(a.a.b, n) and same_expr(b.b, n)
             and same_expr(a.a.a, b.a)):
         return b.a
     return None

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
+from ember.lower import dims
 from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.lower import flat_index
@@ -33,9 +33,12 @@ def register(*names: str) -> Callable[[ComputeFn], ComputeFn]:
 
 
 def static_shape(t: TensorType) -> tuple[int, ...]:
-    if not t.is_static:
-        raise CompileError(f"code generation needs static shapes, got {t}")
-    return tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
+    """The shape's extents: ints, or, while a symbolic program is lowered (``dims.symbols``),
+    expressions of its dims (computes that need a static size fail with a TypeError, which the
+    kernel builder reports as "no symbolic kernel for this op")."""
+    if t.is_static:
+        return tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
+    return tuple(dims.extent(d) for d in t.shape)  # type: ignore[misc]
 
 
 def fconst(v: float, dtype: str = "float32") -> Const:

@@ -6,19 +6,26 @@ a model output, or an offset in the workspace arena (64-byte aligned). Views ali
 a contiguous Slice at a byte ``offset`` into it (``fuse.view_offset``).
 An element-wise group may write over an input that dies at it (same size, not a model input).
 Constants referenced by kernels get offsets in the parameter blob later (codegen).
+
+Symbolic shapes (Nimble's dynamic memory planning, §3.3): the same liveness and in-place
+decisions are taken, but a workspace buffer gets a *slot* (``Storage.index``) instead of an
+offset; the plan records the slots' alloc/free events in order, and ``MemoryPlan.layout(env)``
+replays them through the same first-fit arena with the sizes of the symbols' values, so storage
+is coalesced and reused exactly as for a static model of those sizes.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.registry import Pattern
+from ember.ir.types import TensorType
 from ember.passes.fuse import view_offset
-
-ALIGN = 64
+from ember.support.arena import Arena, align
 
 
 @dataclass(frozen=True)
@@ -35,47 +42,51 @@ class MemoryPlan:
     workspace_bytes: int = 0
     naive_bytes: int = 0      # what one buffer per value would take
     inplace: int = 0
+    symbolic: bool = False
+    slot_types: list[TensorType] = field(default_factory=list)   # symbolic: type per slot
+    events: list[tuple[int, bool]] = field(default_factory=list)  # (slot, alloc?) in order
+
+    def layout(self, nbytes: Callable[[TensorType], int]) -> tuple[list[int], int]:
+        """A symbolic plan's slot offsets and arena size, for the sizes ``nbytes`` gives."""
+        arena = Arena()
+        offsets = [0] * len(self.slot_types)
+        for slot, alloc in self.events:
+            size = nbytes(self.slot_types[slot])
+            if alloc:
+                offsets[slot] = arena.alloc(size)
+            else:
+                arena.release(offsets[slot], size)
+        return offsets, arena.top
 
     def summary(self) -> str:
+        if self.symbolic:
+            frees = sum(1 for _, a in self.events if not a)
+            return (f"{len(self.slot_types)} buffer slots laid out at run time ({frees} freed "
+                    f"for reuse), {self.inplace} in-place")
         return (f"arena {self.workspace_bytes / 1e6:.2f} MB (one buffer per value: "
                 f"{self.naive_bytes / 1e6:.2f} MB), {self.inplace} in-place")
 
 
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+class _Slots:
+    """The symbolic stand-in of ``Arena``: allocations are slots, recorded in order."""
 
-
-class _Arena:
-    """First-fit allocator over a growing arena, with explicit frees."""
-
-    def __init__(self) -> None:
-        self.free: list[tuple[int, int]] = []   # (offset, size), sorted by offset
+    def __init__(self, plan: MemoryPlan) -> None:
+        self.plan = plan
         self.top = 0
 
-    def alloc(self, size: int) -> int:
-        size = _align(max(size, 1))
-        for i, (off, sz) in enumerate(self.free):
-            if sz >= size:
-                self.free[i:i + 1] = [(off + size, sz - size)] if sz > size else []
-                return off
-        if self.free and self.free[-1][0] + self.free[-1][1] == self.top:
-            off, _ = self.free.pop()
-        else:
-            off = self.top
-        self.top = off + size
-        return off
+    def alloc(self, t: TensorType) -> int:
+        self.plan.slot_types.append(t)
+        slot = len(self.plan.slot_types) - 1
+        self.plan.events.append((slot, True))
+        return slot
 
-    def release(self, off: int, size: int) -> None:
-        size = _align(max(size, 1))
-        self.free.append((off, size))
-        self.free.sort()
-        merged: list[tuple[int, int]] = []
-        for o, s in self.free:
-            if merged and merged[-1][0] + merged[-1][1] == o:
-                merged[-1] = (merged[-1][0], merged[-1][1] + s)
-            else:
-                merged.append((o, s))
-        self.free = merged
+    def release(self, slot: int, _size: int) -> None:
+        self.plan.events.append((slot, False))
+
+
+def _nbytes(t: TensorType) -> int:
+    """Static byte size; -1 for a symbolic type (its size is known at run time)."""
+    return t.nbytes if t.is_static else -1
 
 
 def _view(v: Value) -> tuple[Value, int]:
@@ -96,9 +107,11 @@ def _root(v: Value) -> Value:
 
 
 def run(g: Graph) -> Graph:
-    plan = MemoryPlan()
+    symbolic = not all(v.type.is_static for n in g.nodes for v in n.outputs) or \
+        not all(v.type.is_static for v in g.inputs)
+    plan = MemoryPlan(symbolic=symbolic)
     for i, v in enumerate(g.inputs):
-        plan.storage[v.uid] = Storage("input", i, v.type.nbytes)
+        plan.storage[v.uid] = Storage("input", i, _nbytes(v.type))
     out_pos = {v.uid: i for i, v in enumerate(g.outputs)}
     # last use of each storage root
     last: dict[int, int] = {}
@@ -106,7 +119,7 @@ def run(g: Graph) -> Graph:
         for v in n.inputs:
             if v is not None:
                 last[_root(v).uid] = t
-    arena = _Arena()
+    arena: Arena | _Slots = _Slots(plan) if symbolic else Arena()
     for t, n in enumerate(g.nodes):
         if view_offset(n) is not None:
             root, off = _view(n.outputs[0])
@@ -118,17 +131,18 @@ def run(g: Graph) -> Graph:
         if n.op != "Fused":
             raise CompileError(f"memory planning expects fused graphs, found {n.op} ({n.name})")
         for o in n.outputs:
-            plan.naive_bytes += _align(o.type.nbytes)
+            plan.naive_bytes += align(max(_nbytes(o.type), 0))
             if o.uid in out_pos:
-                plan.storage[o.uid] = Storage("output", out_pos[o.uid], o.type.nbytes)
+                plan.storage[o.uid] = Storage("output", out_pos[o.uid], _nbytes(o.type))
                 continue
             reuse = _inplace_candidate(n, o, plan, last, t, out_pos)
             if reuse is not None:
                 plan.storage[o.uid] = reuse
                 plan.inplace += 1
                 continue
-            plan.storage[o.uid] = Storage("workspace", arena.alloc(o.type.nbytes),
-                                          o.type.nbytes)
+            size = o.type if symbolic else o.type.nbytes
+            plan.storage[o.uid] = Storage("workspace", arena.alloc(size),  # type: ignore[arg-type]
+                                          _nbytes(o.type))
         for v in {_root(v).uid: _root(v) for v in n.present_inputs()}.values():
             s = plan.storage.get(v.uid)
             if s is not None and s.kind == "workspace" and last.get(v.uid) == t \

@@ -70,13 +70,14 @@ def validate_meta(meta: Mapping[str, Any]) -> None:
                 isinstance(spec, Mapping)
                 and isinstance(spec.get("name"), str)
                 and isinstance(spec.get("shape"), list | tuple)
-                and all(isinstance(d, int) and d >= 0 for d in spec["shape"])
+                and all((isinstance(d, int) and d >= 0) or isinstance(d, str)
+                        for d in spec["shape"])
                 and isinstance(spec.get("dtype"), str)
             )
             if not ok:
                 raise ValueError(
                     f"meta[{key!r}][{i}] = {spec!r}: expected {{name: str, "
-                    "shape: [non-negative ints], dtype: str}"
+                    "shape: [non-negative ints or dim expressions], dtype: str}"
                 )
     names = [s["name"] for s in meta["inputs"]]
     if len(set(names)) != len(names):

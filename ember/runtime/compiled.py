@@ -36,19 +36,28 @@ import numpy as np
 from ember.errors import EmberError, InputError
 from ember.runtime.artifact import ARTIFACT_FORMAT, read_artifact, save_artifact, validate_meta
 from ember.runtime.module import ALIGNMENT, NativeModule, aligned_empty, is_aligned
+from ember.support import dimexpr
+from ember.support.arena import Arena
 from ember.support.dtypes import dtype as ember_dtype
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, static shape and numpy dtype of one model input or output."""
+    """Name, shape and numpy dtype of one model input or output. A symbolic program's dims
+    may be expressions over its symbols (``"d0"``, ``"12*d0"``, see ``support.dimexpr``)."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]
     dtype: np.dtype
 
-    def describe(self) -> str:
-        return f"{self.name}: {self.dtype.name}[{', '.join(map(str, self.shape))}]"
+    def describe(self, names: list[str] | None = None) -> str:
+        dims = [_dim_text(d, names) for d in self.shape]
+        return f"{self.name}: {self.dtype.name}[{', '.join(dims)}]"
+
+
+def _dim_text(d: int | str, names: list[str] | None) -> str:
+    slot = dimexpr.slot_of(d)
+    return names[slot] if slot is not None and names and slot < len(names) else str(d)
 
 
 def _specs(entries: list[Mapping[str, Any]], what: str) -> tuple[TensorSpec, ...]:
@@ -58,7 +67,8 @@ def _specs(entries: list[Mapping[str, Any]], what: str) -> tuple[TensorSpec, ...
             dt = np.dtype(ember_dtype(entry["dtype"]).np)
         except ValueError as e:
             raise EmberError(f"{what} {entry['name']!r}: {e}") from e
-        specs.append(TensorSpec(entry["name"], tuple(int(d) for d in entry["shape"]), dt))
+        shape = tuple(d if isinstance(d, str) else int(d) for d in entry["shape"])
+        specs.append(TensorSpec(entry["name"], shape, dt))
     return tuple(specs)
 
 
@@ -88,7 +98,11 @@ class CompiledModel:
         self._params = _aligned_params(params)
         self._workspace = aligned_empty(int(meta.get("workspace_bytes", 0)))
         self._workspace_addr = self._workspace.ctypes.data
-        self._out_layout, self._out_bytes = _output_layout(self._outputs)
+        self._dim_names = [d["name"] for d in meta.get("dims", [])]
+        self._sizes: dict[tuple[int, ...], _Sizes] = {}   # symbolic: per dims vector
+        self._dims_set: tuple[int, ...] | None = None
+        if not self._dim_names:
+            self._out_layout, self._out_bytes = _output_layout(self._outputs)
         self._lock = threading.Lock()
         self._module = NativeModule(self._lib_path)
         self._module.init(self._params)
@@ -178,24 +192,80 @@ class CompiledModel:
                 f"missing input(s) {', '.join(map(repr, missing))}; "
                 f"the model's inputs are {[s.describe() for s in self._inputs]}"
             )
-        return [_validate(spec, feeds[spec.name]) for spec in self._inputs]
+        return [_validate(spec, feeds[spec.name], self._dim_names) for spec in self._inputs]
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether the model was compiled once for any value of its symbolic dims."""
+        return bool(self._dim_names)
 
     def _execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         # All outputs of a call share one fresh buffer, each at a 64-byte aligned offset: one
         # allocation and one address lookup per call.
-        raw = np.empty(self._out_bytes + ALIGNMENT, dtype=np.uint8)
+        sizes = self._bind_dims(inputs) if self._dim_names else None
+        layout, out_bytes = (sizes.out_layout, sizes.out_bytes) if sizes else \
+            (self._out_layout, self._out_bytes)
+        raw = np.empty(out_bytes + ALIGNMENT, dtype=np.uint8)
         addr = raw.ctypes.data
         shift = -addr % ALIGNMENT
         base = addr + shift
         outputs = [
             raw[shift + off : shift + off + nbytes].view(dt).reshape(shape)
-            for off, nbytes, dt, shape in self._out_layout
+            for off, nbytes, dt, shape in layout
         ]
-        out_addrs = [base + off for off, _, _, _ in self._out_layout]
+        out_addrs = [base + off for off, _, _, _ in layout]
         in_addrs = [a.ctypes.data for a in inputs]
         with self._lock:
+            if sizes is not None:
+                self._prepare(sizes)
             self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
         return outputs
+
+    def _bind_dims(self, inputs: list[np.ndarray]) -> _Sizes:
+        """The symbols' values from the input shapes (every occurrence must agree), and the
+        sizes that follow from them (cached per dims vector)."""
+        dims: list[int | None] = [None] * len(self._dim_names)
+        for spec, a in zip(self._inputs, inputs):
+            for axis, d in enumerate(spec.shape):
+                slot = dimexpr.slot_of(d)
+                if slot is None:
+                    continue
+                if dims[slot] is None:
+                    dims[slot] = int(a.shape[axis])
+                elif dims[slot] != a.shape[axis]:
+                    raise InputError(
+                        f"input {spec.name!r}: dim {axis} is {a.shape[axis]}, but symbol "
+                        f"{self._dim_names[slot]!r} is {dims[slot]} in an earlier input")
+        key = tuple(0 if d is None else d for d in dims)
+        sizes = self._sizes.get(key)
+        if sizes is None:
+            self._check_inputs(inputs, key)
+            sizes = self._sizes[key] = _Sizes.compute(self._meta, self._outputs, key)
+        return sizes
+
+    def _check_inputs(self, inputs: list[np.ndarray], dims: tuple[int, ...]) -> None:
+        """The derived dims of the inputs (``2*d0``...) and the model's run-time checks."""
+        for spec, a in zip(self._inputs, inputs):
+            for axis, d in enumerate(spec.shape):
+                if isinstance(d, str) and dimexpr.slot_of(d) is None \
+                        and dimexpr.evaluate(d, dims) != a.shape[axis]:
+                    raise InputError(f"input {spec.name!r}: dim {axis} must be {d} = "
+                                     f"{dimexpr.evaluate(d, dims)}, got {a.shape[axis]}")
+        for chk in self._meta.get("checks", []):
+            vals = [dimexpr.evaluate(x, dims) for x in chk["dims"]]
+            ok = {"eq": lambda v: len(set(v)) == 1,
+                  "bcast": lambda v: len(set(v) - {1}) <= 1}.get(chk["kind"], lambda v: True)
+            if not ok(vals):
+                raise InputError(f"{chk['message']} (values {vals}; symbols "
+                                 f"{dict(zip(self._dim_names, dims))})")
+
+    def _prepare(self, sizes: _Sizes) -> None:
+        if sizes.workspace_bytes > self._workspace.size:
+            self._workspace = aligned_empty(sizes.workspace_bytes)
+            self._workspace_addr = self._workspace.ctypes.data
+        if self._dims_set != sizes.dims:
+            self._module.set_dims(sizes.dims, sizes.offsets)
+            self._dims_set = sizes.dims
 
     @property
     def plan(self) -> dict[str, Any] | None:
@@ -232,8 +302,8 @@ class CompiledModel:
         return save_artifact(path, self._lib_path, self._params, self._meta, self._source)
 
     def __repr__(self) -> str:
-        ins = ", ".join(s.describe() for s in self._inputs)
-        outs = ", ".join(s.describe() for s in self._outputs)
+        ins = ", ".join(s.describe(self._dim_names) for s in self._inputs)
+        outs = ", ".join(s.describe(self._dim_names) for s in self._outputs)
         name = self._meta.get("graph_name", "?")
         threads = self._meta.get("num_threads", "?")
         target = self._meta.get("target", "cpu")
@@ -250,6 +320,33 @@ def load_model(path: str | os.PathLike[str]) -> CompiledModel:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """A symbolic program's sizes for one dims vector: output layout, buffer offsets."""
+
+    dims: tuple[int, ...]
+    out_layout: list[tuple[int, int, np.dtype, tuple[int, ...]]]
+    out_bytes: int
+    offsets: list[int]
+    workspace_bytes: int
+
+    @staticmethod
+    def compute(meta: Mapping[str, Any], outputs: tuple[TensorSpec, ...],
+                dims: tuple[int, ...]) -> _Sizes:
+        concrete = tuple(TensorSpec(s.name, tuple(dimexpr.evaluate(d, dims) for d in s.shape),
+                                    s.dtype) for s in outputs)
+        layout, out_bytes = _output_layout(concrete)
+        slot_bytes = [dimexpr.evaluate(b, dims) for b in meta.get("slots", [])]
+        arena = Arena()
+        offsets = [0] * len(slot_bytes)
+        for slot, alloc in meta.get("slot_events", []):
+            if alloc:
+                offsets[slot] = arena.alloc(slot_bytes[slot])
+            else:
+                arena.release(offsets[slot], slot_bytes[slot])
+        return _Sizes(dims, layout, out_bytes, offsets, arena.top)
 
 
 def plan_entries(programs: list[list[int]]) -> list[list[int]]:
@@ -295,7 +392,7 @@ def _aligned_params(params: np.ndarray) -> np.ndarray:
     return out
 
 
-def _validate(spec: TensorSpec, value: Any) -> np.ndarray:
+def _validate(spec: TensorSpec, value: Any, names: list[str] | None = None) -> np.ndarray:
     """The array to pass for input ``spec``; InputError naming the input if it does not fit."""
     if isinstance(value, np.ndarray | np.generic) or hasattr(value, "__array__"):
         array = np.asarray(value)
@@ -313,8 +410,11 @@ def _validate(spec: TensorSpec, value: Any) -> np.ndarray:
                 f"input {spec.name!r}: cannot convert {type(value).__name__} to "
                 f"{spec.dtype.name}: {e}"
             ) from e
-    if array.shape != spec.shape:
-        raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {array.shape}")
+    if array.shape != spec.shape and not (
+            array.ndim == len(spec.shape)
+            and all(isinstance(d, str) or d == n for d, n in zip(spec.shape, array.shape))):
+        want = tuple(_dim_text(d, names) if isinstance(d, str) else d for d in spec.shape)
+        raise InputError(f"input {spec.name!r}: expected shape {want}, got {array.shape}")
     if not (array.flags.c_contiguous and array.flags.aligned):
         array = np.require(array, requirements=("C_CONTIGUOUS", "ALIGNED"))
     return array

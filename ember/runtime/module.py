@@ -148,6 +148,11 @@ class NativeModule:
         if hasattr(lib, "ember_set_plan"):
             self._set_plan = _bind(lib, "ember_set_plan", ctypes.c_int,
                                    [_VOIDPP, ctypes.c_void_p])
+        self._set_dims = None
+        if hasattr(lib, "ember_set_dims"):   # a symbolic program
+            self._set_dims = _bind(lib, "ember_set_dims", ctypes.c_int,
+                                   [ctypes.c_void_p, ctypes.c_void_p])
+        self._dims_arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._plan_arrays: list[np.ndarray] = []
         self._params: np.ndarray | None = None
         self._in_ptrs = (ctypes.c_void_p * 0)()
@@ -189,6 +194,19 @@ class NativeModule:
             raise EmberError("the library rejected the plan: it names a kernel, task range "
                              "or vEU that the library does not have")
         self._plan_arrays = arrays
+
+    def set_dims(self, dims: Sequence[int], offsets: Sequence[int]) -> None:
+        """A symbolic program's sizes for the following runs: the value of each symbol and the
+        workspace byte offset of each buffer slot (``ember_set_dims``)."""
+        if self._set_dims is None:
+            raise EmberError(f"{self.lib_path.name} is a static program: it has no dims")
+        d = np.ascontiguousarray(dims, dtype=np.int64)
+        o = np.ascontiguousarray(offsets, dtype=np.int64)
+        if o.size == 0:
+            o = np.zeros(1, np.int64)
+        if self._set_dims(d.ctypes.data, o.ctypes.data) != 0:
+            raise EmberError(f"the library rejected the dims {list(map(int, dims))}")
+        self._dims_arrays = (d, o)
 
     def set_profile(self, buf: np.ndarray | None) -> None:
         """Record per-rTask start/end times into ``buf`` (int64, 2 per entry) from now on."""

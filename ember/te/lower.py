@@ -20,6 +20,7 @@ from ember.loops.ir import (
     Cast,
     Const,
     Expr,
+    Extent,
     For,
     ForKind,
     Load,
@@ -28,7 +29,10 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    as_expr,
+    hint_of,
     seq,
+    static_value,
 )
 from ember.loops.nest import Loop, LoopNest
 from ember.loops.transform import map_expr, substitute
@@ -38,10 +42,10 @@ from ember.te.tensor import ARG_COMBINERS, ComputeOp, PlaceholderOp, Reduce, Ten
 MAX_TILE = 1024
 
 
-def flat_index(shape: tuple[int, ...], idx: tuple[Expr, ...]) -> Expr:
+def flat_index(shape: tuple[Extent, ...], idx: tuple[Expr, ...]) -> Expr:
     out: Expr = Const(0)
     for d, i in zip(shape, idx):
-        out = Bin("+", Bin("*", out, Const(d)), i)
+        out = Bin("+", Bin("*", out, as_expr(d)), i)
     return out
 
 
@@ -156,13 +160,13 @@ def _lane_split(rop: Reduce) -> bool:
     if rop.combiner in ARG_COMBINERS:  # lanes would need their positions merged too
         return False
     last = rop.axes[-1]
-    return last.extent >= 2 * LANES and _reads_contiguously(rop.body, last.var)
+    return hint_of(last.extent) >= 2 * LANES and _reads_contiguously(rop.body, last.var)
 
 
 def _reduction_tile(output: Tensor) -> int:
     """How many output elements along the innermost axis share one accumulator tile."""
-    inner_n = output.shape[-1] if output.shape else 1
-    return inner_n if 1 < inner_n <= MAX_TILE else 1
+    inner_n = static_value(output.shape[-1]) if output.shape else 1
+    return inner_n if inner_n is not None and 1 < inner_n <= MAX_TILE else 1
 
 
 _COMBINE = {"sum": lambda a, b: Bin("+", a, b), "prod": lambda a, b: Bin("*", a, b),
@@ -210,7 +214,7 @@ def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]
     if tile > 1:
         update = For(t, Const(0), Const(tile), update, vec)
     for ra in reversed(rop.axes):
-        update = For(ra.var, Const(0), Const(ra.extent), update)
+        update = For(ra.var, Const(0), as_expr(ra.extent), update)
     fin = _epilogue_store(output, out_buf, bufs, red, Load(acc, acc_idx), sub)
     if tile > 1:
         init = For(t, Const(0), Const(tile), init, vec)
@@ -267,17 +271,23 @@ def _lower_lane_split(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer
     acc = Buffer(f"acc_{red.name}", LANES, red.dtype, Scope.LOCAL)
     last = rop.axes[-1]
     q, t, r = Var("q"), Var("t"), Var("r")
-    nq, nr = divmod(last.extent, LANES)
+    n = static_value(last.extent)
+    if n is not None:
+        nq: Expr = Const(n // LANES)
+        nr: Expr | None = Const(n % LANES) if n % LANES else None
+    else:
+        nq = Bin("//", as_expr(last.extent), Const(LANES))
+        nr = Bin("%", as_expr(last.extent), Const(LANES))
     lane = Bin("+", Bin("*", q, Const(LANES)), t)
-    main = For(q, Const(0), Const(nq), For(t, Const(0), Const(LANES), Store(
+    main = For(q, Const(0), nq, For(t, Const(0), Const(LANES), Store(
         acc, t, comb(Load(acc, t), substitute(val, {last.var: lane}))), ForKind.VECTORIZED))
     update: Stmt = main
-    if nr:
-        tail_val = substitute(val, {last.var: Bin("+", Const(nq * LANES), r)})
-        update = seq(main, For(r, Const(0), Const(nr),
+    if nr is not None:
+        tail_val = substitute(val, {last.var: Bin("+", Bin("*", nq, Const(LANES)), r)})
+        update = seq(main, For(r, Const(0), nr,
                                Store(acc, Const(0), comb(Load(acc, Const(0)), tail_val))))
     for ra in reversed(rop.axes[:-1]):
-        update = For(ra.var, Const(0), Const(ra.extent), update)
+        update = For(ra.var, Const(0), as_expr(ra.extent), update)
     init = For(t, Const(0), Const(LANES), Store(acc, t, rop.init), ForKind.VECTORIZED)  # type: ignore[arg-type]
     fold = For(t, Const(1), Const(LANES - 1),
                Store(acc, Const(0), comb(Load(acc, Const(0)), Load(acc, t))))

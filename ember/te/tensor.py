@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ember.loops.ir import Const, Expr, Var, as_expr
+from ember.loops.ir import Const, Expr, Extent, Var, as_expr, static_value
 from ember.support.dtypes import is_float_name
 
 _ids = itertools.count()
@@ -20,11 +20,20 @@ _ids = itertools.count()
 @dataclass(eq=False)
 class IterVar:
     var: Var
-    extent: int
+    extent: Extent
 
 
-def reduce_axis(extent: int, name: str = "r") -> IterVar:
-    return IterVar(Var(f"{name}{next(_ids)}"), int(extent))
+def dim(d: object) -> Extent:
+    """A tensor extent: a Python int when static (so computes keep static arithmetic), else the
+    symbolic loop-IR expression (of ``DimVar``s)."""
+    if isinstance(d, Expr):
+        v = static_value(d)
+        return v if v is not None else d
+    return int(d)  # type: ignore[call-overload]
+
+
+def reduce_axis(extent: Extent, name: str = "r") -> IterVar:
+    return IterVar(Var(f"{name}{next(_ids)}"), dim(extent))
 
 
 @dataclass(eq=False)
@@ -106,7 +115,7 @@ class ComputeOp(Operation):
 
 @dataclass(eq=False)
 class Tensor:
-    shape: tuple[int, ...]
+    shape: tuple[Extent, ...]
     dtype: str
     op: Operation
     name: str = field(default_factory=lambda: f"t{next(_ids)}")
@@ -127,12 +136,12 @@ class Tensor:
         return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
 
 
-def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "") -> Tensor:
-    return Tensor(tuple(int(s) for s in shape), dtype, PlaceholderOp(),
+def placeholder(shape: Sequence[Extent], dtype: str = "float32", name: str = "") -> Tensor:
+    return Tensor(tuple(dim(s) for s in shape), dtype, PlaceholderOp(),
                   name or f"p{next(_ids)}")
 
 
-def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "",
+def compute(shape: Sequence[Extent], fcompute: Callable[..., Expr], name: str = "",
             dtype: str | None = None) -> Tensor:
     """``compute(shape, lambda i, j: ...)``: one output element per index tuple."""
     axes = tuple(Var(f"i{k}_{next(_ids)}") for k in range(len(shape)))
@@ -141,5 +150,5 @@ def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "",
         from ember.loops.ir import Cast
 
         body = Cast(body, dtype)
-    return Tensor(tuple(int(s) for s in shape), body.dtype, ComputeOp(axes, body),
+    return Tensor(tuple(dim(s) for s in shape), body.dtype, ComputeOp(axes, body),
                   name or f"c{next(_ids)}")

@@ -39,11 +39,20 @@ def test_call_run_and_two_outputs() -> None:
 
 
 def test_input_shapes_bind_symbolic_dims() -> None:
-    with pytest.raises(EmberError, match="input_shapes"):
-        ember.compile(small_model(dim_param=True))
-    cm = ember.compile(small_model(dim_param=True), input_shapes={"x": (2, 3, 8, 8)})
-    y, _ = cm(rng.standard_normal((2, 3, 8, 8)).astype("f4"))
-    assert y.shape == (2, 8)
+    model = small_model(dim_param=True)
+    cm = ember.compile(model, input_shapes={"x": (2, 3, 8, 8)})
+    x = rng.standard_normal((2, 3, 8, 8)).astype("f4")
+    y, _ = cm(x)
+    assert y.shape == (2, 8) and not cm.symbolic
+    # left open, the batch stays symbolic: one program for every batch size
+    dyn = ember.compile(model)
+    assert dyn.symbolic and "batch" in repr(dyn)
+    np.testing.assert_allclose(dyn(x)[0], y, rtol=1e-5, atol=1e-6)
+    for b in (1, 3):
+        xb = rng.standard_normal((b, 3, 8, 8)).astype("f4")
+        np.testing.assert_allclose(dyn(xb)[1], 1 / (1 + np.exp(-dyn(xb)[0])), rtol=1e-5)
+    with pytest.raises(InputError, match="expected shape"):
+        dyn(rng.standard_normal((2, 3, 8, 9)).astype("f4"))
 
 
 @pytest.mark.parametrize("feeds, match", [
