@@ -25,6 +25,7 @@ from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, uk_name
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
+from ember.kernel.schedule import mul_extent
 from ember.loops.ir import (
     Alloc,
     Bin,
@@ -32,6 +33,7 @@ from ember.loops.ir import (
     Const,
     Eval,
     Expr,
+    Extent,
     For,
     ForKind,
     Let,
@@ -40,9 +42,12 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    as_expr,
+    hint_of,
     seq,
 )
 from ember.loops.transform import format_stmt, map_expr, simplify, substitute
+from ember.lower import dims
 from ember.lower.computes import static_shape
 
 TO_NCHW = [0, 3, 1, 2]
@@ -74,8 +79,9 @@ def applicable(body: Graph) -> bool:
         return w is not None and w.is_const and w.type.shape[2] >= 2 and len(m.inputs) == 2
     if m.op == "MatMul":
         a, b = m.inputs
+        # rows may be symbolic (the dense kernel takes their count at run time)
         return (b is not None and b.is_const and b.type.rank == 2 and a is not None
-                and a.type.rank >= 2 and a.type.is_static
+                and a.type.rank >= 2 and isinstance(a.type.shape[-1], int)
                 and a.type.dtype.name == "float32")  # the dense kernel computes in float32
     return False
 
@@ -86,8 +92,9 @@ def geometry(m: Node) -> tuple[ConvGeom, np.ndarray]:
     assert x is not None and w is not None and w.const is not None
     if m.op == "MatMul":
         k, n = w.type.shape
-        rows = int(np.prod(static_shape(x.type)[:-1]))
-        return ConvGeom(1, 1, rows, int(k), 1, rows, int(n), 1, 1, 1, 1, 1, 1, 1), \
+        rows = symbolic_rows(m)
+        r = hint_of(rows)   # a symbolic row count is tiled for its hint
+        return ConvGeom(1, 1, r, int(k), 1, r, int(n), 1, 1, 1, 1, 1, 1, 1), \
             w.const.reshape(1, 1, k, n)
     n_, h, wd, c = static_shape(x.type)
     _, oh, ow, oc = static_shape(m.output.type)
@@ -98,11 +105,29 @@ def geometry(m: Node) -> tuple[ConvGeom, np.ndarray]:
                     m.attrs.get("group", 1)), w.const
 
 
+def symbolic_rows(m: Node) -> Extent:
+    """The row count of a MatMul master: an int, or an expression of the program's dims."""
+    x = m.inputs[0]
+    assert x is not None
+    rows: Extent = 1
+    for d in static_shape(x.type)[:-1]:
+        rows = mul_extent(rows, d)
+    return rows
+
+
 def choose_tiling(g: ConvGeom, ctx: RollerContext,
-                  build: Callable[[DenseTile], Kernel] | None = None) -> DenseTile:
+                  build: Callable[[DenseTile], Kernel] | None = None,
+                  spread: bool = False) -> DenseTile:
     """The rProgram Roller constructs for ``g``: the model's best (K = 1) or the fastest
-    measured of the top K (``ctx.pick`` compiles them with ``build``)."""
+    measured of the top K (``ctx.pick`` compiles them with ``build``). ``spread``: ``g``'s row
+    count is symbolic (a MatMul's, at its hint): the best on average over a spread of sizes
+    by the model (``dense.construct_spread``)."""
     t = time.perf_counter()
+    if spread:   # a symbolic row count: one config for the spread of sizes
+        cands = dense.construct_spread([replace(g, W=p, OW=p) for p in (g.P,) + dense.SPREAD],
+                                       ctx.spec, ctx.units, ctx.topk)
+        ctx.construct_s += time.perf_counter() - t
+        return cands[0]
     cands = dense.construct(g, ctx.spec, ctx.units, ctx.topk)
     ctx.construct_s += time.perf_counter() - t
     if len(cands) == 1:
@@ -126,14 +151,20 @@ def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
     return np.ascontiguousarray(w)
 
 
-def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False) -> str:
+def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
+             rows: str | None = None) -> str:
     """The C function of one rTask. ``local``: it writes its tile to ``out`` as a
-    [PT][channels per task] scratch instead of at the tile's place in the [P][OC] output."""
+    [PT][channels per task] scratch instead of at the tile's place in the [P][OC] output.
+    ``rows``: a MatMul's row count as a C expression of the dims (a symbolic kernel: its
+    last row tile is the residue, dispatched by ``nr`` to the micro-kernel of that height)."""
     jb = -(-g.OCg // t.NB)
     jt = -(-t.NT // t.NB)           # channel blocks per task
     tj = -(-jb // jt)               # channel tasks per group
     nc = -(-g.ICg // t.KC)
-    pb = -(-g.P // t.PT)
+    pb: int | str = -(-g.P // t.PT)
+    P: int | str = g.P
+    if rows is not None:
+        P, pb = rows, f"(({rows} + {t.PT - 1}) / {t.PT})"
     chunk = g.KH * g.KW * t.KC * t.NB
     ldc = jt * t.NB if local else g.OC
     crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
@@ -142,13 +173,16 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False) -> str:
         f"{g.DH * g.W * g.C}, {g.DW * g.C}, cb + {crow}, {ldc}, c > 0, nvalid, "
         f"{t.KC}); break;"
         for r in range(t.R, 0, -1))
-    rows = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
-      const float *rows[{t.R}];
-      for (int64_t r = 0; r < nr; ++r) {{
-        const int64_t q = p + r, n = q / {g.OH * g.OW}, rem = q % {g.OH * g.OW};
+    address = f"""const int64_t q = p + r, n = q / {g.OH * g.OW}, rem = q % {g.OH * g.OW};
         const int64_t oh = rem / {g.OW}, ow = rem % {g.OW};
         rows[r] = x + ((n * {g.H} + oh * {g.SH}) * {g.W} + ow * {g.SW}) * {g.C}
-                  + g * {g.ICg} + c * {t.KC};
+                  + g * {g.ICg} + c * {t.KC};"""
+    if rows is not None:   # a MatMul: row q starts at q * K
+        address = f"rows[r] = x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC};"
+    rows_c = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
+      const float *rows[{t.R}];
+      for (int64_t r = 0; r < nr; ++r) {{
+        {address}
       }}"""
     left = f"{g.OCg} - j * {t.NB}"
     block = f"""const int64_t nvalid = {left} < {t.NB} ? {left} : {t.NB};
@@ -157,14 +191,14 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False) -> str:
     call = f"switch (nr) {{\n{cases}\n        default: break;\n      }}"
     outer, inner = ("j", "p") if t.order == "p" else ("p", "j")
     head = {"j": ("for (int64_t j = j0; j < j1; ++j) {", block),
-            "p": (f"for (int64_t p = p0; p < p1; p += {t.R}) {{", rows)}
+            "p": (f"for (int64_t p = p0; p < p1; p += {t.R}) {{", rows_c)}
     loops = (f"{head[outer][0]}\n      {head[outer][1]}\n      {head[inner][0]}\n"
              f"      {head[inner][1]}\n      {call}\n      }}\n    }}")
     return f"""
 static void {name}(int64_t task, float *out, const float *x, const float *w) {{
-  const int64_t g = task / {tj * pb}, jt = (task / {pb}) % {tj}, pc = task % {pb};
+  const int64_t g = task / ({tj} * {pb}), jt = (task / {pb}) % {tj}, pc = task % {pb};
   const int64_t p0 = pc * {t.PT};
-  const int64_t p1 = p0 + {t.PT} < {g.P} ? p0 + {t.PT} : {g.P};
+  const int64_t p1 = p0 + {t.PT} < {P} ? p0 + {t.PT} : {P};
   const int64_t j0 = jt * {jt}, j1 = j0 + {jt} < {jb} ? j0 + {jt} : {jb};
   for (int64_t c = 0; c < {nc}; ++c) {{
     const int64_t icc = {g.ICg} - c * {t.KC} < {t.KC} ? {g.ICg} - c * {t.KC} : {t.KC};
@@ -178,16 +212,24 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
                 tiling: DenseTile | None = None) -> Kernel:
     m = body.nodes[0]
     g, w_hwio = geometry(m)
-    t = tiling or choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c))
+    spread = m.op == "MatMul" and not isinstance(symbolic_rows(m), int)
+    t = tiling or choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c), spread)
     local = transposed_output(body)
     if local:
         t = fit_scratch(t)
     packed = pack_weights(w_hwio, g, t)
-    ntasks = dense.task_count(g, t)
+    rows = symbolic_rows(m) if m.op == "MatMul" else g.P
+    sym = None if isinstance(rows, int) else rows
+    ntasks: Extent = dense.task_count(g, t)
+    if sym is not None:
+        ntasks = mul_extent(g.G * -(-g.OCg // t.NT),
+                            Bin("//", Bin("+", sym, Const(t.PT - 1)), Const(t.PT)))
     # named by what its text depends on, so kernels of one shape share one tile function
-    fn = "em_tile_" + hashlib.sha1(repr((g, t, local)).encode()).hexdigest()[:12]
-    out_buf = Buffer(f"{name}_out", g.P * g.OC)
-    x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
+    key = (g, t, local) if sym is None else (g, t, local, dims.c_expr(sym))
+    fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
+    out_buf = Buffer(f"{name}_out", mul_extent(rows, g.OC))
+    x_buf = Buffer(f"{name}_x", mul_extent(rows, g.C) if sym is not None
+                   else g.N * g.H * g.W * g.C)
     w_buf = Buffer(f"{name}_w", packed.size)
     x_index = body.inputs.index(m.inputs[0])
     args: list = [(out_buf, OUTPUT), (x_buf, x_index), (w_buf, packed)]
@@ -199,16 +241,16 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf)), epi))
     else:
         call = Eval(fn, (task, out_buf, x_buf, w_buf))
-        epi_in_place = _epilogue(body, m, g, t, task, out_buf, x_buf, args)
+        epi_in_place = _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS}
     for r in range(1, t.R + 1):
         support[uk_name(r, t.V)] = emit_microkernel(r, t.V)
-    support[fn] = _tile_fn(fn, g, t, local)
+    support[fn] = _tile_fn(fn, g, t, local, None if sym is None else dims.c_expr(sym))
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
-    flops = 2 * g.P * g.OC * g.KH * g.KW * g.ICg
+    flops = 2 * hint_of(rows) * g.OC * g.KH * g.KW * g.ICg
     doc = f"{body.name}: {dense.describe_space(g)}; roller {t.describe()}"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
 
@@ -223,17 +265,20 @@ def fit_scratch(t: DenseTile) -> DenseTile:
     return t if t.PT <= rows else replace(t, PT=max(t.R, rows))
 
 
-def _task_origin(g: ConvGeom, t: DenseTile, task: Var) -> tuple[Expr, Expr, Expr, Expr]:
-    """The first row and channel of ``task``'s tile and their counts."""
+def _task_origin(g: ConvGeom, t: DenseTile, task: Var, rows: Extent | None = None
+                 ) -> tuple[Expr, Expr, Expr, Expr]:
+    """The first row and channel of ``task``'s tile and their counts (``rows``: the row
+    count when it is symbolic)."""
     jb = -(-g.OCg // t.NB)
     ct = _task_channels(t)
     tj = -(-jb // (ct // t.NB))
-    pb = -(-g.P // t.PT)
-    gi = Bin("//", task, Const(tj * pb))
-    j = Bin("%", Bin("//", task, Const(pb)), Const(tj))
-    p0 = Bin("*", Bin("%", task, Const(pb)), Const(t.PT))
+    P = as_expr(g.P if rows is None else rows)
+    pb = Bin("//", Bin("+", P, Const(t.PT - 1)), Const(t.PT))
+    gi = Bin("//", task, Bin("*", Const(tj), pb))
+    j = Bin("%", Bin("//", task, pb), Const(tj))
+    p0 = Bin("*", Bin("%", task, pb), Const(t.PT))
     c0 = Bin("+", Bin("*", gi, Const(g.OCg)), Bin("*", j, Const(ct)))
-    p_len = Bin("min", Const(t.PT), Bin("-", Const(g.P), p0))
+    p_len = Bin("min", Const(t.PT), Bin("-", P, p0))
     c_len = Bin("min", Const(ct), Bin("-", Const(g.OCg), Bin("*", j, Const(ct))))
     return p0, c0, p_len, c_len
 
@@ -265,11 +310,11 @@ def _transposed_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: 
 
 
 def _epilogue(body: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var, out_buf: Buffer,
-              x_buf: Buffer, args: list) -> Stmt | None:
+              x_buf: Buffer, args: list, rows: Extent | None = None) -> Stmt | None:
     """The group's element-wise ops after the master, over the task's (rows × NT) tile."""
     if len(body.nodes) == 1:
         return None
     inner, pv, cv = element_epilogue(body, m, out_buf, x_buf, args)
-    p0, c0, p_len, c_len = _task_origin(g, t, task)
+    p0, c0, p_len, c_len = _task_origin(g, t, task, rows)
     loop: Stmt = For(pv, p0, p_len, For(cv, c0, c_len, inner, ForKind.VECTORIZED))
     return simplify(loop)  # type: ignore[return-value]

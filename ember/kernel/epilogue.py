@@ -11,10 +11,9 @@ constants) are appended to ``args``; a read of the master's own input is bound t
 
 from __future__ import annotations
 
-import numpy as np
-
 from ember.ir.graph import Graph, Node
-from ember.loops.ir import Buffer, Stmt, Var
+from ember.kernel.schedule import mul_extent
+from ember.loops.ir import Buffer, Extent, Stmt, Var
 from ember.loops.transform import substitute
 from ember.lower.computes import static_shape, unravel
 from ember.lower.group import group_to_te
@@ -22,10 +21,17 @@ from ember.te import tensor as te
 from ember.te.lower import flat_index, lower
 
 
+def numel(shape: tuple[Extent, ...]) -> Extent:
+    n: Extent = 1
+    for d in shape:
+        n = mul_extent(n, d)
+    return n
+
+
 def element_epilogue(body: Graph, m: Node, out_buf: Buffer, x_buf: Buffer,
                      args: list) -> tuple[Stmt, Var, Var]:
     oshape = static_shape(m.output.type)
-    pixels, chans = int(np.prod(oshape[:-1])), oshape[-1]
+    pixels, chans = numel(oshape[:-1]), oshape[-1]
     raw = te.placeholder((pixels, chans), "float32", "raw")
     conv4 = te.compute(oshape, lambda *i: raw[flat_index(oshape[:-1], i[:-1]), i[-1]])
     grp = group_to_te(body, {m.output.uid: conv4})
@@ -36,14 +42,14 @@ def element_epilogue(body: Graph, m: Node, out_buf: Buffer, x_buf: Buffer,
         if v is m.inputs[0]:      # the epilogue reads the master's input too
             bufs[ph] = x_buf
             continue
-        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
+        b = Buffer(ph.name, numel(ph.shape), ph.dtype)
         bufs[ph] = b
         args.append((b, i))
     weights = m.inputs[1].const if len(m.inputs) > 1 and m.inputs[1] is not None else None
     for arr, ph in grp.consts:
         if weights is not None and arr is weights:   # the master's own (repacked) weights
             continue
-        b = Buffer(ph.name, int(np.prod(ph.shape)), ph.dtype)
+        b = Buffer(ph.name, numel(ph.shape), ph.dtype)
         bufs[ph] = b
         args.append((b, arr))
     nest = lower(out2, out_buf, bufs)

@@ -121,6 +121,15 @@ class Bin(Expr):
     def __post_init__(self) -> None:
         self.dtype = "bool" if self.op in COMPARE | LOGIC else self.a.dtype
 
+    def __bool__(self) -> bool:
+        # ``if extent > 1:`` on a symbolic extent builds a comparison, which has no truth
+        # value at compile time: fail loudly (callers report "no symbolic kernel") rather
+        # than take a branch silently
+        if self.op in COMPARE:
+            raise TypeError(f"the symbolic comparison {self.a!r} {self.op} {self.b!r} has no "
+                            "value at compile time")
+        return True
+
 
 @dataclass(eq=False)
 class Call(Expr):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Extent, Select, all_of, as_expr
 from ember.lower import dims
 from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
@@ -181,13 +181,14 @@ def _cast(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
     return [te.compute(x.shape, lambda *i: Cast(x[i], dt), dtype=dt)]
 
 
-def unravel(flat: Expr, shape: tuple[int, ...]) -> tuple[Expr, ...]:
+def unravel(flat: Expr, shape: tuple[Extent, ...]) -> tuple[Expr, ...]:
     idx: list[Expr] = []
-    stride = 1
+    stride: Extent = 1
     for d in reversed(shape):
-        idx.append(Bin("%", Bin("//", flat, Const(stride)), Const(d)) if stride > 1
-                   else Bin("%", flat, Const(d)))
-        stride *= d
+        idx.append(Bin("%", Bin("//", flat, as_expr(stride)), as_expr(d)) if stride != 1
+                   else Bin("%", flat, as_expr(d)))
+        stride = stride * d if isinstance(stride, int) and isinstance(d, int) else \
+            Bin("*", as_expr(stride), as_expr(d))
     return tuple(reversed(idx))
 
 

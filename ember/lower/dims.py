@@ -140,3 +140,20 @@ def _text(e: Expr) -> str:
             return f"{e.op}({a}, {b})"
         return f"({a}{e.op}{b})"
     raise CompileError(f"dim expression {e!r} has no text form")
+
+
+def c_expr(e: Extent) -> str:
+    """A static or symbolic extent as C (``g_dims[slot]`` for a DimVar), for kernels that emit
+    their C text directly (the dense tile functions)."""
+    if isinstance(e, int):
+        return str(e)
+    if isinstance(e, DimVar):
+        return f"g_dims[{e.slot}]"
+    if isinstance(e, Const):
+        return str(int(e.value))
+    if isinstance(e, Bin):
+        a, b = c_expr(e.a), c_expr(e.b)
+        if e.op in ("max", "min"):
+            return f"EM_SEL2({a}, {b}, {'>' if e.op == 'max' else '<'})"
+        return f"({a} {'/' if e.op == '//' else e.op} {b})"
+    raise CompileError(f"extent {e!r} has no C form")

@@ -261,3 +261,26 @@ def diverse(ranked: list[DenseTile], k: int) -> list[DenseTile]:
 def describe_space(g: ConvGeom) -> str:
     return (f"P={g.P} OC={g.OC} K={g.KH}x{g.KW}x{g.ICg} G={g.G} "
             f"({g.flops / 1e9:.3f} GFLOP, {math.prod((g.N, g.H, g.W, g.C)) * 4 >> 10} KiB in)")
+
+
+SPREAD = (16, 32, 64, 128, 256, 512)   # the sizes a symbolic row count is evaluated at
+
+
+def construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int,
+                     topk: int = 8) -> list[DenseTile]:
+    """rPrograms for a symbolic row count (Nimble's config choice, on Roller's model): the
+    candidates constructed for each geometry of the spread (the first is the representative
+    size), ranked by their predicted time relative to the best candidate at each size,
+    averaged over the spread (geometric mean), so no size pays much for the others."""
+    cands: dict[tuple, DenseTile] = {}
+    for g in geoms:
+        for c in construct(g, spec, units, topk):
+            cands.setdefault((c.R, c.V, c.KC, c.PT, c.NT, c.order), c)
+    pred = {k: [predict(g, c, spec, units) for g in geoms] for k, c in cands.items()}
+    best = [min(p[i] for p in pred.values()) for i in range(len(geoms))]
+
+    def score(k: tuple) -> float:
+        return math.prod(p / b for p, b in zip(pred[k], best)) ** (1 / len(geoms))
+
+    ranked = sorted(cands, key=score)
+    return [DenseTile(*k[:6], spec.lanes, score(k)) for k in ranked[:topk]]
