@@ -156,8 +156,8 @@ def default_schedule(nest: LoopNest, min_tasks: int = 8, vector_min: int = 4,
         o, i = split(nest, inner.var, chunk)
         outers.append(o)
         inner = nest.loop(i)
-    if (isinstance(nest.body, Store) and hint_of(inner.extent) >= vector_min
-            and not nest.guards):
+    inner_n = inner.full if inner.full is not None else hint_of(inner.extent)
+    if isinstance(nest.body, Store) and inner_n >= vector_min and not nest.guards:
         vectorize(nest, inner.var)
     if outers:
         parallel(nest, fuse_all(nest, outers))

@@ -19,6 +19,7 @@ from ember.loops.ir import (
     Scope,
     Store,
     Var,
+    as_expr,
     seq,
 )
 from ember.loops.transform import format_stmt
@@ -31,7 +32,7 @@ def applicable(body: Graph) -> bool:
 
 def build_softmax(name: str, body: Graph) -> Kernel:
     n = body.nodes[0]
-    shape = static_shape(n.output.type)
+    shape = static_shape(n.output.type)   # extents: symbolic dims are expressions
     axis = n.attrs.get("axis", -1) % len(shape)
     outer = 1
     for d in shape[:axis]:
@@ -46,11 +47,11 @@ def build_softmax(name: str, body: Graph) -> Kernel:
     x = Buffer(f"{name}_x", total, dt)
     y = Buffer(f"{name}_y", total, dt)
     row, j = Var("row"), Var("j")
-    base = Bin("+", Bin("*", Bin("//", row, Const(inner)), Const(k * inner)),
-               Bin("%", row, Const(inner)))
+    base = Bin("+", Bin("*", Bin("//", row, as_expr(inner)), as_expr(k * inner)),
+               Bin("%", row, as_expr(inner)))
 
     def at(jv: Var) -> Bin:
-        return Bin("+", base, Bin("*", jv, Const(inner)))
+        return Bin("+", base, Bin("*", jv, as_expr(inner)))
 
     m = Buffer("mx", 1, acc_dt, scope=Scope.LOCAL)
     s = Buffer("sm", 1, acc_dt, scope=Scope.LOCAL)
@@ -58,18 +59,18 @@ def build_softmax(name: str, body: Graph) -> Kernel:
     xv = Load(x, at(j))
     shifted = Bin("-", xv, Load(m, zero))
     find_max = seq(Store(m, zero, Const(-3.4028234663852886e38, acc_dt)),
-                   For(j, zero, Const(k), Store(m, zero, Bin("max", Load(m, zero), xv))))
+                   For(j, zero, as_expr(k), Store(m, zero, Bin("max", Load(m, zero), xv))))
     acc = seq(Store(s, zero, Const(0.0, acc_dt)),
-              For(j, zero, Const(k), Store(s, zero, Bin(
+              For(j, zero, as_expr(k), Store(s, zero, Bin(
                   "+", Load(s, zero), Call("exp", (shifted,), acc_dt)))))
     if n.op == "Softmax":
         inv = Bin("/", Const(1.0, acc_dt), Load(s, zero))
         e = Call("exp", (shifted,), acc_dt)
-        write = seq(Store(s, zero, inv), For(j, zero, Const(k), Store(
+        write = seq(Store(s, zero, inv), For(j, zero, as_expr(k), Store(
             y, at(j), Bin("*", e, Load(s, zero))), ForKind.VECTORIZED))
     else:
         lse = Call("log", (Load(s, zero),), acc_dt)
-        write = seq(Store(s, zero, lse), For(j, zero, Const(k), Store(
+        write = seq(Store(s, zero, lse), For(j, zero, as_expr(k), Store(
             y, at(j), Bin("-", shifted, Load(s, zero))), ForKind.VECTORIZED))
     body_stmt = Alloc(m, Alloc(s, seq(find_max, acc, write)))
     stmt = For(row, T0, Bin("-", T1, T0), body_stmt)

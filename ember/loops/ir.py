@@ -54,7 +54,7 @@ class Var(Expr):
         return self.name
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class DimVar(Var):
     """A symbolic dimension of a kernel (Nimble §3.5): a run-time value the generated code reads
     from the program's dims table (``g_dims[slot]``). ``hint`` is the representative size
