@@ -1,0 +1,109 @@
+"""Dynamic-shape benchmark (issue 5): one symbolic compile against static compiles per size.
+
+    python bench/dynamic.py [--threads 2] [--dense 768x768,768x3072,3072x768]
+                            [--rows 16,64,200] [--out bench/results]
+
+Nimble's Figure 3 experiment on this CPU: a dense layer (MatMul + bias + ReLU) compiled ONCE
+with a symbolic row count (residue dispatch in the row tiles, the config chosen over a spread of
+sizes) runs at each row count beside the same layer compiled statically for that count and
+onnxruntime (one process, same inputs, interleaved rounds, medians). Outputs are checked against
+onnxruntime. The ratio dyn/static is the price of compiling once (the issue's bound: 1.10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+
+
+def dense_model(rows: int | str, k: int, n: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((k, n)) * 0.05).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+         helper.make_node("Relu", ["u"], ["y"])], "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])], [w, b])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _median_rounds(fns: dict[str, object], rounds: int = 7, budget: float = 0.05
+                   ) -> dict[str, float]:
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            f()  # type: ignore[operator]
+            t_end = time.perf_counter() + budget
+            while time.perf_counter() < t_end:
+                t = time.perf_counter()
+                f()  # type: ignore[operator]
+                times[k].append(time.perf_counter() - t)
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+
+
+def bench_dense(k: int, n: int, rows: list[int], threads: int) -> list[dict]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(dense_model("rows", k, n).SerializeToString(), so,
+                               providers=["CPUExecutionProvider"])
+    t = time.perf_counter()
+    dyn = ember.compile(dense_model("rows", k, n), num_threads=threads, schedule="sequential")
+    t_dyn = time.perf_counter() - t
+    out = []
+    for r in rows:
+        x = np.random.default_rng(r).standard_normal((r, k)).astype(np.float32)
+        st = ember.compile(dense_model(r, k, n), num_threads=threads, schedule="sequential")
+        want = sess.run(None, {"x": x})[0]
+        err = max(float(np.abs(dyn(x) - want).max()), float(np.abs(st(x) - want).max()))
+        ms = _median_rounds({"dyn": lambda x=x: dyn(x), "static": lambda x=x, st=st: st(x),
+                             "ort": lambda x=x: sess.run(None, {"x": x})})
+        row = {"layer": f"{k}x{n}", "rows": r, **{f"{e}_ms": round(v, 4) for e, v in ms.items()},
+               "dyn/static": round(ms["dyn"] / ms["static"], 3),
+               "dyn/ort": round(ms["dyn"] / ms["ort"], 3), "max_err": err,
+               "compile_dyn_s": round(t_dyn, 2)}
+        print(f"dense {k}x{n} rows {r:4d}: dyn {ms['dyn']:.3f} ms  static {ms['static']:.3f} ms"
+              f"  ort {ms['ort']:.3f} ms  dyn/static {row['dyn/static']:.2f}  "
+              f"dyn/ort {row['dyn/ort']:.2f}  err {err:.1e}", flush=True)
+        out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dense", default="768x768,768x3072,3072x768")
+    ap.add_argument("--rows", default="16,64,200")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    os.environ.setdefault("EMBER_PROGRESS", "0")
+    rows = [int(r) for r in a.rows.split(",")]
+    results = []
+    for spec in a.dense.split(","):
+        k, n = (int(v) for v in spec.split("x"))
+        results += bench_dense(k, n, rows, a.threads)
+    ratios = [r["dyn/static"] for r in results]
+    print(f"geomean dyn/static {float(np.exp(np.mean(np.log(ratios)))):.3f}, "
+          f"max {max(ratios):.3f}")
+    if a.out:
+        path = Path(a.out) / "dynamic.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"dense": results}, indent=1))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
