@@ -15,6 +15,8 @@ import numpy as np
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Value
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.epilogue import numel
+from ember.kernel.schedule import mul_extent
 from ember.loops.ir import (
     Alloc,
     Bin,
@@ -89,9 +91,9 @@ def build_layernorm(name: str, body: Graph) -> Kernel:
     shape = static_shape(x_v.type)
     axis = int(n.attrs.get("axis", -1)) % len(shape)
     inner = shape[axis:]
-    k = int(np.prod(inner))
-    rows = int(np.prod(shape[:axis]))
-    x, y = Buffer(f"{name}_x", rows * k), Buffer(f"{name}_y", rows * k)
+    k = int(np.prod(inner))       # the normalized row is static; the row count may be symbolic
+    rows = numel(shape[:axis])
+    x, y = Buffer(f"{name}_x", mul_extent(rows, k)), Buffer(f"{name}_y", mul_extent(rows, k))
     args: list = [(y, OUTPUT), (x, body.inputs.index(x_v))]
     scale = _param(f"{name}_scale", n.inputs[1], inner, body, args)
     bias = _param(f"{name}_bias", n.inputs[2] if len(n.inputs) > 2 else None, inner, body, args)

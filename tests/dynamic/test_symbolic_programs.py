@@ -109,3 +109,21 @@ def test_saved_symbolic_model_round_trips(tmp_path) -> None:  # type: ignore[no-
     x = _f32(3, 11)
     np.testing.assert_array_equal(back(x), np.maximum(x, 0))
     np.testing.assert_array_equal(back(_f32(0, 4)), np.zeros((0, 4), np.float32))
+
+
+def test_attention_pieces_with_symbolic_sequence() -> None:
+    """BERT's symbolic-sequence kernels: LayerNorm rows, Q·Kᵀ and P·V (the sequence is a
+    reduction axis of the second), the head transpose, erf-GELU."""
+    ln = _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1,
+                                  epsilon=1e-12)], [("x", [1, "s", 64])], ["y"],
+                {"g": _f32(64), "b": _f32(64)})
+    _against_ort(ln, [{"x": _f32(1, n, 64)} for n in (1, 7, 33)])
+    qk = _model([helper.make_node("MatMul", ["q", "k"], ["a"]),
+                 helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+                 helper.make_node("MatMul", ["p", "v"], ["c"]),
+                 helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 1, 3]),
+                 helper.make_node("Erf", ["t"], ["e"]), helper.make_node("Mul", ["t", "e"], ["y"])],
+                [("q", [1, 4, "s", 16]), ("k", [1, 4, 16, "s"]), ("v", [1, 4, "s", 16])], ["y"],
+                {})
+    _against_ort(qk, [{"q": _f32(1, 4, n, 16), "k": _f32(1, 4, 16, n), "v": _f32(1, 4, n, 16)}
+                      for n in (1, 9, 40)])
