@@ -36,3 +36,8 @@ class InputError(EmberError):
 
 class ArtifactError(EmberError):
     """A saved model could not be loaded: missing file, bad checksum, wrong version."""
+
+
+class VMError(EmberError):
+    """The bytecode VM failed at run time: a Fatal instruction, a bad allocation, a missing packed
+    function, or a packed function that raised. Names the VM function and instruction."""
