@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ember.ir.graph import Node
-from ember.kernel import conv, depthwise, layernorm, lstm, scatter, softmax, window
+from ember.kernel import batched, conv, depthwise, layernorm, lstm, scatter, softmax, window
 from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
 from ember.kernel.roller import RollerContext
@@ -30,4 +30,6 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return depthwise.build_depthwise(name, body, ctx)
     if conv.applicable(body):
         return conv.build_dense(name, body, ctx)
+    if batched.applicable(body):
+        return batched.build_batched(name, body)
     return build_generic(name, body, min_tasks=4 * threads, ctx=ctx)
