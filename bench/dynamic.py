@@ -1,13 +1,17 @@
 """Dynamic-shape benchmark (issue 5): one symbolic compile against static compiles per size.
 
     python bench/dynamic.py [--threads 2] [--dense 768x768,768x3072,3072x768]
-                            [--rows 16,64,200] [--out bench/results]
+                            [--rows 16,64,200] [--bert 7,16,64,128,200,384] [--out bench/results]
 
 Nimble's Figure 3 experiment on this CPU: a dense layer (MatMul + bias + ReLU) compiled ONCE
 with a symbolic row count (residue dispatch in the row tiles, the config chosen over a spread of
 sizes) runs at each row count beside the same layer compiled statically for that count and
 onnxruntime (one process, same inputs, interleaved rounds, medians). Outputs are checked against
 onnxruntime. The ratio dyn/static is the price of compiling once (the issue's bound: 1.10).
+
+``--bert LENGTHS``: BERT-base exported with a symbolic sequence length (``zoo.bert.bert(
+seq=None)``), compiled once, run at each length beside ember's static compile for that length
+and onnxruntime (the issue's bounds: dyn/static <= 1.15, dyn/onnxruntime <= 1.1).
 """
 
 from __future__ import annotations
@@ -81,26 +85,66 @@ def bench_dense(k: int, n: int, rows: list[int], threads: int) -> list[dict]:
     return out
 
 
+def bench_bert(lengths: list[int], threads: int) -> list[dict]:
+    import onnxruntime as ort
+
+    from ember.zoo import bert
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    model = bert.bert(seq=None)
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    t = time.perf_counter()
+    dyn = ember.compile(model, num_threads=threads, schedule="sequential")
+    t_dyn = time.perf_counter() - t
+    print(f"bert (symbolic seq): compiled once in {t_dyn:.1f} s", flush=True)
+    out = []
+    for n in lengths:
+        ids = np.random.default_rng(n).integers(0, bert.VOCAB, (1, n)).astype(np.int64)
+        st = ember.compile(bert.bert(seq=n), num_threads=threads, schedule="sequential")
+        want = sess.run(None, {"input_ids": ids})[0]
+        err = max(float(np.abs(dyn(ids) - want).max()), float(np.abs(st(ids) - want).max()))
+        ms = _median_rounds({"dyn": lambda ids=ids: dyn(ids),
+                             "static": lambda ids=ids, st=st: st(ids),
+                             "ort": lambda ids=ids: sess.run(None, {"input_ids": ids})},
+                            rounds=5, budget=0.3)
+        row = {"model": "bert_base", "seq": n, **{f"{e}_ms": round(v, 3) for e, v in ms.items()},
+               "dyn/static": round(ms["dyn"] / ms["static"], 3),
+               "dyn/ort": round(ms["dyn"] / ms["ort"], 3), "max_err": err,
+               "compile_dyn_s": round(t_dyn, 1)}
+        print(f"bert seq {n:4d}: dyn {ms['dyn']:.2f} ms  static {ms['static']:.2f} ms  "
+              f"ort {ms['ort']:.2f} ms  dyn/static {row['dyn/static']:.2f}  "
+              f"dyn/ort {row['dyn/ort']:.2f}  err {err:.1e}", flush=True)
+        out.append(row)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dense", default="768x768,768x3072,3072x768")
     ap.add_argument("--rows", default="16,64,200")
+    ap.add_argument("--bert", default="", help="sequence lengths (empty: skip BERT)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     os.environ.setdefault("EMBER_PROGRESS", "0")
-    rows = [int(r) for r in a.rows.split(",")]
-    results = []
-    for spec in a.dense.split(","):
-        k, n = (int(v) for v in spec.split("x"))
-        results += bench_dense(k, n, rows, a.threads)
-    ratios = [r["dyn/static"] for r in results]
-    print(f"geomean dyn/static {float(np.exp(np.mean(np.log(ratios)))):.3f}, "
-          f"max {max(ratios):.3f}")
+    results: dict[str, list[dict]] = {"dense": [], "bert": []}
+    if a.dense:
+        rows = [int(r) for r in a.rows.split(",")]
+        for spec in a.dense.split(","):
+            k, n = (int(v) for v in spec.split("x"))
+            results["dense"] += bench_dense(k, n, rows, a.threads)
+    if a.bert:
+        results["bert"] = bench_bert([int(n) for n in a.bert.split(",")], a.threads)
+    for kind, rs in results.items():
+        if rs:
+            ratios = [r["dyn/static"] for r in rs]
+            print(f"{kind}: geomean dyn/static {float(np.exp(np.mean(np.log(ratios)))):.3f}, "
+                  f"max {max(ratios):.3f}")
     if a.out:
         path = Path(a.out) / "dynamic.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"dense": results}, indent=1))
+        path.write_text(json.dumps(results, indent=1))
         print(f"wrote {path}")
     return 0
 
