@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.ir.types import TensorType
+from ember.ir.types import DimCheck, TensorType, collect_checks
 from ember.support import dtypes
 
 _uids = itertools.count()
@@ -78,6 +78,7 @@ class Graph:
         self.outputs = list(outputs)
         self.nodes = list(nodes)
         self.name = name
+        self.checks: list[DimCheck] = []  # run-time dim checks of the type relations (types.py)
 
     # ----------------------------------------------------------------- building
     def add(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any] | None = None,
@@ -88,11 +89,13 @@ class Graph:
         opdef = registry.get(op)
         attrs = dict(attrs or {})
         in_types = [v.type if v is not None else None for v in inputs]
-        out_types = opdef.infer_types(attrs, in_types, inputs)
+        with collect_checks() as found:
+            out_types = opdef.infer_types(attrs, in_types, inputs)
         outs = [Value(t, out_names[i] if i < len(out_names) else "")
                 for i, t in enumerate(out_types)]
         node = Node(op, inputs, outs, attrs, name)
         self.nodes.append(node)
+        self.checks.extend(c.at(node.name) for c in found if c.at(node.name) not in self.checks)
         return node
 
     # ----------------------------------------------------------------- queries

@@ -18,7 +18,7 @@ from typing import Any
 from ember.errors import CompileError
 from ember.ir.ops.indexing import einsum_extents, einsum_terms
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Cast, Const, Expr, Select
+from ember.loops.ir import Bin, Cast, Const, Expr, Select, as_expr
 from ember.lower.computes import clamp, fconst, register, static_shape
 from ember.support import dtypes
 from ember.te import tensor as te
@@ -240,7 +240,42 @@ def _dedicated(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[
                        "and fuses with nothing")
 
 
-@register("Range", "NonZero", "Unique")
+@register("NonZero", "Unique")
 def _data_dependent(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     raise CompileError(f"{attrs['_op']} has a data-dependent output shape: ember computes it "
                        "only from constant inputs (constant folding)")
+
+
+@register("Range")
+def _range(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    """``start + i * delta`` when the length is known to the compiler: constant operands
+    (folded before this), or a length the frontend proved as an expression of the symbols
+    (the ``length`` attribute; ``limit`` is then not read)."""
+    if outs[0].shape and not isinstance(outs[0].shape[0], int) and "length" not in attrs:
+        raise CompileError("Range has a data-dependent output shape: ember computes it only "
+                           "from constant inputs or a length known from the input shapes")
+    start, delta = ins[0], ins[2]
+    return [te.compute(static_shape(outs[0]),
+                       lambda i: start[()] + Cast(i, start.dtype) * delta[()], name="range",
+                       dtype=start.dtype)]
+
+
+@register("Shape")
+def _shape(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    """The input's dims ``start:end`` as int64: constants, or the program's run-time dims."""
+    x = ins[0]
+    rank = len(x.shape)
+    start = int(attrs.get("start", 0) or 0)
+    end = attrs.get("end")
+    end = rank if end is None else int(end)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = max(min(max(end + rank if end < 0 else end, 0), rank), start)
+    dims_ = [as_expr(d) for d in x.shape[start:end]]
+
+    def body(i: Expr) -> Expr:
+        out: Expr = dims_[-1] if dims_ else Const(0)
+        for k in range(len(dims_) - 2, -1, -1):
+            out = Select(Bin("==", i, Const(k)), dims_[k], out)
+        return out
+
+    return [te.compute((end - start,), body, name="shape", dtype="int64")]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from modelkit import compare, make_model
 from onnx import helper
 
 from ember import driver
-from modelkit import compare, make_model
 
 rng = np.random.default_rng(3)
 

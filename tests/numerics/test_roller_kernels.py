@@ -55,7 +55,7 @@ def test_forced_tilings_match_onnxruntime(tile: DenseTile, which: str,
     rng = np.random.default_rng(hash((tile, which)) % 2**32)
     model, feeds = (_matmul_model(rng) if which == "matmul"
                     else _conv_model(rng, 4 if which == "grouped" else 1))
-    monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None: tile)
+    monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None, spread=False: tile)
     got = ember.compile(model, num_threads=2)(**feeds)
     want = run_ort(model, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -92,7 +92,7 @@ def test_transposed_store_of_a_conv_chain_exit(tile: DenseTile,
              helper.make_node("Add", ["c", "r"], ["a"]),
              helper.make_node("Relu", ["a"], ["y"])]
     model = make_model(nodes, {"x": x, "r": r}, {"w": w}, ["y"])
-    monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None: tile)
+    monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None, spread=False: tile)
     src = driver.build(model, num_threads=2).source
     assert re.search(r"em_transpose_store\(L\d+_\w+_tile, ", src)     # called on the tile
     got = ember.compile(model, num_threads=2)(x=x, r=r)

@@ -82,6 +82,9 @@ class Ctx:
         self.node: onnx.NodeProto = onnx.NodeProto()
         self.node_name = ""
         self._count = 0
+        # symbolic values of small integer tensors (Value uid -> object array of dims), see
+        # ``ember.frontend.onnx.symbolic``
+        self.sym: dict[int, np.ndarray] = {}
 
     def begin(self, node: onnx.NodeProto, name: str) -> None:
         self.node = node

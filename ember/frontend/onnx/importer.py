@@ -5,7 +5,10 @@ inputs become typed input Values (``dim_param`` -> ``Sym(name)``, unknown dim ->
 optionally bound by ``input_shapes``), and every node goes through the converter registered for
 its op type at the model's default-domain opset (see ``converters.py``). Converters fold eagerly,
 so a subgraph computing from constants only (Shape of a static value -> Gather -> Concat ->
-Reshape) becomes constants. Values keep their ONNX names.
+Reshape) becomes constants, and the small integer tensors computed from symbolic shapes are
+tracked as symbolic values (``symbolic.py``): what they prove static becomes constants, and
+Reshape / Expand / Slice / Range / ConstantOfShape read the symbolic values of their shape
+operands. Values keep their ONNX names.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from ember.errors import EmberError, InputError, ModelError, UnsupportedOpError
+from ember.frontend.onnx import symbolic
 from ember.frontend.onnx.converters import (
     Ctx,
     first_opset,
@@ -217,8 +221,11 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: dict[str, Val
                              "the graph (SSA requires unique names)")
     ctx.begin(node, name)
     known = {v.uid for v in env.values()}
+    first = len(ctx.graph.nodes)
     try:
-        outs = list(fn(ctx, ins, parse_attrs(node)))
+        attrs = parse_attrs(node)
+        outs = symbolic.propagate(ctx, node.op_type, ins, attrs, list(fn(ctx, ins, attrs)),
+                                  first)
     except EmberError as e:
         raise type(e)(f"{where}: {e}") from e
     except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as e:

@@ -20,6 +20,7 @@ import string
 import numpy as np
 
 from ember.errors import ModelError, UnsupportedOpError
+from ember.frontend.onnx import symbolic
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.ir.graph import Value
 from ember.ir.ops.common import norm_axis
@@ -160,7 +161,15 @@ def onehot(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 @converter("Range", since=11)
 def range_(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    """Operands of known symbolic values give the ``length`` attribute (the output stays a
+    run-time Range of exact symbolic length)."""
     start, limit, delta = ctx.inputs(ins, 3, 3)
+    vals = [symbolic.value_of(ctx, v) for v in (start, limit, delta)]
+    if not all(v is not None and v.is_const for v in (start, limit, delta)) \
+            and all(a is not None and a.size == 1 for a in vals):
+        s, lim, d = (a.reshape(-1)[0] for a in vals)  # type: ignore[union-attr]
+        return ctx.add("Range", [start, limit, delta],
+                       {"length": symbolic.range_length(s, lim, d)})
     for v, what in ((start, "start"), (limit, "limit"), (delta, "delta")):
         _scalar(ctx, v, what)  # the output's length depends on all three
     return ctx.add("Range", [start, limit, delta])

@@ -5,7 +5,8 @@ Each converter fills in the ONNX attribute defaults and emits the ember op of th
 ``broadcast`` / ``axis`` form), IsInf / IsNaN, the Bitwise ops and BitShift, Mod, Sign, Round,
 Mean, the trigonometric and hyperbolic functions and the activations Elu, Selu, Celu, Softplus,
 Softsign, ThresholdedRelu, Shrink, Mish and Swish. CastLike becomes a Cast to the second
-input's element type; Size is a constant (ember's shapes are static at import).
+input's element type; Size is a constant for a static input, else the product of its run-time
+shape (whose symbolic value, the element count, the importer tracks).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError
 from ember.frontend.onnx.converters import (
     Attrs,
     ConverterFn,
@@ -116,9 +117,9 @@ def castlike(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def size(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (x,) = ctx.inputs(ins, 1)
     assert x is not None
-    if not x.type.is_static:
-        raise UnsupportedOpError(
-            f"Size of %{x.name} ({x.type}) is computed at run time; the dynamic form of Size "
-            "is not supported yet (ember needs a static input shape: pass input_shapes)")
+    if not x.type.is_static:  # the product of the run-time shape; symbolic value numel_dim
+        shp = ctx.add1("Shape", [x], {"start": 0})
+        return ctx.add("ReduceProd", [shp], {"axes": None, "keepdims": 0,
+                                             "noop_with_empty_axes": 0})
     n = math.prod(x.type.shape)  # type: ignore[arg-type]
     return [ctx.const(np.array(n, np.int64))]

@@ -2,7 +2,9 @@
 
 Shape-like inputs (Squeeze/Unsqueeze/Reduce axes, Split split, Slice starts/ends/axes/steps,
 Pad pads/value, Expand shape, Resize scales/sizes, ConstantOfShape shape) must be constants;
-they become attributes of the internal op. A run-time value there raises UnsupportedOpError.
+they become attributes of the internal op. A run-time value there raises UnsupportedOpError,
+except where the importer knows its symbolic value (computed from the input shapes, see
+``symbolic.py``): Reshape's shape, Slice's starts / ends, Expand's and ConstantOfShape's shape.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.errors import ModelError, UnsupportedOpError
+from ember.frontend.onnx import symbolic
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
 
@@ -72,8 +75,15 @@ def reshape1(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 @converter("Reshape", since=5)
 def reshape5(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    """A run-time shape of known symbolic value becomes a constant 0 / -1 shape, or stays with
+    the ``target`` attribute (``symbolic.reshape``)."""
     x, shape = ctx.inputs(ins, 2, 2)
-    return ctx.add("Reshape", [x, shape], {"allowzero": int(attrs.get("allowzero", 0))})
+    assert x is not None and shape is not None
+    allowzero = int(attrs.get("allowzero", 0))
+    target = None if shape.is_const else symbolic.value_of(ctx, shape)
+    if target is not None and target.ndim == 1:
+        return symbolic.reshape(ctx, x, shape, target, allowzero)
+    return ctx.add("Reshape", [x, shape], {"allowzero": allowzero})
 
 
 @converter("Flatten", since=1)
@@ -130,6 +140,16 @@ def slice1(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 @converter("Slice", since=10)
 def slice10(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x, st, en, ax, sp = ctx.inputs(ins, 5, 3)
+    assert x is not None
+    sym_st, sym_en = symbolic.value_of(ctx, st), symbolic.value_of(ctx, en)
+    if not (st is not None and st.is_const and en is not None and en.is_const) \
+            and sym_st is not None and sym_en is not None:
+        axes = ctx.const_list(ax, "axes")
+        steps = ctx.const_list(sp, "steps")
+        n = sym_st.size
+        return symbolic.slice_(ctx, x, list(sym_st.flat), list(sym_en.flat),
+                               list(range(n)) if axes is None else axes,
+                               [1] * n if steps is None else steps, st, en)
     starts = ctx.const_list(st, "starts") or []
     ends = ctx.const_list(en, "ends") or []
     axes = ctx.const_list(ax, "axes")
@@ -143,6 +163,10 @@ def slice10(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 @converter("Expand", since=8)
 def expand(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x, shape = ctx.inputs(ins, 2, 2)
+    assert x is not None and shape is not None
+    want = None if shape.is_const else symbolic.value_of(ctx, shape)
+    if want is not None:
+        return symbolic.expand(ctx, x, shape, list(want.flat))
     return ctx.add("Expand", [x], {"shape": ctx.const_list(shape, "shape")})
 
 
@@ -298,9 +322,12 @@ def shape(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 @converter("ConstantOfShape", since=9)
 def constant_of_shape(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (s,) = ctx.inputs(ins, 1)
-    dims = ctx.const_list(s, "input") or []
     value = attrs.get("value")
     value = np.zeros(1, np.float32) if value is None else np.asarray(value)
+    want = None if s is None or s.is_const else symbolic.value_of(ctx, s)
+    if want is not None and s is not None:
+        return symbolic.constant_of_shape(ctx, s, list(want.flat), value.reshape(-1)[:1])
+    dims = ctx.const_list(s, "input") or []
     return ctx.add("ConstantOfShape", [], {"shape": dims, "value": value.reshape(-1)[:1]})
 
 

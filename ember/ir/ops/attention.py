@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import TypeInferenceError
+from ember.ir.ops.common import unify
 from ember.ir.ops.registry import Pattern, defop
 from ember.ir.types import TensorType, dims_equal
 
@@ -40,6 +41,8 @@ def _rotary_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
                 is False or any(dims_equal(a, b) is False for a, b in zip(t.shape, rows)):
             raise TypeInferenceError(f"Rotary table {t} does not match x {x}, rotary_dim {rd}"
                                      f"{'' if pos is None else ' and position ids'}")
+        for a, b in zip(t.shape, rows):
+            unify(a, b, "Rotary table rows")
     if pos is not None and (pos.rank != 2 or pos.dtype.name != "int64"):
         raise TypeInferenceError(f"Rotary position ids must be int64 [B, S], got {pos}")
     return [x]

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import TypeInferenceError
-from ember.ir.types import TensorType, broadcast_shapes
+from ember.ir.types import Dim, TensorType, broadcast_shapes, floordiv, require
 from ember.support import dtypes
 
 
@@ -40,3 +40,32 @@ def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
 
 def as_f32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- symbolic constraints
+def more_precise(a: Dim, b: Dim) -> Dim:
+    """Of two dims known (or checked) to be equal, the one to keep: a static dim, else a dim
+    without anonymous atoms, else the first."""
+    if isinstance(a, int) or isinstance(b, int):
+        return a if isinstance(a, int) else b
+    anon_a = any(n.startswith("?") for n in a.atoms())
+    anon_b = any(n.startswith("?") for n in b.atoms())
+    return b if anon_a and not anon_b else a
+
+
+def unify(a: Dim, b: Dim, what: str) -> Dim:
+    """Two dims that must be equal: an error when they differ at compile time, a run-time
+    check when undecided; returns the more precise one."""
+    require("equal", (a, b), f"{what}: dims {a} and {b} differ")
+    return more_precise(a, b)
+
+
+def at_most(a: Dim, b: Dim, what: str) -> None:
+    """``a <= b``: an error when false at compile time, a run-time check when undecided."""
+    require("at_least", (b, a), f"{what}: {a} exceeds {b}")
+
+
+def divisible(a: Dim, b: Dim, what: str) -> Dim:
+    """``a // b`` where ``b`` must divide ``a`` (an error or a run-time check otherwise)."""
+    require("divisible", (a, b), f"{what}: {a} is not divisible by {b}")
+    return floordiv(a, b)

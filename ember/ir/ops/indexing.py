@@ -19,7 +19,9 @@ normalized equation (explicit output, no ellipsis, no blanks).
 Patterns: gathers, Tile, DepthToSpace, SpaceToDepth, ReverseSequence, OneHot, Trilu,
 TensorScatter and Einsum are INJECTIVE / REDUCTION computes; scatters, scans and TopKIndices are
 OPAQUE (dedicated kernels in ``ember.kernel.scatter``); Range, NonZero and Unique are
-data-dependent and only ever folded from constants.
+data-dependent and only ever folded from constants. Their shape modes (Nimble §3.2): Range and
+NonZero are data-dependent (a fresh ``Sym()`` length, or Range's ``length`` attribute when the
+frontend proved it from symbolic operands), Unique is upper-bound (``ember.ir.shapefn``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from ember.errors import TypeInferenceError
-from ember.ir.ops.common import norm_axis
+from ember.ir.ops.common import at_most, divisible, norm_axis, unify
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
-from ember.ir.types import Dim, Sym, TensorType, dims_equal
+from ember.ir.types import Dim, Sym, TensorType, broadcast_dim, dims_equal
 from ember.support import dtypes
 
 Attrs = dict[str, Any]
@@ -52,6 +54,7 @@ def _index_type(t: TensorType | None, what: str) -> TensorType:
 def _at_most(a: Dim, b: Dim, what: str) -> None:
     if isinstance(a, int) and isinstance(b, int) and a > b:
         raise TypeInferenceError(f"{what}: {a} exceeds {b}")
+    at_most(a, b, what)
 
 
 def _no_empty_source(x: TensorType, axes: range, out: tuple[Dim, ...], what: str) -> None:
@@ -103,6 +106,7 @@ def gathernd_geometry(x: TensorType, idx: TensorType, b: int) -> tuple[int, tupl
     for k in range(b):
         if dims_equal(x.shape[k], idx.shape[k]) is False:
             raise TypeInferenceError(f"GatherND batch dim {k} differs: {x} vs {idx}")
+        unify(x.shape[k], idx.shape[k], f"GatherND batch dim {k}")
     return m, (*idx.shape[:-1], *x.shape[b + m:])
 
 
@@ -146,9 +150,12 @@ def _scatter_elements_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorTyp
     assert x is not None and upd is not None
     _reduction(attrs)
     axis = norm_axis(int(attrs.get("axis", 0)), x.rank)
-    if idx.rank != x.rank or upd.shape != idx.shape or upd.dtype != x.dtype:
+    if idx.rank != x.rank or upd.rank != idx.rank or upd.dtype != x.dtype or any(
+            dims_equal(a, b) is False for a, b in zip(upd.shape, idx.shape)):
         raise TypeInferenceError(f"ScatterElements: indices {idx} and updates {upd} must have "
                                  f"one shape, of the rank of data {x} (updates of its dtype)")
+    for a, b in zip(upd.shape, idx.shape):
+        unify(a, b, "ScatterElements updates vs indices")
     for k in range(x.rank):
         if k != axis:
             _at_most(idx.shape[k], x.shape[k], f"ScatterElements indices dim {k}")
@@ -182,6 +189,8 @@ def _scatternd_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     if len(want) != upd.rank or any(dims_equal(a, b) is False for a, b in zip(want, upd.shape)) \
             or upd.dtype != x.dtype:
         raise TypeInferenceError(f"ScatterND updates must be {want} of {x.dtype}, got {upd}")
+    for a, b in zip(want, upd.shape):
+        unify(a, b, "ScatterND updates")
     return [x]
 
 
@@ -209,6 +218,9 @@ def _tensor_scatter_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]
             dims_equal(a, b) is False for k, (a, b) in enumerate(zip(cache.shape, upd.shape))
             if k != axis):
         raise TypeInferenceError(f"TensorScatter update {upd} does not fit the cache {cache}")
+    for k, (a, b) in enumerate(zip(cache.shape, upd.shape)):
+        if k != axis:
+            unify(a, b, f"TensorScatter update dim {k}")
     _at_most(upd.shape[axis], cache.shape[axis], "TensorScatter sequence length")
     if len(ts) > 2 and ts[2] is not None:
         _index_type(ts[2], "TensorScatter write_indices")
@@ -359,7 +371,8 @@ def _range_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     t = ts[0]
     assert t is not None
     if any(c is None for c in cs[:3]):
-        return [TensorType((Sym(),), t.dtype)]
+        length = attrs.get("length")  # proven by the frontend from symbolic operands
+        return [TensorType((Sym() if length is None else length,), t.dtype)]
     s, lim, d = (np.ravel(c)[0].item() for c in cs[:3])
     return [TensorType((range_length(s, lim, d),), t.dtype)]
 
@@ -379,8 +392,7 @@ def _tile_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     reps = [int(r) for r in attrs["repeats"]]
     if len(reps) != x.rank or min(reps, default=0) < 0:
         raise TypeInferenceError(f"Tile repeats {reps} must be {x.rank} non-negative counts")
-    shape = tuple(d * r if isinstance(d, int) else (d if r == 1 else Sym())
-                  for d, r in zip(x.shape, reps, strict=True))
+    shape = tuple(d * r for d, r in zip(x.shape, reps, strict=True))
     return [TensorType(shape, x.dtype)]
 
 
@@ -401,9 +413,8 @@ def _d2s_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     n, c, h, w = x.shape
     if isinstance(c, int) and c % (b * b):
         raise TypeInferenceError(f"DepthToSpace: channels {c} not divisible by {b * b}")
-    c2 = c // (b * b) if isinstance(c, int) else Sym()
-    return [TensorType((n, c2, h * b if isinstance(h, int) else Sym(),
-                        w * b if isinstance(w, int) else Sym()), x.dtype)]
+    c2 = c // (b * b) if isinstance(c, int) else divisible(c, b * b, "DepthToSpace channels")
+    return [TensorType((n, c2, h * b, w * b), x.dtype)]
 
 
 @defop("DepthToSpace", INJ, _d2s_infer)
@@ -431,9 +442,9 @@ def _s2d_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
         if isinstance(d, int) and d % b:
             raise TypeInferenceError(f"SpaceToDepth: spatial dims {x.shape[2:]} not divisible "
                                      f"by blocksize {b}")
-    return [TensorType((n, c * b * b if isinstance(c, int) else Sym(),
-                        h // b if isinstance(h, int) else Sym(),
-                        w // b if isinstance(w, int) else Sym()), x.dtype)]
+    h2, w2 = (d // b if isinstance(d, int) else divisible(d, b, "SpaceToDepth spatial dim")
+              for d in (h, w))
+    return [TensorType((n, c * b * b, h2, w2), x.dtype)]
 
 
 @defop("SpaceToDepth", INJ, _s2d_infer)
@@ -458,6 +469,7 @@ def _revseq_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     if b == t or lens.rank != 1 or dims_equal(lens.shape[0], x.shape[b]) is False:
         raise TypeInferenceError(f"ReverseSequence: batch_axis {b}, time_axis {t} and "
                                  f"sequence_lens {lens} do not fit {x}")
+    unify(lens.shape[0], x.shape[b], "ReverseSequence sequence_lens vs batch")
     return [x]
 
 
@@ -503,6 +515,8 @@ def einsum_extents(terms: list[str], ts: list[TensorType]) -> dict[str, Dim]:
                 ext[c] = d if cur == 1 else cur
             elif dims_equal(cur, d) is False:
                 raise TypeInferenceError(f"Einsum letter {c!r} has extents {cur} and {d}")
+            else:
+                ext[c] = broadcast_dim(cur, d)
     return ext
 
 
@@ -556,16 +570,21 @@ def _unique(attrs: Attrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 def _unique_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x = ts[0]
     assert x is not None
-    if not cs or cs[0] is None:
-        raise TypeInferenceError("Unique needs a constant input (its output shape depends on "
-                                 "the values)")
-    y, first, inverse, counts = _unique(attrs, cs[0])
     i64 = dtypes.int64
+    if not cs or cs[0] is None:  # the count of unique entries is known after the kernel ran
+        axis = attrs.get("axis")
+        n = Sym()
+        shape = (n,) if axis is None else tuple(
+            n if k == norm_axis(int(axis), x.rank) else d for k, d in enumerate(x.shape))
+        rows = x.numel_dim if axis is None else x.shape[norm_axis(int(axis), x.rank)]
+        return [TensorType(shape, x.dtype), TensorType((n,), i64), TensorType((rows,), i64),
+                TensorType((n,), i64)]
+    y, first, inverse, counts = _unique(attrs, cs[0])
     return [TensorType(y.shape, x.dtype), TensorType(first.shape, i64),
             TensorType(inverse.shape, i64), TensorType(counts.shape, i64)]
 
 
-@defop("Unique", OPQ, _unique_infer, ShapeMode.DATA_DEPENDENT)
+@defop("Unique", OPQ, _unique_infer, ShapeMode.UPPER_BOUND)
 def unique(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     """Unique elements (or slices along ``axis``), first indices, inverse indices, counts."""
     return [np.asarray(a) for a in _unique(attrs, x)]

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from ember.errors import TypeInferenceError
+from ember.ir.ops.common import unify
 from ember.ir.ops.registry import Pattern, defop
 from ember.ir.ops.rnn import lstm_cell
-from ember.ir.types import TensorType
+from ember.ir.types import TensorType, dims_equal
 
 
 def _infer(attrs: dict[str, Any], ts: list[TensorType | None], cs: list) -> list[TensorType]:
@@ -29,9 +30,13 @@ def _infer(attrs: dict[str, Any], ts: list[TensorType | None], cs: list) -> list
     if h.rank != 2 or c.rank != 2 or x.rank != 2 or w.rank != 2:
         raise TypeInferenceError(f"LSTMStep needs 2-D operands, got {h}, {c}, {x}, {w}")
     b, hid = c.shape
-    if (h.shape[0] != b or x.shape != (b, 4 * hid) or w.shape != (h.shape[1], 4 * hid)  # type: ignore[operator]
-            or len({t.dtype for t in (h, c, x, w)}) != 1):
+    pairs = [(h.shape[0], b), (x.shape[0], b), (x.shape[1], 4 * hid), (w.shape[0], h.shape[1]),
+             (w.shape[1], 4 * hid)]
+    if any(dims_equal(p, q) is False for p, q in pairs) \
+            or len({t.dtype for t in (h, c, x, w)}) != 1:
         raise TypeInferenceError(f"LSTMStep shapes do not agree: h {h}, c {c}, x {x}, W {w}")
+    for p, q in pairs:
+        unify(p, q, "LSTMStep operand dims")
     return [TensorType((2, b, hid), c.dtype)]
 
 

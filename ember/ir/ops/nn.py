@@ -25,9 +25,19 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ember.errors import TypeInferenceError
-from ember.ir.ops.common import norm_axis
+from ember.ir.ops.common import norm_axis, unify
 from ember.ir.ops.registry import Pattern, defop
-from ember.ir.types import Dim, Sym, TensorType, broadcast_shapes, dims_equal
+from ember.ir.types import (
+    Dim,
+    Sym,
+    TensorType,
+    broadcast_shapes,
+    dims_equal,
+    floordiv,
+    require,
+    sym_max,
+    sym_min,
+)
 
 Attrs = dict[str, Any]
 Types = list[TensorType | None]
@@ -53,9 +63,21 @@ def window_attrs(attrs: Attrs, nd: int) -> tuple[list[int], list[int], list[int]
 
 def window_out_dim(size: Dim, k: int, s: int, d: int, pb: int, pe: int,
                    ceil_mode: bool = False) -> Dim:
-    """Output length of a sliding window (conv / pool), ONNX formula incl. ceil_mode."""
+    """Output length of a sliding window (conv / pool), ONNX formula incl. ceil_mode; for a
+    symbolic size the same formula as an expression (ceil_mode: the windows that start inside
+    the input or its left padding, ``min(ceil(span/s)+1, ceil((size+pb)/s))`` when the pads
+    are smaller than the window)."""
     if isinstance(size, Sym):
-        return Sym()
+        ext = (k - 1) * d + 1
+        span_s = size + pb + pe - ext
+        require("at_least", (size + pb + pe, ext), f"window of extent {ext} does not fit in "
+                f"padded input {size + pb + pe}")
+        if not ceil_mode:
+            return floordiv(span_s, s) + 1
+        out = floordiv(span_s + s - 1, s) + 1
+        if pb < ext and pe < ext:  # drops at most the window starting in the right padding
+            return sym_min(out, floordiv(size + pb + s - 1, s))
+        return out - 1 + sym_min(1, sym_max(0, size + pb - (out - 1) * s))
     span = size + pb + pe - ((k - 1) * d + 1)
     if span < 0:
         raise TypeInferenceError(
@@ -105,10 +127,17 @@ def _conv_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     if isinstance(c_in, int) and isinstance(w.shape[1], int) and c_in != w.shape[1] * group:
         raise TypeInferenceError(
             f"input has {c_in} channels but weight expects {w.shape[1]} x group {group}")
+    if isinstance(m, Sym):
+        require("divisible", (m, group), f"output channels {m} must be divisible by group "
+                f"{group}")
+    if not isinstance(c_in, int) or not isinstance(w.shape[1], int):
+        unify(c_in, w.shape[1] * group, "Conv input channels vs weight x group")
     if any(isinstance(k, int) and k != kk for k, kk in zip(w.shape[2:], kernel, strict=True)):
         raise TypeInferenceError(f"kernel_shape {kernel} does not match weight {w}")
     if b is not None and (b.rank != 1 or dims_equal(b.shape[0], m) is False):
         raise TypeInferenceError(f"bias {b} does not match {m} output channels")
+    if b is not None:
+        unify(b.shape[0], m, "Conv bias vs output channels")
     sp = [window_out_dim(x.shape[2 + i], kernel[i], strides[i], dilations[i], pads[i],
                          pads[i + nd]) for i in range(nd)]
     return [TensorType((x.shape[0], m, *sp), x.dtype)]
@@ -153,7 +182,9 @@ def _convt_attrs(attrs: Attrs, w_shape: tuple, nd: int) -> tuple[list[int], ...]
 
 def _convt_out_dim(size: Dim, k: int, s: int, d: int, pb: int, pe: int, op: int) -> Dim:
     if isinstance(size, Sym):
-        return Sym()
+        out_s = s * (size - 1) + op + (k - 1) * d + 1 - pb - pe
+        require("at_least", (out_s, 1), "ConvTranspose output length must be >= 1")
+        return out_s
     out = s * (size - 1) + op + (k - 1) * d + 1 - pb - pe
     if out < 1:
         raise TypeInferenceError(f"ConvTranspose output length {out} < 1")
@@ -172,9 +203,12 @@ def _convt_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     group = int(attrs.get("group", 1))
     if dims_equal(x.shape[1], w.shape[0]) is False:
         raise TypeInferenceError(f"input channels {x.shape[1]} != weight dim 0 {w.shape[0]}")
-    m = w.shape[1] * group if isinstance(w.shape[1], int) else Sym()
+    unify(x.shape[1], w.shape[0], "ConvTranspose input channels vs weight dim 0")
+    m = w.shape[1] * group
     if b is not None and (b.rank != 1 or dims_equal(b.shape[0], m) is False):
         raise TypeInferenceError(f"bias {b} does not match {m} output channels")
+    if b is not None:
+        unify(b.shape[0], m, "ConvTranspose bias vs output channels")
     sp = [_convt_out_dim(x.shape[2 + i], kernel[i], strides[i], dilations[i], pads[i],
                          pads[i + nd], opad[i]) for i in range(nd)]
     return [TensorType((x.shape[0], m, *sp), x.dtype)]
@@ -220,11 +254,12 @@ def _gemm_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     k2, n = b.shape[::-1] if attrs.get("transB", 0) else b.shape
     if dims_equal(k1, k2) is False:
         raise TypeInferenceError(f"Gemm inner dims differ: {k1} vs {k2}")
+    unify(k1, k2, "Gemm inner dims")
     if c is not None:
-        shape = broadcast_shapes(c.shape, (m, n))
-        if len(shape) != 2 or any(dims_equal(x, y) is False
-                                  for x, y in zip(shape, (m, n), strict=True)):
+        if c.rank > 2:
             raise TypeInferenceError(f"C {c} does not broadcast to ({m}, {n})")
+        for cd, od in zip(c.shape[::-1], (n, m)):
+            require("broadcast", (cd, od, od), f"C {c} does not broadcast to ({m}, {n})")
     return [TensorType((m, n), a.dtype)]
 
 
@@ -252,6 +287,7 @@ def matmul_shape(sa: tuple[Dim, ...], sb: tuple[Dim, ...]) -> tuple[Dim, ...]:
     b2 = (sb[0], 1) if len(sb) == 1 else sb
     if dims_equal(a2[-1], b2[-2]) is False:
         raise TypeInferenceError(f"MatMul inner dims differ: {sa} @ {sb}")
+    unify(a2[-1], b2[-2], "MatMul inner dims")
     batch = broadcast_shapes(a2[:-2], b2[:-2])
     out: tuple[Dim, ...] = (*batch, a2[-2], b2[-1])
     if len(sb) == 1:
@@ -284,6 +320,7 @@ def _bn_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     for t in ts[1:5]:
         if t is None or t.rank != 1 or dims_equal(t.shape[0], x.shape[1]) is False:
             raise TypeInferenceError(f"BatchNormalization parameter {t} does not match {x}")
+        unify(t.shape[0], x.shape[1], "BatchNormalization parameter vs channels")
     return [x]
 
 

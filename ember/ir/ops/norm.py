@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import TypeInferenceError
-from ember.ir.ops.common import broadcast_type
+from ember.ir.ops.common import broadcast_type, unify
 from ember.ir.ops.nn import _windows, window_attrs, window_out_dim
 from ember.ir.ops.registry import Pattern, defop
 from ember.ir.types import Dim, TensorType, dims_equal
@@ -50,7 +50,7 @@ def _check_target(x: TensorType, t: TensorType) -> tuple[Dim, ...]:
                                   for a, b in zip(t.shape, want, strict=True)):
         raise TypeInferenceError(f"target {t} does not match input {x}: its shape must be "
                                  "the input's without the class axis 1")
-    return tuple(b if isinstance(b, int) else a for a, b in zip(t.shape, want, strict=True))
+    return tuple(unify(b, a, "target vs input dims") for a, b in zip(t.shape, want, strict=True))
 
 
 def _check_weight(w: TensorType | None, classes: Dim, dtype: Any) -> None:
@@ -59,6 +59,7 @@ def _check_weight(w: TensorType | None, classes: Dim, dtype: Any) -> None:
     if w.dtype != dtype or w.rank != 1 or dims_equal(w.shape[0], classes) is False:
         raise TypeInferenceError(f"weight {w} must be a 1-D {dtype.name} tensor of the "
                                  f"{classes} classes")
+    unify(w.shape[0], classes, "weight vs classes")
 
 
 def _nll_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:

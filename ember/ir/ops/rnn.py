@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import TypeInferenceError, UnsupportedOpError
+from ember.ir.ops.common import unify
 from ember.ir.ops.registry import Pattern, defop
 from ember.ir.types import TensorType, dims_equal
 
@@ -130,6 +131,10 @@ def _cell_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
         raise TypeInferenceError(f"LSTMCell gates {g} do not match cell state {c} (need [B, 4H])")
     if p is not None and (p.rank != 1 or (isinstance(h, int) and p.shape[0] != 3 * h)):
         raise TypeInferenceError(f"LSTMCell peepholes {p} must have shape [3H]")
+    b = unify(b, g.shape[0], "LSTMCell batch")
+    unify(g.shape[1], 4 * h, "LSTMCell gates vs 4 x hidden")
+    if p is not None:
+        unify(p.shape[0], 3 * h, "LSTMCell peepholes vs 3 x hidden")
     if any(t is not None and t.dtype != g.dtype for t in (c, p)):
         raise TypeInferenceError("LSTMCell inputs must share one dtype")
     if len(attrs.get("activations", ())) != 3:
@@ -203,6 +208,8 @@ def _state_check(op: str, h: TensorType, *gates: tuple[TensorType, int]) -> None
                 isinstance(n, int) and dims_equal(t.shape[1], k * n) is False):
             raise TypeInferenceError(f"{op} gates {t} do not match the state {h} "
                                      f"(need [B, {k}H])")
+        unify(t.shape[0], b, f"{op} batch")
+        unify(t.shape[1], k * n, f"{op} gates vs {k} x hidden")
         if t.dtype != h.dtype:
             raise TypeInferenceError(f"{op} inputs must share one dtype")
 

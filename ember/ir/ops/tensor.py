@@ -3,11 +3,14 @@
 Every shape-like operand the ONNX frontend can see as a constant is an attribute here
 (Split ``split``, Slice ``starts/ends/axes/steps``, Expand ``shape``, Pad ``pads``, Resize
 ``sizes``...). Reshape keeps its shape tensor as input 1: when it is a constant the output shape
-is exact; otherwise the output dims are fresh ``Sym()`` (a data-dependent shape function).
+is exact; when it is computed at run time, the output dims are the ``target`` attribute (the
+symbolic shape the importer proved it holds) or else fresh ``Sym()`` (a data-dependent shape
+function).
 
-Type relations keep symbolic dims wherever the result is still known (Transpose, Concat on other
-axes, Unsqueeze, Reshape with 0 / -1 on symbols, full-range Slice...) and fall back to a fresh
-``Sym()`` only when the length depends on the symbol's value.
+Type relations compute symbolic dims as expressions of the input symbols (Nimble §3.1): Concat
+sums, Reshape's -1 is the exact quotient of the element counts, Slice lengths are the clamped
+``min`` / ``max`` forms (``x[a:]`` of ``s`` is ``max(s-a, 0)``), Pad adds. Constraints they
+cannot decide become run-time ``DimCheck``s (``ember.ir.types.require``).
 
 Patterns follow TVM: shape changes and gathers are INJECTIVE, Expand / Where / comparisons
 BROADCAST, Cast / Not / ConstantOfShape ELEMWISE, Shape OPAQUE (a host-side query).
@@ -21,9 +24,20 @@ from typing import Any
 import numpy as np
 
 from ember.errors import TypeInferenceError
-from ember.ir.ops.common import broadcast_type, compare_type, norm_axis, same_type
+from ember.ir.ops.common import broadcast_type, compare_type, norm_axis, same_type, unify
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
-from ember.ir.types import Dim, Sym, TensorType, broadcast_shapes, dims_equal
+from ember.ir.types import (
+    DerivedAtom,
+    Dim,
+    Sym,
+    TensorType,
+    broadcast_shapes,
+    exact_div,
+    floordiv,
+    require,
+    sym_max,
+    sym_min,
+)
 from ember.support import dtypes
 
 Attrs = dict[str, Any]
@@ -32,22 +46,12 @@ INT_MAX = 2**63 - 1
 INJ = Pattern.INJECTIVE
 
 
-def _unify(a: Dim, b: Dim, what: str) -> Dim:
-    """Two dims that must be equal at run time: keep the more precise one."""
-    if dims_equal(a, b) is False:
-        raise TypeInferenceError(f"{what}: dims {a} and {b} differ")
-    return a if isinstance(a, int) or not isinstance(b, int) else b
-
-
 def _prod(dims: tuple[Dim, ...] | list[Dim]) -> Dim:
-    """Product of dims; a single symbol stays itself, several symbols give a fresh Sym."""
-    syms = [d for d in dims if isinstance(d, Sym)]
-    ints = math.prod(d for d in dims if isinstance(d, int))
-    if not syms:
-        return ints
-    if len(syms) == 1 and ints == 1:
-        return syms[0]
-    return Sym()
+    """Product of dims (a polynomial when symbolic)."""
+    out: Dim = 1
+    for d in dims:
+        out = out * d
+    return out
 
 
 # --------------------------------------------------------------------------- Concat / Split
@@ -63,9 +67,8 @@ def _concat_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
             raise TypeInferenceError(f"Concat inputs {first} and {t} differ in rank or dtype")
         for i, d in enumerate(t.shape):
             if i != axis:
-                out[i] = _unify(out[i], d, f"Concat dim {i}")
-    sizes = [t.shape[axis] for t in present]
-    out[axis] = sum(sizes) if all(isinstance(s, int) for s in sizes) else Sym()  # type: ignore
+                out[i] = unify(out[i], d, f"Concat dim {i}")
+    out[axis] = sum((t.shape[axis] for t in present), start=0)  # type: ignore[arg-type]
     return [TensorType(tuple(out), first.dtype)]
 
 
@@ -81,10 +84,16 @@ def _split_sizes(attrs: Attrs, dim: Dim) -> list[Dim]:
         split = [int(s) for s in split]
         if isinstance(dim, int) and sum(split) != dim:
             raise TypeInferenceError(f"split {split} does not add up to dim {dim}")
+        if isinstance(dim, Sym):
+            require("equal", (dim, sum(split)), f"split {split} must add up to dim {dim}")
         return list(split)
     n = int(attrs["num_outputs"])
-    if isinstance(dim, Sym):
-        return [Sym() for _ in range(n)]
+    if isinstance(dim, Sym):  # chunks of ceil(dim / n), the last one the rest (at least 1)
+        chunk = floordiv(dim + (n - 1), n)
+        last = dim - (n - 1) * chunk
+        if n > 1:
+            require("at_least", (last, 1), f"cannot split dim {dim} into {n} outputs")
+        return [chunk] * (n - 1) + [last]
     chunk = -(-dim // n)
     sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
     if sum(sizes) != dim or (n > 1 and sizes[-1] == 0):
@@ -130,33 +139,21 @@ def reshape_dims(in_shape: tuple[Dim, ...], target: list[int], allowzero: bool) 
     holes = [i for i, d in enumerate(out) if d is None]
     if len(holes) > 1:
         raise TypeInferenceError(f"shape {target} has more than one -1")
-    known = [d for d in out if d is not None]
-    in_syms = [d for d in in_shape if isinstance(d, Sym)]
-    in_int = math.prod(d for d in in_shape if isinstance(d, int))
-    out_syms = [d for d in known if isinstance(d, Sym)]
-    out_int = math.prod(d for d in known if isinstance(d, int))
-    rest = list(in_syms)
-    for s in out_syms:
-        if s in rest:
-            rest.remove(s)
-        else:
-            rest = None  # type: ignore[assignment]
-            break
+    in_n = _prod(in_shape)
+    out_n = _prod([d for d in out if d is not None])
     if holes:
-        fill: Dim
-        if out_int == 0:
+        if out_n == 0:
             raise TypeInferenceError(f"shape {target}: -1 is ambiguous next to a 0 dim")
-        if rest is None or (rest and in_int != out_int) or len(rest) > 1:
-            fill = Sym()
-        elif rest:
-            fill = rest[0]
-        else:
-            if in_int % out_int:
+        fill = exact_div(in_n, out_n)
+        if fill is None:
+            if isinstance(in_n, int) and isinstance(out_n, int):
                 raise TypeInferenceError(f"cannot reshape {in_shape} into {target}")
-            fill = in_int // out_int
+            require("divisible", (in_n, out_n), f"cannot reshape {in_shape} into {target}: "
+                    f"{out_n} must divide the element count {in_n}")
+            fill = floordiv(in_n, out_n)
         out[holes[0]] = fill
-    elif rest == [] and in_int != out_int:
-        raise TypeInferenceError(f"cannot reshape {in_shape} into {target}")
+    else:
+        require("equal", (in_n, out_n), f"cannot reshape {in_shape} into {target}")
     return tuple(out)
 
 
@@ -170,6 +167,14 @@ def _reshape_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
         return [TensorType(dims, x.dtype)]
     if s.rank != 1 or not isinstance(s.shape[0], int):
         raise TypeInferenceError(f"Reshape shape input must be 1-D of static length, got {s}")
+    target = attrs.get("target")
+    if target is not None:  # the symbolic value of the run-time shape (frontend)
+        if len(target) != s.shape[0]:
+            raise TypeInferenceError(f"Reshape target {list(target)} does not match the shape "
+                                     f"input {s}")
+        require("equal", (_prod(x.shape), _prod(target)),
+                f"cannot reshape {x.shape} into {tuple(target)}")
+        return [TensorType(tuple(target), x.dtype)]
     return [TensorType(tuple(Sym() for _ in range(s.shape[0])), x.dtype)]
 
 
@@ -232,6 +237,8 @@ def _squeeze_axes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[int]:
     for a in out:
         if isinstance(shape[a], int) and shape[a] != 1:
             raise TypeInferenceError(f"Squeeze axis {a} has size {shape[a]}, not 1")
+        if isinstance(shape[a], Sym):
+            require("equal", (shape[a], 1), f"Squeeze axis {a} must have size 1")
     return out
 
 
@@ -322,17 +329,48 @@ def slice_range(dim: int, start: int, end: int, step: int) -> tuple[int, int, in
     return start, end, n
 
 
+BIG = 2**31 - 1  # a slice bound at least this large means "to the end" of a symbolic dim
+
+
+def _bound(d: Dim, i: int, lo: int, hi: Dim) -> Dim:
+    """ONNX's clamp of index ``i`` (negative counts from the end) into [lo, hi] of dim ``d``."""
+    if i >= BIG:
+        return hi
+    if i <= -BIG:
+        return lo
+    v = i if i >= 0 else d + i
+    return sym_min(sym_max(v, lo), hi)
+
+
+def slice_len(d: Dim, start: int, end: int, step: int) -> Dim:
+    """The length of ``start:end:step`` on a (symbolic) dim, ONNX clamping included: the exact
+    ``min`` / ``max`` form, which simplifies for the common ``[0:k]``, ``[a:]``, ``[-k:]``,
+    ``[:-k]`` and full-range forms."""
+    if isinstance(d, int):
+        return slice_range(d, start, end, step)[2]
+    if step > 0:
+        first, stop = _bound(d, start, 0, d), _bound(d, end, 0, d)
+        at = first.atom if isinstance(first, Sym) else None
+        if step == 1 and stop == d and isinstance(at, DerivedAtom):
+            if at.op == "min":  # [a:]: d - min(a, d) = max(d - a, 0)
+                a = at.args[0] if at.args[1] == d else at.args[1]
+                return sym_max(d - a, 0)
+            if at.op == "max":  # [-k:]: d - max(d - k, 0) = min(k, d)
+                rest = at.args[0] if at.args[1] == 0 else at.args[1]
+                return sym_min(d - rest, d)
+        return sym_max(floordiv(stop - first + (step - 1), step), 0)
+    first, stop = _bound(d, start, 0, d - 1), _bound(d, end, -1, d - 1)
+    if first == d - 1 and stop == -1:
+        return d
+    return sym_max(floordiv(first - stop + (-step - 1), -step), 0)
+
+
 def _slice_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x = ts[0]
     assert x is not None
     shape = list(x.shape)
     for axis, start, end, step in slice_params(attrs, x.rank):
-        d = shape[axis]
-        if isinstance(d, int):
-            shape[axis] = slice_range(d, start, end, step)[2]
-        elif not ((step == 1 and start == 0 and end >= 2**31 - 1)
-                  or (step == -1 and start == -1 and end <= -(2**31))):
-            shape[axis] = Sym()  # length depends on the symbol's value
+        shape[axis] = slice_len(shape[axis], start, end, step)
     return [TensorType(tuple(shape), x.dtype)]
 
 
@@ -394,9 +432,9 @@ def _pad_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
         if isinstance(d, int):
             if d + extra < 0:
                 raise TypeInferenceError(f"pads {pads} crop dim {i} below zero")
-            shape.append(d + extra)
         else:
-            shape.append(d if extra == 0 else Sym())
+            require("at_least", (d + extra, 0), f"pads {pads} crop dim {i} below zero")
+        shape.append(d + extra)
     return [TensorType(tuple(shape), x.dtype)]
 
 
