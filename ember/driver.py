@@ -55,6 +55,7 @@ class Compilation:
     output_names: list[str] = field(default_factory=list)
     roller: list[dict[str, Any]] = field(default_factory=list)   # top-K records per kernel
     symbols: dims.SymbolTable | None = None    # a symbolic program's dims (None: static)
+    checks: list[Any] = field(default_factory=list)   # the type relations' run-time checks
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -91,13 +92,15 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
     g = import_model(model, input_shapes)
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
                        output_names=[v.name for v in g.outputs])
-    table = _symbol_table(g, dim_hints or {})
-    if table is None:
+    if _symbol_table(g, {}) is None:
         _require_static_shapes(g)
     comp.timings["import"] = time.perf_counter() - t
     t = time.perf_counter()
     verify_each = verify_each or os.environ.get("EMBER_VERIFY") == "1"
     g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=verify_each, dump=dump)
+    # after shape analysis: the symbols that remain, the checks they still need
+    table = _symbol_table(g, dim_hints or {})
+    comp.checks = list(getattr(g, "checks", []))
     _copy_outputs(g)
     if table is not None:
         _require_input_symbols(g, table)
@@ -288,6 +291,10 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         meta["dims"] = [{"name": n, "hint": table.hints[n]} for n in table.names]
         meta["slots"] = [_nbytes_text(t, table) for t in mp.slot_types]
         meta["slot_events"] = [[slot, int(alloc)] for slot, alloc in mp.events]
+        meta["checks"] = [{"kind": c.kind, "dims": [dims.text(d, table) for d in c.dims],
+                           "message": f"node {c.node_name!r}: {c.message or c.kind}"}
+                          for c in comp.checks if c.decide() is not True
+                          and all(dims.free_atoms(d) <= set(table.names) for d in c.dims)]
     return meta
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Union
 
 from ember.errors import InputError, TypeInferenceError, UnsupportedOpError
-from ember.support import dtypes
+from ember.support import dimexpr, dtypes
 from ember.support.dtypes import DType
 
 _anon_ids = itertools.count()
@@ -598,7 +598,7 @@ def _solve_linear(d: Sym, v: int, env: dict[str, int]) -> None:
 
 
 # --------------------------------------------------------------------------- run-time checks
-CHECK_KINDS = ("equal", "broadcast", "divisible", "at_least")
+CHECK_KINDS = dimexpr.CHECK_KINDS
 
 
 @dataclass(frozen=True)
@@ -622,15 +622,7 @@ class DimCheck:
         object.__setattr__(self, "dims", tuple(self.dims))
 
     def holds(self, values: tuple[int, ...]) -> bool:
-        if self.kind == "equal":
-            return len(set(values)) <= 1
-        if self.kind == "broadcast":
-            big = {v for v in values[:-1] if v != 1}
-            want = big.pop() if len(big) == 1 else 1
-            return len(big) == 0 and want == values[-1]
-        if self.kind == "divisible":
-            return values[1] != 0 and values[0] % values[1] == 0
-        return values[0] >= values[1]
+        return dimexpr.check_holds(self.kind, values)
 
     def decide(self) -> bool | None:
         """True / False when the dims decide it at compile time, else None."""

@@ -16,11 +16,13 @@ from ember.passes import (
     fuse_lstm,
     layout_nhwc,
     memplan,
+    shape_analysis,
 )
 
 Pass = tuple[str, Callable[[Graph], Graph]]
 
 OPTIMIZE: list[Pass] = [
+    ("shape_analysis", shape_analysis.run),
     ("fold_constants", fold_constants.run),
     ("canonicalize", canonicalize.run),
     ("dce", dce.run),

@@ -251,13 +251,11 @@ class CompiledModel:
                         and dimexpr.evaluate(d, dims) != a.shape[axis]:
                     raise InputError(f"input {spec.name!r}: dim {axis} must be {d} = "
                                      f"{dimexpr.evaluate(d, dims)}, got {a.shape[axis]}")
-        for chk in self._meta.get("checks", []):
+        for chk in self._meta.get("checks", []):   # the type relations' run-time checks
             vals = [dimexpr.evaluate(x, dims) for x in chk["dims"]]
-            ok = {"eq": lambda v: len(set(v)) == 1,
-                  "bcast": lambda v: len(set(v) - {1}) <= 1}.get(chk["kind"], lambda v: True)
-            if not ok(vals):
-                raise InputError(f"{chk['message']} (values {vals}; symbols "
-                                 f"{dict(zip(self._dim_names, dims))})")
+            if not dimexpr.check_holds(chk["kind"], vals):
+                raise InputError(f"{chk['message']} ({chk['kind']} check failed: values "
+                                 f"{vals}; symbols {dict(zip(self._dim_names, dims))})")
 
     def _prepare(self, sizes: _Sizes) -> None:
         if sizes.workspace_bytes > self._workspace.size:

@@ -62,3 +62,24 @@ def slot_of(dim: Dim) -> int | None:
     if isinstance(dim, str) and dim.startswith("d") and dim[1:].isdigit():
         return int(dim[1:])
     return None
+
+
+CHECK_KINDS = ("equal", "broadcast", "divisible", "at_least")
+
+
+def check_holds(kind: str, values: Sequence[int]) -> bool:
+    """A run-time dim check (the IR's ``DimCheck``) on the dims' values: ``equal`` (all
+    equal), ``broadcast`` (``values[:-1]`` broadcast, numpy rules, to ``values[-1]``),
+    ``divisible`` (``values[1]`` divides ``values[0]``), ``at_least`` (``values[0] >=
+    values[1]``)."""
+    if kind == "equal":
+        return len(set(values)) <= 1
+    if kind == "broadcast":
+        big = {v for v in values[:-1] if v != 1}
+        want = big.pop() if len(big) == 1 else 1
+        return len(big) == 0 and want == values[-1]
+    if kind == "divisible":
+        return values[1] != 0 and values[0] % values[1] == 0
+    if kind == "at_least":
+        return values[0] >= values[1]
+    raise ValueError(f"unknown dim check kind {kind!r}; known: {CHECK_KINDS}")

@@ -127,3 +127,21 @@ def test_attention_pieces_with_symbolic_sequence() -> None:
                 {})
     _against_ort(qk, [{"q": _f32(1, 4, n, 16), "k": _f32(1, 4, 16, n), "v": _f32(1, 4, n, 16)}
                       for n in (1, 9, 40)])
+
+
+def test_unified_symbols_and_run_time_checks() -> None:
+    """``[s, 8] + [t, 8]``: shape analysis unifies t := s (one symbol, bound once); a MatMul
+    whose inner dims are two symbols keeps a run-time check that names the node."""
+    add = _model([helper.make_node("Add", ["x", "y"], ["z"])],
+                 [("x", ["s", 8]), ("y", ["t", 8])], ["z"], {})
+    cm = ember.compile(add)
+    assert len(cm.meta["dims"]) == 1
+    _against_ort(add, [{"x": _f32(n, 8), "y": _f32(n, 8)} for n in (2, 9)])
+    with pytest.raises(InputError):
+        cm(_f32(3, 8), _f32(4, 8))
+    mm = _model([helper.make_node("MatMul", ["a", "b"], ["c"], name="mm")],
+                [("a", [4, "k"]), ("b", ["j", 5])], ["c"], {})
+    cm = ember.compile(mm)
+    _against_ort(mm, [{"a": _f32(4, n), "b": _f32(n, 5)} for n in (1, 7)])
+    with pytest.raises(InputError):
+        cm(_f32(4, 3), _f32(2, 5))

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.cli import main as cli_main
-from ember.errors import EmberError, InputError, UnsupportedOpError
+from ember.errors import InputError, UnsupportedOpError
 
 rng = np.random.default_rng(0)
 
