@@ -88,11 +88,11 @@ def bench_dense(k: int, n: int, rows: list[int], threads: int) -> list[dict]:
 def bench_bert(lengths: list[int], threads: int) -> list[dict]:
     import onnxruntime as ort
 
-    from ember.zoo import bert
+    from ember.zoo.bert import VOCAB, bert
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
-    model = bert.bert(seq=None)
+    model = bert(seq=None)
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     t = time.perf_counter()
     dyn = ember.compile(model, num_threads=threads, schedule="sequential")
@@ -100,8 +100,8 @@ def bench_bert(lengths: list[int], threads: int) -> list[dict]:
     print(f"bert (symbolic seq): compiled once in {t_dyn:.1f} s", flush=True)
     out = []
     for n in lengths:
-        ids = np.random.default_rng(n).integers(0, bert.VOCAB, (1, n)).astype(np.int64)
-        st = ember.compile(bert.bert(seq=n), num_threads=threads, schedule="sequential")
+        ids = np.random.default_rng(n).integers(0, VOCAB, (1, n)).astype(np.int64)
+        st = ember.compile(bert(seq=n), num_threads=threads, schedule="sequential")
         want = sess.run(None, {"input_ids": ids})[0]
         err = max(float(np.abs(dyn(ids) - want).max()), float(np.abs(st(ids) - want).max()))
         ms = _median_rounds({"dyn": lambda ids=ids: dyn(ids),

@@ -145,3 +145,13 @@ def test_unified_symbols_and_run_time_checks() -> None:
     _against_ort(mm, [{"a": _f32(4, n), "b": _f32(n, 5)} for n in (1, 7)])
     with pytest.raises(InputError):
         cm(_f32(4, 3), _f32(2, 5))
+
+
+def test_bert_with_symbolic_sequence_compiles_once() -> None:
+    """A small BERT exported with a symbolic sequence (shape subgraphs Shape/Gather/Concat ->
+    Reshape, position ids by Range): one compile, every length matches onnxruntime."""
+    from ember.zoo.bert import bert
+
+    model = bert(seq=None, layers=1, hidden=64, heads=4, ffn=128, vocab=97)
+    _against_ort(model, [{"input_ids": rng.integers(0, 97, (1, n)).astype(np.int64)}
+                         for n in (1, 5, 40)])
