@@ -258,6 +258,15 @@ def clip1(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def clip11(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x, lo_v, hi_v = ctx.inputs(ins, 3)
     assert x is not None
+    if any(v is not None and not v.is_const for v in (lo_v, hi_v)):
+        # bounds computed at run time: min(max(x, lo), hi), element-wise with broadcasting
+        # (lo > hi gives hi, as ONNX's Clip)
+        y = x
+        if lo_v is not None:
+            y = ctx.add("Max", [y, lo_v])[0]
+        if hi_v is not None:
+            y = ctx.add("Min", [y, hi_v])[0]
+        return [y]
     lo, hi = ctx.const_array(lo_v, "min"), ctx.const_array(hi_v, "max")
     lo = None if lo is None else np.ravel(lo)[0].item()
     hi = None if hi is None else np.ravel(hi)[0].item()
