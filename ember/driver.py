@@ -287,6 +287,7 @@ def _meta(comp: Compilation) -> dict[str, Any]:
     if table is None:
         meta["plan"] = comp.plan.to_json()
     else:   # the plan is scaled to the dims at run time; the memory plan is laid out then
+        meta["plan_template"] = comp.plan.to_json()
         mp = comp.memory_plan
         meta["dims"] = [{"name": n, "hint": table.hints[n]} for n in table.names]
         meta["slots"] = [_nbytes_text(t, table) for t in mp.slot_types]

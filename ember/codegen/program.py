@@ -351,6 +351,7 @@ int ember_set_dims(const int64_t *dims, const int64_t *offsets) {
       } else { d[1] = t[1]; d[2] = t[2]; }
     }
   }
+  em_count_entries();
   return 0;
 }
 int ember_num_dims(void) { return %(D)d; }

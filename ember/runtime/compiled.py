@@ -288,9 +288,12 @@ class CompiledModel:
         from ember.runtime.profile import profile_model
 
         values = self._order(feeds)
+        if self.symbolic:   # sets the dims (and with them the plan's entries) first
+            self._execute(values)
         meta = self._meta.get("profile")
-        if meta and "plan" in self._meta:   # the entries are the plan's rTasks
-            meta = {**meta, "entries": plan_entries(self._meta["plan"]["programs"])}
+        plan = self._meta.get("plan") or self._meta.get("plan_template")
+        if meta and plan:   # the entries are the plan's rTasks (a symbolic program's: one
+            meta = {**meta, "entries": plan_entries(plan["programs"])}   # per kernel per vEU)
         return profile_model(self._module, meta, lambda: self._execute(values), runs)
 
     # ------------------------------------------------------------------ persistence

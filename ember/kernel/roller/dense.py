@@ -263,7 +263,7 @@ def describe_space(g: ConvGeom) -> str:
             f"({g.flops / 1e9:.3f} GFLOP, {math.prod((g.N, g.H, g.W, g.C)) * 4 >> 10} KiB in)")
 
 
-SPREAD = (16, 32, 64, 128, 256, 512)   # the sizes a symbolic row count is evaluated at
+SPREAD = (4, 8, 16, 32, 64, 128, 256, 512)   # the sizes a symbolic row count is evaluated at
 
 
 def construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int,
