@@ -268,7 +268,8 @@ SPREAD = (4, 8, 16, 32, 64, 128, 256, 512)   # the sizes a symbolic row count is
 
 def construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int,
                      topk: int = 8) -> list[DenseTile]:
-    """rPrograms for a symbolic row count (Nimble's config choice, on Roller's model): the
+    """rPrograms for a MatMul's row count, maybe symbolic (Nimble's config choice, on Roller's
+    model; ``geoms[0]`` is the representative size, the count itself when static): the
     candidates constructed for each geometry of the spread (the first is the representative
     size), ranked by their predicted time relative to the best candidate at each size,
     averaged over the spread (geometric mean), so no size pays much for the others."""
@@ -282,5 +283,5 @@ def construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int,
     def score(k: tuple) -> float:
         return math.prod(p / b for p, b in zip(pred[k], best)) ** (1 / len(geoms))
 
-    ranked = sorted(cands, key=score)
-    return [DenseTile(*k[:6], spec.lanes, score(k)) for k in ranked[:topk]]
+    ranked = sorted(cands, key=score)   # each keeps its predicted time at geoms[0]
+    return [DenseTile(*k[:6], spec.lanes, pred[k][0]) for k in ranked[:topk]]
