@@ -14,8 +14,13 @@ __all__ = ["compile", "load", "CompiledModel", "EmberError", "__version__"]
 
 
 def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None,  # noqa: A001
-            schedule=None, profile=True):
-    """Compile an ONNX model (path or ModelProto) for ``target``; returns a CompiledModel.
+            schedule=None, profile=True, dim_hints=None):
+    """Compile an ONNX model (path or ModelProto) for ``target``; returns a CompiledModel (a
+    ``VMModel`` when shapes depend on values computed at run time).
+
+    Inputs whose dims stay symbolic (a ``dim_param`` not fixed by ``input_shapes``) give a
+    model compiled once for every value of them; ``dim_hints`` ({"seq": 128}) are the sizes
+    its kernels are tuned for.
 
     ``topk``: how many of Roller's constructed kernels per operator to compile and time at
     compile time (the fastest is kept, and cached per machine); 1 (the default, or
@@ -29,7 +34,7 @@ def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=No
     from ember.driver import compile as _compile
 
     return _compile(model, input_shapes, target, num_threads=num_threads, topk=topk,
-                    schedule=schedule, profile=profile)
+                    schedule=schedule, profile=profile, dim_hints=dim_hints)
 
 
 def load(path):

@@ -90,6 +90,13 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         if a.passes:
             print(f"==== after {name} ====\n{g}\n")
 
+    from ember import dynamic
+    from ember.frontend.onnx.importer import import_model
+
+    if dynamic.needs_vm(import_model(a.model, _shapes(a.shape))):   # the VM's bytecode
+        vm = driver.compile(a.model, _shapes(a.shape), num_threads=a.threads, topk=a.topk)
+        print(f"==== VM bytecode ({len(vm.programs)} compiled programs) ====\n{vm.bytecode}")
+        return 0
     cm = None
     if a.schedule or a.schedule_picture:
         comp, cm = driver.compile_full(a.model, _shapes(a.shape), num_threads=a.threads,

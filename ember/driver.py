@@ -37,6 +37,7 @@ from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan
 from ember.tuning import TopK, device_spec
+from ember.vm.model import VMModel
 
 VERSION = "0.1.0"
 
@@ -80,8 +81,8 @@ def _progress(msg: str) -> None:
         print(f"[ember] {msg}", file=sys.stderr, flush=True)
 
 
-def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, Any] | None = None,
-          *, num_threads: int | None = None,
+def build(model: onnx.ModelProto | str | os.PathLike | Graph,
+          input_shapes: dict[str, Any] | None = None, *, num_threads: int | None = None,
           dump: Callable[[str, Graph], None] | None = None,
           verify_each: bool = False, topk: int | None = None,
           dim_hints: dict[str, int] | None = None) -> Compilation:
@@ -89,7 +90,17 @@ def build(model: onnx.ModelProto | str | os.PathLike, input_shapes: dict[str, An
     ``input_shapes`` make a symbolic program: compiled once, run at any value of the symbols
     (``dim_hints``: the representative sizes its kernels are scheduled for, default 128)."""
     t = time.perf_counter()
-    g = import_model(model, input_shapes)
+    g = model if isinstance(model, Graph) else import_model(model, input_shapes)
+    return build_graph(g, num_threads=num_threads, dump=dump, verify_each=verify_each,
+                       topk=topk, dim_hints=dim_hints, t_start=t)
+
+
+def build_graph(g: Graph, *, num_threads: int | None = None,
+                dump: Callable[[str, Graph], None] | None = None, verify_each: bool = False,
+                topk: int | None = None, dim_hints: dict[str, int] | None = None,
+                t_start: float | None = None) -> Compilation:
+    """``build`` of an imported graph (the VM compiles its segments with this)."""
+    t = time.perf_counter() if t_start is None else t_start
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
                        output_names=[v.name for v in g.outputs])
     if _symbol_table(g, {}) is None:
@@ -220,17 +231,30 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
             input_shapes: dict[str, Any] | None = None, target: str = "cpu",
             *, num_threads: int | None = None, topk: int | None = None,
             schedule: str | None = None, profile: bool = True,
-            dim_hints: dict[str, int] | None = None) -> CompiledModel:
+            dim_hints: dict[str, int] | None = None) -> CompiledModel | VMModel:
     """Compile ``model`` for the CPU. ``schedule``: "auto" (time every plan, keep the fastest),
     "sequential", "rammer" or "ios"; their costs come from profiling the compiled kernels
     (``profile=False``: predicted from the kernels' flops and bytes). Inputs whose dims stay
     symbolic (a ``dim_param`` not fixed by ``input_shapes``) give a model compiled once for any
-    value of them; ``dim_hints`` names the sizes its kernels are tuned for (default 128)."""
-    return compile_full(model, input_shapes, target, num_threads=num_threads, topk=topk,
+    value of them; ``dim_hints`` names the sizes its kernels are tuned for (default 128). A
+    model whose shapes depend on values computed at run time runs on the VM (``VMModel``)."""
+    from ember import dynamic
+
+    if target != "cpu":
+        raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
+    g = import_model(model, input_shapes)
+    if dynamic.needs_vm(g):
+        return dynamic.compile_vm(g, num_threads=num_threads, topk=topk, dim_hints=dim_hints)
+    return compile_full(g, input_shapes, target, num_threads=num_threads, topk=topk,
                         schedule=schedule, profile=profile, dim_hints=dim_hints)[1]
 
 
-def compile_full(model: onnx.ModelProto | str | os.PathLike,
+def to_model(comp: Compilation) -> CompiledModel:
+    """The compiled library of ``comp``, loaded (the C compiler runs here)."""
+    return CompiledModel(compile_shared(comp.source), comp.params, _meta(comp), comp.source)
+
+
+def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
                  input_shapes: dict[str, Any] | None = None, target: str = "cpu",
                  *, num_threads: int | None = None, topk: int | None = None,
                  schedule: str | None = None, profile: bool = True,

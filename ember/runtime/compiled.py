@@ -221,6 +221,36 @@ class CompiledModel:
             self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
         return outputs
 
+    def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        """One inference writing into ``outputs`` (C-contiguous, 64-byte aligned arrays of the
+        output shapes and dtypes: what a VM allocated; Nimble's invoke with explicit outputs).
+        Inputs in input order."""
+        values = [_validate(spec, a, self._dim_names) for spec, a in zip(self._inputs, inputs)]
+        if len(values) != len(self._inputs) or len(outputs) != len(self._outputs):
+            raise InputError(f"run_into takes {len(self._inputs)} inputs and "
+                             f"{len(self._outputs)} outputs")
+        sizes = self._bind_dims(values) if self._dim_names else None
+        layout = sizes.out_layout if sizes else self._out_layout
+        for (_, _, dt, shape), spec, out in zip(layout, self._outputs, outputs):
+            if out.shape != tuple(shape) or out.dtype != dt or not out.flags.c_contiguous \
+                    or not is_aligned(out):
+                raise InputError(f"output {spec.name!r}: expected an aligned, contiguous "
+                                 f"{dt.name}{tuple(shape)}, got {out.dtype.name}{out.shape}")
+        with self._lock:
+            if sizes is not None:
+                self._prepare(sizes)
+            self._module.run_addresses([a.ctypes.data for a in values],
+                                       [a.ctypes.data for a in outputs], self._workspace_addr)
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """The outputs' shapes for inputs of these shapes (the program's composed shape
+        function: its output dims are expressions of the symbols the input shapes bind)."""
+        if not self._dim_names:
+            return [tuple(int(d) for d in s.shape) for s in self._outputs]
+        fake = [np.lib.stride_tricks.as_strided(np.zeros(1, s.dtype), shape, [0] * len(shape))
+                for s, shape in zip(self._inputs, input_shapes)]
+        return [tuple(shape) for _, _, _, shape in self._bind_dims(fake).out_layout]
+
     def _bind_dims(self, inputs: list[np.ndarray]) -> _Sizes:
         """The symbols' values from the input shapes (every occurrence must agree), and the
         sizes that follow from them (cached per dims vector)."""

@@ -1,0 +1,77 @@
+"""``VMModel``: a model with data-dependent shapes, compiled to bytecode over packed functions.
+
+It is what ``ember.compile`` returns when a model's shapes depend on values computed at run time
+(``ember.dynamic``): the bytecode orchestrates, the packed functions — compiled programs (static
+or symbolic), host shape functions — compute. It is called like a ``CompiledModel``:
+``model(x, ...)``, ``model.run({"x": x})``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.errors import InputError
+from ember.vm.executable import Executable
+from ember.vm.interpreter import PackedFunc, VirtualMachine
+from ember.vm.isa import format_executable
+from ember.vm.objects import ADT
+
+
+class VMModel:
+    def __init__(self, exe: Executable, packed: Mapping[str, PackedFunc],
+                 input_names: Sequence[str], output_names: Sequence[str],
+                 input_dtypes: Sequence[np.dtype], programs: Sequence[Any] = ()) -> None:
+        self.executable = exe
+        self.vm = VirtualMachine(exe, packed)
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self._dtypes = [np.dtype(d) for d in input_dtypes]
+        self.programs = list(programs)      # the compiled segments, for inspection
+        self.symbolic = True
+
+    @property
+    def bytecode(self) -> str:
+        """The executable as text (``ember inspect`` prints it)."""
+        return format_executable(self.executable)
+
+    def _inputs(self, args: Sequence[Any]) -> list[np.ndarray]:
+        if len(args) != len(self.input_names):
+            raise InputError(f"model takes {len(self.input_names)} input(s) "
+                             f"({', '.join(self.input_names)}), got {len(args)}")
+        out = []
+        for name, dt, a in zip(self.input_names, self._dtypes, args):
+            arr = np.asarray(a)
+            if arr.dtype != dt:
+                raise InputError(f"input {name!r}: expected dtype {dt.name}, got "
+                                 f"{arr.dtype.name}; convert it with .astype(np.{dt.name})")
+            out.append(np.ascontiguousarray(arr))
+        return out
+
+    def __call__(self, *args: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        result = self.vm.run(*self._inputs(args))
+        outs = tuple(np.asarray(x) for x in result) if isinstance(result, ADT) else (result,)
+        return outs[0] if len(outs) == 1 else outs
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the model's inputs are "
+                             f"{self.input_names}")
+        outs = self(*[feeds[n] for n in self.input_names])
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return dict(zip(self.output_names, outs))
+
+    def save(self, path: object) -> None:
+        """Not yet: the executable and its programs are not written into a ``.ember``."""
+        from ember.errors import ArtifactError
+
+        raise ArtifactError(f"cannot save {path}: saving a model that runs on the VM (shapes "
+                            "computed at run time) is not supported yet; compile it in the "
+                            "process that runs it, or fix its shapes with input_shapes=...")
+
+    def __repr__(self) -> str:
+        return (f"VMModel(inputs={self.input_names}, outputs={self.output_names}, "
+                f"{len(self.executable.functions)} function(s), {len(self.programs)} program(s))")

@@ -1,0 +1,65 @@
+"""Models with data-dependent shapes on the VM (``ember.dynamic``): segments compiled as
+symbolic programs, host shape functions, explicit allocation, a Reshape to a shape computed at
+run time as a view; against onnxruntime; the bytecode shown by ``ember inspect``."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.cli import main as cli_main
+from ember.errors import EmberError, UnsupportedOpError
+from ember.vm.model import VMModel
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _reshape_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])
+    s = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    b = numpy_helper.from_array(np.linspace(-1, 1, 6, dtype=np.float32), "b")
+    nodes = [helper.make_node("Add", ["x", "b"], ["t"]), helper.make_node("Relu", ["t"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["u"]),
+             helper.make_node("ReduceSum", ["u"], ["y"], keepdims=0)]
+    g = helper.make_graph(nodes, "reshape_at_run_time", [x, s], [y], [b])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_reshape_to_a_run_time_shape() -> None:
+    model = _reshape_model()
+    cm = ember.compile(model)
+    assert isinstance(cm, VMModel) and len(cm.programs) == 2
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for n, shape in ((4, [12, 2]), (3, [-1, 9]), (5, [5, 6]), (1, [6, 1])):
+        feeds = {"x": rng.standard_normal((n, 6)).astype(np.float32),
+                 "shape": np.array(shape, np.int64)}
+        got = cm.run(feeds)["y"]
+        want = sess.run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    text = cm.bytecode
+    for ins in ("alloc_storage", "alloc_tensor_reg", "invoke_packed", "reshape_tensor", "ret"):
+        assert ins in text
+    with pytest.raises(EmberError):   # a shape that does not hold the elements
+        cm(rng.standard_normal((4, 6)).astype(np.float32), np.array([5, 5], np.int64))
+
+
+def test_inspect_prints_the_bytecode(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "m.onnx"
+    onnx.save(_reshape_model(), path)
+    assert cli_main(["inspect", str(path)]) == 0
+    assert "VM bytecode" in capsys.readouterr().out
+
+
+def test_data_dependent_op_not_on_the_vm_yet_is_named() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, None)
+    g = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"], name="nz")], "g", [x], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(UnsupportedOpError, match="nz"):
+        ember.compile(model)
