@@ -55,7 +55,8 @@ def applicable(body: Graph) -> bool:
         return False
     if a.type.rank < 2 or b.type.rank < 2 or a.type.rank != b.type.rank:
         return False
-    if any(v.type.dtype.name != "float32" for v in (a, b, m.output)):
+    # the micro-kernel writes float32 into the group's output, epilogue included
+    if any(v.type.dtype.name != "float32" for v in (a, b, m.output, body.outputs[0])):
         return False
     return _batch_layout(a.type.shape[:-2], b.type.shape[:-2]) is not None
 

@@ -32,3 +32,19 @@ def test_batched_against_ort(m: int, k: int, n: int, layout: str, epilogue: bool
     source = driver.build(model).source
     assert "em_bmm_" in source            # the batched kernel, not the generic reduction
     compare(model, feeds)
+
+
+def test_group_with_a_wider_or_narrower_output_is_not_batched() -> None:
+    """A group that casts the product (to float64 for a softmax, to float16) writes another
+    element size: the batched kernel (float32 stores) must not take it."""
+    feeds = {"a": rng.standard_normal((2, 5, 8)).astype(np.float32),
+             "b": rng.standard_normal((2, 8, 7)).astype(np.float32)}
+    for to in (onnx_dtype("float64"), onnx_dtype("float16")):
+        model = make_model([helper.make_node("MatMul", ["a", "b"], ["t"]),
+                            helper.make_node("Cast", ["t"], ["y"], to=to)], feeds, {}, ["y"])
+        assert "em_bmm_" not in driver.build(model).source
+        compare(model, feeds, rtol=1e-3, atol=1e-3)
+
+
+def onnx_dtype(name: str) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(name))
