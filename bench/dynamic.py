@@ -57,67 +57,58 @@ def _median_rounds(fns: dict[str, object], rounds: int = 7, budget: float = 0.05
     return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 
-def bench_dense(k: int, n: int, rows: list[int], threads: int) -> list[dict]:
+def _ort_session(model: onnx.ModelProto, threads: int):  # noqa: ANN202
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(dense_model("rows", k, n).SerializeToString(), so,
-                               providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def _measure(label: str, sizes: list[int], model_of, feeds_of, threads: int,  # noqa: ANN001
+             rounds: int = 7, budget: float = 0.05) -> list[dict]:
+    """Compile ``model_of(None)`` once (symbolic), then per size: the static compile of
+    ``model_of(size)``, onnxruntime, outputs checked, medians of interleaved rounds."""
+    sess = _ort_session(model_of(None), threads)
     t = time.perf_counter()
-    dyn = ember.compile(dense_model("rows", k, n), num_threads=threads, schedule="sequential")
+    dyn = ember.compile(model_of(None), num_threads=threads, schedule="sequential")
     t_dyn = time.perf_counter() - t
+    print(f"{label} (symbolic): compiled once in {t_dyn:.1f} s", flush=True)
     out = []
-    for r in rows:
-        x = np.random.default_rng(r).standard_normal((r, k)).astype(np.float32)
-        st = ember.compile(dense_model(r, k, n), num_threads=threads, schedule="sequential")
-        want = sess.run(None, {"x": x})[0]
-        err = max(float(np.abs(dyn(x) - want).max()), float(np.abs(st(x) - want).max()))
-        ms = _median_rounds({"dyn": lambda x=x: dyn(x), "static": lambda x=x, st=st: st(x),
-                             "ort": lambda x=x: sess.run(None, {"x": x})})
-        row = {"layer": f"{k}x{n}", "rows": r, **{f"{e}_ms": round(v, 4) for e, v in ms.items()},
+    for n in sizes:
+        feeds = feeds_of(n)
+        st = ember.compile(model_of(n), num_threads=threads, schedule="sequential")
+        want = sess.run(None, feeds)[0]
+        err = max(float(np.abs(dyn.run(feeds)[dyn.output_names[0]] - want).max()),
+                  float(np.abs(st.run(feeds)[st.output_names[0]] - want).max()))
+        ms = _median_rounds({"dyn": lambda f=feeds: dyn.run(f),
+                             "static": lambda f=feeds, st=st: st.run(f),
+                             "ort": lambda f=feeds: sess.run(None, f)}, rounds, budget)
+        row = {"model": label, "size": n, **{f"{e}_ms": round(v, 4) for e, v in ms.items()},
                "dyn/static": round(ms["dyn"] / ms["static"], 3),
                "dyn/ort": round(ms["dyn"] / ms["ort"], 3), "max_err": err,
                "compile_dyn_s": round(t_dyn, 2)}
-        print(f"dense {k}x{n} rows {r:4d}: dyn {ms['dyn']:.3f} ms  static {ms['static']:.3f} ms"
-              f"  ort {ms['ort']:.3f} ms  dyn/static {row['dyn/static']:.2f}  "
+        print(f"{label} {n:4d}: dyn {ms['dyn']:.3f} ms  static {ms['static']:.3f} ms  "
+              f"ort {ms['ort']:.3f} ms  dyn/static {row['dyn/static']:.2f}  "
               f"dyn/ort {row['dyn/ort']:.2f}  err {err:.1e}", flush=True)
         out.append(row)
     return out
+
+
+def bench_dense(k: int, n: int, rows: list[int], threads: int) -> list[dict]:
+    return _measure(f"dense {k}x{n} rows", rows,
+                    lambda r: dense_model("rows" if r is None else r, k, n),
+                    lambda r: {"x": np.random.default_rng(r).standard_normal((r, k))
+                               .astype(np.float32)}, threads)
 
 
 def bench_bert(lengths: list[int], threads: int) -> list[dict]:
-    import onnxruntime as ort
-
     from ember.zoo.bert import VOCAB, bert
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    model = bert(seq=None)
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    t = time.perf_counter()
-    dyn = ember.compile(model, num_threads=threads, schedule="sequential")
-    t_dyn = time.perf_counter() - t
-    print(f"bert (symbolic seq): compiled once in {t_dyn:.1f} s", flush=True)
-    out = []
-    for n in lengths:
-        ids = np.random.default_rng(n).integers(0, VOCAB, (1, n)).astype(np.int64)
-        st = ember.compile(bert(seq=n), num_threads=threads, schedule="sequential")
-        want = sess.run(None, {"input_ids": ids})[0]
-        err = max(float(np.abs(dyn(ids) - want).max()), float(np.abs(st(ids) - want).max()))
-        ms = _median_rounds({"dyn": lambda ids=ids: dyn(ids),
-                             "static": lambda ids=ids, st=st: st(ids),
-                             "ort": lambda ids=ids: sess.run(None, {"input_ids": ids})},
-                            rounds=5, budget=0.3)
-        row = {"model": "bert_base", "seq": n, **{f"{e}_ms": round(v, 3) for e, v in ms.items()},
-               "dyn/static": round(ms["dyn"] / ms["static"], 3),
-               "dyn/ort": round(ms["dyn"] / ms["ort"], 3), "max_err": err,
-               "compile_dyn_s": round(t_dyn, 1)}
-        print(f"bert seq {n:4d}: dyn {ms['dyn']:.2f} ms  static {ms['static']:.2f} ms  "
-              f"ort {ms['ort']:.2f} ms  dyn/static {row['dyn/static']:.2f}  "
-              f"dyn/ort {row['dyn/ort']:.2f}  err {err:.1e}", flush=True)
-        out.append(row)
-    return out
+    return _measure("bert seq", lengths, lambda n: bert(seq=n),
+                    lambda n: {"input_ids": np.random.default_rng(n).integers(0, VOCAB, (1, n))
+                               .astype(np.int64)}, threads, rounds=5, budget=0.3)
 
 
 def main(argv: list[str] | None = None) -> int:

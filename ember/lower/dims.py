@@ -130,30 +130,32 @@ def text(d: object, table: SymbolTable) -> int | str:
 
 
 def _text(e: Expr) -> str:
+    return _print(e, "text")
+
+
+# how a DimVar, a max/min and another binary op print: the runtime's dim expressions, or C
+_STYLES = {
+    "text": (lambda slot: f"d{slot}", lambda op, a, b: f"{op}({a}, {b})",
+             lambda op, a, b: f"({a}{op}{b})"),
+    "c": (lambda slot: f"g_dims[{slot}]",
+          lambda op, a, b: f"EM_SEL2({a}, {b}, {'>' if op == 'max' else '<'})",
+          lambda op, a, b: f"({a} {'/' if op == '//' else op} {b})"),
+}
+
+
+def _print(e: Expr, style: str) -> str:
+    dim, minmax, binop = _STYLES[style]
     if isinstance(e, DimVar):
-        return f"d{e.slot}"
+        return dim(e.slot)
     if isinstance(e, Const):
         return str(int(e.value))
     if isinstance(e, Bin):
-        a, b = _text(e.a), _text(e.b)
-        if e.op in ("max", "min"):
-            return f"{e.op}({a}, {b})"
-        return f"({a}{e.op}{b})"
-    raise CompileError(f"dim expression {e!r} has no text form")
+        a, b = _print(e.a, style), _print(e.b, style)
+        return (minmax if e.op in ("max", "min") else binop)(e.op, a, b)
+    raise CompileError(f"dim expression {e!r} has no {style} form")
 
 
 def c_expr(e: Extent) -> str:
     """A static or symbolic extent as C (``g_dims[slot]`` for a DimVar), for kernels that emit
     their C text directly (the dense tile functions)."""
-    if isinstance(e, int):
-        return str(e)
-    if isinstance(e, DimVar):
-        return f"g_dims[{e.slot}]"
-    if isinstance(e, Const):
-        return str(int(e.value))
-    if isinstance(e, Bin):
-        a, b = c_expr(e.a), c_expr(e.b)
-        if e.op in ("max", "min"):
-            return f"EM_SEL2({a}, {b}, {'>' if e.op == 'max' else '<'})"
-        return f"({a} {'/' if e.op == '//' else e.op} {b})"
-    raise CompileError(f"extent {e!r} has no C form")
+    return str(e) if isinstance(e, int) else _print(e, "c")
