@@ -15,6 +15,9 @@ shapes of its inputs — fresh symbols included. The bytecode (``vm.builder``) t
   relation on the operand's value), then runs the op: a Reshape is ``reshape_tensor``, a view
   (nothing moves). Other data-dependent ops are not on the VM yet: ``UnsupportedOpError``.
 
+Devices are then placed by unification (``vm.placement``): shape functions on the host,
+programs on the target, copies only where a value crosses (none on the CPU).
+
 Pre: an imported graph (``import_model``). Post: a ``VMModel`` whose outputs equal the graph's.
 """
 
@@ -31,6 +34,7 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.shapefn import shape_function
 from ember.lower import dims
 from ember.runtime.compiled import CompiledModel
+from ember.vm import placement
 from ember.vm.builder import FunctionBuilder, ProgramBuilder, Var
 from ember.vm.model import VMModel
 
@@ -123,12 +127,14 @@ def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = N
     steps = partition(g)
     b = ProgramBuilder()
     packed: dict[str, Any] = {}
+    dyn_arity: dict[str, int] = {}     # data-dependent shape functions: their input count
     programs: list[CompiledModel] = []
     with b.function("main", input_names) as f:
         regs: dict[int, Var] = {v.uid: r for v, r in zip(g.inputs, f.params)}
         for k, step in enumerate(steps):
             if isinstance(step, Node):
                 _emit_dynamic(f, step, k, regs, packed)
+                dyn_arity[f"dynshape{k}"] = sum(v is not None for v in step.inputs)
                 continue
             sg = _segment_graph(step, k)
             comp = driver.build_graph(sg, num_threads=num_threads, topk=topk,
@@ -138,7 +144,9 @@ def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = N
             _emit_segment(f, step, k, cm, regs, packed)
         outs = [regs[u] for u in output_ids]
         f.ret(outs[0] if len(outs) == 1 else f.make_tuple(*outs))
-    exe = b.build(meta={"segments": len(programs)})
+    kinds = {name: ("shape" if name.startswith("shape") else "target") for name in packed}
+    kinds.update({name: ["shape"] + ["host"] * (k - 1) for name, k in dyn_arity.items()})
+    exe = placement.place(b.build(meta={"segments": len(programs), "packed_kinds": kinds}))
     return VMModel(exe, packed, input_names, output_names,
                    [np.dtype(v.type.dtype.np) for v in g.inputs], programs)
 
