@@ -42,6 +42,7 @@ class MemoryPlan:
     workspace_bytes: int = 0
     naive_bytes: int = 0      # what one buffer per value would take
     inplace: int = 0
+    values: int = 0           # intermediate values (one allocation each without planning)
     symbolic: bool = False
     slot_types: list[TensorType] = field(default_factory=list)   # symbolic: type per slot
     events: list[tuple[int, bool]] = field(default_factory=list)  # (slot, alloc?) in order
@@ -59,10 +60,12 @@ class MemoryPlan:
         return offsets, arena.top
 
     def summary(self) -> str:
-        if self.symbolic:
+        if self.symbolic:   # Nimble's allocation counts: before and after planning
             frees = sum(1 for _, a in self.events if not a)
-            return (f"{len(self.slot_types)} buffer slots laid out at run time ({frees} freed "
-                    f"for reuse), {self.inplace} in-place")
+            size = self.layout(lambda t: 1)[1] // 64   # distinct regions, all sizes equal
+            return (f"{self.values} intermediate values -> {len(self.slot_types)} buffer slots "
+                    f"({self.inplace} in place, {frees} freed after their last use, at most "
+                    f"{size} live at once), laid out at run time in one workspace allocation")
         return (f"arena {self.workspace_bytes / 1e6:.2f} MB (one buffer per value: "
                 f"{self.naive_bytes / 1e6:.2f} MB), {self.inplace} in-place")
 
@@ -132,6 +135,7 @@ def run(g: Graph) -> Graph:
             raise CompileError(f"memory planning expects fused graphs, found {n.op} ({n.name})")
         for o in n.outputs:
             plan.naive_bytes += align(max(_nbytes(o.type), 0))
+            plan.values += o.uid not in out_pos
             if o.uid in out_pos:
                 plan.storage[o.uid] = Storage("output", out_pos[o.uid], _nbytes(o.type))
                 continue
