@@ -58,7 +58,7 @@ def test_factorial_loop_with_if_goto(packed, n: int) -> None:
     assert vm.stats.allocs == vm.stats.packed_calls == 3 * iters + 1
     assert vm.stats.tensors == 3 * iters + 1
     assert vm.stats.bytes_allocated == 8 * (3 * iters + 1)
-    assert vm.stats.runs == 1 and vm.stats.total_seconds >= vm.stats.packed_seconds > 0
+    assert vm.stats.runs == 1   # the timers are reported, not asserted (benchmarks time)
 
 
 def dynamic_double_exe() -> Executable:
@@ -293,7 +293,8 @@ def test_stats_reset_and_per_instruction_cost(packed) -> None:
     vm = VirtualMachine(factorial_exe(), packed)
     vm.run(np.array(5, dtype=np.int64))
     d = vm.stats.as_dict()
-    assert d["instructions"] > 0 and d["seconds_per_instruction"] > 0
+    assert d["instructions"] > 0
+    assert d["seconds_per_instruction"] == pytest.approx(d["dispatch_seconds"] / d["instructions"])
     assert d["dispatch_seconds"] == pytest.approx(d["total_seconds"] - d["packed_seconds"])
     vm.stats.reset()
     assert vm.stats.instructions == 0 and vm.stats.packed_seconds == 0.0
