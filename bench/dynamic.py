@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
+from ember.bench.rounds import interleaved, ort_session
 
 
 def dense_model(rows: int | str, k: int, n: int) -> onnx.ModelProto:
@@ -42,35 +43,11 @@ def dense_model(rows: int | str, k: int, n: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _median_rounds(fns: dict[str, object], rounds: int = 7, budget: float = 0.05
-                   ) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            time.sleep(0.05)   # the previous engine's worker threads stop spinning
-            f()  # type: ignore[operator]
-            t_end = time.perf_counter() + budget
-            while time.perf_counter() < t_end:
-                t = time.perf_counter()
-                f()  # type: ignore[operator]
-                times[k].append(time.perf_counter() - t)
-    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-
-
-def _ort_session(model: onnx.ModelProto, threads: int):  # noqa: ANN202
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-
-
 def _measure(label: str, sizes: list[int], model_of, feeds_of, threads: int,  # noqa: ANN001
-             rounds: int = 7, budget: float = 0.05) -> list[dict]:
+             min_time: float = 1.0, block: float = 0.05) -> list[dict]:
     """Compile ``model_of(None)`` once (symbolic), then per size: the static compile of
     ``model_of(size)``, onnxruntime, outputs checked, medians of interleaved rounds."""
-    sess = _ort_session(model_of(None), threads)
+    sess = ort_session(model_of(None), threads)
     t = time.perf_counter()
     dyn = ember.compile(model_of(None), num_threads=threads, schedule="sequential")
     t_dyn = time.perf_counter() - t
@@ -82,9 +59,11 @@ def _measure(label: str, sizes: list[int], model_of, feeds_of, threads: int,  # 
         want = sess.run(None, feeds)[0]
         err = max(float(np.abs(dyn.run(feeds)[dyn.output_names[0]] - want).max()),
                   float(np.abs(st.run(feeds)[st.output_names[0]] - want).max()))
-        ms = _median_rounds({"dyn": lambda f=feeds: dyn.run(f),
-                             "static": lambda f=feeds, st=st: st.run(f),
-                             "ort": lambda f=feeds: sess.run(None, f)}, rounds, budget)
+        runs = interleaved({"dyn": (None, lambda f=feeds: dyn.run(f)),
+                            "static": (None, lambda f=feeds, st=st: st.run(f)),
+                            "ort": (None, lambda f=feeds: sess.run(None, f))},
+                           min_time, block, pause=0.05)
+        ms = {e: float(np.median(ts)) * 1e3 for e, ts in runs.items()}
         row = {"model": label, "size": n, **{f"{e}_ms": round(v, 4) for e, v in ms.items()},
                "dyn/static": round(ms["dyn"] / ms["static"], 3),
                "dyn/ort": round(ms["dyn"] / ms["ort"], 3), "max_err": err,
@@ -108,7 +87,7 @@ def bench_bert(lengths: list[int], threads: int) -> list[dict]:
 
     return _measure("bert seq", lengths, lambda n: bert(seq=n),
                     lambda n: {"input_ids": np.random.default_rng(n).integers(0, VOCAB, (1, n))
-                               .astype(np.int64)}, threads, rounds=5, budget=0.3)
+                               .astype(np.int64)}, threads, min_time=4.0, block=0.3)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ import numpy as np
 
 import ember
 from ember import autosched, driver, zoo
+from ember.bench.rounds import interleaved, ort_session
 from ember.passes.memplan import kernel_dependencies
 from ember.tuning import device_spec
 
@@ -37,41 +38,10 @@ MODELS = ["lstm_tc", "resnext29_16x64d", "randwire", "inception_v3", "squeezenet
 PICTURES = ("lstm_tc", "inception_v3")
 
 
-def _ort(model, threads: int):  # noqa: ANN202
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-
-
-def _rounds(engines: dict, min_time: float = 3.0, block: float = 0.1
-            ) -> dict[str, list[float]]:
-    """Interleaved rounds over ``engines`` (name -> (setup, run)): each round, per engine,
-    ``setup()`` (a plan switch: never timed), one discarded run, then timed runs."""
-    samples: dict[str, list[float]] = {k: [] for k in engines}
-    t_end = time.perf_counter() + min_time
-    while time.perf_counter() < t_end or min(len(s) for s in samples.values()) < 10:
-        for name, (setup, run) in engines.items():
-            setup()
-            run()
-            b_end = time.perf_counter() + block
-            while True:
-                t = time.perf_counter()
-                run()
-                samples[name].append(time.perf_counter() - t)
-                if time.perf_counter() > b_end:
-                    break
-    return samples
-
-
 def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
     model = zoo.build(name, 1)
     feeds = zoo.random_inputs(name, 1)
-    sess = _ort(model, threads)
+    sess = ort_session(model, threads)
     want = sess.run(None, feeds)
     t = time.perf_counter()
     comp, cm = driver.compile_full(model, num_threads=threads, schedule="sequential")
@@ -94,7 +64,7 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
 
     engines = {p: (switch(plan), lambda: cm.run(feeds)) for p, plan in plans.items()}
     engines["onnxruntime"] = (lambda: None, lambda: sess.run(None, feeds))
-    samples = _rounds(engines)
+    samples = interleaved(engines)
     med = {k: float(np.median(v)) for k, v in samples.items()}
     best = min(autosched.POLICIES, key=lambda p: med[p])
     out = {"model": name, "kernels": len(comp.kernels), "compile_s": round(compile_s, 2),

@@ -25,6 +25,7 @@ from ember.codegen.program import (
 from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
+from ember.ir.types import dim_atoms
 from ember.kernel.base import OUTPUT, Kernel
 from ember.kernel.cost import kernel_cost
 from ember.kernel.select import build_kernel
@@ -103,7 +104,7 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     t = time.perf_counter() if t_start is None else t_start
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
                        output_names=[v.name for v in g.outputs])
-    if _symbol_table(g, {}) is None:
+    if not any(v.type.atoms() for v in g.inputs):
         _require_static_shapes(g)
     comp.timings["import"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -154,7 +155,7 @@ def _symbol_table(g: Graph, hints: dict[str, int]) -> dims.SymbolTable | None:
     names: list[str] = []
     for v in g.inputs:
         for d in v.type.shape:
-            for a in sorted(dims.free_atoms(d)):
+            for a in sorted(dim_atoms(d)):
                 if a not in names:
                     names.append(a)
     if not names:
@@ -169,7 +170,7 @@ def _require_input_symbols(g: Graph, table: dims.SymbolTable) -> None:
     known = set(table.names)
     for n in g.nodes:
         for o in n.outputs:
-            extra = set().union(*(dims.free_atoms(d) for d in o.type.shape)) - known
+            extra = o.type.atoms() - known
             if extra:
                 raise UnsupportedOpError(
                     f"node {n.name!r} ({n.attrs.get('master', n.op)}): its output {o.type} has "
@@ -319,7 +320,7 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         meta["checks"] = [{"kind": c.kind, "dims": [dims.text(d, table) for d in c.dims],
                            "message": f"node {c.node_name!r}: {c.message or c.kind}"}
                           for c in comp.checks if c.decide() is not True
-                          and all(dims.free_atoms(d) <= set(table.names) for d in c.dims)]
+                          and all(dim_atoms(d) <= set(table.names) for d in c.dims)]
     return meta
 
 

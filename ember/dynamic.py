@@ -32,25 +32,20 @@ import numpy as np
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.shapefn import shape_function
-from ember.lower import dims
 from ember.runtime.compiled import CompiledModel
 from ember.vm import placement
 from ember.vm.builder import FunctionBuilder, ProgramBuilder, Var
+from ember.vm.interpreter import packed_from_compiled
 from ember.vm.model import VMModel
 
 VM_OPS = {"Reshape"}     # data-dependent ops the VM runs (as views)
 
 
-def _atoms(values: Sequence[Value | None]) -> set[str]:
-    out: set[str] = set()
-    for v in values:
-        if v is not None:
-            for d in v.type.shape:
-                out |= dims.free_atoms(d)
-    return out
+def _atoms(values: Sequence[Value | None]) -> frozenset[str]:
+    return frozenset().union(*(v.type.atoms() for v in values if v is not None))
 
 
-def is_dynamic(n: Node, input_atoms: set[str]) -> bool:
+def is_dynamic(n: Node, input_atoms: frozenset[str]) -> bool:
     """Are ``n``'s output dims data-dependent (fresh symbols of its shape function)?"""
     return not _atoms(n.outputs) <= _atoms(n.inputs) | input_atoms
 
@@ -163,10 +158,7 @@ def _emit_segment(f: FunctionBuilder, s: _Segment, k: int, cm: CompiledModel,
             args[n_in + 2 * i][...] = shape
             args[n_in + 2 * i + 1][...] = int(np.prod(shape, dtype=np.int64)) * t.dtype.itemsize
 
-    def run(args: Sequence[np.ndarray]) -> None:
-        cm.run_into(list(args[:n_in]), list(args[n_in:]))
-
-    packed[f"shape{k}"], packed[f"program{k}"] = shapes, run
+    packed[f"shape{k}"], packed[f"program{k}"] = shapes, packed_from_compiled(cm)
     ins = [regs[v.uid] for v in s.inputs]
     spec = [o for t in types for o in (((t.rank,), "int64"), ((), "int64"))]
     res = f.call_packed(f"shape{k}", ins, spec)

@@ -40,6 +40,7 @@ from ember.loops.ir import (
     Store,
     Var,
 )
+from ember.lower import dims
 from ember.support.dtypes import is_float_name
 from ember.support.text import TextBuffer
 
@@ -149,7 +150,7 @@ class CEmitter:
     # ------------------------------------------------------------ expressions
     def var(self, v: Var) -> str:
         if isinstance(v, DimVar):  # a symbolic dim: the program's run-time dims table
-            return f"g_dims[{v.slot}]"
+            return dims.c_expr(v)
         if v not in self.vars:  # the name without the global ids, so equal kernels read equal
             base = re.sub(r"_?\d+", "", "".join(ch if ch.isalnum() else "_" for ch in v.name))
             self.vars[v] = f"{base or 'v'}_{len(self.vars)}"

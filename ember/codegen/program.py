@@ -31,7 +31,8 @@ import numpy as np
 from ember.codegen.c import BufferBinding, CEmitter
 from ember.codegen.cmath import MATH_C
 from ember.kernel.base import T0, T1, Kernel
-from ember.loops.ir import Buffer, Scope, as_expr
+from ember.loops.ir import Buffer, Scope
+from ember.lower import dims
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan
 from ember.support.text import TextBuffer
@@ -236,10 +237,9 @@ def _emit_tables(kernels: list[BoundKernel], out: TextBuffer, symbolic: bool) ->
     out.line(f"static em_task_fn const em_kernels[EM_NK] = {{{names}}};")
     if symbolic:   # rTask counts are expressions of the dims: ``em_count_tasks`` sets them
         out.line("static int64_t em_ntasks[EM_NK];")
-        em = CEmitter(BufferBinding({}))
         with out.indented("static void em_count_tasks(void) {", "}"):
             for i, bk in enumerate(kernels):
-                out.line(f"em_ntasks[{i}] = {em.expr(as_expr(bk.kernel.ntasks))};")
+                out.line(f"em_ntasks[{i}] = {dims.c_expr(bk.kernel.ntasks)};")
     else:
         counts = ", ".join(str(bk.kernel.ntasks) for bk in kernels)
         out.line(f"static const int64_t em_ntasks[EM_NK] = {{{counts}}};")

@@ -20,9 +20,9 @@ import hashlib
 
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.epilogue import element_epilogue, numel
+from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_name
-from ember.kernel.schedule import mul_extent
+from ember.kernel.schedule import mul_extent, numel
 from ember.loops.ir import (
     Bin,
     Buffer,

@@ -12,20 +12,13 @@ constants) are appended to ``args``; a read of the master's own input is bound t
 from __future__ import annotations
 
 from ember.ir.graph import Graph, Node
-from ember.kernel.schedule import mul_extent
-from ember.loops.ir import Buffer, Extent, Stmt, Var
+from ember.kernel.schedule import numel
+from ember.loops.ir import Buffer, Stmt, Var
 from ember.loops.transform import substitute
 from ember.lower.computes import static_shape, unravel
 from ember.lower.group import group_to_te
 from ember.te import tensor as te
 from ember.te.lower import flat_index, lower
-
-
-def numel(shape: tuple[Extent, ...]) -> Extent:
-    n: Extent = 1
-    for d in shape:
-        n = mul_extent(n, d)
-    return n
 
 
 def element_epilogue(body: Graph, m: Node, out_buf: Buffer, x_buf: Buffer,

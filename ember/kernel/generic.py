@@ -13,10 +13,10 @@ from ember.kernel.roller import RollerContext, stream
 from ember.kernel.schedule import (
     default_schedule,
     flatten_elementwise,
-    mul_extent,
+    numel,
     transpose_schedule,
 )
-from ember.loops.ir import Buffer, Extent, Store, hint_of
+from ember.loops.ir import Buffer, Store, hint_of
 from ember.loops.transform import format_stmt
 from ember.lower.group import group_to_te
 from ember.support.dtypes import dtype
@@ -28,15 +28,15 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
     """The group as a TE nest under the default schedule; with a Roller context, an
     element-wise nest's rTask is the streaming tile Roller constructs."""
     g = group_to_te(body)
-    out_buf = Buffer(f"{name}_out", _numel(g.output.shape), g.output.dtype)
+    out_buf = Buffer(f"{name}_out", numel(g.output.shape), g.output.dtype)
     args: list = [(out_buf, OUTPUT)]
     bufs = {}
     for i, (_v, t) in enumerate(g.inputs):
-        b = Buffer(t.name, _numel(t.shape), t.dtype)
+        b = Buffer(t.name, numel(t.shape), t.dtype)
         bufs[t] = b
         args.append((b, i))
     for arr, t in g.consts:
-        b = Buffer(t.name, _numel(t.shape), t.dtype)
+        b = Buffer(t.name, numel(t.shape), t.dtype)
         bufs[t] = b
         args.append((b, arr))
     nest = flatten_elementwise(lower(g.output, out_buf, bufs))
@@ -71,9 +71,3 @@ def transposed_axis(body: Graph) -> int | None:
     axis = perm.index(len(perm) - 1)
     return None if axis == len(perm) - 1 else axis
 
-
-def _numel(shape: tuple[Extent, ...]) -> Extent:
-    n: Extent = 1
-    for d in shape:
-        n = mul_extent(n, d)
-    return n

@@ -15,8 +15,7 @@ import numpy as np
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Value
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.epilogue import numel
-from ember.kernel.schedule import mul_extent
+from ember.kernel.schedule import mul_extent, numel
 from ember.loops.ir import (
     Alloc,
     Bin,

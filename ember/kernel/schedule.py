@@ -57,6 +57,14 @@ def simplify_extent(e: Expr) -> Extent:
     return v if v is not None else s  # type: ignore[return-value]
 
 
+def numel(shape: tuple[Extent, ...]) -> Extent:
+    """The product of a shape's extents (an int when all are static)."""
+    n: Extent = 1
+    for d in shape:
+        n = mul_extent(n, d)
+    return n
+
+
 def mul_extent(a: Extent, b: Extent) -> Extent:
     sa, sb = static_value(a), static_value(b)
     if sa is not None and sb is not None:

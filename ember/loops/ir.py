@@ -85,10 +85,6 @@ def hint_of(e: int | Expr) -> int:
     raise TypeError(f"cannot take the hint of {e!r}")
 
 
-def is_static(e: int | Expr) -> bool:
-    return isinstance(e, int) or (isinstance(e, Const) and isinstance(e.value, int))
-
-
 def static_value(e: int | Expr) -> int | None:
     if isinstance(e, int):
         return e

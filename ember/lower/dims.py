@@ -9,12 +9,12 @@ representative size schedules are chosen for), and ``extent(dim)`` turns an IR d
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ember.errors import CompileError
-from ember.ir.types import Sym
+from ember.ir.types import Atom, Dim
 from ember.loops.ir import Bin, Const, DimVar, Expr, Extent, static_value
 from ember.loops.transform import simplify
 
@@ -52,25 +52,7 @@ def symbols(table: SymbolTable) -> Iterator[SymbolTable]:
         _ACTIVE.pop()
 
 
-def free_atoms(d: object) -> frozenset[str]:
-    if isinstance(d, int):
-        return frozenset()
-    atoms = getattr(d, "atoms", None)
-    if callable(atoms):
-        return frozenset(atoms())
-    return frozenset([_atom_name(d)])
-
-
-def _atom_name(a: object) -> str:
-    name = getattr(a, "name", None)
-    if isinstance(a, str):
-        return a
-    if isinstance(name, str):
-        return name
-    return f"?{getattr(a, 'uid', id(a))}"
-
-
-def extent(d: object) -> Extent:
+def extent(d: Dim) -> Extent:
     """An IR dim as an extent (int, or an expression of the active table's DimVars)."""
     if isinstance(d, int):
         return d
@@ -81,14 +63,13 @@ def extent(d: object) -> Extent:
     return v if v is not None else e  # type: ignore[return-value]
 
 
-def _expr(d: object, table: SymbolTable) -> Expr:
+def _expr(d: Dim, table: SymbolTable) -> Expr:
+    """A polynomial (``Sym.terms``) of atoms: free ones are DimVars, derived ones (``//``,
+    ``%``, ``max``, ``min``) binary expressions of their operands."""
     if isinstance(d, int):
         return Const(d)
-    terms = getattr(d, "terms", None)
-    if terms is None:
-        return table.var(_atom_name(d))
     out: Expr | None = None
-    for mono, coef in terms:
+    for mono, coef in d.terms:
         t: Expr = Const(int(coef))
         for atom in mono:
             t = Bin("*", t, _atom(atom, table))
@@ -96,32 +77,14 @@ def _expr(d: object, table: SymbolTable) -> Expr:
     return out if out is not None else Const(0)
 
 
-def _atom(a: object, table: SymbolTable) -> Expr:
-    op = getattr(a, "op", None)
-    if op is None:
-        return table.var(_atom_name(a))
-    args = [_expr(x, table) for x in a.args]  # type: ignore[attr-defined]
-    return Bin(op, args[0], args[1])
+def _atom(a: Atom, table: SymbolTable) -> Expr:
+    if isinstance(a, str):
+        return table.var(a)
+    x, y = (_expr(arg, table) for arg in a.args)
+    return Bin(a.op, x, y)
 
 
-def evaluate(d: object, env: Mapping[str, int]) -> int:
-    """An IR dim's value for the symbols' values ``env``."""
-    if isinstance(d, int):
-        return d
-    ev = getattr(d, "evaluate", None)
-    if callable(ev):
-        return int(ev(env))
-    name = _atom_name(d)
-    if name not in env:
-        raise CompileError(f"symbol {name} has no value")
-    return int(env[name])
-
-
-def is_symbolic(d: object) -> bool:
-    return isinstance(d, Sym)
-
-
-def text(d: object, table: SymbolTable) -> int | str:
+def text(d: Dim, table: SymbolTable) -> int | str:
     """An IR dim in the runtime's dim-expression form (``support.dimexpr``): an int, or an
     expression over the table's slot names ``d<i>``."""
     if isinstance(d, int):

@@ -25,7 +25,7 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.registry import Pattern
 from ember.ir.types import TensorType
 from ember.passes.fuse import view_offset
-from ember.support.arena import Arena, align
+from ember.support.arena import Arena, align, replay
 
 
 @dataclass(frozen=True)
@@ -49,15 +49,7 @@ class MemoryPlan:
 
     def layout(self, nbytes: Callable[[TensorType], int]) -> tuple[list[int], int]:
         """A symbolic plan's slot offsets and arena size, for the sizes ``nbytes`` gives."""
-        arena = Arena()
-        offsets = [0] * len(self.slot_types)
-        for slot, alloc in self.events:
-            size = nbytes(self.slot_types[slot])
-            if alloc:
-                offsets[slot] = arena.alloc(size)
-            else:
-                arena.release(offsets[slot], size)
-        return offsets, arena.top
+        return replay(self.events, [nbytes(t) for t in self.slot_types])
 
     def summary(self) -> str:
         if self.symbolic:   # Nimble's allocation counts: before and after planning

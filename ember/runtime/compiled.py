@@ -37,7 +37,7 @@ from ember.errors import EmberError, InputError
 from ember.runtime.artifact import ARTIFACT_FORMAT, read_artifact, save_artifact, validate_meta
 from ember.runtime.module import ALIGNMENT, NativeModule, aligned_empty, is_aligned
 from ember.support import dimexpr
-from ember.support.arena import Arena
+from ember.support.arena import replay
 from ember.support.dtypes import dtype as ember_dtype
 
 
@@ -99,6 +99,9 @@ class CompiledModel:
         self._workspace = aligned_empty(int(meta.get("workspace_bytes", 0)))
         self._workspace_addr = self._workspace.ctypes.data
         self._dim_names = [d["name"] for d in meta.get("dims", [])]
+        # per input, the (axis, slot) of each dim that is exactly one symbol: what binds it
+        self._dim_slots = [[(axis, dimexpr.slot_of(d)) for axis, d in enumerate(s.shape)
+                            if dimexpr.slot_of(d) is not None] for s in self._inputs]
         self._sizes: dict[tuple[int, ...], _Sizes] = {}   # symbolic: per dims vector
         self._dims_set: tuple[int, ...] | None = None
         if not self._dim_names:
@@ -202,7 +205,7 @@ class CompiledModel:
     def _execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         # All outputs of a call share one fresh buffer, each at a 64-byte aligned offset: one
         # allocation and one address lookup per call.
-        sizes = self._bind_dims(inputs) if self._dim_names else None
+        sizes = self._bind_dims([a.shape for a in inputs]) if self._dim_names else None
         layout, out_bytes = (sizes.out_layout, sizes.out_bytes) if sizes else \
             (self._out_layout, self._out_bytes)
         raw = np.empty(out_bytes + ALIGNMENT, dtype=np.uint8)
@@ -215,11 +218,14 @@ class CompiledModel:
         ]
         out_addrs = [base + off for off, _, _, _ in layout]
         in_addrs = [a.ctypes.data for a in inputs]
+        self._launch(sizes, in_addrs, out_addrs)
+        return outputs
+
+    def _launch(self, sizes: _Sizes | None, in_addrs: list[int], out_addrs: list[int]) -> None:
         with self._lock:
             if sizes is not None:
                 self._prepare(sizes)
             self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
-        return outputs
 
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """One inference writing into ``outputs`` (C-contiguous, 64-byte aligned arrays of the
@@ -229,58 +235,49 @@ class CompiledModel:
         if len(values) != len(self._inputs) or len(outputs) != len(self._outputs):
             raise InputError(f"run_into takes {len(self._inputs)} inputs and "
                              f"{len(self._outputs)} outputs")
-        sizes = self._bind_dims(values) if self._dim_names else None
+        sizes = self._bind_dims([a.shape for a in values]) if self._dim_names else None
         layout = sizes.out_layout if sizes else self._out_layout
         for (_, _, dt, shape), spec, out in zip(layout, self._outputs, outputs):
             if out.shape != tuple(shape) or out.dtype != dt or not out.flags.c_contiguous \
                     or not is_aligned(out):
                 raise InputError(f"output {spec.name!r}: expected an aligned, contiguous "
                                  f"{dt.name}{tuple(shape)}, got {out.dtype.name}{out.shape}")
-        with self._lock:
-            if sizes is not None:
-                self._prepare(sizes)
-            self._module.run_addresses([a.ctypes.data for a in values],
-                                       [a.ctypes.data for a in outputs], self._workspace_addr)
+        self._launch(sizes, [a.ctypes.data for a in values], [a.ctypes.data for a in outputs])
 
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """The outputs' shapes for inputs of these shapes (the program's composed shape
         function: its output dims are expressions of the symbols the input shapes bind)."""
         if not self._dim_names:
             return [tuple(int(d) for d in s.shape) for s in self._outputs]
-        fake = [np.lib.stride_tricks.as_strided(np.zeros(1, s.dtype), shape, [0] * len(shape))
-                for s, shape in zip(self._inputs, input_shapes)]
-        return [tuple(shape) for _, _, _, shape in self._bind_dims(fake).out_layout]
+        return [tuple(shape) for _, _, _, shape in self._bind_dims(input_shapes).out_layout]
 
-    def _bind_dims(self, inputs: list[np.ndarray]) -> _Sizes:
+    def _bind_dims(self, shapes: list[tuple[int, ...]]) -> _Sizes:
         """The symbols' values from the input shapes (every occurrence must agree), and the
         sizes that follow from them (cached per dims vector)."""
         dims: list[int | None] = [None] * len(self._dim_names)
-        for spec, a in zip(self._inputs, inputs):
-            for axis, d in enumerate(spec.shape):
-                slot = dimexpr.slot_of(d)
-                if slot is None:
-                    continue
+        for spec, shape, slots in zip(self._inputs, shapes, self._dim_slots):
+            for axis, slot in slots:
                 if dims[slot] is None:
-                    dims[slot] = int(a.shape[axis])
-                elif dims[slot] != a.shape[axis]:
+                    dims[slot] = int(shape[axis])
+                elif dims[slot] != shape[axis]:
                     raise InputError(
-                        f"input {spec.name!r}: dim {axis} is {a.shape[axis]}, but symbol "
+                        f"input {spec.name!r}: dim {axis} is {shape[axis]}, but symbol "
                         f"{self._dim_names[slot]!r} is {dims[slot]} in an earlier input")
         key = tuple(0 if d is None else d for d in dims)
         sizes = self._sizes.get(key)
         if sizes is None:
-            self._check_inputs(inputs, key)
+            self._check_inputs(shapes, key)
             sizes = self._sizes[key] = _Sizes.compute(self._meta, self._outputs, key)
         return sizes
 
-    def _check_inputs(self, inputs: list[np.ndarray], dims: tuple[int, ...]) -> None:
+    def _check_inputs(self, shapes: list[tuple[int, ...]], dims: tuple[int, ...]) -> None:
         """The derived dims of the inputs (``2*d0``...) and the model's run-time checks."""
-        for spec, a in zip(self._inputs, inputs):
+        for spec, shape in zip(self._inputs, shapes):
             for axis, d in enumerate(spec.shape):
                 if isinstance(d, str) and dimexpr.slot_of(d) is None \
-                        and dimexpr.evaluate(d, dims) != a.shape[axis]:
+                        and dimexpr.evaluate(d, dims) != shape[axis]:
                     raise InputError(f"input {spec.name!r}: dim {axis} must be {d} = "
-                                     f"{dimexpr.evaluate(d, dims)}, got {a.shape[axis]}")
+                                     f"{dimexpr.evaluate(d, dims)}, got {shape[axis]}")
         for chk in self._meta.get("checks", []):   # the type relations' run-time checks
             vals = [dimexpr.evaluate(x, dims) for x in chk["dims"]]
             if not dimexpr.check_holds(chk["kind"], vals):
@@ -370,14 +367,8 @@ class _Sizes:
                                     s.dtype) for s in outputs)
         layout, out_bytes = _output_layout(concrete)
         slot_bytes = [dimexpr.evaluate(b, dims) for b in meta.get("slots", [])]
-        arena = Arena()
-        offsets = [0] * len(slot_bytes)
-        for slot, alloc in meta.get("slot_events", []):
-            if alloc:
-                offsets[slot] = arena.alloc(slot_bytes[slot])
-            else:
-                arena.release(offsets[slot], slot_bytes[slot])
-        return _Sizes(dims, layout, out_bytes, offsets, arena.top)
+        offsets, top = replay(meta.get("slot_events", []), slot_bytes)
+        return _Sizes(dims, layout, out_bytes, offsets, top)
 
 
 def plan_entries(programs: list[list[int]]) -> list[list[int]]:

@@ -39,3 +39,17 @@ class Arena:
             else:
                 merged.append((o, s))
         self.free = merged
+
+
+def replay(events: list[tuple[int, bool]] | list[list[int]], sizes: list[int]
+           ) -> tuple[list[int], int]:
+    """Lay out buffer slots by replaying their (slot, alloc?) events through an arena with the
+    slots' byte ``sizes``: each slot's offset, and the arena size."""
+    arena = Arena()
+    offsets = [0] * len(sizes)
+    for slot, alloc in events:
+        if alloc:
+            offsets[slot] = arena.alloc(sizes[slot])
+        else:
+            arena.release(offsets[slot], sizes[slot])
+    return offsets, arena.top

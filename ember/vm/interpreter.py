@@ -379,18 +379,15 @@ class _Handlers:
 
 
 def packed_from_compiled(model: Any) -> PackedFunc:
-    """A PackedFunc running a static ``CompiledModel``: its inputs are the leading arguments,
-    its outputs are copied into the trailing (output) arguments."""
+    """A PackedFunc running a ``CompiledModel`` (static or symbolic): its inputs are the
+    leading arguments, and it writes straight into the trailing (output) arguments the VM
+    allocated (``CompiledModel.run_into``: no copy)."""
     n_in, n_out = len(model.inputs), len(model.outputs)
 
     def run(args: Sequence[np.ndarray]) -> None:
         if len(args) != n_in + n_out:
             raise VMError(f"packed model {model.meta.get('graph_name', '?')!r} takes {n_in} "
                           f"input(s) and {n_out} output(s), got {len(args)} argument(s)")
-        outs = model(*args[:n_in])
-        if n_out == 1:
-            outs = (outs,)
-        for dst, src in zip(args[n_in:], outs, strict=True):
-            np.copyto(dst, src)
+        model.run_into(list(args[:n_in]), list(args[n_in:]))
 
     return run

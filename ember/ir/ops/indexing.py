@@ -403,13 +403,19 @@ def tile(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------- Depth <-> space
-def _d2s_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+def _block_input(op: str, attrs: Attrs, ts: Types) -> tuple[TensorType, int]:
+    """DepthToSpace / SpaceToDepth: the NCHW input and the blocksize, checked."""
     x = ts[0]
     assert x is not None
     b = int(attrs["blocksize"])
     if x.rank != 4 or b < 1 or attrs.get("mode", "DCR") not in ("DCR", "CRD"):
-        raise TypeInferenceError(f"DepthToSpace needs NCHW input, blocksize >= 1 and mode "
+        raise TypeInferenceError(f"{op} needs NCHW input, blocksize >= 1 and mode "
                                  f"DCR/CRD, got {x}, {b}, {attrs.get('mode')!r}")
+    return x, b
+
+
+def _d2s_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    x, b = _block_input("DepthToSpace", attrs, ts)
     n, c, h, w = x.shape
     if isinstance(c, int) and c % (b * b):
         raise TypeInferenceError(f"DepthToSpace: channels {c} not divisible by {b * b}")
@@ -431,12 +437,7 @@ def depth_to_space(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
 
 
 def _s2d_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
-    x = ts[0]
-    assert x is not None
-    b = int(attrs["blocksize"])
-    if x.rank != 4 or b < 1 or attrs.get("mode", "DCR") not in ("DCR", "CRD"):
-        raise TypeInferenceError(f"SpaceToDepth needs NCHW input, blocksize >= 1 and mode "
-                                 f"DCR/CRD, got {x}, {b}, {attrs.get('mode')!r}")
+    x, b = _block_input("SpaceToDepth", attrs, ts)
     n, c, h, w = x.shape
     for d in (h, w):
         if isinstance(d, int) and d % b:
