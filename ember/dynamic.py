@@ -29,8 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from ember import dynamic_control as control
+from ember.dynamic_control import value_reg
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
+from ember.ir.ops.control import CONTROL_OPS
 from ember.ir.shapefn import shape_function
 from ember.runtime.compiled import CompiledModel
 from ember.vm import placement
@@ -52,7 +55,7 @@ def is_dynamic(n: Node, input_atoms: frozenset[str]) -> bool:
 
 def needs_vm(g: Graph) -> bool:
     known = _atoms(g.inputs)
-    return any(is_dynamic(n, known) for n in g.nodes)
+    return any(n.op in CONTROL_OPS or is_dynamic(n, known) for n in g.nodes)
 
 
 @dataclass
@@ -67,7 +70,9 @@ def partition(g: Graph) -> list[_Segment | Node]:
     known = _atoms(g.inputs)
     steps: list[_Segment | Node] = []
     for n in g.nodes:
-        if is_dynamic(n, known):
+        if n.op in CONTROL_OPS:
+            steps.append(n)
+        elif is_dynamic(n, known):
             if n.op not in VM_OPS:
                 raise UnsupportedOpError(
                     f"node {n.name!r} ({n.op}): its output shape {n.outputs[0].type} depends "
@@ -114,84 +119,94 @@ def _segment_graph(s: _Segment, k: int) -> Graph:
 
 def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = None,
                dim_hints: dict[str, int] | None = None) -> VMModel:
-    from ember import driver
-
-    input_names = [v.name for v in g.inputs]
-    output_ids = [v.uid for v in g.outputs]
-    output_names = [v.name for v in g.outputs]
-    steps = partition(g)
-    b = ProgramBuilder()
-    packed: dict[str, Any] = {}
-    dyn_arity: dict[str, int] = {}     # data-dependent shape functions: their input count
-    programs: list[CompiledModel] = []
-    with b.function("main", input_names) as f:
-        regs: dict[int, Var] = {v.uid: r for v, r in zip(g.inputs, f.params)}
-        for k, step in enumerate(steps):
-            if isinstance(step, Node):
-                _emit_dynamic(f, step, k, regs, packed)
-                dyn_arity[f"dynshape{k}"] = sum(v is not None for v in step.inputs)
-                continue
-            sg = _segment_graph(step, k)
-            comp = driver.build_graph(sg, num_threads=num_threads, topk=topk,
-                                      dim_hints=dim_hints)
-            cm = driver.to_model(comp)
-            programs.append(cm)
-            _emit_segment(f, step, k, cm, regs, packed)
-        outs = [regs[u] for u in output_ids]
-        f.ret(outs[0] if len(outs) == 1 else f.make_tuple(*outs))
-    kinds = {name: ("shape" if name.startswith("shape") else "target") for name in packed}
-    kinds.update({name: ["shape"] + ["host"] * (k - 1) for name, k in dyn_arity.items()})
-    exe = placement.place(b.build(meta={"segments": len(programs), "packed_kinds": kinds}))
-    return VMModel(exe, packed, input_names, output_names,
-                   [np.dtype(v.type.dtype.np) for v in g.inputs], programs)
+    """``g`` as a VM executable: ``main`` and one VM function per control-flow body."""
+    c = _VMCompiler(num_threads, topk, dim_hints)
+    c.function("main", g, main=True)
+    exe = placement.place(c.b.build(meta={"segments": len(c.programs),
+                                          "packed_kinds": c.kinds}))
+    return VMModel(exe, c.packed, [v.name for v in g.inputs], [v.name for v in g.outputs],
+                   [np.dtype(v.type.dtype.np) for v in g.inputs], c.programs)
 
 
-def _emit_segment(f: FunctionBuilder, s: _Segment, k: int, cm: CompiledModel,
-                  regs: dict[int, Var], packed: dict[str, Any]) -> None:
-    """shape function -> allocate the outputs -> invoke the program into them."""
-    n_in = len(s.inputs)
-    types = [o.type for o in s.outputs]
+class _VMCompiler:
+    """Emits the VM functions of a graph and its bodies, collecting the packed functions."""
 
-    def shapes(args: Sequence[np.ndarray]) -> None:
-        got = cm.output_shapes([a.shape for a in args[:n_in]])
-        for i, (shape, t) in enumerate(zip(got, types)):
-            args[n_in + 2 * i][...] = shape
-            args[n_in + 2 * i + 1][...] = int(np.prod(shape, dtype=np.int64)) * t.dtype.itemsize
+    def __init__(self, num_threads: int | None, topk: int | None,
+                 dim_hints: dict[str, int] | None) -> None:
+        self.options = {"num_threads": num_threads, "topk": topk, "dim_hints": dim_hints}
+        self.b = ProgramBuilder()
+        self.packed: dict[str, Any] = {}
+        self.kinds: dict[str, Any] = {}
+        self.programs: list[CompiledModel] = []
+        self._count = 0
+        self.list_adt = self.b.adt("List", Nil=[], Cons=["tensor", "List"])
 
-    packed[f"shape{k}"], packed[f"program{k}"] = shapes, packed_from_compiled(cm)
-    ins = [regs[v.uid] for v in s.inputs]
-    spec = [o for t in types for o in (((t.rank,), "int64"), ((), "int64"))]
-    res = f.call_packed(f"shape{k}", ins, spec)
-    outs = []
-    for i, t in enumerate(types):
-        storage = f.alloc_storage(res[2 * i + 1], t.dtype.name)
-        outs.append(f.alloc_tensor(storage, res[2 * i], t.dtype.name))
-    f.invoke_packed(f"program{k}", ins, outs)
-    for o, r in zip(s.outputs, outs):
-        regs[o.uid] = r
+    def fresh(self, prefix: str) -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
 
+    def add_packed(self, name: str, fn: Any, kind: Any) -> str:
+        self.packed[name], self.kinds[name] = fn, kind
+        return name
 
-def _emit_dynamic(f: FunctionBuilder, n: Node, k: int, regs: dict[int, Var],
-                  packed: dict[str, Any]) -> None:
-    """A data-dependent shape function on the host, then the op (a Reshape: a view)."""
-    fn = shape_function(n)
-    present = [v for v in n.inputs if v is not None]
+    def function(self, name: str, g: Graph, *, main: bool = False) -> None:
+        """VM function ``name(inputs of g)`` returning g's outputs (a tuple unless ``main``
+        has one output)."""
+        with self.b.function(name, [v.name for v in g.inputs]) as f:
+            regs: dict[int, Var] = {v.uid: r for v, r in zip(g.inputs, f.params)}
+            for step in partition(g):
+                if isinstance(step, _Segment):
+                    self.segment(f, step, regs)
+                elif step.op in CONTROL_OPS:
+                    control.emit(self, f, step, regs)
+                else:
+                    self.dynamic(f, step, regs)
+            outs = [value_reg(f, v, regs) for v in g.outputs]
+            f.ret(outs[0] if main and len(outs) == 1 else f.make_tuple(*outs))
 
-    def shape(args: Sequence[np.ndarray]) -> None:
-        values = [np.asarray(a) if v.type.dtype.name == "int64" else None
-                  for v, a in zip(present, args[:-1])]
-        args[-1][...] = fn.evaluate([a.shape for a in args[:-1]], values)[0]
+    def segment(self, f: FunctionBuilder, s: _Segment, regs: dict[int, Var]) -> None:
+        """shape function -> allocate the outputs -> invoke the program into them."""
+        from ember import driver
 
-    packed[f"dynshape{k}"] = shape
-    ins = [_value_reg(f, v, regs) for v in present]
-    (shp,) = f.call_packed(f"dynshape{k}", ins, [((n.outputs[0].type.rank,), "int64")])
-    regs[n.outputs[0].uid] = f.reshape(ins[0], shp)
+        k = len(self.programs)
+        comp = driver.build_graph(_segment_graph(s, k), **self.options)
+        cm = driver.to_model(comp)
+        self.programs.append(cm)
+        n_in = len(s.inputs)
+        types = [o.type for o in s.outputs]
 
+        def shapes(args: Sequence[np.ndarray]) -> None:
+            got = cm.output_shapes([a.shape for a in args[:n_in]])
+            for i, (shape, t) in enumerate(zip(got, types)):
+                args[n_in + 2 * i][...] = shape
+                args[n_in + 2 * i + 1][...] = int(np.prod(shape, dtype=np.int64)) * \
+                    t.dtype.itemsize
 
-def _value_reg(f: FunctionBuilder, v: Value, regs: dict[int, Var]) -> Var:
-    if v.uid not in regs:
-        if not v.is_const:
-            raise UnsupportedOpError(f"value %{v.name} has no producer in the VM program")
-        regs[v.uid] = f.const(np.asarray(v.const))
-    return regs[v.uid]
+        shape_fn = self.add_packed(f"shape{k}", shapes, "shape")
+        program = self.add_packed(f"program{k}", packed_from_compiled(cm), "target")
+        ins = [regs[v.uid] for v in s.inputs]
+        spec = [o for t in types for o in (((t.rank,), "int64"), ((), "int64"))]
+        res = f.call_packed(shape_fn, ins, spec)
+        outs = []
+        for i, t in enumerate(types):
+            storage = f.alloc_storage(res[2 * i + 1], t.dtype.name)
+            outs.append(f.alloc_tensor(storage, res[2 * i], t.dtype.name))
+        f.invoke_packed(program, ins, outs)
+        for o, r in zip(s.outputs, outs):
+            regs[o.uid] = r
 
+    def dynamic(self, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> None:
+        """A data-dependent shape function on the host, then the op (a Reshape: a view)."""
+        fn = shape_function(n)
+        present = [v for v in n.inputs if v is not None]
+
+        def shape(args: Sequence[np.ndarray]) -> None:
+            values = [np.asarray(a) if v.type.dtype.name == "int64" else None
+                      for v, a in zip(present, args[:-1])]
+            args[-1][...] = fn.evaluate([a.shape for a in args[:-1]], values)[0]
+
+        name = self.add_packed(self.fresh("dynshape"), shape,
+                               ["shape"] + ["host"] * (len(present) - 1))
+        ins = [value_reg(f, v, regs) for v in present]
+        (shp,) = f.call_packed(name, ins, [((n.outputs[0].type.rank,), "int64")])
+        regs[n.outputs[0].uid] = f.reshape(ins[0], shp)

@@ -223,6 +223,10 @@ def shape_function(node: Node) -> ShapeFn:
     """The shape function of ``node`` (a fused node's: its body's, composed)."""
     if node.op == "Fused":
         return compose(node.attrs["body"])
+    if node.op in ("If", "Loop", "Scan"):
+        raise UnsupportedOpError(
+            f"node {node.name!r} ({node.op}) has no shape function of its own: its output "
+            "shapes are those its body produces when the VM runs it (ember.dynamic_control)")
     return NodeShapeFn(node)
 
 

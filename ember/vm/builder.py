@@ -47,6 +47,7 @@ import numpy as np
 from ember.errors import ModelError
 from ember.vm import isa
 from ember.vm.executable import Executable
+from ember.vm.objects import np_dtype
 
 ALIGNMENT = 64
 
@@ -248,7 +249,7 @@ class FunctionBuilder:
         offsets, total = [], 0
         for shape, dtype in outs:
             offsets.append(total)
-            nbytes = int(np.prod(tuple(shape), dtype=np.int64)) * np.dtype(dtype).itemsize
+            nbytes = int(np.prod(tuple(shape), dtype=np.int64)) * np_dtype(dtype).itemsize
             total += -(-nbytes // ALIGNMENT) * ALIGNMENT
         hint = outs[0][1] if outs else "uint8"
         storage = self.alloc_storage(total, hint)

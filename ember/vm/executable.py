@@ -38,6 +38,7 @@ from ember.vm.isa import (
     instruction_to_json,
     verify,
 )
+from ember.vm.objects import np_dtype
 
 MAGIC = b"EMBERVM\x00"
 VERSION = 1
@@ -185,7 +186,7 @@ def _functions(entries: list[dict[str, Any]]) -> list[VMFunction]:
 def _constants(entries: list[dict[str, Any]], blob: bytes) -> list[np.ndarray]:
     out = []
     for i, e in enumerate(entries):
-        dt = np.dtype(e["dtype"])
+        dt = np_dtype(e["dtype"])
         shape = tuple(int(d) for d in e["shape"])
         off, nbytes = int(e["offset"]), int(e["nbytes"])
         count = int(np.prod(shape, dtype=np.int64))

@@ -31,7 +31,15 @@ from ember.errors import EmberError, InputError, VMError
 from ember.runtime.module import aligned_empty
 from ember.vm.executable import Executable
 from ember.vm.isa import Instruction, Names, Op, VMFunction
-from ember.vm.objects import ADT, DEVICES, Closure, Storage, describe, int_scalar
+from ember.vm.objects import (
+    ADT,
+    DEVICES,
+    Closure,
+    Storage,
+    describe,
+    int_scalar,
+    np_dtype,
+)
 
 PackedFunc = Callable[[Sequence[np.ndarray]], None]
 """``f(args)``: the last ``output_size`` args are outputs written in place."""
@@ -202,11 +210,11 @@ class VirtualMachine:
         if op == Op.LOAD_CONSTI:
             return (K_SIMPLE, h[Op.LOAD_CONST], int_scalar(d.value), d.dst)
         if op == Op.ALLOC_TENSOR:
-            dt = np.dtype(d.dtype)
+            dt = np_dtype(d.dtype)
             nbytes = int(np.prod(d.shape, dtype=np.int64)) * dt.itemsize
             return (K_SIMPLE, h[op], d.storage, d.offset, tuple(d.shape), dt, nbytes, d.dst)
         if op == Op.ALLOC_TENSOR_REG:
-            return (K_SIMPLE, h[op], d.storage, d.offset, d.shape, np.dtype(d.dtype), d.dst)
+            return (K_SIMPLE, h[op], d.storage, d.offset, d.shape, np_dtype(d.dtype), d.dst)
         if op == Op.INVOKE_PACKED:
             return (K_SIMPLE, h[op], self._packed[d.packed_index], d.args)
         if op == Op.FATAL:

@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ember.errors import VerifyError
+from ember.support import dtypes
+from ember.vm.objects import np_dtype
 
 if TYPE_CHECKING:
     from ember.vm.executable import Executable
@@ -565,8 +567,10 @@ def _fail(func: VMFunction, pc: int, ins: Instruction | None, msg: str) -> Verif
 
 
 def _check_dtype(name: str) -> bool:
+    if name in dtypes.BY_NAME:
+        return True
     try:
-        return np.dtype(name).kind not in "OV"
+        return np_dtype(name).kind not in "OV"
     except TypeError:
         return False
 

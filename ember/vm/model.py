@@ -47,7 +47,7 @@ class VMModel:
             if arr.dtype != dt:
                 raise InputError(f"input {name!r}: expected dtype {dt.name}, got "
                                  f"{arr.dtype.name}; convert it with .astype(np.{dt.name})")
-            out.append(np.ascontiguousarray(arr))
+            out.append(np.require(arr, requirements="C"))
         return out
 
     def __call__(self, *args: Any) -> np.ndarray | tuple[np.ndarray, ...]:

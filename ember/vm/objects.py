@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ember.errors import VMError
+from ember.support import dtypes
 
 DEVICES: tuple[str, ...] = ("cpu",)
 """Device tags this VM can allocate on."""
@@ -149,3 +150,10 @@ def scalar_of(obj: object, what: str) -> int | float | bool:
 def describe(obj: object) -> str:
     """A short description of a register's content for error messages."""
     return _short(obj) if obj is not None else "an empty register"
+
+
+def np_dtype(name: str) -> np.dtype:
+    """The numpy dtype of element type ``name`` (ember's names first: bfloat16, float8...)."""
+    if name in dtypes.BY_NAME:
+        return np.dtype(dtypes.BY_NAME[name].np)
+    return np.dtype(name)

@@ -85,6 +85,8 @@ class Ctx:
         # symbolic values of small integer tensors (Value uid -> object array of dims), see
         # ``ember.frontend.onnx.symbolic``
         self.sym: dict[int, np.ndarray] = {}
+        # the importer's subgraph support (``control.Subgraphs``), for If / Loop / Scan
+        self.subgraphs: Any = None
 
     def begin(self, node: onnx.NodeProto, name: str) -> None:
         self.node = node
@@ -314,6 +316,7 @@ def cast_attrs(to: dtypes.DType, attrs: Attrs) -> dict[str, Any]:
 
 # Register the other families (they import this module for ``converter`` and ``Ctx``).
 from ember.frontend.onnx import attention as _attention  # noqa: E402,F401
+from ember.frontend.onnx import control as _control  # noqa: E402,F401
 from ember.frontend.onnx import conv_nn as _conv_nn  # noqa: E402,F401
 from ember.frontend.onnx import index_ops as _index_ops  # noqa: E402,F401
 from ember.frontend.onnx import math_ops as _math_ops  # noqa: E402,F401

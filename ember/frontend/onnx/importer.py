@@ -53,17 +53,95 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     opset = default_opset(model)
     g = model.graph
     graph = Graph(name=g.name or "graph")
-    env: dict[str, Value] = {}
+    env = Scope()
     for init in g.initializer:
         env[init.name] = _initializer(init)
     graph.inputs = _inputs(g, env, dict(input_shapes or {}))
     for v in graph.inputs:
         env[v.name] = v
     ctx = Ctx(graph, opset)
+    ctx.subgraphs = _Subgraphs(ctx, env)
     for index, node in enumerate(g.node):
         _convert_node(ctx, node, index, env)
     graph.outputs = _outputs(ctx, g, env)
     return graph
+
+
+class Scope(dict[str, Value]):
+    """Names visible to a graph's nodes. A body's scope reads through to the enclosing one:
+    with ``capture``, an outer value read by name becomes a *capture* (a fresh input of the
+    body, recorded in ``captures``; an outer constant is copied instead); without (a branch
+    inlined into its parent), the outer value itself."""
+
+    def __init__(self, parent: Scope | None = None, capture: bool = False) -> None:
+        super().__init__()
+        self.parent = parent
+        self.capture = capture
+        self.captures: list[tuple[Value, Value]] = []
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or (self.parent is not None and name in self.parent)
+
+    def __missing__(self, name: str) -> Value:
+        if self.parent is None or name not in self.parent:
+            raise KeyError(name)
+        outer = self.parent[name]
+        if not self.capture:
+            return outer
+        if outer.is_const:
+            inner = Value.constant(outer.const, name)
+        else:
+            inner = Value(outer.type, name)
+            self.captures.append((outer, inner))
+        self[name] = inner
+        return inner
+
+    def uids(self) -> set[int]:
+        """The uids of every value visible here."""
+        own = {v.uid for v in self.values()}
+        return own | self.parent.uids() if self.parent is not None else own
+
+
+class _Subgraphs:
+    """Imports the bodies of If / Loop / Scan for their converters (``control.Subgraphs``)."""
+
+    def __init__(self, ctx: Ctx, env: Scope) -> None:
+        self.ctx, self.env = ctx, env
+
+    def body(self, proto: onnx.GraphProto, types: Sequence[TensorType],
+             what: str) -> tuple[Graph, list[Value]]:
+        if len(proto.input) != len(types):
+            raise ModelError(f"{what} {proto.name!r} declares {len(proto.input)} input(s); "
+                             f"the op gives it {len(types)}")
+        scope = Scope(self.env, capture=True)
+        formal = [Value(t, vi.name) for vi, t in zip(proto.input, types)]
+        for v in formal:
+            dict.__setitem__(scope, v.name, v)
+        for init in proto.initializer:
+            dict.__setitem__(scope, init.name, _initializer(init))
+        g = Graph(name=proto.name or what)
+        sub = Ctx(g, self.ctx.opset)
+        sub.subgraphs = _Subgraphs(sub, scope)
+        for index, node in enumerate(proto.node):
+            _convert_node(sub, node, index, scope)
+        g.outputs = _outputs(sub, proto, scope)
+        g.inputs = formal + [inner for _, inner in scope.captures]
+        return g, [outer for outer, _ in scope.captures]
+
+    def inline(self, proto: onnx.GraphProto) -> list[Value]:
+        scope = Scope(self.env, capture=False)
+        for init in proto.initializer:
+            dict.__setitem__(scope, init.name, _initializer(init))
+        node, name = self.ctx.node, self.ctx.node_name
+        for index, n in enumerate(proto.node):
+            _convert_node(self.ctx, n, index, scope)
+        self.ctx.begin(node, name)
+        outs = []
+        for vi in proto.output:
+            if vi.name not in scope:
+                raise ModelError(f"branch output {vi.name!r} is not produced by the branch")
+            outs.append(scope[vi.name])
+        return outs
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -133,7 +211,7 @@ def _bind(name: str, declared: tuple[Dim, ...] | None, given: ShapeSpec,
     return tuple(out)
 
 
-def _inputs(g: onnx.GraphProto, env: dict[str, Value],
+def _inputs(g: onnx.GraphProto, env: Scope,
             input_shapes: dict[str, ShapeSpec]) -> list[Value]:
     real = [vi for vi in g.input if vi.name not in env]
     unknown = sorted(set(input_shapes) - {vi.name for vi in real})
@@ -198,7 +276,7 @@ def _unsupported(node: onnx.NodeProto, name: str, opset: int) -> UnsupportedOpEr
         f"supported op types: {ops}")
 
 
-def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: dict[str, Value]) -> None:
+def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> None:
     name = node.name or f"{node.op_type}_{index}"
     where = f"node {name!r} ({node.op_type}, opset {ctx.opset})"
     fn = lookup(node.op_type, ctx.opset) if node.domain in DEFAULT_DOMAINS else None
@@ -220,7 +298,7 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: dict[str, Val
             raise ModelError(f"{where}: output name {o!r} is already defined earlier in "
                              "the graph (SSA requires unique names)")
     ctx.begin(node, name)
-    known = {v.uid for v in env.values()}
+    known = env.uids()
     first = len(ctx.graph.nodes)
     try:
         attrs = parse_attrs(node)
@@ -241,7 +319,7 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: dict[str, Val
         env[o] = v
 
 
-def _outputs(ctx: Ctx, g: onnx.GraphProto, env: dict[str, Value]) -> list[Value]:
+def _outputs(ctx: Ctx, g: onnx.GraphProto, env: Scope) -> list[Value]:
     outs = []
     for vi in g.output:
         if vi.name not in env:

@@ -2,6 +2,7 @@
 
 from ember.ir.ops import (  # noqa: F401
     attention,
+    control,
     elementwise,
     indexing,
     layout,

@@ -1,0 +1,200 @@
+"""Control flow on the VM: ``If``, ``Loop`` and ``Scan`` nodes as real branches and loops.
+
+Each body becomes a VM function of its own (``_VMCompiler.function``: its segments are
+compiled programs, its dynamic nodes host shape functions, its nested control flow more
+functions), called with ``invoke`` and returning the tuple of its outputs:
+
+* ``If``: ``if cond == 1`` jumps to a call of the then-function, else to the else-function;
+  both move their tuple into one result register.
+* ``Loop``: registers for the iteration count, the condition and each carried value, updated
+  in place (``move``) at the end of each trip; the head tests ``i < M and cond`` on the host
+  (builtin ``loop_test``) and branches out of the loop when it fails. Each scan value is consed
+  onto a ``List``, stacked into one tensor after the loop (builtins ``stack_shape`` / ``stack``).
+* ``Scan``: the same loop, its trip count the scan inputs' common length (``scan_length``),
+  each trip taking slice ``t`` of every scan input (``take_shape`` / ``take``, reversed for a
+  reverse direction) and stacking the scan outputs along their axes.
+
+Pre: a node of ``ir.ops.control`` whose inputs have registers. Post: registers for its outputs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ember.errors import UnsupportedOpError
+from ember.ir.graph import Node, Value
+from ember.vm import builtins
+from ember.vm.builder import FunctionBuilder, Var
+
+if TYPE_CHECKING:
+    from ember.dynamic import _VMCompiler
+
+Regs = dict[int, Var]
+
+
+def value_reg(f: FunctionBuilder, v: Value, regs: Regs) -> Var:
+    """The register of ``v``; a constant is loaded from the constant pool on first use."""
+    if v.uid not in regs:
+        if not v.is_const:
+            raise UnsupportedOpError(f"value %{v.name} has no producer in the VM program")
+        regs[v.uid] = f.const(np.asarray(v.const))
+    return regs[v.uid]
+
+
+def emit(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
+    {"If": _if, "Loop": _loop, "Scan": _scan}[n.op](c, f, n, regs)
+
+
+def _captures(f: FunctionBuilder, n: Node, regs: Regs) -> list[Var]:
+    k = n.attrs["captures"]
+    return [value_reg(f, v, regs) for v in n.inputs[len(n.inputs) - k:]] if k else []
+
+
+def _bind_outputs(f: FunctionBuilder, n: Node, result: Var, regs: Regs) -> None:
+    for o, r in zip(n.outputs, f.get_fields(result, len(n.outputs))):
+        regs[o.uid] = r
+
+
+def _if(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
+    then_fn, else_fn = c.fresh(f"{f.name}_then"), c.fresh(f"{f.name}_else")
+    c.function(then_fn, n.attrs["then_branch"])
+    c.function(else_fn, n.attrs["else_branch"])
+    cond = value_reg(f, n.inputs[0], regs)  # type: ignore[arg-type]
+    caps = _captures(f, n, regs)
+    result, on_then, on_else, end = f.fresh(), f.label(), f.label(), f.label()
+    f.branch(cond, f.consti(1), on_then, on_else)
+    f.place(on_then)
+    f.assign(result, f.call(then_fn, *caps))
+    f.goto(end)
+    f.place(on_else)
+    f.assign(result, f.call(else_fn, *caps))
+    f.place(end)
+    _bind_outputs(f, n, result, regs)
+
+
+def _optional(f: FunctionBuilder, v: Value | None, regs: Regs, dtype: str) -> Var:
+    """``v``'s register, or an empty tensor meaning "absent" to ``loop_test``."""
+    return value_reg(f, v, regs) if v is not None else f.const(np.zeros((0,), dtype))
+
+
+class _Loop:
+    """A counted loop under construction: ``head`` tests, the body runs, ``next`` loops."""
+
+    def __init__(self, c: _VMCompiler, f: FunctionBuilder, trip: Var, cond: Var) -> None:
+        self.c, self.f = c, f
+        c.add_packed("loop_test", builtins.loop_test, "host")
+        c.add_packed("incr", builtins.incr, "host")
+        self.i = f.move(f.const(np.array(0, np.int64)))
+        self.cond, self.trip = cond, trip
+        self.head, self.body, self.end = f.label(), f.label(), f.label()
+
+    def enter(self) -> None:
+        f = self.f
+        f.place(self.head)
+        (go,) = f.call_packed("loop_test", [self.i, self.trip, self.cond], [((), "bool")])
+        f.branch(go, f.consti(1), self.body, self.end)
+        f.place(self.body)
+
+    def next(self) -> None:
+        f = self.f
+        (i,) = f.call_packed("incr", [self.i], [((), "int64")])
+        f.assign(self.i, i)
+        f.goto(self.head)
+        f.place(self.end)
+
+
+def _accumulators(c: _VMCompiler, f: FunctionBuilder, count: int) -> list[Var]:
+    return [f.move(f.construct(c.list_adt.Nil)) for _ in range(count)]
+
+
+def _cons(c: _VMCompiler, f: FunctionBuilder, accs: list[Var], values: tuple[Var, ...]) -> None:
+    for acc, v in zip(accs, values):
+        f.assign(acc, f.construct(c.list_adt.Cons, v, acc))
+
+
+def _stacked(c: _VMCompiler, f: FunctionBuilder, acc: Var, out: Value, axis: int,
+             reverse: bool) -> Var:
+    """The accumulated list as one tensor stacked along ``axis``."""
+    t = out.type
+    elem = tuple(d if isinstance(d, int) else 0 for i, d in enumerate(t.shape) if i != axis)
+    shape_fn = c.add_packed(c.fresh("stack_shape"),
+                            builtins.stack_shape(axis, elem, t.dtype.itemsize), "shape")
+    copy_fn = c.add_packed(f"stack{axis}r{int(reverse)}", builtins.stack(axis, reverse),
+                           "target")
+    shape, nbytes = f.call_packed(shape_fn, [acc], [((t.rank,), "int64"), ((), "int64")])
+    result = f.alloc_tensor(f.alloc_storage(nbytes, t.dtype.name), shape, t.dtype.name)
+    f.invoke_packed(copy_fn, [acc], [result])
+    return result
+
+
+def _loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
+    body_fn = c.fresh(f"{f.name}_loop")
+    body = n.attrs["body"]
+    c.function(body_fn, body)
+    carried_n = n.attrs["carried"]
+    scan_n = len(n.outputs) - carried_n
+    trip = _optional(f, n.inputs[0], regs, "int64")
+    cond = f.move(_optional(f, n.inputs[1], regs, "bool") if n.inputs[1] is not None
+                  else f.const(np.array(True)))
+    carried = [f.move(value_reg(f, v, regs)) for v in n.inputs[2:2 + carried_n]]
+    caps = _captures(f, n, regs)
+    accs = _accumulators(c, f, scan_n)
+    loop = _Loop(c, f, trip, cond)
+    loop.enter()
+    res = f.get_fields(f.call(body_fn, loop.i, cond, *carried, *caps), 1 + carried_n + scan_n)
+    f.assign(cond, res[0])
+    for reg, new in zip(carried, res[1:1 + carried_n]):
+        f.assign(reg, new)
+    _cons(c, f, accs, res[1 + carried_n:])
+    loop.next()
+    for o, reg in zip(n.outputs[:carried_n], carried):
+        regs[o.uid] = reg
+    for o, acc in zip(n.outputs[carried_n:], accs):
+        regs[o.uid] = _stacked(c, f, acc, o, 0, False)
+
+
+def _scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
+    a = n.attrs
+    body_fn = c.fresh(f"{f.name}_scan")
+    c.function(body_fn, a["body"])
+    state_n, m = a["state"], a["num_scan_inputs"]
+    states = [f.move(value_reg(f, v, regs)) for v in n.inputs[:state_n]]
+    xs = [value_reg(f, v, regs) for v in n.inputs[state_n:state_n + m]]
+    caps = _captures(f, n, regs)
+    length = c.add_packed(c.fresh("scan_length"), builtins.scan_length(a["scan_input_axes"]),
+                          "shape")
+    (trip,) = f.call_packed(length, xs, [((), "int64")])
+    slice_shapes: list[tuple[Var, Var]] = []
+    for v, ax in zip(n.inputs[state_n:state_n + m], a["scan_input_axes"]):
+        t = v.type  # type: ignore[union-attr]
+        name = c.add_packed(f"take_shape{ax}_{t.dtype.name}",
+                            builtins.take_shape(ax, t.dtype.itemsize), "shape")
+        shp, nbytes = f.call_packed(name, [xs[len(slice_shapes)]],
+                                    [((t.rank - 1,), "int64"), ((), "int64")])
+        slice_shapes.append((shp, nbytes))
+    accs = _accumulators(c, f, len(n.outputs) - state_n)
+    loop = _Loop(c, f, trip, f.const(np.zeros((0,), bool)))
+    loop.enter()
+    slices = []
+    for x, v, ax, rev, (shp, nbytes) in zip(xs, n.inputs[state_n:], a["scan_input_axes"],
+                                            a["scan_input_directions"], slice_shapes):
+        dt = v.type.dtype.name  # type: ignore[union-attr]
+        out = f.alloc_tensor(f.alloc_storage(nbytes, dt), shp, dt)
+        take = c.add_packed(f"take{ax}r{int(bool(rev))}", builtins.take(ax, bool(rev)),
+                            "target")
+        f.invoke_packed(take, [x, loop.i], [out])
+        slices.append(out)
+    total = len(n.outputs)
+    res = f.get_fields(f.call(body_fn, *states, *slices, *caps), total)
+    for reg, new in zip(states, res[:state_n]):
+        f.assign(reg, new)
+    _cons(c, f, accs, res[state_n:])
+    loop.next()
+    for o, reg in zip(n.outputs[:state_n], states):
+        regs[o.uid] = reg
+    for o, acc, ax, rev in zip(n.outputs[state_n:], accs, a["scan_output_axes"],
+                               a["scan_output_directions"]):
+        regs[o.uid] = _stacked(c, f, acc, o, ax, bool(rev))
+
