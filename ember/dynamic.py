@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ember import dynamic_control as control
+from ember import dynamic_specialize
 from ember.dynamic_control import value_reg
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
@@ -41,7 +42,7 @@ from ember.vm.builder import FunctionBuilder, ProgramBuilder, Var
 from ember.vm.interpreter import packed_from_compiled
 from ember.vm.model import VMModel
 
-VM_OPS = {"Reshape"}     # data-dependent ops the VM runs (as views)
+VM_OPS = {"Reshape", "Specialize"}     # data-dependent ops the VM runs
 
 
 def _atoms(values: Sequence[Value | None]) -> frozenset[str]:
@@ -55,7 +56,8 @@ def is_dynamic(n: Node, input_atoms: frozenset[str]) -> bool:
 
 def needs_vm(g: Graph) -> bool:
     known = _atoms(g.inputs)
-    return any(n.op in CONTROL_OPS or is_dynamic(n, known) for n in g.nodes)
+    return any(n.op in CONTROL_OPS or n.op == "Specialize" or is_dynamic(n, known)
+               for n in g.nodes)
 
 
 @dataclass
@@ -70,7 +72,7 @@ def partition(g: Graph) -> list[_Segment | Node]:
     known = _atoms(g.inputs)
     steps: list[_Segment | Node] = []
     for n in g.nodes:
-        if n.op in CONTROL_OPS:
+        if n.op in CONTROL_OPS or n.op == "Specialize":
             steps.append(n)
         elif is_dynamic(n, known):
             if n.op not in VM_OPS:
@@ -138,6 +140,7 @@ class _VMCompiler:
         self.packed: dict[str, Any] = {}
         self.kinds: dict[str, Any] = {}
         self.programs: list[CompiledModel] = []
+        self.specializers: list[dynamic_specialize.Specializer] = []
         self._count = 0
         self.list_adt = self.b.adt("List", Nil=[], Cons=["tensor", "List"])
 
@@ -159,6 +162,8 @@ class _VMCompiler:
                     self.segment(f, step, regs)
                 elif step.op in CONTROL_OPS:
                     control.emit(self, f, step, regs)
+                elif step.op == "Specialize":
+                    dynamic_specialize.emit(self, f, step, regs)
                 else:
                     self.dynamic(f, step, regs)
             outs = [value_reg(f, v, regs) for v in g.outputs]

@@ -14,6 +14,16 @@ class UnsupportedOpError(EmberError):
     """The model uses an operator (or an operator version / attribute) ember does not support."""
 
 
+class RuntimeOperandError(UnsupportedOpError):
+    """A converter needs as a constant an operand that is computed at run time (axes, pads,
+    sizes...). ``value_uid`` names the operand's Value; the importer may specialize the node on
+    the operand's run-time values instead (``ember.frontend.onnx.specialize``)."""
+
+    def __init__(self, message: str, value_uid: int = -1) -> None:
+        super().__init__(message)
+        self.value_uid = value_uid
+
+
 class ModelError(EmberError):
     """The model is malformed: dangling names, inconsistent types, bad attributes."""
 

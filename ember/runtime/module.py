@@ -45,8 +45,9 @@ def aligned_empty(shape: int | Sequence[int], dtype: object = np.uint8) -> np.nd
 
 
 def is_aligned(array: np.ndarray, alignment: int = ALIGNMENT) -> bool:
-    """Whether ``array``'s data pointer is a multiple of ``alignment``."""
-    return array.ctypes.data % alignment == 0
+    """Whether ``array``'s data pointer is a multiple of ``alignment`` (an empty array, which
+    is never read or written, always is)."""
+    return array.size == 0 or array.ctypes.data % alignment == 0
 
 
 # --------------------------------------------------------------------------- handle pool

@@ -157,7 +157,7 @@ def _reads_contiguously(e: Expr, v: Var) -> bool:
 
 def _lane_split(rop: Reduce) -> bool:
     """Is the innermost reduce axis long and contiguous in the input (``_lower_lane_split``)?"""
-    if rop.combiner in ARG_COMBINERS:  # lanes would need their positions merged too
+    if rop.combiner in ARG_COMBINERS or not rop.axes:  # lanes would need positions merged too
         return False
     last = rop.axes[-1]
     return hint_of(last.extent) >= 2 * LANES and _reads_contiguously(rop.body, last.var)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, RuntimeOperandError, UnsupportedOpError
 from ember.ir.graph import Graph, Value
 from ember.ir.ops import registry
 from ember.support import dtypes
@@ -87,6 +87,8 @@ class Ctx:
         self.sym: dict[int, np.ndarray] = {}
         # the importer's subgraph support (``control.Subgraphs``), for If / Loop / Scan
         self.subgraphs: Any = None
+        # keep a node whose run-time operand the converter needs as a ``Specialize`` node
+        self.specialize = True
 
     def begin(self, node: onnx.NodeProto, name: str) -> None:
         self.node = node
@@ -137,10 +139,10 @@ class Ctx:
         if v is None:
             return None
         if v.const is None:
-            raise UnsupportedOpError(
+            raise RuntimeOperandError(
                 f"input {what!r} (%{v.name}: {v.type}) of {self.op_type} is computed at run "
                 f"time; the dynamic form of {self.op_type} is not supported yet (ember needs "
-                f"{what} as a constant)")
+                f"{what} as a constant)", v.uid)
         return v.const
 
     def const_list(self, v: Value | None, what: str) -> list[int] | None:

@@ -21,8 +21,14 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ember.errors import EmberError, InputError, ModelError, UnsupportedOpError
-from ember.frontend.onnx import symbolic
+from ember.errors import (
+    EmberError,
+    InputError,
+    ModelError,
+    RuntimeOperandError,
+    UnsupportedOpError,
+)
+from ember.frontend.onnx import specialize, symbolic
 from ember.frontend.onnx.converters import (
     Ctx,
     first_opset,
@@ -65,6 +71,31 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
         _convert_node(ctx, node, index, env)
     graph.outputs = _outputs(ctx, g, env)
     return graph
+
+
+def convert_single(node: onnx.NodeProto, opset: int, inputs: Sequence[Value | None],
+                   name: str = "node") -> Graph:
+    """The graph ONE node converts to, its inputs given as values (constants, or the graph's
+    inputs), without specializing (a run-time operand raises RuntimeOperandError)."""
+    g = Graph(name=name)
+    env = Scope()
+    for n, v in zip(node.input, inputs):
+        if n and v is not None:
+            dict.__setitem__(env, n, v)
+    g.inputs = [v for v in inputs if v is not None and not v.is_const]
+    ctx = Ctx(g, opset)
+    ctx.specialize = False
+    ctx.subgraphs = _Subgraphs(ctx, env)
+    _convert_node(ctx, node, 0, env)
+    outs = []
+    for o in node.output:
+        v = env[o] if o else None
+        if v is not None and (v.is_const or v.producer is None):  # keep outputs computed
+            v = g.add("Identity", [v], name=f"output_{o}").output
+        if v is not None:
+            outs.append(v)
+    g.outputs = outs
+    return g
 
 
 class Scope(dict[str, Value]):
@@ -132,9 +163,13 @@ class _Subgraphs:
         scope = Scope(self.env, capture=False)
         for init in proto.initializer:
             dict.__setitem__(scope, init.name, _initializer(init))
-        node, name = self.ctx.node, self.ctx.node_name
-        for index, n in enumerate(proto.node):
-            _convert_node(self.ctx, n, index, scope)
+        node, name, outer = self.ctx.node, self.ctx.node_name, self.ctx.subgraphs
+        self.ctx.subgraphs = _Subgraphs(self.ctx, scope)  # nested bodies see the branch's names
+        try:
+            for index, n in enumerate(proto.node):
+                _convert_node(self.ctx, n, index, scope)
+        finally:
+            self.ctx.subgraphs = outer
         self.ctx.begin(node, name)
         outs = []
         for vi in proto.output:
@@ -302,8 +337,16 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> Non
     first = len(ctx.graph.nodes)
     try:
         attrs = parse_attrs(node)
-        outs = symbolic.propagate(ctx, node.op_type, ins, attrs, list(fn(ctx, ins, attrs)),
-                                  first)
+        try:
+            converted = list(fn(ctx, ins, attrs))
+        except RuntimeOperandError as e:
+            if not ctx.specialize:
+                raise
+            del ctx.graph.nodes[first:]
+            converted = specialize.specialize_node(ctx, node, ins, attrs, e)
+        outs = symbolic.propagate(ctx, node.op_type, ins, attrs, converted, first)
+    except RuntimeOperandError as e:
+        raise RuntimeOperandError(f"{where}: {e}", e.value_uid) from e
     except EmberError as e:
         raise type(e)(f"{where}: {e}") from e
     except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as e:

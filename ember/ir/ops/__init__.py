@@ -13,5 +13,6 @@ from ember.ir.ops import (  # noqa: F401
     norm,
     reduce,
     rnn,
+    specialize,
     tensor,
 )

@@ -17,6 +17,7 @@ one, which is all the construction ever asks, so a new rule plugs in by being ad
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -121,6 +122,9 @@ def aligned(expr: TileExpr, axis: str, size: int, spec: DeviceSpec,
     return all(r.admits(expr, axis, size, spec) for r in rules)
 
 
+MAX_SCAN = 1 << 16   # candidate sizes examined per call (an axis of symbolic dims is huge)
+
+
 def next_aligned_sizes(expr: TileExpr, axis: str, current: int, spec: DeviceSpec,
                        rules: list[Rule], limit: int = 4, cap: int | None = None,
                        growth: float = 1.0, unit: int = 1) -> list[int]:
@@ -134,12 +138,11 @@ def next_aligned_sizes(expr: TileExpr, axis: str, current: int, spec: DeviceSpec
     if cap is not None:
         top = min(top, max(cap, vec))
     lo = max(current, int(current * growth) - 1)
-    sizes = list(range((lo // step + 1) * step, top + 1, step))
+    steps = range((lo // step + 1) * step, top + 1, step)   # lazy: an axis may be huge
     # the whole axis (least padding) need not be a multiple of the step
-    if top > lo and top not in sizes and (cap is None or top <= cap):
-        sizes.append(top)
+    whole = [top] if top > lo and top not in steps and (cap is None or top <= cap) else []
     out: list[int] = []
-    for size in sizes:
+    for size in itertools.islice(itertools.chain(steps, whole), MAX_SCAN):
         if len(out) >= limit:
             break
         if aligned(expr, axis, size, spec, rules):
