@@ -127,7 +127,7 @@ def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = N
     exe = placement.place(c.b.build(meta={"segments": len(c.programs),
                                           "packed_kinds": c.kinds}))
     return VMModel(exe, c.packed, [v.name for v in g.inputs], [v.name for v in g.outputs],
-                   [np.dtype(v.type.dtype.np) for v in g.inputs], c.programs)
+                   [np.dtype(v.type.dtype.np) for v in g.inputs], c.programs, c.specializers)
 
 
 class _VMCompiler:

@@ -23,13 +23,16 @@ from ember.vm.objects import ADT
 class VMModel:
     def __init__(self, exe: Executable, packed: Mapping[str, PackedFunc],
                  input_names: Sequence[str], output_names: Sequence[str],
-                 input_dtypes: Sequence[np.dtype], programs: Sequence[Any] = ()) -> None:
+                 input_dtypes: Sequence[np.dtype], programs: Sequence[Any] = (),
+                 specializers: Sequence[Any] = ()) -> None:
         self.executable = exe
         self.vm = VirtualMachine(exe, packed)
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self._dtypes = [np.dtype(d) for d in input_dtypes]
         self.programs = list(programs)      # the compiled segments, for inspection
+        # nodes compiled per value of their run-time operands (ember.dynamic_specialize)
+        self.specializers = list(specializers)
         self.symbolic = True
 
     @property

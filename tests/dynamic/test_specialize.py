@@ -1,0 +1,95 @@
+"""Nodes whose run-time operands a converter needs as constants, specialized on the VM
+(``ember.frontend.onnx.specialize``, ``ember.dynamic_specialize``): against onnxruntime, one
+compile per distinct operand value, and the cases that stay errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ember
+from ember.errors import UnsupportedOpError
+from ember.frontend.onnx.importer import import_model
+from ember.ir.types import Sym
+from ember.vm.model import VMModel
+
+ort = pytest.importorskip("onnxruntime")
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+RNG = np.random.default_rng(3)
+
+
+def _model(nodes: list, inputs: list, outputs: list, opset: int = 18) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "specialize", inputs, outputs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _compare(cm: VMModel, model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> None:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(cm.run(feed).values(), sess.run(None, feed), strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_reduction_axes_given_at_run_time() -> None:
+    """Relu -> ReduceSum(axes: an input, keepdims=0) -> Exp: the rank comes from the axes'
+    length, the dims from the values; one program per distinct axes value."""
+    model = _model([helper.make_node("Relu", ["x"], ["r"]),
+                    helper.make_node("ReduceSum", ["r", "axes"], ["s"], keepdims=0),
+                    helper.make_node("Exp", ["s"], ["y"])],
+                   [helper.make_tensor_value_info("x", F, [3, 4, 5]),
+                    helper.make_tensor_value_info("axes", I64, [1])],
+                   [helper.make_tensor_value_info("y", F, None)])
+    g = import_model(model)
+    spec = next(n for n in g.nodes if n.op == "Specialize")
+    assert spec.outputs[0].type.rank == 2 and all(isinstance(d, Sym)
+                                                  for d in spec.outputs[0].type.shape)
+    cm = ember.compile(model)
+    assert isinstance(cm, VMModel)
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    for axes in ([0], [2], [-2], [0], [2]):
+        _compare(cm, model, {"x": x, "axes": np.array(axes, np.int64)})
+    (sp,) = cm.specializers
+    assert sp.compiles == 3                    # [0], [2] and [-2]; the repeats hit the cache
+    assert "specialize" in cm.bytecode
+
+
+def test_slice_bounds_from_the_loop_counter() -> None:
+    """A Loop body slicing x[i:i+1] (ONNX's test_loop11): starts and ends change every trip,
+    so the Slice is specialized on both (the second one joins after the first conversion)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["i", "one"], ["end"]),
+         helper.make_node("Unsqueeze", ["i", "zero"], ["s0"]),
+         helper.make_node("Unsqueeze", ["end", "zero"], ["e0"]),
+         helper.make_node("Slice", ["x", "s0", "e0"], ["piece"]),
+         helper.make_node("Add", ["acc_in", "piece"], ["acc_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", F, [1, 6])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", F, [1, 6])],
+        [helper.make_tensor(n, I64, [], [v]) for n, v in (("one", 1),)]
+        + [helper.make_tensor("zero", I64, [1], [0])])
+    model = _model([helper.make_node("Loop", ["M", "", "acc0"], ["acc"], body=body)],
+                   [helper.make_tensor_value_info("M", I64, []),
+                    helper.make_tensor_value_info("acc0", F, [1, 6]),
+                    helper.make_tensor_value_info("x", F, [5, 6])],
+                   [helper.make_tensor_value_info("acc", F, [1, 6])])
+    cm = ember.compile(model)
+    x = RNG.standard_normal((5, 6)).astype(np.float32)
+    acc0 = RNG.standard_normal((1, 6)).astype(np.float32)
+    for m in (5, 3):
+        _compare(cm, model, {"M": np.array(m, np.int64), "acc0": acc0, "x": x})
+    (sp,) = cm.specializers
+    assert sp.operands == {1, 2} and sp.compiles == 5
+
+
+def test_data_operands_are_not_specialized_on() -> None:
+    """NonZero's output shape depends on every element of its data: no specialization."""
+    model = _model([helper.make_node("NonZero", ["x"], ["y"], name="nz")],
+                   [helper.make_tensor_value_info("x", F, [4])],
+                   [helper.make_tensor_value_info("y", I64, None)])
+    with pytest.raises(UnsupportedOpError, match="nz"):
+        ember.compile(model)
