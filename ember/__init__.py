@@ -38,7 +38,13 @@ def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=No
 
 
 def load(path):
-    """Load a saved ``.ember`` artifact (needs numpy only, not the compiler)."""
+    """Load a saved ``.ember`` artifact: a compiled program needs numpy only, not the
+    compiler; a model that runs on the VM comes back as a ``VMModel``."""
+    from ember.runtime.artifact import read_meta
     from ember.runtime.compiled import load_model
 
+    if read_meta(path).get("kind") == "vm":
+        from ember.dynamic import load_vm
+
+        return load_vm(path)
     return load_model(path)

@@ -42,6 +42,11 @@ def cmd_compile(a: argparse.Namespace) -> int:
     cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads,
                        topk=a.topk)
     path = cm.save(a.output)
+    if not isinstance(cm, ember.CompiledModel):   # a VMModel: bytecode over programs
+        print(f"compiled {a.model} in {time.perf_counter() - t:.2f} s -> {path} (runs on the "
+              f"VM: {len(cm.executable.functions)} function(s), {len(cm.programs)} "
+              f"program(s); inputs {cm.input_names}, outputs {cm.output_names})")
+        return 0
     tm = cm.meta.get("timings", {})
     print(f"compiled {a.model} in {time.perf_counter() - t:.2f} s -> {path} (roller "
           f"construction {tm.get('construct', 0):.2f} s, top-K profiling "
@@ -54,9 +59,9 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from ember.runtime.compiled import load_model
+    import ember
 
-    cm = load_model(a.artifact)
+    cm = ember.load(a.artifact)
     feeds = {}
     for it in a.input or []:
         name, _, f = it.partition("=")

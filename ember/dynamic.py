@@ -23,6 +23,7 @@ Pre: an imported graph (``import_model``). Post: a ``VMModel`` whose outputs equ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,15 +33,17 @@ import numpy as np
 from ember import dynamic_control as control
 from ember import dynamic_specialize
 from ember.dynamic_control import value_reg
-from ember.errors import UnsupportedOpError
+from ember.errors import ArtifactError, UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
-from ember.ir.shapefn import shape_function
-from ember.runtime.compiled import CompiledModel
-from ember.vm import placement
+from ember.runtime.artifact import read_bundle
+from ember.runtime.compiled import CompiledModel, load_model_bytes
+from ember.vm import builtins, placement
 from ember.vm.builder import FunctionBuilder, ProgramBuilder, Var
+from ember.vm.executable import Executable
 from ember.vm.interpreter import packed_from_compiled
 from ember.vm.model import VMModel
+from ember.vm.objects import np_dtype
 
 VM_OPS = {"Reshape", "Specialize"}     # data-dependent ops the VM runs
 
@@ -125,7 +128,9 @@ def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = N
     c = _VMCompiler(num_threads, topk, dim_hints)
     c.function("main", g, main=True)
     exe = placement.place(c.b.build(meta={"segments": len(c.programs),
-                                          "packed_kinds": c.kinds}))
+                                          "packed_kinds": c.kinds, "packed_recipes": c.recipes,
+                                          "specializers": [sp.record() for sp in
+                                                           c.specializers]}))
     return VMModel(exe, c.packed, [v.name for v in g.inputs], [v.name for v in g.outputs],
                    [np.dtype(v.type.dtype.np) for v in g.inputs], c.programs, c.specializers)
 
@@ -139,6 +144,7 @@ class _VMCompiler:
         self.b = ProgramBuilder()
         self.packed: dict[str, Any] = {}
         self.kinds: dict[str, Any] = {}
+        self.recipes: dict[str, dict[str, Any]] = {}
         self.programs: list[CompiledModel] = []
         self.specializers: list[dynamic_specialize.Specializer] = []
         self._count = 0
@@ -148,8 +154,12 @@ class _VMCompiler:
         self._count += 1
         return f"{prefix}{self._count}"
 
-    def add_packed(self, name: str, fn: Any, kind: Any) -> str:
-        self.packed[name], self.kinds[name] = fn, kind
+    def add_packed(self, name: str, kind: Any, recipe: dict[str, Any]) -> str:
+        """Packed function ``name`` made from ``recipe`` (what a saved model rebuilds it
+        from), placed as ``kind``; once per name."""
+        if name not in self.packed:
+            self.packed[name] = packed_from_recipe(recipe, self.programs, self.specializers)
+            self.kinds[name], self.recipes[name] = kind, recipe
         return name
 
     def function(self, name: str, g: Graph, *, main: bool = False) -> None:
@@ -177,18 +187,10 @@ class _VMCompiler:
         comp = driver.build_graph(_segment_graph(s, k), **self.options)
         cm = driver.to_model(comp)
         self.programs.append(cm)
-        n_in = len(s.inputs)
         types = [o.type for o in s.outputs]
-
-        def shapes(args: Sequence[np.ndarray]) -> None:
-            got = cm.output_shapes([a.shape for a in args[:n_in]])
-            for i, (shape, t) in enumerate(zip(got, types)):
-                args[n_in + 2 * i][...] = shape
-                args[n_in + 2 * i + 1][...] = int(np.prod(shape, dtype=np.int64)) * \
-                    t.dtype.itemsize
-
-        shape_fn = self.add_packed(f"shape{k}", shapes, "shape")
-        program = self.add_packed(f"program{k}", packed_from_compiled(cm), "target")
+        shape_fn = self.add_packed(f"shape{k}", "shape", {
+            "fn": "program_shapes", "program": k, "itemsizes": [t.dtype.itemsize for t in types]})
+        program = self.add_packed(f"program{k}", "target", {"fn": "program", "program": k})
         ins = [regs[v.uid] for v in s.inputs]
         spec = [o for t in types for o in (((t.rank,), "int64"), ((), "int64"))]
         res = f.call_packed(shape_fn, ins, spec)
@@ -201,17 +203,62 @@ class _VMCompiler:
             regs[o.uid] = r
 
     def dynamic(self, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> None:
-        """A data-dependent shape function on the host, then the op (a Reshape: a view)."""
-        fn = shape_function(n)
+        """The data-dependent shape function on the host, then the op: a Reshape, a view."""
         present = [v for v in n.inputs if v is not None]
-
-        def shape(args: Sequence[np.ndarray]) -> None:
-            values = [np.asarray(a) if v.type.dtype.name == "int64" else None
-                      for v, a in zip(present, args[:-1])]
-            args[-1][...] = fn.evaluate([a.shape for a in args[:-1]], values)[0]
-
-        name = self.add_packed(self.fresh("dynshape"), shape,
-                               ["shape"] + ["host"] * (len(present) - 1))
+        name = self.add_packed(f"reshape_shape{int(n.attrs.get('allowzero', 0))}",
+                               ["shape"] + ["host"] * (len(present) - 1),
+                               {"fn": "reshape_shape", "allowzero": n.attrs.get("allowzero", 0)})
         ins = [value_reg(f, v, regs) for v in present]
         (shp,) = f.call_packed(name, ins, [((n.outputs[0].type.rank,), "int64")])
         regs[n.outputs[0].uid] = f.reshape(ins[0], shp)
+
+
+def packed_from_recipe(recipe: dict[str, Any], programs: Sequence[CompiledModel],
+                       specializers: Sequence[dynamic_specialize.Specializer]) -> Any:
+    """The packed function a recipe describes (compiling and loading build it the same way)."""
+    fn = builtins.from_recipe(recipe)
+    if fn is not None:
+        return fn
+    kind = recipe["fn"]
+    if kind == "program":
+        return packed_from_compiled(programs[recipe["program"]])
+    if kind == "program_shapes":
+        return _program_shapes(programs[recipe["program"]], recipe["itemsizes"])
+    if kind == "specialize_shape":
+        return dynamic_specialize.shape_fn(specializers[recipe["specializer"]],
+                                           recipe["itemsizes"])
+    if kind == "specialize_run":
+        return dynamic_specialize.run_fn(specializers[recipe["specializer"]])
+    raise ArtifactError(f"unknown packed-function recipe {recipe!r}")
+
+
+def _program_shapes(cm: CompiledModel, itemsizes: Sequence[int]) -> Any:
+    """``(inputs..., (shape, nbytes) per output)``: the program's composed shape function."""
+    n_in = len(cm.input_names)
+
+    def shapes(args: Sequence[np.ndarray]) -> None:
+        got = cm.output_shapes([a.shape for a in args[:n_in]])
+        for i, (shape, size) in enumerate(zip(got, itemsizes)):
+            args[n_in + 2 * i][...] = shape
+            args[n_in + 2 * i + 1][...] = int(np.prod(shape, dtype=np.int64)) * size
+    return shapes
+
+
+def load_vm(path: str | os.PathLike[str]) -> VMModel:
+    """A VM model saved by ``VMModel.save``: the executable, its programs, its packed
+    functions rebuilt from their recipes (specializers compile again on new values)."""
+    meta, members = read_bundle(path)
+    try:
+        exe = Executable.from_bytes(members["executable.bin"])
+        programs = [load_model_bytes(members[f"program{k}.ember"], f"{path}:program{k}")
+                    for k in range(int(meta["programs"]))]
+        specializers = [dynamic_specialize.Specializer.from_record(r)
+                        for r in exe.meta.get("specializers", [])]
+        packed = {name: packed_from_recipe(r, programs, specializers)
+                  for name, r in exe.meta["packed_recipes"].items()}
+        dts = [np_dtype(d) for d in meta["input_dtypes"]]
+        return VMModel(exe, packed, meta["inputs"], meta["outputs"], dts, programs,
+                       specializers)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArtifactError(f"{path}: the VM model in it is incomplete ({type(e).__name__}: "
+                            f"{e})") from e

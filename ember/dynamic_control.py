@@ -25,7 +25,6 @@ import numpy as np
 
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Node, Value
-from ember.vm import builtins
 from ember.vm.builder import FunctionBuilder, Var
 
 if TYPE_CHECKING:
@@ -84,8 +83,8 @@ class _Loop:
 
     def __init__(self, c: _VMCompiler, f: FunctionBuilder, trip: Var, cond: Var) -> None:
         self.c, self.f = c, f
-        c.add_packed("loop_test", builtins.loop_test, "host")
-        c.add_packed("incr", builtins.incr, "host")
+        c.add_packed("loop_test", "host", {"fn": "loop_test"})
+        c.add_packed("incr", "host", {"fn": "incr"})
         self.i = f.move(f.const(np.array(0, np.int64)))
         self.cond, self.trip = cond, trip
         self.head, self.body, self.end = f.label(), f.label(), f.label()
@@ -119,10 +118,10 @@ def _stacked(c: _VMCompiler, f: FunctionBuilder, acc: Var, out: Value, axis: int
     """The accumulated list as one tensor stacked along ``axis``."""
     t = out.type
     elem = tuple(d if isinstance(d, int) else 0 for i, d in enumerate(t.shape) if i != axis)
-    shape_fn = c.add_packed(c.fresh("stack_shape"),
-                            builtins.stack_shape(axis, elem, t.dtype.itemsize), "shape")
-    copy_fn = c.add_packed(f"stack{axis}r{int(reverse)}", builtins.stack(axis, reverse),
-                           "target")
+    shape_fn = c.add_packed(c.fresh("stack_shape"), "shape", {
+        "fn": "stack_shape", "axis": axis, "elem": list(elem), "itemsize": t.dtype.itemsize})
+    copy_fn = c.add_packed(f"stack{axis}r{int(reverse)}", "target",
+                           {"fn": "stack", "axis": axis, "reverse": int(reverse)})
     shape, nbytes = f.call_packed(shape_fn, [acc], [((t.rank,), "int64"), ((), "int64")])
     result = f.alloc_tensor(f.alloc_storage(nbytes, t.dtype.name), shape, t.dtype.name)
     f.invoke_packed(copy_fn, [acc], [result])
@@ -163,14 +162,14 @@ def _scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
     states = [f.move(value_reg(f, v, regs)) for v in n.inputs[:state_n]]
     xs = [value_reg(f, v, regs) for v in n.inputs[state_n:state_n + m]]
     caps = _captures(f, n, regs)
-    length = c.add_packed(c.fresh("scan_length"), builtins.scan_length(a["scan_input_axes"]),
-                          "shape")
+    length = c.add_packed(c.fresh("scan_length"), "shape",
+                          {"fn": "scan_length", "axes": list(a["scan_input_axes"])})
     (trip,) = f.call_packed(length, xs, [((), "int64")])
     slice_shapes: list[tuple[Var, Var]] = []
     for v, ax in zip(n.inputs[state_n:state_n + m], a["scan_input_axes"]):
         t = v.type  # type: ignore[union-attr]
-        name = c.add_packed(f"take_shape{ax}_{t.dtype.name}",
-                            builtins.take_shape(ax, t.dtype.itemsize), "shape")
+        name = c.add_packed(f"take_shape{ax}_{t.dtype.name}", "shape",
+                            {"fn": "take_shape", "axis": ax, "itemsize": t.dtype.itemsize})
         shp, nbytes = f.call_packed(name, [xs[len(slice_shapes)]],
                                     [((t.rank - 1,), "int64"), ((), "int64")])
         slice_shapes.append((shp, nbytes))
@@ -182,8 +181,8 @@ def _scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
                                             a["scan_input_directions"], slice_shapes):
         dt = v.type.dtype.name  # type: ignore[union-attr]
         out = f.alloc_tensor(f.alloc_storage(nbytes, dt), shp, dt)
-        take = c.add_packed(f"take{ax}r{int(bool(rev))}", builtins.take(ax, bool(rev)),
-                            "target")
+        take = c.add_packed(f"take{ax}r{int(bool(rev))}", "target",
+                            {"fn": "take", "axis": ax, "reverse": int(bool(rev))})
         f.invoke_packed(take, [x, loop.i], [out])
         slices.append(out)
     total = len(n.outputs)

@@ -15,18 +15,22 @@ allocates them, and the program runs into them (``CompiledModel.run_into``).
 
 from __future__ import annotations
 
+import base64
+import io
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
 
 from ember.errors import RuntimeOperandError, UnsupportedOpError
 from ember.frontend.onnx.importer import convert_single
 from ember.frontend.onnx.specialize import MAX_OPERAND
 from ember.ir.graph import Graph, Node, Value
-from ember.ir.types import TensorType
+from ember.ir.types import Sym, TensorType
 from ember.runtime.compiled import CompiledModel
+from ember.support import dtypes
 from ember.vm.builder import FunctionBuilder, Var
 
 if TYPE_CHECKING:
@@ -37,17 +41,59 @@ MAX_PROGRAMS = 32
 
 class Specializer:
     """The programs of one ``Specialize`` node, by the values of its specialized operands.
-    Arguments come in the order of the node's present inputs."""
+    ``inputs`` are the node's input values (constants, typed placeholders, None when
+    absent); arguments come in the order of the present ones."""
 
-    def __init__(self, node: Node, options: dict[str, Any]) -> None:
-        a = node.attrs
-        self.node, self.options = node, options
-        self.proto, self.opset = a["onnx_node"], a["opset"]
-        self.present = [i for i, v in enumerate(node.inputs) if v is not None]
-        self.operands: set[int] = set(a["operands"])
+    def __init__(self, proto: onnx.NodeProto, opset: int, inputs: Sequence[Value | None],
+                 operands: Sequence[int], name: str, options: dict[str, Any]) -> None:
+        self.proto, self.opset, self.name, self.options = proto, opset, name, options
+        self.inputs = list(inputs)
+        self.present = [i for i, v in enumerate(inputs) if v is not None]
+        self.operands: set[int] = set(operands)
         self.cache: OrderedDict[tuple, tuple[CompiledModel, list[int]]] = OrderedDict()
         self.compiles = 0
         self.by_shape = False      # compiled per input shape (a kernel had no symbolic form)
+
+    @classmethod
+    def from_node(cls, node: Node, options: dict[str, Any]) -> Specializer:
+        a = node.attrs
+        return cls(a["onnx_node"], a["opset"], node.inputs, a["operands"], node.name, options)
+
+    def record(self) -> dict[str, Any]:
+        """What a saved model keeps to rebuild this specializer (``from_record``); constant
+        inputs go as base64 ``.npy`` bytes, symbolic dims by their text."""
+        ins: list[Any] = []
+        for v in self.inputs:
+            if v is None:
+                ins.append(None)
+            elif v.is_const:
+                buf = io.BytesIO()
+                np.save(buf, v.const, allow_pickle=False)
+                ins.append({"npy": base64.b64encode(buf.getvalue()).decode()})
+            else:
+                ins.append({"shape": [d if isinstance(d, int) else str(d) for d in v.type.shape],
+                            "dtype": v.type.dtype.name})
+        return {"onnx_node": base64.b64encode(self.proto.SerializeToString()).decode(),
+                "opset": self.opset, "operands": sorted(self.operands), "name": self.name,
+                "inputs": ins, "options": self.options}
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> Specializer:
+        syms: dict[str, Sym] = {}
+        ins: list[Value | None] = []
+        for k, e in enumerate(r["inputs"]):
+            if e is None:
+                ins.append(None)
+            elif "npy" in e:
+                ins.append(Value.constant(np.load(io.BytesIO(base64.b64decode(e["npy"])),
+                                                  allow_pickle=False)))
+            else:
+                shape = tuple(d if isinstance(d, int) else syms.setdefault(d, Sym(d))
+                              for d in e["shape"])
+                ins.append(Value(TensorType(shape, dtypes.dtype(e["dtype"])), f"in{k}"))
+        proto = onnx.NodeProto()
+        proto.ParseFromString(base64.b64decode(r["onnx_node"]))
+        return cls(proto, r["opset"], ins, r["operands"], r["name"], r["options"])
 
     def _key(self, args: Sequence[np.ndarray]) -> tuple:
         key = tuple((i, args[p].dtype.str, args[p].shape, args[p].tobytes())
@@ -86,15 +132,15 @@ class Specializer:
 
     def _convert(self, args: Sequence[np.ndarray]) -> tuple[Graph, list[int]]:
         while True:
-            values: list[Value | None] = [None] * len(self.node.inputs)
+            values: list[Value | None] = [None] * len(self.inputs)
             for p, i in enumerate(self.present):
-                v = self.node.inputs[i]
+                v = self.inputs[i]
                 assert v is not None
                 t = TensorType(args[p].shape, v.type.dtype) if self.by_shape else v.type
                 values[i] = v if v.is_const else Value.constant(np.array(args[p])) \
                     if i in self.operands else Value(t, f"in{i}")
             try:
-                g = convert_single(self.proto, self.opset, values, f"{self.node.name}_spec")
+                g = convert_single(self.proto, self.opset, values, f"{self.name}_spec")
                 break
             except RuntimeOperandError as e:
                 self._widen(e, values)
@@ -106,45 +152,59 @@ class Specializer:
         """Specialize on the operand ``err`` names too (when it is small enough)."""
         index = next((i for i, v in enumerate(values) if v is not None and v.uid ==
                       err.value_uid), None)
-        v = self.node.inputs[index] if index is not None else None
+        v = self.inputs[index] if index is not None else None
         if v is None or index in self.operands or not v.type.is_static \
                 or v.type.numel > MAX_OPERAND:
-            raise UnsupportedOpError(f"node {self.node.name!r}: {err}") from err
+            raise UnsupportedOpError(f"node {self.name!r}: {err}") from err
         self.operands.add(index)
+
+
+def shape_fn(sp: Specializer, itemsizes: Sequence[int]) -> Any:
+    """``(inputs..., (shape, nbytes) per output)``, compiling on a new operand value."""
+    n_in = len(sp.present)
+
+    def shapes(args: Sequence[np.ndarray]) -> None:
+        cm, pos = sp.program(args[:n_in])
+        got = cm.output_shapes([args[p].shape for p in pos])
+        for j, (shape, size) in enumerate(zip(got, itemsizes)):
+            args[n_in + 2 * j][...] = shape
+            args[n_in + 2 * j + 1][...] = int(np.prod(shape, dtype=np.int64)) * size
+    return shapes
+
+
+def run_fn(sp: Specializer) -> Any:
+    """``(inputs..., outputs...)``: the program for the operands' values, into the outputs."""
+    n_in = len(sp.present)
+
+    def run(args: Sequence[np.ndarray]) -> None:
+        cm, pos = sp.program(args[:n_in])
+        cm.run_into([args[p] for p in pos], list(args[n_in:]))
+    return run
 
 
 def emit(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> None:
     """shape function (compiling on a new value) -> allocate -> run the program."""
     from ember.dynamic_control import value_reg
 
-    sp = Specializer(n, c.options)
+    sp = Specializer.from_node(n, c.options)
+    j = len(c.specializers)
+    c.specializers.append(sp)
     used = [k for k, name in enumerate(sp.proto.output) if name]
     outs_t = [n.outputs[k].type for k in used]
-    n_in = len(sp.present)
-
-    def shapes(args: Sequence[np.ndarray]) -> None:
-        cm, pos = sp.program(args[:n_in])
-        got = cm.output_shapes([args[p].shape for p in pos])
-        for j, (shape, t) in enumerate(zip(got, outs_t)):
-            args[n_in + 2 * j][...] = shape
-            args[n_in + 2 * j + 1][...] = int(np.prod(shape, dtype=np.int64)) * t.dtype.itemsize
-
-    def run(args: Sequence[np.ndarray]) -> None:
-        cm, pos = sp.program(args[:n_in])
-        cm.run_into([args[p] for p in pos], list(args[n_in:]))
-
     base = c.fresh("specialize")
     kinds = ["host" if i in sp.operands else "shape" for i in sp.present]
-    shape_fn = c.add_packed(f"{base}_shape", shapes, kinds)
-    run_fn = c.add_packed(f"{base}_{n.attrs['onnx_node'].op_type}", run, "target")
-    c.specializers.append(sp)
+    shape_name = c.add_packed(f"{base}_shape", kinds, {
+        "fn": "specialize_shape", "specializer": j, "itemsizes": [t.dtype.itemsize
+                                                                  for t in outs_t]})
+    run_name = c.add_packed(f"{base}_{sp.proto.op_type}", "target",
+                            {"fn": "specialize_run", "specializer": j})
     ins = [value_reg(f, n.inputs[i], regs) for i in sp.present]  # type: ignore[arg-type]
     spec = [o for t in outs_t for o in (((t.rank,), "int64"), ((), "int64"))]
-    res = f.call_packed(shape_fn, ins, spec)
+    res = f.call_packed(shape_name, ins, spec)
     outs = []
-    for j, t in enumerate(outs_t):
-        storage = f.alloc_storage(res[2 * j + 1], t.dtype.name)
-        outs.append(f.alloc_tensor(storage, res[2 * j], t.dtype.name))
-    f.invoke_packed(run_fn, ins, outs)
+    for k, t in enumerate(outs_t):
+        storage = f.alloc_storage(res[2 * k + 1], t.dtype.name)
+        outs.append(f.alloc_tensor(storage, res[2 * k], t.dtype.name))
+    f.invoke_packed(run_name, ins, outs)
     for k, r in zip(used, outs):
         regs[n.outputs[k].uid] = r

@@ -223,10 +223,11 @@ def shape_function(node: Node) -> ShapeFn:
     """The shape function of ``node`` (a fused node's: its body's, composed)."""
     if node.op == "Fused":
         return compose(node.attrs["body"])
-    if node.op in ("If", "Loop", "Scan"):
+    if node.op in ("If", "Loop", "Scan", "Specialize"):
         raise UnsupportedOpError(
             f"node {node.name!r} ({node.op}) has no shape function of its own: its output "
-            "shapes are those its body produces when the VM runs it (ember.dynamic_control)")
+            "shapes are those its body (If / Loop / Scan, ember.dynamic_control) or its "
+            "specialized program (ember.dynamic_specialize) produces when the VM runs it")
     return NodeShapeFn(node)
 
 

@@ -22,6 +22,7 @@ Saving writes a temporary file next to the destination and renames it into place
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -105,6 +106,29 @@ def _digest(members: Mapping[str, bytes | memoryview]) -> str:
 # --------------------------------------------------------------------------- save
 
 
+def _members(lib_path: str | os.PathLike[str], params: np.ndarray, meta: Mapping[str, Any],
+             source: str | None, what: str) -> dict[str, bytes | memoryview]:
+    try:
+        meta_bytes = json.dumps(
+            {**meta, "format": ARTIFACT_FORMAT}, indent=1, sort_keys=True
+        ).encode()
+    except (TypeError, ValueError) as e:
+        raise ArtifactError(f"cannot save {what}: meta is not JSON-serializable ({e})") from e
+    try:
+        lib_bytes = Path(lib_path).read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"cannot save {what}: cannot read library {lib_path}: {e}") from e
+    members: dict[str, bytes | memoryview] = {
+        META: meta_bytes,
+        PARAMS: _as_bytes(params),
+        LIB: lib_bytes,
+    }
+    if source is not None:
+        members[SOURCE] = source.encode("utf-8", "surrogatepass")
+    members[CHECKSUM] = (_digest(members) + "\n").encode()
+    return members
+
+
 def save_artifact(
     path: str | os.PathLike[str],
     lib_path: str | os.PathLike[str],
@@ -118,24 +142,20 @@ def save_artifact(
     ``meta`` must be JSON-serializable (``format`` is set to :data:`ARTIFACT_FORMAT`).
     """
     path = Path(path)
-    try:
-        meta_bytes = json.dumps(
-            {**meta, "format": ARTIFACT_FORMAT}, indent=1, sort_keys=True
-        ).encode()
-    except (TypeError, ValueError) as e:
-        raise ArtifactError(f"cannot save {path}: meta is not JSON-serializable ({e})") from e
-    try:
-        lib_bytes = Path(lib_path).read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"cannot save {path}: cannot read library {lib_path}: {e}") from e
-    members: dict[str, bytes | memoryview] = {
-        META: meta_bytes,
-        PARAMS: _as_bytes(params),
-        LIB: lib_bytes,
-    }
-    if source is not None:
-        members[SOURCE] = source.encode("utf-8", "surrogatepass")
-    members[CHECKSUM] = (_digest(members) + "\n").encode()
+    return _write_zip(path, _members(lib_path, params, meta, source, str(path)))
+
+
+def artifact_bytes(lib_path: str | os.PathLike[str], params: np.ndarray,
+                   meta: Mapping[str, Any], source: str | None = None) -> bytes:
+    """The artifact :func:`save_artifact` writes, as bytes (to nest it in a bundle)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in _members(lib_path, params, meta, source, "a program").items():
+            _write_member(zf, name, data)
+    return buf.getvalue()
+
+
+def _write_zip(path: Path, members: Mapping[str, bytes | memoryview]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
     try:
@@ -148,6 +168,45 @@ def save_artifact(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def save_bundle(path: str | os.PathLike[str], meta: Mapping[str, Any],
+                members: Mapping[str, bytes]) -> Path:
+    """Write a bundle: ``meta.json`` (``format`` set, ``kind`` as given), the named members
+    (stored), and the checksum over all of them."""
+    path = Path(path)
+    if META in members or CHECKSUM in members:
+        raise ArtifactError(f"cannot save {path}: member names {META} / {CHECKSUM} are taken")
+    try:
+        meta_bytes = json.dumps({**meta, "format": ARTIFACT_FORMAT}, sort_keys=True).encode()
+    except (TypeError, ValueError) as e:
+        raise ArtifactError(f"cannot save {path}: meta is not JSON-serializable ({e})") from e
+    out: dict[str, bytes | memoryview] = {META: meta_bytes, **members}
+    out[CHECKSUM] = (_digest(out) + "\n").encode()
+    return _write_zip(path, out)
+
+
+def read_bundle(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """``(meta, members)`` of a bundle :func:`save_bundle` wrote, verified."""
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError(f"cannot load {path}: the file does not exist")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = {i.filename: zf.read(i) for i in zf.infolist()}
+    except Exception as e:
+        raise ArtifactError(f"{path} is not an ember artifact ({type(e).__name__}: {e})") from e
+    if META not in members or CHECKSUM not in members:
+        raise ArtifactError(f"{path} is not an ember artifact: missing {META} or {CHECKSUM}")
+    stored = members.pop(CHECKSUM).decode("ascii", "replace").strip()
+    if stored != _digest(members):
+        raise ArtifactError(f"{path} is corrupted: checksum mismatch; re-save it")
+    meta = json.loads(members.pop(META))
+    fmt = meta.get("format")
+    if not isinstance(fmt, int) or fmt > ARTIFACT_FORMAT:
+        raise ArtifactError(f"{path}: artifact format {fmt!r} is not one this ember reads "
+                            f"(format {ARTIFACT_FORMAT} and older)")
+    return meta, members
 
 
 def _write_member(zf: zipfile.ZipFile, name: str, data: bytes | memoryview) -> None:
@@ -178,12 +237,24 @@ def read_artifact(path: str | os.PathLike[str]) -> Artifact:
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
         raise ArtifactError(f"cannot load {path}: the file {what}")
+    return _read(path, path)
+
+
+def read_artifact_bytes(data: bytes, label: str) -> Artifact:
+    """An artifact nested in a bundle (``artifact_bytes``); ``label`` names it in errors."""
+    return _read(io.BytesIO(data), Path(label))
+
+
+def _read(source: Path | io.BytesIO, path: Path) -> Artifact:
     try:
-        zf = zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
         raise ArtifactError(f"{path} is not an ember artifact (not a zip archive: {e})") from e
     with zf:
         missing = [m for m in _REQUIRED if m not in zf.namelist()]
+        if missing and META in zf.namelist() and b'"kind": "vm"' in zf.read(META):
+            raise ArtifactError(f"{path} holds a model that runs on the VM; load it with "
+                                "ember.load")
         if missing:
             raise ArtifactError(
                 f"{path} is not an ember artifact (or is corrupted): missing member(s) "

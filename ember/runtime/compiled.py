@@ -34,7 +34,14 @@ from typing import Any
 import numpy as np
 
 from ember.errors import EmberError, InputError
-from ember.runtime.artifact import ARTIFACT_FORMAT, read_artifact, save_artifact, validate_meta
+from ember.runtime.artifact import (
+    ARTIFACT_FORMAT,
+    artifact_bytes,
+    read_artifact,
+    read_artifact_bytes,
+    save_artifact,
+    validate_meta,
+)
 from ember.runtime.module import ALIGNMENT, NativeModule, aligned_empty, is_aligned
 from ember.support import dimexpr
 from ember.support.arena import replay
@@ -329,6 +336,10 @@ class CompiledModel:
         """Write a one-file artifact (``model.ember``) that :func:`load_model` reads back."""
         return save_artifact(path, self._lib_path, self._params, self._meta, self._source)
 
+    def to_bytes(self) -> bytes:
+        """The artifact ``save`` writes, as bytes (``load_model_bytes`` reads it back)."""
+        return artifact_bytes(self._lib_path, self._params, self._meta, self._source)
+
     def __repr__(self) -> str:
         ins = ", ".join(s.describe(self._dim_names) for s in self._inputs)
         outs = ", ".join(s.describe(self._dim_names) for s in self._outputs)
@@ -344,6 +355,12 @@ class CompiledModel:
 def load_model(path: str | os.PathLike[str]) -> CompiledModel:
     """Load a ``model.ember`` artifact (numpy + the C runtime only; no compiler, no onnx)."""
     art = read_artifact(path)
+    return CompiledModel(art.lib_path, art.params, art.meta, art.source)
+
+
+def load_model_bytes(data: bytes, label: str) -> CompiledModel:
+    """A program nested in a bundle (``CompiledModel.to_bytes``)."""
+    art = read_artifact_bytes(data, label)
     return CompiledModel(art.lib_path, art.params, art.meta, art.source)
 
 

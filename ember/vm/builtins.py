@@ -109,3 +109,43 @@ def scan_length(axes: Sequence[int]) -> PackedFunc:
                           f"{sorted(lengths)}")
         args[-1][...] = lengths.pop()
     return fn
+
+
+def reshape_shape(allowzero: bool) -> PackedFunc:
+    """``(x, shape, out)``: ONNX Reshape's output shape (0 copies a dim unless ``allowzero``,
+    -1 takes what is left)."""
+    def fn(args: Sequence[Any]) -> None:
+        x, target, out = args
+        dims = [int(d) for d in np.asarray(target).reshape(-1)]
+        got: list[int | None] = [x.shape[i] if d == 0 and not allowzero and i < x.ndim
+                                 else None if d == -1 else d for i, d in enumerate(dims)]
+        if sum(d is None for d in got) > 1 or any(d is not None and d < 0 for d in got):
+            raise VMError(f"Reshape to {dims}: more than one -1, or a negative dim")
+        known = int(np.prod([d for d in got if d is not None], dtype=np.int64))
+        if None in got:
+            if known == 0 or x.size % known:
+                raise VMError(f"cannot reshape {x.shape} into {dims}")
+            got[got.index(None)] = x.size // known
+        elif known != x.size:
+            raise VMError(f"cannot reshape {x.shape} ({x.size} elements) into {dims}")
+        out[...] = got
+    return fn
+
+
+_FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
+    "loop_test": lambda r: loop_test,
+    "incr": lambda r: incr,
+    "stack_shape": lambda r: stack_shape(r["axis"], tuple(r["elem"]), r["itemsize"]),
+    "stack": lambda r: stack(r["axis"], bool(r["reverse"])),
+    "take_shape": lambda r: take_shape(r["axis"], r["itemsize"]),
+    "take": lambda r: take(r["axis"], bool(r["reverse"])),
+    "scan_length": lambda r: scan_length(r["axes"]),
+    "reshape_shape": lambda r: reshape_shape(bool(r["allowzero"])),
+}
+
+
+def from_recipe(recipe: dict[str, Any]) -> PackedFunc | None:
+    """The builtin a recipe (``{"fn": name, parameters...}``) describes; None if it is not a
+    builtin's."""
+    make = _FACTORIES.get(recipe.get("fn", ""))
+    return make(recipe) if make is not None else None

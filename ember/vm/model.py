@@ -8,7 +8,9 @@ or symbolic), host shape functions — compute. It is called like a ``CompiledMo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,13 +69,18 @@ class VMModel:
         outs = outs if isinstance(outs, tuple) else (outs,)
         return dict(zip(self.output_names, outs))
 
-    def save(self, path: object) -> None:
-        """Not yet: the executable and its programs are not written into a ``.ember``."""
-        from ember.errors import ArtifactError
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write one ``.ember`` bundle: the executable (bytecode, constants, the recipes of
+        its packed functions), each compiled program as a nested artifact; ``ember.load``
+        reads it back."""
+        from ember.runtime.artifact import save_bundle
 
-        raise ArtifactError(f"cannot save {path}: saving a model that runs on the VM (shapes "
-                            "computed at run time) is not supported yet; compile it in the "
-                            "process that runs it, or fix its shapes with input_shapes=...")
+        members = {"executable.bin": self.executable.to_bytes()}
+        for k, cm in enumerate(self.programs):
+            members[f"program{k}.ember"] = cm.to_bytes()
+        meta = {"kind": "vm", "inputs": self.input_names, "outputs": self.output_names,
+                "input_dtypes": [d.name for d in self._dtypes], "programs": len(self.programs)}
+        return save_bundle(path, meta, members)
 
     def __repr__(self) -> str:
         return (f"VMModel(inputs={self.input_names}, outputs={self.output_names}, "

@@ -209,3 +209,28 @@ def test_scan8_with_a_batch_larger_than_one_is_named() -> None:
                    [helper.make_tensor_value_info("s", F, [3, 2])], opset=8)
     with pytest.raises(UnsupportedOpError, match="scan8.*batch of 1"):
         ember.compile(model)
+
+
+def test_saved_vm_model_loads_and_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A VM model is one .ember bundle: bytecode, recipes of its packed functions and its
+    programs; ember.load rebuilds it, and a corrupted bundle is refused by its checksum."""
+    from ember.errors import ArtifactError
+    from ember.runtime.compiled import load_model
+
+    cm = ember.compile(_loop_model())
+    path = cm.save(tmp_path / "loop.ember")
+    back = ember.load(path)
+    assert isinstance(back, VMModel) and back.bytecode == cm.bytecode
+    h0 = RNG.standard_normal((1, 16)).astype(np.float32)
+    feed = {"M": np.array(6, np.int64), "cond": np.array(True), "h0": h0,
+            "limit": np.array(100.0, np.float32)}
+    for name, want in cm.run(feed).items():
+        np.testing.assert_array_equal(back.run(feed)[name], want)
+    with pytest.raises(ArtifactError, match="VM"):
+        load_model(path)                       # the numpy-only loader says what it is
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad = tmp_path / "bad.ember"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError):
+        ember.load(bad)

@@ -93,3 +93,18 @@ def test_data_operands_are_not_specialized_on() -> None:
                    [helper.make_tensor_value_info("y", I64, None)])
     with pytest.raises(UnsupportedOpError, match="nz"):
         ember.compile(model)
+
+
+def test_saved_specializer_compiles_again_after_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = _model([helper.make_node("ReduceMax", ["x", "axes"], ["y"], keepdims=1)],
+                   [helper.make_tensor_value_info("x", F, ["n", 5]),
+                    helper.make_tensor_value_info("axes", I64, [1])],
+                   [helper.make_tensor_value_info("y", F, None)])
+    cm = ember.compile(model)
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    cm(x, np.array([1], np.int64))
+    back = ember.load(cm.save(tmp_path / "s.ember"))
+    for n, axes in ((3, [1]), (4, [0]), (2, [-1])):
+        x = RNG.standard_normal((n, 5)).astype(np.float32)
+        _compare(back, model, {"x": x, "axes": np.array(axes, np.int64)})
+    assert back.specializers[0].compiles == 3       # [1], [0], [-1]: one per value

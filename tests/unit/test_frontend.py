@@ -65,9 +65,23 @@ def test_op_too_new_for_opset() -> None:
         import_model(m)
 
 
-def test_dynamic_form_rejected() -> None:
+def test_dynamic_form_specialized() -> None:
+    """A run-time operand the converter needs (Slice starts) keeps the node as Specialize,
+    typed by ONNX's inference; its reference runs the ONNX node."""
     node = helper.make_node("Slice", ["x", "s", "e"], ["y"], name="dyn_slice")
     m = model([node], [vi("x", [4, 4]), vi("s", [1], I64)], [vi("y", None)],
+              [init("e", np.array([3], np.int64))], opset=13)
+    g = import_model(m)
+    assert [n.op for n in g.nodes] == ["Specialize"] and g.nodes[0].attrs["operands"] == [1]
+    assert g.outputs[0].type.rank == 2
+    x = randn(4, 4)
+    np.testing.assert_array_equal(run_graph(g, {"x": x, "s": np.array([1])})[0], x[1:3])
+
+
+def test_dynamic_form_rejected() -> None:
+    """An operand of run-time length is not specialized on: the converter's error stands."""
+    node = helper.make_node("Slice", ["x", "s", "e"], ["y"], name="dyn_slice")
+    m = model([node], [vi("x", [4, 4]), vi("s", ["k"], I64)], [vi("y", None)],
               [init("e", np.array([3], np.int64))], opset=13)
     with pytest.raises(UnsupportedOpError, match="dynamic form") as e:
         import_model(m)
