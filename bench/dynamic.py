@@ -12,6 +12,12 @@ onnxruntime. The ratio dyn/static is the price of compiling once (the issue's bo
 ``--bert LENGTHS``: BERT-base exported with a symbolic sequence length (``zoo.bert.bert(
 seq=None)``), compiled once, run at each length beside ember's static compile for that length
 and onnxruntime (the issue's bounds: dyn/static <= 1.15, dyn/onnxruntime <= 1.1).
+
+``--loop LENGTHS``: an RNN written with ONNX control flow (``zoo.loops.loop_rnn``: a ``Loop``
+over the time steps of a symbolic-length input, two stacked Elman cells, hidden 256, the
+weights captured from the outer graph), compiled once for the VM, against onnxruntime at each
+length; with the VM's own share of the time (dispatch, allocation, shape functions: everything
+but the compiled programs) from ``vm.stats``.
 """
 
 from __future__ import annotations
@@ -90,16 +96,53 @@ def bench_bert(lengths: list[int], threads: int) -> list[dict]:
                                .astype(np.int64)}, threads, min_time=4.0, block=0.3)
 
 
+def bench_loop(lengths: list[int], threads: int, hidden: int = 256) -> list[dict]:
+    from ember.zoo.loops import loop_rnn
+
+    model = loop_rnn(hidden)
+    sess = ort_session(model, threads)
+    t = time.perf_counter()
+    vm = ember.compile(model, num_threads=threads)
+    t_c = time.perf_counter() - t
+    print(f"loop rnn: compiled once in {t_c:.1f} s (VM: {len(vm.executable.functions)} "
+          f"functions, {len(vm.programs)} programs)", flush=True)
+    out = []
+    for n in lengths:
+        feeds = {"x": np.random.default_rng(n).standard_normal((n, 1, hidden))
+                 .astype(np.float32)}
+        got, want = vm.run(feeds), sess.run(None, feeds)
+        err = max(float(np.abs(got[k] - w).max()) for k, w in zip(vm.output_names, want))
+        runs = interleaved({"ember": (None, lambda f=feeds: vm.run(f)),
+                            "ort": (None, lambda f=feeds: sess.run(None, f))}, 1.0, 0.05,
+                           pause=0.05)
+        ms = {e: float(np.median(ts)) * 1e3 for e, ts in runs.items()}
+        vm.vm.stats.reset()
+        for _ in range(20):
+            vm.run(feeds)
+        st = vm.vm.stats
+        share = st.dispatch_seconds / st.total_seconds
+        row = {"model": "loop_rnn", "size": n, "ember_ms": round(ms["ember"], 4),
+               "ort_ms": round(ms["ort"], 4), "ember/ort": round(ms["ember"] / ms["ort"], 3),
+               "vm_share": round(share, 3), "instructions": st.instructions // st.runs,
+               "max_err": err, "compile_s": round(t_c, 2)}
+        print(f"loop rnn T={n:4d}: ember {ms['ember']:.3f} ms  ort {ms['ort']:.3f} ms  "
+              f"ember/ort {row['ember/ort']:.2f}  VM's own share {share:.1%} "
+              f"({row['instructions']} instructions/run)  err {err:.1e}", flush=True)
+        out.append(row)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dense", default="768x768,768x3072,3072x768")
     ap.add_argument("--rows", default="16,64,200")
     ap.add_argument("--bert", default="", help="sequence lengths (empty: skip BERT)")
+    ap.add_argument("--loop", default="", help="loop_rnn lengths (empty: skip)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     os.environ.setdefault("EMBER_PROGRESS", "0")
-    results: dict[str, list[dict]] = {"dense": [], "bert": []}
+    results: dict[str, list[dict]] = {"dense": [], "bert": [], "loop": []}
     if a.dense:
         rows = [int(r) for r in a.rows.split(",")]
         for spec in a.dense.split(","):
@@ -107,15 +150,19 @@ def main(argv: list[str] | None = None) -> int:
             results["dense"] += bench_dense(k, n, rows, a.threads)
     if a.bert:
         results["bert"] = bench_bert([int(n) for n in a.bert.split(",")], a.threads)
+    if a.loop:
+        results["loop"] = bench_loop([int(n) for n in a.loop.split(",")], a.threads)
     for kind, rs in results.items():
-        if rs:
+        if rs and kind != "loop":
             ratios = [r["dyn/static"] for r in rs]
             print(f"{kind}: geomean dyn/static {float(np.exp(np.mean(np.log(ratios)))):.3f}, "
                   f"max {max(ratios):.3f}")
     if a.out:
         path = Path(a.out) / "dynamic.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=1))
+        kept = json.loads(path.read_text()) if path.is_file() else {}
+        kept.update({k: v for k, v in results.items() if v})   # sections not run are kept
+        path.write_text(json.dumps(kept, indent=1))
         print(f"wrote {path}")
     return 0
 

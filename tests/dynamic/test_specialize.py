@@ -108,3 +108,19 @@ def test_saved_specializer_compiles_again_after_load(tmp_path) -> None:  # type:
         x = RNG.standard_normal((n, 5)).astype(np.float32)
         _compare(back, model, {"x": x, "axes": np.array(axes, np.int64)})
     assert back.specializers[0].compiles == 3       # [1], [0], [-1]: one per value
+
+
+def test_topk_with_a_run_time_k_and_tile_with_run_time_repeats() -> None:
+    """Two outputs (values, indices) whose dim is k; a Tile whose dims are the repeats'."""
+    model = _model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+                    helper.make_node("Tile", ["v", "reps"], ["y"])],
+                   [helper.make_tensor_value_info("x", F, [3, 9]),
+                    helper.make_tensor_value_info("k", I64, [1]),
+                    helper.make_tensor_value_info("reps", I64, [2])],
+                   [helper.make_tensor_value_info("y", F, None),
+                    helper.make_tensor_value_info("i", I64, None)])
+    cm = ember.compile(model)
+    x = RNG.permutation(27).reshape(3, 9).astype(np.float32)   # no ties
+    for k, reps in ((3, [1, 2]), (5, [2, 1]), (3, [2, 2])):
+        _compare(cm, model, {"x": x, "k": np.array([k], np.int64),
+                             "reps": np.array(reps, np.int64)})
