@@ -23,6 +23,7 @@ Pre: an imported graph (``import_model``). Post: a ``VMModel`` whose outputs equ
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
 from ember.runtime.artifact import read_bundle
 from ember.runtime.compiled import CompiledModel, load_model_bytes
+from ember.runtime.loops import CompiledLoop
 from ember.vm import builtins, placement
 from ember.vm.builder import FunctionBuilder, ProgramBuilder, Var
 from ember.vm.executable import Executable
@@ -180,7 +182,8 @@ class _VMCompiler:
             f.ret(outs[0] if main and len(outs) == 1 else f.make_tuple(*outs))
 
     def segment(self, f: FunctionBuilder, s: _Segment, regs: dict[int, Var]) -> None:
-        """shape function -> allocate the outputs -> invoke the program into them."""
+        """shape function -> allocate the outputs -> invoke the program into them (outputs
+        of static shapes: one storage for all of them, no shape function)."""
         from ember import driver
 
         k = len(self.programs)
@@ -188,10 +191,16 @@ class _VMCompiler:
         cm = driver.to_model(comp)
         self.programs.append(cm)
         types = [o.type for o in s.outputs]
-        shape_fn = self.add_packed(f"shape{k}", "shape", {
-            "fn": "program_shapes", "program": k, "itemsizes": [t.dtype.itemsize for t in types]})
         program = self.add_packed(f"program{k}", "target", {"fn": "program", "program": k})
         ins = [regs[v.uid] for v in s.inputs]
+        if all(t.is_static for t in types):   # one storage for all, no shape function
+            outs = list(f.call_packed(program, ins, [(tuple(t.shape), t.dtype.name)
+                                                     for t in types]))
+            for o, r in zip(s.outputs, outs):
+                regs[o.uid] = r
+            return
+        shape_fn = self.add_packed(f"shape{k}", "shape", {
+            "fn": "program_shapes", "program": k, "itemsizes": [t.dtype.itemsize for t in types]})
         spec = [o for t in types for o in (((t.rank,), "int64"), ((), "int64"))]
         res = f.call_packed(shape_fn, ins, spec)
         outs = []
@@ -224,6 +233,9 @@ def packed_from_recipe(recipe: dict[str, Any], programs: Sequence[CompiledModel]
         return packed_from_compiled(programs[recipe["program"]])
     if kind == "program_shapes":
         return _program_shapes(programs[recipe["program"]], recipe["itemsizes"])
+    if kind == "compiled_loop":
+        return _compiled_loop_fn(CompiledLoop(programs[recipe["program"]], recipe["carried"],
+                                              recipe["captures"], recipe["scan"]))
     if kind == "specialize_shape":
         return dynamic_specialize.shape_fn(specializers[recipe["specializer"]],
                                            recipe["itemsizes"])
@@ -240,7 +252,7 @@ def _program_shapes(cm: CompiledModel, itemsizes: Sequence[int]) -> Any:
         got = cm.output_shapes([a.shape for a in args[:n_in]])
         for i, (shape, size) in enumerate(zip(got, itemsizes)):
             args[n_in + 2 * i][...] = shape
-            args[n_in + 2 * i + 1][...] = int(np.prod(shape, dtype=np.int64)) * size
+            args[n_in + 2 * i + 1][...] = math.prod(shape) * size
     return shapes
 
 
@@ -262,3 +274,18 @@ def load_vm(path: str | os.PathLike[str]) -> VMModel:
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{path}: the VM model in it is incomplete ({type(e).__name__}: "
                             f"{e})") from e
+
+
+def _compiled_loop_fn(loop: CompiledLoop) -> Any:
+    """``(M, cond, *initial, *captures, *final, *scan rows, trips)``: the loop in C."""
+    n, m, s = loop.n_carried, loop.n_caps, loop.n_scan
+
+    def run(args: Sequence[np.ndarray]) -> None:
+        trip, cond = args[0], args[1]
+        init, caps = args[2:2 + n], args[2 + n:2 + n + m]
+        outs = args[2 + n + m:]
+        done = loop.run(int(trip.reshape(-1)[0]) if trip.size else None,
+                        bool(cond.reshape(-1)[0]) if cond.size else True,
+                        init, caps, outs[:n], outs[n:n + s])
+        outs[-1][...] = done
+    return run

@@ -6,10 +6,15 @@ functions), called with ``invoke`` and returning the tuple of its outputs:
 
 * ``If``: ``if cond == 1`` jumps to a call of the then-function, else to the else-function;
   both move their tuple into one result register.
-* ``Loop``: registers for the iteration count, the condition and each carried value, updated
-  in place (``move``) at the end of each trip; the head tests ``i < M and cond`` on the host
-  (builtin ``loop_test``) and branches out of the loop when it fails. Each scan value is consed
-  onto a ``List``, stacked into one tensor after the loop (builtins ``stack_shape`` / ``stack``).
+* ``Loop`` whose body is one program (every node in one segment, the carried and scan values
+  of static shapes): the whole loop is ONE native call (``runtime.loops``: the trips run in C,
+  carried values ping-pong between two buffers, scan rows go straight to an output of M rows,
+  an upper bound, of which the first ``trips`` are kept);
+* any other ``Loop``: registers for the iteration count, the condition and each carried
+  value, updated in place (``move``) at the end of each trip; the head tests ``i < M and
+  cond`` on the host (builtin ``loop_test``) and branches out of the loop when it fails. Each
+  scan value is consed onto a ``List``, stacked into one tensor after the loop (builtins
+  ``stack_shape`` / ``stack``).
 * ``Scan``: the same loop, its trip count the scan inputs' common length (``scan_length``),
   each trip taking slice ``t`` of every scan input (``take_shape`` / ``take``, reversed for a
   reverse direction) and stacking the scan outputs along their axes.
@@ -19,18 +24,23 @@ Pre: a node of ``ir.ops.control`` whose inputs have registers. Post: registers f
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ember.errors import UnsupportedOpError
-from ember.ir.graph import Node, Value
+from ember.ir.graph import Graph, Node, Value
+from ember.runtime.compiled import CompiledModel
 from ember.vm.builder import FunctionBuilder, Var
 
 if TYPE_CHECKING:
     from ember.dynamic import _VMCompiler
 
 Regs = dict[int, Var]
+COMPILED_LOOPS = True
+"""Run a Loop whose body is one program as one native call (``runtime.loops``); False keeps
+every loop on the VM (the tests compare both)."""
 
 
 def value_reg(f: FunctionBuilder, v: Value, regs: Regs) -> Var:
@@ -129,6 +139,8 @@ def _stacked(c: _VMCompiler, f: FunctionBuilder, acc: Var, out: Value, axis: int
 
 
 def _loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
+    if _compiled_loop(c, f, n, regs):
+        return
     body_fn = c.fresh(f"{f.name}_loop")
     body = n.attrs["body"]
     c.function(body_fn, body)
@@ -152,6 +164,70 @@ def _loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
         regs[o.uid] = reg
     for o, acc in zip(n.outputs[carried_n:], accs):
         regs[o.uid] = _stacked(c, f, acc, o, 0, False)
+
+
+def _body_program(c: _VMCompiler, body: Graph, fixed: int) -> CompiledModel | None:
+    """The body as ONE program with the loop-body interface, when it can be: every node in
+    one segment, the carried and scan values of static shapes (captures may be symbolic)."""
+    from ember import driver
+    from ember.dynamic import _Segment, partition
+
+    # the iteration, cond and carried inputs (``fixed``) come first, then the captures
+    if not all(v.type.is_static for v in [*body.inputs[:fixed], *body.outputs]) \
+            or not body.nodes:
+        return None
+    try:
+        steps = partition(body)
+    except UnsupportedOpError:
+        return None
+    if len(steps) != 1 or not isinstance(steps[0], _Segment):
+        return None
+    g = copy.deepcopy(body)    # the VM's own compile of the body rewires its nodes
+    cm = driver.to_model(driver.build_graph(g, **c.options))
+    if len(cm.input_names) != len(body.inputs) or len(cm.output_names) != len(body.outputs):
+        return None
+    return cm
+
+
+def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> bool:
+    """The whole loop as one native call (``runtime.loops``) when its body is one static
+    program and the scan outputs have a row bound (M); False to use the VM loop."""
+    carried_n, caps_n = n.attrs["carried"], n.attrs["captures"]
+    scan_outs = n.outputs[carried_n:]
+    if not COMPILED_LOOPS or (scan_outs and n.inputs[0] is None):
+        return False
+    cm = _body_program(c, n.attrs["body"], 2 + carried_n)
+    if cm is None:
+        return False
+    k = len(c.programs)
+    c.programs.append(cm)
+    body_out = n.attrs["body"].outputs[1 + carried_n:]
+    run = c.add_packed(f"loop{k}", "target", {"fn": "compiled_loop", "program": k,
+                                              "carried": carried_n, "captures": caps_n,
+                                              "scan": len(scan_outs)})
+    ins = [_optional(f, n.inputs[0], regs, "int64"), _optional(f, n.inputs[1], regs, "bool"),
+           *(value_reg(f, v, regs) for v in n.inputs[2:2 + carried_n]), *_captures(f, n, regs)]
+    finals = list(f.call_packed_outputs([(tuple(o.type.shape), o.type.dtype.name)
+                                         for o in n.outputs[:carried_n]]))
+    storages, full = [], []
+    if scan_outs:
+        rows = c.add_packed(f"loop_rows{k}", "host", {
+            "fn": "loop_rows", "elems": [list(o.type.shape) for o in body_out],
+            "itemsizes": [o.type.dtype.itemsize for o in body_out]})
+        res = f.call_packed(rows, [ins[0]], [o for v in body_out for o in
+                                             (((v.type.rank + 1,), "int64"), ((), "int64"))])
+        for j, v in enumerate(body_out):
+            storages.append(f.alloc_storage(res[2 * j + 1], v.type.dtype.name))
+            full.append(f.alloc_tensor(storages[-1], res[2 * j], v.type.dtype.name))
+    (trips,) = f.call_packed_outputs([((), "int64")])
+    f.invoke_packed(run, ins, [*finals, *full, trips])
+    for o, r in zip(n.outputs[:carried_n], finals):
+        regs[o.uid] = r
+    for j, (o, v) in enumerate(zip(scan_outs, body_out)):
+        name = c.add_packed(f"scan_rows{v.type.rank + 1}", "host", {"fn": "scan_rows"})
+        (shape,) = f.call_packed(name, [trips, full[j]], [((v.type.rank + 1,), "int64")])
+        regs[o.uid] = f.alloc_tensor(storages[j], shape, v.type.dtype.name)
+    return True
 
 
 def _scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -168,7 +169,7 @@ def shape_fn(sp: Specializer, itemsizes: Sequence[int]) -> Any:
         got = cm.output_shapes([args[p].shape for p in pos])
         for j, (shape, size) in enumerate(zip(got, itemsizes)):
             args[n_in + 2 * j][...] = shape
-            args[n_in + 2 * j + 1][...] = int(np.prod(shape, dtype=np.int64)) * size
+            args[n_in + 2 * j + 1][...] = math.prod(shape) * size
     return shapes
 
 

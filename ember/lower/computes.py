@@ -68,8 +68,9 @@ def _mn(a: Expr, b: Expr) -> Expr:
     return Bin("min", a, b)
 
 
-def clamp(e: Expr, lo: int, hi: int) -> Expr:
-    return _mn(_mx(e, Const(lo)), Const(hi))
+def clamp(e: Expr, lo: int | Expr, hi: int | Expr) -> Expr:
+    """``e`` limited to [lo, hi] (bounds may be symbolic dims' expressions)."""
+    return _mn(_mx(e, as_expr(lo)), as_expr(hi))
 
 
 _UNARY: dict[str, Callable[[dict[str, Any], Expr], Expr]] = {
@@ -313,7 +314,7 @@ def _pad(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> li
                 fixed.append(clamp(s, 0, d - 1))
             else:  # reflect
                 s = Select(s < 0, -s, s)
-                fixed.append(Select(s >= d, Const(2 * d - 2) - s, s))
+                fixed.append(Select(s >= d, as_expr(2 * d - 2) - s, s))
         return x[tuple(fixed)]
 
     return [te.compute(shape, body, name="pad")]

@@ -56,14 +56,14 @@ def _arg(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor
     shape = static_shape(outs[0])
 
     def body(*i: Expr) -> Expr:
-        pos = Const(n - 1) - r.var if last else r.var
+        pos = as_expr(n - 1) - r.var if last else r.var
         src = (*i[:axis], pos, *i[axis + int(keep):])
         return te.Reduce(comb, x[src], (r,))
 
     red = te.compute(shape, body, name=comb)
     if not last:
         return [red]
-    return [te.compute(shape, lambda *i: Const(n - 1) - red[i], name=comb + "_last")]
+    return [te.compute(shape, lambda *i: as_expr(n - 1) - red[i], name=comb + "_last")]
 
 
 # --------------------------------------------------------------------------- gathers

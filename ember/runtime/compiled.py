@@ -42,7 +42,7 @@ from ember.runtime.artifact import (
     save_artifact,
     validate_meta,
 )
-from ember.runtime.module import ALIGNMENT, NativeModule, aligned_empty, is_aligned
+from ember.runtime.module import ALIGNMENT, NativeModule, address, aligned_empty, is_aligned
 from ember.support import dimexpr
 from ember.support.arena import replay
 from ember.support.dtypes import dtype as ember_dtype
@@ -224,7 +224,7 @@ class CompiledModel:
             for off, nbytes, dt, shape in layout
         ]
         out_addrs = [base + off for off, _, _, _ in layout]
-        in_addrs = [a.ctypes.data for a in inputs]
+        in_addrs = [address(a) for a in inputs]
         self._launch(sizes, in_addrs, out_addrs)
         return outputs
 
@@ -244,12 +244,15 @@ class CompiledModel:
                              f"{len(self._outputs)} outputs")
         sizes = self._bind_dims([a.shape for a in values]) if self._dim_names else None
         layout = sizes.out_layout if sizes else self._out_layout
+        out_addrs = []
         for (_, _, dt, shape), spec, out in zip(layout, self._outputs, outputs):
+            addr = address(out)
             if out.shape != tuple(shape) or out.dtype != dt or not out.flags.c_contiguous \
-                    or not is_aligned(out):
+                    or (addr % ALIGNMENT and out.size):
                 raise InputError(f"output {spec.name!r}: expected an aligned, contiguous "
                                  f"{dt.name}{tuple(shape)}, got {out.dtype.name}{out.shape}")
-        self._launch(sizes, [a.ctypes.data for a in values], [a.ctypes.data for a in outputs])
+            out_addrs.append(addr)
+        self._launch(sizes, [address(a) for a in values], out_addrs)
 
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """The outputs' shapes for inputs of these shapes (the program's composed shape

@@ -246,6 +246,12 @@ class FunctionBuilder:
     def call_packed(self, name: str, args: Sequence[Var],
                     outs: Sequence[tuple[Sequence[int], str]]) -> tuple[Var, ...]:
         """Allocate the outputs (one storage), call packed ``name``, return the outputs."""
+        results = self.call_packed_outputs(outs)
+        self.invoke_packed(name, args, results)
+        return results
+
+    def call_packed_outputs(self, outs: Sequence[tuple[Sequence[int], str]]) -> tuple[Var, ...]:
+        """Tensors of static shapes in ONE storage (each at a 64-byte aligned offset)."""
         offsets, total = [], 0
         for shape, dtype in outs:
             offsets.append(total)
@@ -253,10 +259,8 @@ class FunctionBuilder:
             total += -(-nbytes // ALIGNMENT) * ALIGNMENT
         hint = outs[0][1] if outs else "uint8"
         storage = self.alloc_storage(total, hint)
-        results = tuple(self.alloc_tensor(storage, tuple(shape), dtype, offset)
-                        for (shape, dtype), offset in zip(outs, offsets))
-        self.invoke_packed(name, args, results)
-        return results
+        return tuple(self.alloc_tensor(storage, tuple(shape), dtype, offset)
+                     for (shape, dtype), offset in zip(outs, offsets))
 
     # ------------------------------------------------------------------ memory and shapes
 

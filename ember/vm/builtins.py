@@ -18,6 +18,7 @@ Nimble's runtime does with its tensor arrays.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -68,7 +69,7 @@ def stack_shape(axis: int, elem: tuple[int, ...], itemsize: int) -> PackedFunc:
     def fn(args: Sequence[Any]) -> None:
         shape = _stacked_shape(_elements(args[0]), axis, elem)
         args[1][...] = shape
-        args[2][...] = int(np.prod(shape, dtype=np.int64)) * itemsize
+        args[2][...] = math.prod(shape) * itemsize
     return fn
 
 
@@ -87,7 +88,7 @@ def take_shape(axis: int, itemsize: int) -> PackedFunc:
     def fn(args: Sequence[Any]) -> None:
         shape = args[0].shape[:axis] + args[0].shape[axis + 1:]
         args[1][...] = shape
-        args[2][...] = int(np.prod(shape, dtype=np.int64)) * itemsize
+        args[2][...] = math.prod(shape) * itemsize
     return fn
 
 
@@ -121,7 +122,7 @@ def reshape_shape(allowzero: bool) -> PackedFunc:
                                  else None if d == -1 else d for i, d in enumerate(dims)]
         if sum(d is None for d in got) > 1 or any(d is not None and d < 0 for d in got):
             raise VMError(f"Reshape to {dims}: more than one -1, or a negative dim")
-        known = int(np.prod([d for d in got if d is not None], dtype=np.int64))
+        known = math.prod([d for d in got if d is not None])
         if None in got:
             if known == 0 or x.size % known:
                 raise VMError(f"cannot reshape {x.shape} into {dims}")
@@ -130,6 +131,29 @@ def reshape_shape(allowzero: bool) -> PackedFunc:
             raise VMError(f"cannot reshape {x.shape} ({x.size} elements) into {dims}")
         out[...] = got
     return fn
+
+
+MAX_LOOP_ROWS_BYTES = 1 << 30
+
+
+def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> PackedFunc:
+    """``(M, (shape, nbytes) per scan output)``: M rows of each scan value (an upper bound:
+    the loop's condition may end it earlier)."""
+    def fn(args: Sequence[Any]) -> None:
+        rows = max(int(args[0].reshape(-1)[0]), 0)
+        for j, (elem, size) in enumerate(zip(elems, itemsizes)):
+            nbytes = rows * math.prod(elem) * size
+            if nbytes > MAX_LOOP_ROWS_BYTES:
+                raise VMError(f"a Loop with M = {rows} trips would need {nbytes} bytes for "
+                              f"its scan output {j}; give the loop a smaller M")
+            args[1 + 2 * j][...] = [rows, *elem]
+            args[2 + 2 * j][...] = nbytes
+    return fn
+
+
+def scan_rows(args: Sequence[Any]) -> None:
+    """``(trips, full, shape)``: the shape of the first ``trips`` rows of ``full``."""
+    args[2][...] = (int(args[0]), *args[1].shape[1:])
 
 
 _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
@@ -141,6 +165,8 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "take": lambda r: take(r["axis"], bool(r["reverse"])),
     "scan_length": lambda r: scan_length(r["axes"]),
     "reshape_shape": lambda r: reshape_shape(bool(r["allowzero"])),
+    "loop_rows": lambda r: loop_rows(r["elems"], r["itemsizes"]),
+    "scan_rows": lambda r: scan_rows,
 }
 
 

@@ -20,6 +20,7 @@ run (``dispatch_seconds`` is the difference: the VM's own overhead).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -211,7 +212,7 @@ class VirtualMachine:
             return (K_SIMPLE, h[Op.LOAD_CONST], int_scalar(d.value), d.dst)
         if op == Op.ALLOC_TENSOR:
             dt = np_dtype(d.dtype)
-            nbytes = int(np.prod(d.shape, dtype=np.int64)) * dt.itemsize
+            nbytes = math.prod(d.shape) * dt.itemsize
             return (K_SIMPLE, h[op], d.storage, d.offset, tuple(d.shape), dt, nbytes, d.dst)
         if op == Op.ALLOC_TENSOR_REG:
             return (K_SIMPLE, h[op], d.storage, d.offset, d.shape, np_dtype(d.dtype), d.dst)
@@ -369,7 +370,7 @@ class _Handlers:
         shape = _shape_from(regs[ins[3]], "reshape_tensor")
         if not isinstance(t, np.ndarray):
             raise VMError(f"reshape_tensor needs a tensor, got {describe(t)}")
-        numel = int(np.prod(shape, dtype=np.int64))
+        numel = math.prod(shape)
         if numel != t.size:
             raise VMError(f"reshape_tensor of {describe(t)} ({t.size} elements) to "
                           f"{list(shape)} ({numel} elements): the element counts differ")

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -57,7 +58,7 @@ class Storage:
         ``nbytes`` (the tensor's size) may be passed when the caller has it precomputed.
         """
         if nbytes is None:
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            nbytes = math.prod(shape) * dtype.itemsize
         if offset < 0 or offset + nbytes > self.nbytes:
             raise VMError(
                 f"alloc_tensor {dtype.name}{list(shape)} ({nbytes} bytes) at offset {offset} "

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
+from ember import dynamic_control
 from ember.errors import UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.interp import run_graph
@@ -107,15 +108,24 @@ def _loop_model() -> onnx.ModelProto:
     return _model(nodes, ins, outs, inits)
 
 
-def test_loop_with_trip_count_condition_and_scan_outputs() -> None:
+@pytest.mark.parametrize("compiled", [True, False])
+def test_loop_with_trip_count_condition_and_scan_outputs(compiled: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The loop in C (one native call) and on the VM (a VM function per trip) agree with
+    onnxruntime: M trips, a condition that ends it early (fewer scan rows than M), a false
+    condition from the start, M = 0."""
+    monkeypatch.setattr(dynamic_control, "COMPILED_LOOPS", compiled)
     h0 = RNG.standard_normal((1, 16)).astype(np.float32)
     feeds = [{"M": np.array(m, np.int64), "cond": np.array(c), "h0": h0,
               "limit": np.array(lim, np.float32)}
              for m, c, lim in ((5, True, 100.0), (40, True, 2.0), (3, False, 100.0),
                                (0, True, 100.0))]
     cm = _check(_loop_model(), feeds)
-    assert "fn main_loop" in cm.bytecode and "List.Cons" in cm.bytecode
-    assert cm.vm.stats.calls > 5   # the body ran as a VM function, once per trip
+    if compiled:
+        assert "@loop" in cm.bytecode and "fn main_loop" not in cm.bytecode
+        assert cm.vm.stats.calls == 0   # no VM function call: the trips ran in C
+    else:
+        assert "fn main_loop" in cm.bytecode and "List.Cons" in cm.bytecode
+        assert cm.vm.stats.calls > 5   # the body ran as a VM function, once per trip
 
 
 def test_loop_carried_value_that_grows() -> None:

@@ -1,0 +1,149 @@
+"""Compiled loops: an ONNX ``Loop`` whose body is one static program runs its trips in C.
+
+The VM runs a loop trip by trip, paying its own dispatch and a native call per trip (tens of
+microseconds in Python). When a body is one static program whose interface is exactly
+``(iteration, cond, *carried, *captures) -> (cond, *carried, *scan)`` (``ember.dynamic_control``
+builds it so), this driver runs the whole loop in one native call::
+
+    int ember_loop(run_fn body, void *workspace, int64_t trip, int has_trip, uint8_t cond,
+                   int n_carried, const int64_t *carried_bytes, void *const *init,
+                   void *const *buf_a, void *const *buf_b, void *const *final,
+                   int n_caps, void *const *caps,
+                   int n_scan, const int64_t *scan_bytes, void *const *scan_out,
+                   int64_t *trips_done);
+
+Trip i reads its carried values from the initial tensors (i = 0) or from the buffers trip i-1
+wrote, and writes them to ``buf_a`` / ``buf_b`` alternately (never the buffer it reads); scan
+value k of trip i goes to row i of ``scan_out[k]`` (rows of ``scan_bytes[k]``), so the caller
+allocates ``trip`` rows (an upper bound: the condition may end the loop earlier, Nimble's
+upper-bound mode) and keeps the first ``trips_done``. The final carried values are copied to
+``final``. The body's own entry (``ember_run``) is called by address, in the library that
+holds it, with that program's workspace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.errors import EmberError
+from ember.runtime.module import address
+from ember.runtime.toolchain import compile_shared
+from ember.support import dtypes
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+
+typedef int (*run_fn)(void *const *, void *const *, void *);
+
+int ember_loop(run_fn body, void *workspace, int64_t trip, int has_trip, uint8_t cond,
+               int n_carried, const int64_t *carried_bytes, void *const *init,
+               void *const *buf_a, void *const *buf_b, void *const *final,
+               int n_caps, void *const *caps,
+               int n_scan, const int64_t *scan_bytes, void *const *scan_out,
+               int64_t *trips_done) {
+    void *ins[2 + n_carried + n_caps];
+    void *outs[1 + n_carried + n_scan];
+    int64_t it = 0;
+    uint8_t cin = cond, cout = 0;
+    ins[0] = &it;
+    ins[1] = &cin;
+    for (int k = 0; k < n_carried; ++k) ins[2 + k] = init[k];
+    for (int k = 0; k < n_caps; ++k) ins[2 + n_carried + k] = caps[k];
+    outs[0] = &cout;
+    int64_t i = 0;
+    while ((!has_trip || i < trip) && cin) {
+        it = i;
+        for (int k = 0; k < n_carried; ++k) outs[1 + k] = (i & 1) ? buf_b[k] : buf_a[k];
+        for (int k = 0; k < n_scan; ++k)
+            outs[1 + n_carried + k] = (char *)scan_out[k] + i * scan_bytes[k];
+        int rc = body(ins, outs, workspace);
+        if (rc != 0) { *trips_done = i; return rc; }
+        for (int k = 0; k < n_carried; ++k) ins[2 + k] = outs[1 + k];
+        cin = cout;
+        ++i;
+    }
+    for (int k = 0; k < n_carried; ++k) memcpy(final[k], ins[2 + k], (size_t)carried_bytes[k]);
+    *trips_done = i;
+    return 0;
+}
+"""
+
+_VOIDPP = ctypes.POINTER(ctypes.c_void_p)
+_I64P = ctypes.POINTER(ctypes.c_int64)
+_driver: Any = None
+
+
+def _loop_fn() -> Any:
+    global _driver
+    if _driver is None:
+        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
+        fn = lib.ember_loop
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
+                       ctypes.c_uint8, ctypes.c_int, _I64P, _VOIDPP, _VOIDPP, _VOIDPP, _VOIDPP,
+                       ctypes.c_int, _VOIDPP, ctypes.c_int, _I64P, _VOIDPP, _I64P]
+        _driver = fn
+    return _driver
+
+
+def _ptrs(addrs: Sequence[int]) -> Any:
+    return (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
+
+
+class CompiledLoop:
+    """Runs ``body`` (a ``CompiledModel`` with the loop-body interface, whose carried values
+    and scan values have static shapes; a symbolic program binds its dims from the captures
+    once per loop) as a loop."""
+
+    def __init__(self, body: Any, n_carried: int, n_caps: int, n_scan: int) -> None:
+        specs = body.meta["inputs"]
+        if len(specs) != 2 + n_carried + n_caps or len(body.meta["outputs"]) != \
+                1 + n_carried + n_scan:
+            raise EmberError("the body program does not have the loop-body interface")
+        self.body, self.n_carried, self.n_caps, self.n_scan = body, n_carried, n_caps, n_scan
+        outs = body.meta["outputs"]
+        self.carried_bytes = [_nbytes(s) for s in outs[1:1 + n_carried]]
+        self.scan_bytes = [_nbytes(s) for s in outs[1 + n_carried:]]
+        self._carried = (ctypes.c_int64 * max(n_carried, 1))(*self.carried_bytes)
+        self._scan = (ctypes.c_int64 * max(n_scan, 1))(*self.scan_bytes)
+        self._bufs = [[np.empty(b + 64, np.uint8) for b in self.carried_bytes] for _ in range(2)]
+
+    def run(self, trip: int | None, cond: bool, init: Sequence[np.ndarray],
+            caps: Sequence[np.ndarray], final: Sequence[np.ndarray],
+            scan_out: Sequence[np.ndarray]) -> int:
+        """Run the loop; returns the number of trips done (rows of ``scan_out`` written)."""
+        body = self.body
+        module = body._module
+        run_ptr = ctypes.cast(module._run, ctypes.c_void_p).value
+        bufs = [[_aligned(b) for b in side] for side in self._bufs]
+        done = ctypes.c_int64(0)
+        sizes = None
+        if body.symbolic:   # the captures' dims (the carried values' are static) bind once
+            shapes = [(), (), *(a.shape for a in init), *(a.shape for a in caps)]
+            sizes = body._bind_dims(shapes)
+        with body._lock:
+            if sizes is not None:
+                body._prepare(sizes)
+            rc = _loop_fn()(run_ptr, body._workspace_addr, int(trip or 0), trip is not None,
+                            int(bool(cond)), self.n_carried, self._carried,
+                            _ptrs([address(a) for a in init]), _ptrs(bufs[0]), _ptrs(bufs[1]),
+                            _ptrs([address(a) for a in final]), self.n_caps,
+                            _ptrs([address(a) for a in caps]), self.n_scan, self._scan,
+                            _ptrs([address(a) for a in scan_out]), ctypes.byref(done))
+        if rc != 0:
+            raise EmberError(f"the loop body failed with code {rc} at trip {done.value}")
+        return int(done.value)
+
+
+def _nbytes(spec: dict[str, Any]) -> int:
+    return int(np.prod(spec["shape"], dtype=np.int64)) * dtypes.dtype(spec["dtype"]).itemsize
+
+
+def _aligned(raw: np.ndarray) -> int:
+    base = address(raw)
+    return base + (-base % 64)
