@@ -308,13 +308,18 @@ def _pad(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> li
                         if pads[k] or pads[k + n]])
             return x[tuple(src)] if c is None else Select(c, x[tuple(src)], value)
         fixed = []
-        for k in range(n):
-            s, d = src[k], x.shape[k]
+        for k in range(n):   # as the reference: crop (negative pads) first, then pad
+            lo = max(-pads[k], 0)
+            length = x.shape[k] - lo - max(-pads[k + n], 0)
+            s = i[k] - max(pads[k], 0)            # index into the cropped axis
             if mode == "edge":
-                fixed.append(clamp(s, 0, d - 1))
+                s = clamp(s, 0, length - 1)
+            elif mode == "wrap":
+                s = (s % as_expr(length) + as_expr(length)) % as_expr(length)
             else:  # reflect
                 s = Select(s < 0, -s, s)
-                fixed.append(Select(s >= d, as_expr(2 * d - 2) - s, s))
+                s = Select(s >= length, as_expr(2 * length - 2) - s, s)
+            fixed.append(s + lo if lo else s)
         return x[tuple(fixed)]
 
     return [te.compute(shape, body, name="pad")]

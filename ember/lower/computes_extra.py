@@ -116,7 +116,7 @@ def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float) -
     if mode == "align_corners":
         if out_len == 1:
             return fconst(0.0)
-        return x * _f32(in_len - 1) / _f32(out_len - 1)
+        return x * _f32(in_len - 1) / _f32(_F32(scale) * _F32(in_len) - _F32(1))
     if mode == "pytorch_half_pixel" and out_len == 1:
         return fconst(0.0)
     c = (x + fconst(0.5)) / s - fconst(0.5)

@@ -11,7 +11,10 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ember.loops.ir import Const, Expr, Extent, Var, as_expr, static_value
+from ember.support import dtypes
 from ember.support.dtypes import is_float_name
 
 _ids = itertools.count()
@@ -73,8 +76,9 @@ class Reduce(Expr):
         if self.init is None:
             big = float("inf")  # the identities: a row of -inf has max -inf, as in numpy
             val = {"sum": 0.0, "prod": 1.0, "max": -big, "min": big}[self.combiner]
-            if not is_float_name(self.dtype):
-                val = {"sum": 0, "prod": 1, "max": -(2**62), "min": 2**62}[self.combiner]
+            if not is_float_name(self.dtype):   # the type's own extremes (bool: False, True)
+                lo, hi = (0, 1) if self.dtype == "bool" else _int_range(self.dtype)
+                val = {"sum": 0, "prod": 1, "max": lo, "min": hi}[self.combiner]
             self.init = Const(val, self.dtype)
 
 
@@ -152,3 +156,8 @@ def compute(shape: Sequence[Extent], fcompute: Callable[..., Expr], name: str = 
         body = Cast(body, dtype)
     return Tensor(tuple(dim(s) for s in shape), body.dtype, ComputeOp(axes, body),
                   name or f"c{next(_ids)}")
+
+
+def _int_range(name: str) -> tuple[int, int]:
+    info = np.iinfo(dtypes.dtype(name).np)
+    return int(info.min), int(info.max)

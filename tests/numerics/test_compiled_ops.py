@@ -436,7 +436,7 @@ def test_expand(data: st.DataObject) -> None:
     check("Expand", [x, np.array(target, np.int64)], const=(1,))
 
 
-@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 @BASE
 @given(data=st.data())
 def test_pad(data: st.DataObject, mode: str) -> None:
@@ -641,9 +641,8 @@ def test_unary_other_dtypes(op: str, dtype: type) -> None:
     check(op, [x.astype(dtype)])
 
 
-@pytest.mark.xfail(strict=True, reason="ember bug: MaxPool on int8 pads with -3.4e38 cast to "
-                   "int8 (0 in practice) instead of the dtype's minimum")
 def test_max_pool_int8_padded() -> None:
+    """Padding takes the int8 minimum (a reduction's identity is the dtype's extreme)."""
     x = -np.random.default_rng(0).integers(1, 100, (1, 1, 4, 4)).astype(np.int8)
     check("MaxPool", [x], {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1]})
 
@@ -653,3 +652,22 @@ def test_matmul_1d(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(0)
     check("MatMul", [rng.standard_normal(a_shape).astype(F32),
                      rng.standard_normal(b_shape).astype(F32)])
+
+
+@pytest.mark.parametrize("mode", ["wrap", "reflect", "edge"])
+def test_pad_modes_with_cropping(mode: str) -> None:
+    """Negative pads crop first, then the mode pads the cropped axis (wrap: modulo its
+    length), as the reference."""
+    x = np.random.default_rng(1).standard_normal((5, 6)).astype(F32)
+    check("Pad", [x, np.array([2, -1, -1, 3], np.int64)], {"mode": mode}, const=(1,), opset=19)
+
+
+def test_reduce_max_min_bool_and_int8() -> None:
+    """The identities are the dtype's extremes (bool: False for max, True for min)."""
+    rng = np.random.default_rng(2)
+    b = rng.random((3, 4)) > 0.7
+    axes = np.array([1], np.int64)
+    check("ReduceMax", [b, axes], {"keepdims": 1}, const=(1,), opset=20)
+    check("ReduceMin", [b, axes], {"keepdims": 0}, const=(1,), opset=20)
+    check("ReduceMax", [rng.integers(-128, -100, (2, 5)).astype(np.int8), axes], {},
+          const=(1,), opset=20)

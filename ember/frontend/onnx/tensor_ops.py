@@ -339,7 +339,27 @@ _REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "R
 def _reduce(ctx: Ctx, x: Value | None, axes: list[int] | None, attrs: Attrs) -> list[Value]:
     norm = {"axes": axes or None, "keepdims": int(attrs.get("keepdims", 1)),
             "noop_with_empty_axes": int(attrs.get("noop_with_empty_axes", 0))}
+    if ctx.op_type == "ReduceLogSumExp":
+        assert x is not None
+        return [_log_sum_exp(ctx, x, norm)]
     return ctx.add(ctx.op_type, [x], norm)
+
+
+def _log_sum_exp(ctx: Ctx, x: Value, norm: Attrs) -> Value:
+    """log(sum(exp(x - m))) + m with m the max (clamped to the lowest finite float, so a slice
+    of -inf, or an empty one, gives -inf, not NaN): exact where exp(x) would overflow."""
+    if norm["axes"] is None and norm["noop_with_empty_axes"]:
+        return x
+    keep = dict(norm, keepdims=1)
+    low = ctx.const(np.array(np.finfo(np.float32).min, x.type.dtype.np))
+    m = ctx.add1("Max", [ctx.add1("ReduceMax", [x], keep), low])
+    total = ctx.add1("ReduceSum", [ctx.add1("Exp", [ctx.add1("Sub", [x, m])])], keep)
+    out = ctx.add1("Add", [ctx.add1("Log", [total]), m])
+    if norm["keepdims"]:
+        return out
+    r = x.type.rank
+    axes = list(range(r)) if norm["axes"] is None else sorted(a % r for a in norm["axes"])
+    return ctx.add1("Squeeze", [out], {"axes": axes})
 
 
 @converter(*_REDUCE, since=1)

@@ -591,7 +591,7 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.nda
     if mode == "align_corners":
         if out_len == 1:
             return np.zeros(1, f)
-        return x * f(in_len - 1) / f(out_len - 1)
+        return x * f(in_len - 1) / (s * f(in_len) - f(1))   # onnx: in * scale, unfloored
     if mode == "pytorch_half_pixel" and out_len == 1:
         return np.zeros(1, f)
     c = (x + f(0.5)) / s - f(0.5)
