@@ -201,13 +201,8 @@ class _VMCompiler:
             return
         shape_fn = self.add_packed(f"shape{k}", "shape", {
             "fn": "program_shapes", "program": k, "itemsizes": [t.dtype.itemsize for t in types]})
-        spec = [o for t in types for o in (((t.rank,), "int64"), ((), "int64"))]
-        res = f.call_packed(shape_fn, ins, spec)
-        outs = []
-        for i, t in enumerate(types):
-            storage = f.alloc_storage(res[2 * i + 1], t.dtype.name)
-            outs.append(f.alloc_tensor(storage, res[2 * i], t.dtype.name))
-        f.invoke_packed(program, ins, outs)
+        outs = f.invoke_with_shapes(shape_fn, program, ins, [(t.rank, t.dtype.name)
+                                                             for t in types])
         for o, r in zip(s.outputs, outs):
             regs[o.uid] = r
 

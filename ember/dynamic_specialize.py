@@ -200,12 +200,7 @@ def emit(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> N
     run_name = c.add_packed(f"{base}_{sp.proto.op_type}", "target",
                             {"fn": "specialize_run", "specializer": j})
     ins = [value_reg(f, n.inputs[i], regs) for i in sp.present]  # type: ignore[arg-type]
-    spec = [o for t in outs_t for o in (((t.rank,), "int64"), ((), "int64"))]
-    res = f.call_packed(shape_name, ins, spec)
-    outs = []
-    for k, t in enumerate(outs_t):
-        storage = f.alloc_storage(res[2 * k + 1], t.dtype.name)
-        outs.append(f.alloc_tensor(storage, res[2 * k], t.dtype.name))
-    f.invoke_packed(run_name, ins, outs)
+    outs = f.invoke_with_shapes(shape_name, run_name, ins, [(t.rank, t.dtype.name)
+                                                            for t in outs_t])
     for k, r in zip(used, outs):
         regs[n.outputs[k].uid] = r

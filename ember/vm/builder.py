@@ -250,6 +250,20 @@ class FunctionBuilder:
         self.invoke_packed(name, args, results)
         return results
 
+    def invoke_with_shapes(self, shape_fn: str, name: str, args: Sequence[Var],
+                           outs: Sequence[tuple[int, str]]) -> list[Var]:
+        """Nimble's sequence for outputs of run-time shapes: packed ``shape_fn(args)`` gives
+        each output's shape (of rank ``outs[i][0]``) and byte size, then one storage and one
+        tensor per output, then ``name(args -> outputs)``."""
+        spec = [o for rank, _ in outs for o in (((rank,), "int64"), ((), "int64"))]
+        res = self.call_packed(shape_fn, args, spec)
+        results = []
+        for i, (_, dtype) in enumerate(outs):
+            storage = self.alloc_storage(res[2 * i + 1], dtype)
+            results.append(self.alloc_tensor(storage, res[2 * i], dtype))
+        self.invoke_packed(name, args, results)
+        return results
+
     def call_packed_outputs(self, outs: Sequence[tuple[Sequence[int], str]]) -> tuple[Var, ...]:
         """Tensors of static shapes in ONE storage (each at a 64-byte aligned offset)."""
         offsets, total = [], 0
