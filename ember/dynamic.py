@@ -47,7 +47,7 @@ from ember.vm.interpreter import packed_from_compiled
 from ember.vm.model import VMModel
 from ember.vm.objects import np_dtype
 
-VM_OPS = {"Reshape", "Specialize"}     # data-dependent ops the VM runs
+VM_OPS = {"Reshape", "NonZero", "Specialize"}     # data-dependent ops the VM runs
 
 
 def _atoms(values: Sequence[Value | None]) -> frozenset[str]:
@@ -207,12 +207,18 @@ class _VMCompiler:
             regs[o.uid] = r
 
     def dynamic(self, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> None:
-        """The data-dependent shape function on the host, then the op: a Reshape, a view."""
+        """The data-dependent shape function on the host, then the op: a Reshape is a view,
+        a NonZero a native kernel into an output of exactly the counted size."""
         present = [v for v in n.inputs if v is not None]
+        ins = [value_reg(f, v, regs) for v in present]
+        if n.op == "NonZero":
+            shape_fn = self.add_packed("nonzero_shape", "host", {"fn": "nonzero_shape"})
+            run = self.add_packed("nonzero", "target", {"fn": "nonzero"})
+            (regs[n.outputs[0].uid],) = f.invoke_with_shapes(shape_fn, run, ins, [(2, "int64")])
+            return
         name = self.add_packed(f"reshape_shape{int(n.attrs.get('allowzero', 0))}",
                                ["shape"] + ["host"] * (len(present) - 1),
                                {"fn": "reshape_shape", "allowzero": n.attrs.get("allowzero", 0)})
-        ins = [value_reg(f, v, regs) for v in present]
         (shp,) = f.call_packed(name, ins, [((n.outputs[0].type.rank,), "int64")])
         regs[n.outputs[0].uid] = f.reshape(ins[0], shp)
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import VMError
+from ember.runtime import native_ops
 from ember.vm.objects import ADT
 
 PackedFunc = Callable[[Sequence[Any]], None]
@@ -156,6 +157,19 @@ def scan_rows(args: Sequence[Any]) -> None:
     args[2][...] = (int(args[0]), *args[1].shape[1:])
 
 
+def nonzero_shape(args: Sequence[Any]) -> None:
+    """``(x, shape, nbytes)``: NonZero's output shape [max(rank, 1), count] (host: it reads
+    every element of x)."""
+    rows = max(args[0].ndim, 1)
+    args[1][...] = (rows, native_ops.count_nonzero(args[0]))
+    args[2][...] = rows * int(args[1][1]) * 8
+
+
+def nonzero(args: Sequence[Any]) -> None:
+    """``(x, out)``: the coordinates of x's non-zero elements (a native kernel)."""
+    native_ops.nonzero(args[0], args[1])
+
+
 _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "loop_test": lambda r: loop_test,
     "incr": lambda r: incr,
@@ -167,6 +181,8 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "reshape_shape": lambda r: reshape_shape(bool(r["allowzero"])),
     "loop_rows": lambda r: loop_rows(r["elems"], r["itemsizes"]),
     "scan_rows": lambda r: scan_rows,
+    "nonzero_shape": lambda r: nonzero_shape,
+    "nonzero": lambda r: nonzero,
 }
 
 

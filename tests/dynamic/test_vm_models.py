@@ -58,8 +58,35 @@ def test_inspect_prints_the_bytecode(tmp_path, capsys) -> None:  # type: ignore[
 
 def test_data_dependent_op_not_on_the_vm_yet_is_named() -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])
-    y = helper.make_tensor_value_info("y", TensorProto.INT64, None)
-    g = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"], name="nz")], "g", [x], [y])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Unique", ["x"], ["y"], name="uq")], "g", [x], [y])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    with pytest.raises(UnsupportedOpError, match="nz"):
+    with pytest.raises(UnsupportedOpError, match="uq"):
         ember.compile(model)
+
+
+def test_nonzero_and_compress_on_the_vm() -> None:
+    """NonZero: the host counts, the VM allocates exactly, a native kernel writes the
+    coordinates (-0.0 is zero, NaN is not); Compress with a run-time condition is a Gather of
+    NonZero's positions; the result feeds compiled code again."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [3])
+    outs = [helper.make_tensor_value_info(n, t, None)
+            for n, t in (("nz", TensorProto.INT64), ("y", TensorProto.FLOAT))]
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Compress", ["x", "c"], ["sel"], axis=0),
+             helper.make_node("Neg", ["sel"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, c], outs),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cm = ember.compile(model)
+    assert isinstance(cm, VMModel)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for keep in ([True, False, True], [False, False, False], [True, True, True]):
+        xv = rng.standard_normal((3, 4)).astype(np.float32)
+        xv[rng.random((3, 4)) < 0.4] = 0.0
+        xv[0, 0], xv[2, 3] = -0.0, np.nan
+        feeds = {"x": xv, "c": np.array(keep)}
+        for got, want in zip(cm.run(feeds).values(), sess.run(None, feeds), strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)

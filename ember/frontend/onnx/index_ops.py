@@ -212,11 +212,10 @@ def reverse_sequence(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 # --------------------------------------------------------------------------- data-dependent
 @converter("Compress", since=9)
 def compress(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
-    """With a constant condition, a Gather of the selected positions."""
+    """A Gather of the selected positions: constant ones for a constant condition, else the
+    positions NonZero finds at run time (on the VM)."""
     x, cond = ctx.inputs(ins, 2, 2)
-    assert x is not None
-    c = ctx.const_array(cond, "condition")
-    assert c is not None
+    assert x is not None and cond is not None
     axis = attrs.get("axis")
     if axis is None:
         x = ctx.add1("Reshape", [x, ctx.const(np.array([-1], np.int64))], {"allowzero": 0})
@@ -225,14 +224,25 @@ def compress(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     n = x.type.shape[axis]
     if not isinstance(n, int):
         raise UnsupportedOpError(f"Compress along the symbolic dim {n} is not supported")
-    keep = np.nonzero(np.ravel(c)[:n])[0].astype(np.int64)
-    return ctx.add("Gather", [x, ctx.const(keep)], {"axis": axis})
+    if cond.is_const:
+        keep = ctx.const(np.nonzero(np.ravel(cond.const)[:n])[0].astype(np.int64))
+    else:
+        flat = cond if cond.type.rank == 1 else ctx.add1(
+            "Reshape", [cond, ctx.const(np.array([-1], np.int64))], {"allowzero": 0})
+        m = flat.type.shape[0]
+        if not isinstance(m, int) or m > n:
+            flat = ctx.add1("Slice", [flat], {"starts": [0], "ends": [n], "axes": [0],
+                                              "steps": [1]})
+        keep = ctx.add1("Reshape", [ctx.add1("NonZero", [flat]),
+                                    ctx.const(np.array([-1], np.int64))], {"allowzero": 0})
+    return ctx.add("Gather", [x, keep], {"axis": axis})
 
 
 @converter("NonZero", since=9)
 def nonzero(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    """The coordinates' count depends on the values: at run time, the VM counts, then a
+    native kernel writes (``runtime.native_ops``)."""
     (x,) = ctx.inputs(ins, 1)
-    ctx.const_array(x, "X")  # the output's shape depends on the values
     return ctx.add("NonZero", [x])
 
 
