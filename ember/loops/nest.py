@@ -7,6 +7,7 @@ A reduction lowered with cache_write keeps its accumulator ``Alloc`` inside ``bo
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ember.loops.ir import (
@@ -24,6 +25,17 @@ from ember.loops.ir import (
     seq,
 )
 from ember.loops.transform import simplify, substitute
+
+
+def residue_variants() -> int:
+    """How many variants a residue split materializes (``EMBER_RESIDUE_VARIANTS``, default 1):
+    the full tile always has its own; with v > 1 the v - 1 largest residues (``full`` - 1,
+    ``full`` - 2, ...) get constant-trip loops too, and the others share one generic loop
+    (Nimble §3.5: the number of residue variants is a knob)."""
+    try:
+        return max(int(os.environ.get("EMBER_RESIDUE_VARIANTS", "1")), 1)
+    except ValueError:
+        return 1
 
 
 @dataclass(eq=False)
@@ -76,10 +88,19 @@ class LoopNest:
                 b, e = task_range
                 body = For(lp.var, b, Bin("-", e, b), body, ForKind.SERIAL)
             elif lp.full is not None:
-                ext = as_expr(lp.extent)
-                body = If(Bin("==", ext, Const(lp.full)),
-                          For(lp.var, Const(0), Const(lp.full), body, lp.kind),
-                          For(lp.var, Const(0), ext, body, lp.kind))
+                body = _residue_dispatch(lp, body)
             else:
                 body = For(lp.var, Const(0), as_expr(lp.extent), body, lp.kind)
         return simplify(seq(body))  # type: ignore[return-value]
+
+
+def _residue_dispatch(lp: Loop, body: Stmt) -> Stmt:
+    """``if n == full: for (constant full) ... else if n == r: for (constant r) ... else:
+    for (n)``, with ``residue_variants()`` constant-trip variants in all."""
+    assert lp.full is not None
+    ext = as_expr(lp.extent)
+    out: Stmt = For(lp.var, Const(0), ext, body, lp.kind)
+    extra = min(residue_variants() - 1, lp.full - 1)
+    for r in range(lp.full - extra, lp.full + 1):
+        out = If(Bin("==", ext, Const(r)), For(lp.var, Const(0), Const(r), body, lp.kind), out)
+    return out

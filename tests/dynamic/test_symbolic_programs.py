@@ -155,3 +155,27 @@ def test_bert_with_symbolic_sequence_compiles_once() -> None:
     model = bert(seq=None, layers=1, hidden=64, heads=4, ffn=128, vocab=97)
     _against_ort(model, [{"input_ids": rng.integers(0, 97, (1, n)).astype(np.int64)}
                          for n in (1, 5, 40)])
+
+
+def test_residue_variants_knob(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """EMBER_RESIDUE_VARIANTS=3: a residue split of a symbolic extent by F (here Relu's
+    streaming chunk) gets constant-trip loops for the full tile and the residues F-1 and F-2,
+    a generic loop for the rest; every size still computes the same."""
+    import re
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "k"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    def trips(src: str) -> list[int]:
+        return [int(m) for m in re.findall(r"EM_SEL2\(.*\) == (\d+)\)\)", src)]
+
+    (full,) = trips(ember.compile(model).source)
+    monkeypatch.setenv("EMBER_RESIDUE_VARIANTS", "3")
+    three = ember.compile(model)
+    assert trips(three.source) == [full, full - 1, full - 2]
+    rng = np.random.default_rng(0)
+    for n, k in ((1, full - 1), (2, full - 1), (1, full - 2), (1, full), (3, 7)):
+        x = rng.standard_normal((n, k)).astype(np.float32)
+        np.testing.assert_array_equal(three(x), np.maximum(x, 0))
