@@ -47,7 +47,7 @@ from ember.vm.interpreter import packed_from_compiled
 from ember.vm.model import VMModel
 from ember.vm.objects import np_dtype
 
-VM_OPS = {"Reshape", "NonZero", "Specialize"}     # data-dependent ops the VM runs
+VM_OPS = {"Reshape", "NonZero", "Unique", "Specialize"}     # data-dependent ops the VM runs
 
 
 def _atoms(values: Sequence[Value | None]) -> frozenset[str]:
@@ -206,11 +206,41 @@ class _VMCompiler:
         for o, r in zip(s.outputs, outs):
             regs[o.uid] = r
 
+    def unique(self, f: FunctionBuilder, n: Node, x: Var, regs: dict[int, Var]) -> None:
+        """Nimble's upper-bound mode: buffers for every item distinct, the native kernel
+        writes the k distinct ones at their start, the outputs view the first k."""
+        axis, srt = n.attrs.get("axis"), int(n.attrs.get("sorted", 1))
+        dt = n.outputs[0].type.dtype.name
+        bounds = self.add_packed(f"unique_bounds_{axis}", "shape",
+                                 {"fn": "unique_bounds", "axis": axis})
+        yshape, ishape, ybytes, ibytes = f.call_packed(bounds, [x], [
+            ((1,), "int64"), ((1,), "int64"), ((), "int64"), ((), "int64")])
+        stores = [f.alloc_storage(ybytes, dt)] + [f.alloc_storage(ibytes, "int64")
+                                                  for _ in range(3)]
+        bufs = [f.alloc_tensor(stores[0], yshape, dt)] + [
+            f.alloc_tensor(st, ishape, "int64") for st in stores[1:]]
+        (k,) = f.call_packed_outputs([((), "int64")])
+        run = self.add_packed(f"unique_{axis}_{srt}", "target",
+                              {"fn": "unique", "axis": axis, "sorted": srt})
+        f.invoke_packed(run, [x], [*bufs, k])
+        shapes = self.add_packed(f"unique_shapes_{axis}", "host",
+                                 {"fn": "unique_shapes", "axis": axis})
+        y_shape, k_shape = f.call_packed(shapes, [x, k], [
+            ((n.outputs[0].type.rank,), "int64"), ((1,), "int64")])
+        outs = [f.alloc_tensor(stores[0], y_shape, dt), f.alloc_tensor(stores[1], k_shape,
+                                                                       "int64"),
+                bufs[2], f.alloc_tensor(stores[3], k_shape, "int64")]
+        for o, r in zip(n.outputs, outs):
+            regs[o.uid] = r
+
     def dynamic(self, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> None:
         """The data-dependent shape function on the host, then the op: a Reshape is a view,
         a NonZero a native kernel into an output of exactly the counted size."""
         present = [v for v in n.inputs if v is not None]
         ins = [value_reg(f, v, regs) for v in present]
+        if n.op == "Unique":
+            self.unique(f, n, ins[0], regs)
+            return
         if n.op == "NonZero":
             shape_fn = self.add_packed("nonzero_shape", "host", {"fn": "nonzero_shape"})
             run = self.add_packed("nonzero", "target", {"fn": "nonzero"})

@@ -170,6 +170,41 @@ def nonzero(args: Sequence[Any]) -> None:
     native_ops.nonzero(args[0], args[1])
 
 
+def _axis(x: np.ndarray, axis: int | None) -> int | None:
+    return None if axis is None else axis % max(x.ndim, 1)
+
+
+def unique_bounds(axis: int | None) -> PackedFunc:
+    """``(x, y_shape, index_shape, y_bytes, index_bytes)``: Unique's buffers for every item
+    distinct (flat y, and the item count for first / inverse / counts)."""
+    def fn(args: Sequence[Any]) -> None:
+        x = args[0]
+        outer, n, inner = native_ops.unique_layout(x.shape, _axis(x, axis))
+        args[1][...] = (outer * n * inner,)
+        args[2][...] = (n,)
+        args[3][...] = outer * n * inner * x.dtype.itemsize
+        args[4][...] = n * 8
+    return fn
+
+
+def unique(axis: int | None, sorted_: bool) -> PackedFunc:
+    """``(x, y, first, inverse, counts, k)``: the native kernel; k := the distinct count."""
+    def fn(args: Sequence[Any]) -> None:
+        x = args[0]
+        args[5][...] = native_ops.unique(x, _axis(x, axis), sorted_, *args[1:5])
+    return fn
+
+
+def unique_shapes(axis: int | None) -> PackedFunc:
+    """``(x, k, y_shape, k_shape)``: the shapes of y and of first / counts for k items."""
+    def fn(args: Sequence[Any]) -> None:
+        x, k = args[0], int(args[1])
+        a = _axis(x, axis)
+        args[2][...] = (k,) if a is None else (*x.shape[:a], k, *x.shape[a + 1:])
+        args[3][...] = (k,)
+    return fn
+
+
 _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "loop_test": lambda r: loop_test,
     "incr": lambda r: incr,
@@ -183,6 +218,9 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "scan_rows": lambda r: scan_rows,
     "nonzero_shape": lambda r: nonzero_shape,
     "nonzero": lambda r: nonzero,
+    "unique_bounds": lambda r: unique_bounds(r["axis"]),
+    "unique": lambda r: unique(r["axis"], bool(r["sorted"])),
+    "unique_shapes": lambda r: unique_shapes(r["axis"]),
 }
 
 

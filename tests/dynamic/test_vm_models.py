@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.cli import main as cli_main
-from ember.errors import EmberError, UnsupportedOpError
+from ember.errors import EmberError
 from ember.vm.model import VMModel
 
 ort = pytest.importorskip("onnxruntime")
@@ -56,13 +56,24 @@ def test_inspect_prints_the_bytecode(tmp_path, capsys) -> None:  # type: ignore[
     assert "VM bytecode" in capsys.readouterr().out
 
 
-def test_data_dependent_op_not_on_the_vm_yet_is_named() -> None:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    g = helper.make_graph([helper.make_node("Unique", ["x"], ["y"], name="uq")], "g", [x], [y])
+@pytest.mark.parametrize("axis, sorted_", [(None, 1), (None, 0), (0, 1), (1, 0)])
+def test_unique_upper_bound_on_the_vm(axis: int | None, sorted_: int) -> None:
+    """Unique, Nimble's upper-bound mode: buffers for every item distinct, a native kernel
+    writes the k distinct ones first, the outputs view them; all four outputs as ORT."""
+    x = helper.make_tensor_value_info("x", TensorProto.INT64, [4, 3])
+    names = ["y", "first", "inverse", "counts"]
+    outs = [helper.make_tensor_value_info(n, TensorProto.INT64, None) for n in names]
+    kw = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+    g = helper.make_graph([helper.make_node("Unique", ["x"], names, **kw)], "g", [x], outs)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    with pytest.raises(UnsupportedOpError, match="uq"):
-        ember.compile(model)
+    cm = ember.compile(model)
+    assert isinstance(cm, VMModel) and not cm.specializers
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for hi in (2, 3, 50):
+        feeds = {"x": rng.integers(0, hi, (4, 3)).astype(np.int64)}
+        for got, want in zip(cm.run(feeds).values(), sess.run(None, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_nonzero_and_compress_on_the_vm() -> None:
@@ -90,3 +101,20 @@ def test_nonzero_and_compress_on_the_vm() -> None:
         for got, want in zip(cm.run(feeds).values(), sess.run(None, feeds), strict=True):
             assert got.shape == want.shape
             np.testing.assert_array_equal(got, want)
+
+
+def test_data_dependent_op_without_a_vm_form_is_named() -> None:
+    """An IR Range of run-time bounds (the importer specializes those; built here by hand)
+    has no VM form: the error names the node and the ops the VM runs."""
+    from ember.dynamic import compile_vm
+    from ember.errors import UnsupportedOpError
+    from ember.ir.graph import Graph, Value
+    from ember.ir.types import TensorType
+    from ember.support import dtypes
+
+    bounds = [Value(TensorType((), dtypes.int64), n) for n in ("a", "b", "c")]
+    g = Graph(bounds, name="g")
+    node = g.add("Range", bounds, name="rng")
+    g.outputs = node.outputs
+    with pytest.raises(UnsupportedOpError, match="rng.*Reshape"):
+        compile_vm(g)

@@ -249,8 +249,7 @@ def nonzero(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 @converter("Unique", since=11)
 def unique(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (x,) = ctx.inputs(ins, 1)
-    assert x is not None
-    ctx.const_array(x, "X")  # the output's shape depends on the values
+    assert x is not None   # at run time: the VM's upper-bound kernel (runtime.native_ops)
     axis = attrs.get("axis")
     norm = {"sorted": int(attrs.get("sorted", 1)),
             "axis": None if axis is None else _norm(int(axis), x.type.rank)}

@@ -27,7 +27,7 @@ from ember.ir.graph import Value
 from ember.ir.types import Dim, Sym, TensorType
 
 MAX_OPERAND = 64
-DATA_OPS = frozenset({"NonZero", "Unique", "Compress"})
+DATA_OPS = frozenset({"NonZero", "Unique", "Compress"})   # (they run on the VM instead)
 
 
 def specialize_node(ctx: Ctx, node: onnx.NodeProto, ins: Inputs, attrs: Attrs,
