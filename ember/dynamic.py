@@ -47,7 +47,8 @@ from ember.vm.interpreter import packed_from_compiled
 from ember.vm.model import VMModel
 from ember.vm.objects import np_dtype
 
-VM_OPS = {"Reshape", "NonZero", "Unique", "Specialize"}     # data-dependent ops the VM runs
+# data-dependent ops the VM runs
+VM_OPS = {"Reshape", "NonZero", "Unique", "NonMaxSuppression", "Specialize"}
 
 
 def _atoms(values: Sequence[Value | None]) -> frozenset[str]:
@@ -206,6 +207,25 @@ class _VMCompiler:
         for o, r in zip(s.outputs, outs):
             regs[o.uid] = r
 
+    def nms(self, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> None:
+        """Upper-bound mode: room for batches x classes x min(M, boxes) rows, the native
+        kernel writes the selected rows first, the output views them."""
+        args = [value_reg(f, v, regs) if v is not None else
+                f.const(np.zeros((0,), "int64" if i == 2 else "float32"))
+                for i, v in enumerate((list(n.inputs) + [None] * 5)[:5])]
+        bounds = self.add_packed("nms_bounds", ["shape", "shape", "host"],
+                                 {"fn": "nms_bounds"})
+        shape, nbytes = f.call_packed(bounds, args[:3], [((2,), "int64"), ((), "int64")])
+        storage = f.alloc_storage(nbytes, "int64")
+        full = f.alloc_tensor(storage, shape, "int64")
+        (count,) = f.call_packed_outputs([((), "int64")])
+        center = int(n.attrs.get("center_point_box", 0))
+        run = self.add_packed(f"nms{center}", "target", {"fn": "nms", "center": center})
+        f.invoke_packed(run, args, [full, count])
+        rows = self.add_packed("scan_rows2", "host", {"fn": "scan_rows"})
+        (out_shape,) = f.call_packed(rows, [count, full], [((2,), "int64")])
+        regs[n.outputs[0].uid] = f.alloc_tensor(storage, out_shape, "int64")
+
     def unique(self, f: FunctionBuilder, n: Node, x: Var, regs: dict[int, Var]) -> None:
         """Nimble's upper-bound mode: buffers for every item distinct, the native kernel
         writes the k distinct ones at their start, the outputs view the first k."""
@@ -240,6 +260,9 @@ class _VMCompiler:
         ins = [value_reg(f, v, regs) for v in present]
         if n.op == "Unique":
             self.unique(f, n, ins[0], regs)
+            return
+        if n.op == "NonMaxSuppression":
+            self.nms(f, n, regs)
             return
         if n.op == "NonZero":
             shape_fn = self.add_packed("nonzero_shape", "host", {"fn": "nonzero_shape"})

@@ -172,7 +172,14 @@ def _unique_bound(n: Node, types: list[TensorType | None]) -> list[Shape]:
     return [shape, (shape[a],), (shape[a],), (shape[a],)]
 
 
-_UPPER_BOUNDS = {"Unique": _unique_bound}
+def _nms_bound(n: Node, types: list[TensorType | None]) -> list[Shape]:
+    """NonMaxSuppression's rows when every box of every class is selected."""
+    boxes, scores = types[0], types[1]
+    assert boxes is not None and scores is not None
+    return [(int(boxes.shape[0]) * int(scores.shape[1]) * int(boxes.shape[1]), 3)]
+
+
+_UPPER_BOUNDS = {"Unique": _unique_bound, "NonMaxSuppression": _nms_bound}
 
 
 class ComposedShapeFn(ShapeFn):

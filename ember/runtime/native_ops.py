@@ -1,5 +1,5 @@
 """Native kernels of ops whose output size depends on every input value (compaction, sorting),
-which tensor expressions cannot state: ``NonZero`` and ``Unique``.
+which tensor expressions cannot state: ``NonZero``, ``Unique`` and ``NonMaxSuppression``.
 
 The VM runs them Nimble's ways:
 
@@ -10,7 +10,8 @@ The VM runs them Nimble's ways:
 * Unique, upper-bound: the VM allocates every output for n distinct items, the kernel
   (``unique``: a stable merge sort of the items, typed lexicographic comparison) writes the
   k distinct ones in their final layout at the start of each buffer and returns k, and the VM
-  views the first k.
+  views the first k. NonMaxSuppression likewise: room for batches x classes x min(M, boxes)
+  rows (M read on the host), the kernel writes the selected ones and returns their count.
 """
 
 from __future__ import annotations
@@ -129,6 +130,78 @@ int64_t ember_unique(const uint8_t *keys, const uint8_t *x, int64_t n, int64_t o
     return k;
 }
 
+static void minmax(float a, float b, float *lo, float *hi) {
+    if (a >= b) { *lo = b; *hi = a; } else { *lo = a; *hi = b; }
+}
+
+static void corners(const float *b, int center, float *x0, float *x1, float *y0, float *y1) {
+    if (center) {
+        *x0 = b[0] - b[2] / 2; *x1 = b[0] + b[2] / 2;
+        *y0 = b[1] - b[3] / 2; *y1 = b[1] + b[3] / 2;
+    } else {
+        minmax(b[1], b[3], x0, x1);
+        minmax(b[0], b[2], y0, y1);
+    }
+}
+
+static int suppress(const float *a, const float *b, int center, float iou) {
+    float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1;
+    corners(a, center, &ax0, &ax1, &ay0, &ay1);
+    corners(b, center, &bx0, &bx1, &by0, &by1);
+    float ix0 = ax0 > bx0 ? ax0 : bx0, ix1 = ax1 < bx1 ? ax1 : bx1;
+    if (ix1 <= ix0) return 0;
+    float iy0 = ay0 > by0 ? ay0 : by0, iy1 = ay1 < by1 ? ay1 : by1;
+    if (iy1 <= iy0) return 0;
+    float inter = (ix1 - ix0) * (iy1 - iy0);
+    if (inter <= 0) return 0;
+    float area_a = (ax1 - ax0) * (ay1 - ay0), area_b = (bx1 - bx0) * (by1 - by0);
+    float uni = area_a + area_b - inter;
+    if (area_a <= 0 || area_b <= 0 || uni <= 0) return 0;
+    return inter / uni > iou;
+}
+
+/* NonMaxSuppression: boxes [B][N][4], scores [B][C][N]; per batch and class, candidates
+   (score > score_thr when given) by score descending, index ascending on ties, kept unless
+   their IoU with a kept box exceeds iou, at most max_out; rows (b, c, box) into out[cap][3].
+   work holds 3 N int64. Returns the row count. */
+int64_t ember_nms(const float *boxes, const float *scores, int64_t B, int64_t C, int64_t N,
+                  int64_t max_out, float iou, int has_thr, float thr, int center,
+                  int64_t *out, int64_t cap, int64_t *work) {
+    int64_t rows = 0, *cand = work, *tmp = work + N, *kept = work + 2 * N;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c) {
+            const float *s = scores + (b * C + c) * N;
+            int64_t n = 0;
+            for (int64_t i = 0; i < N; ++i)
+                if (!has_thr || s[i] > thr) cand[n++] = i;
+            for (int64_t w = 1; w < n; w *= 2) {      /* stable merge sort, score desc */
+                for (int64_t lo = 0; lo < n; lo += 2 * w) {
+                    int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+                    int64_t i = lo, j = mid, t = lo;
+                    while (i < mid && j < hi) tmp[t++] = s[cand[j]] > s[cand[i]] ? cand[j++]
+                                                                                  : cand[i++];
+                    while (i < mid) tmp[t++] = cand[i++];
+                    while (j < hi) tmp[t++] = cand[j++];
+                }
+                for (int64_t i = 0; i < n; ++i) cand[i] = tmp[i];
+            }
+            int64_t k = 0;
+            for (int64_t i = 0; i < n && k < max_out; ++i) {
+                const float *box = boxes + (b * N + cand[i]) * 4;
+                int keep = 1;
+                for (int64_t j = 0; j < k && keep; ++j)
+                    if (suppress(box, boxes + (b * N + kept[j]) * 4, center, iou)) keep = 0;
+                if (!keep) continue;
+                kept[k++] = cand[i];
+                if (rows < cap) {
+                    out[rows * 3] = b; out[rows * 3 + 1] = c; out[rows * 3 + 2] = cand[i];
+                }
+                ++rows;
+            }
+        }
+    return rows;
+}
+
 /* Row-major coordinates of the non-zero elements into out[rank][cap] (the first cap of
    them); returns how many there are. */
 int64_t ember_nonzero(const uint8_t *x, int64_t n, int64_t elem, int kind, int rank,
@@ -237,3 +310,45 @@ def unique(x: np.ndarray, axis: int | None, sorted_: bool, y: np.ndarray, first:
                                 keys.dtype.itemsize, x.dtype.itemsize, kind, int(sorted_),
                                 address(y), address(first), address(inverse), address(counts),
                                 address(work)))
+
+
+_nms_fn: Any = None
+
+
+def nms_bound(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None) -> int:
+    """Rows NonMaxSuppression can select at most: batches x classes x min(M, boxes)."""
+    m = 0 if max_out is None or max_out.size == 0 else max(int(max_out.reshape(-1)[0]), 0)
+    return int(boxes.shape[0]) * int(scores.shape[1]) * min(m, int(boxes.shape[1]))
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None,
+        iou: np.ndarray | None, score_thr: np.ndarray | None, center: int,
+        out: np.ndarray) -> int:
+    """Selected (batch, class, box) rows into ``out`` (room for ``nms_bound`` rows); their
+    count."""
+    global _nms_fn
+    if _nms_fn is None:
+        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
+        fn = lib.ember_nms
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 4 + [
+            ctypes.c_float, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_void_p,
+            ctypes.c_int64, ctypes.c_void_p]
+        _nms_fn = fn
+    boxes = np.require(boxes, np.float32, "C")
+    scores = np.require(scores, np.float32, "C")
+    b, n = boxes.shape[0], boxes.shape[1]
+    if boxes.shape != (b, n, 4) or scores.ndim != 3 or scores.shape[0] != b \
+            or scores.shape[2] != n:
+        raise InputError(f"NonMaxSuppression: boxes {boxes.shape} and scores {scores.shape} "
+                         "must be [B, N, 4] and [B, C, N]")
+    m = 0 if max_out is None or max_out.size == 0 else max(int(max_out.reshape(-1)[0]), 0)
+    has_iou = iou is not None and iou.size > 0
+    has_thr = score_thr is not None and score_thr.size > 0
+    work = np.empty(3 * max(n, 1), np.int64)
+    cap = out.shape[0]
+    return int(_nms_fn(address(boxes) if boxes.size else None,
+                       address(scores) if scores.size else None, b, scores.shape[1], n, m,
+                       float(iou.reshape(-1)[0]) if has_iou else 0.0, int(has_thr),
+                       float(score_thr.reshape(-1)[0]) if has_thr else 0.0, int(center),
+                       address(out) if out.size else None, cap, address(work)))

@@ -205,6 +205,28 @@ def unique_shapes(axis: int | None) -> PackedFunc:
     return fn
 
 
+def _present(a: np.ndarray) -> np.ndarray | None:
+    return a if a.size else None
+
+
+def nms_bounds(args: Sequence[Any]) -> None:
+    """``(boxes, scores, max_out, shape, nbytes)``: room for the rows NonMaxSuppression can
+    select (host: reads max_out)."""
+    rows = native_ops.nms_bound(args[0], args[1], _present(args[2]))
+    args[3][...] = (rows, 3)
+    args[4][...] = rows * 24
+
+
+def nms(center: int) -> PackedFunc:
+    """``(boxes, scores, max_out, iou, score_threshold, rows, count)``: the native kernel;
+    absent optional inputs are empty tensors."""
+    def fn(args: Sequence[Any]) -> None:
+        boxes, scores, mo, iou, thr, rows, count = args
+        count[...] = native_ops.nms(boxes, scores, _present(mo), _present(iou), _present(thr),
+                                    center, rows)
+    return fn
+
+
 _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "loop_test": lambda r: loop_test,
     "incr": lambda r: incr,
@@ -221,6 +243,8 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "unique_bounds": lambda r: unique_bounds(r["axis"]),
     "unique": lambda r: unique(r["axis"], bool(r["sorted"])),
     "unique_shapes": lambda r: unique_shapes(r["axis"]),
+    "nms_bounds": lambda r: nms_bounds,
+    "nms": lambda r: nms(int(r["center"])),
 }
 
 

@@ -118,3 +118,30 @@ def test_data_dependent_op_without_a_vm_form_is_named() -> None:
     g.outputs = node.outputs
     with pytest.raises(UnsupportedOpError, match="rng.*Reshape"):
         compile_vm(g)
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_upper_bound_on_the_vm(center: int) -> None:
+    """NonMaxSuppression: room for batches x classes x min(M, boxes) rows (M read on the
+    host), the native kernel writes the selected rows first; as onnxruntime, with and
+    without a score threshold, M larger and smaller than the boxes."""
+    names = ["boxes", "scores", "m", "iou", "thr"]
+    types = [TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.INT64, TensorProto.FLOAT,
+             TensorProto.FLOAT]
+    ins = [helper.make_tensor_value_info(n, t, s) for n, t, s in
+           zip(names, types, ([2, 10, 4], [2, 3, 10], [1], [1], [1]))]
+    node = helper.make_node("NonMaxSuppression", names, ["sel"], center_point_box=center)
+    g = helper.make_graph([node], "nms", ins,
+                          [helper.make_tensor_value_info("sel", TensorProto.INT64, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)], ir_version=8)
+    cm = ember.compile(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(center)
+    for m, iou, thr in ((3, 0.3, 0.2), (20, 0.5, 0.0), (0, 0.5, 0.0), (4, 0.0, 0.9)):
+        xy = rng.random((2, 10, 2)).astype(np.float32) * 4
+        wh = rng.random((2, 10, 2)).astype(np.float32) + 0.5
+        boxes = np.concatenate([xy, xy + wh] if center == 0 else [xy, wh], axis=2)
+        feeds = {"boxes": boxes, "scores": rng.random((2, 3, 10)).astype(np.float32),
+                 "m": np.array([m], np.int64), "iou": np.array([iou], np.float32),
+                 "thr": np.array([thr], np.float32)}
+        np.testing.assert_array_equal(cm.run(feeds)["sel"], sess.run(None, feeds)[0])

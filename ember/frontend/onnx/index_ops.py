@@ -246,6 +246,17 @@ def nonzero(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     return ctx.add("NonZero", [x])
 
 
+@converter("NonMaxSuppression", since=10)
+def non_max_suppression(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    """Selected (batch, class, box) rows: at run time, the VM's upper-bound kernel."""
+    boxes, scores, mo, iou, thr = ctx.inputs(ins, 5, 2)
+    center = int(attrs.get("center_point_box", 0))
+    if center not in (0, 1):
+        raise ModelError(f"NonMaxSuppression center_point_box={center}: expected 0 or 1")
+    return ctx.add("NonMaxSuppression", [boxes, scores, mo, iou, thr],
+                   {"center_point_box": center})
+
+
 @converter("Unique", since=11)
 def unique(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (x,) = ctx.inputs(ins, 1)

@@ -589,3 +589,63 @@ def _unique_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
 def unique(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     """Unique elements (or slices along ``axis``), first indices, inverse indices, counts."""
     return [np.asarray(a) for a in _unique(attrs, x)]
+
+
+# --------------------------------------------------------------------------- NonMaxSuppression
+def _nms_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    boxes, scores = ts[0], ts[1]
+    assert boxes is not None and scores is not None
+    if boxes.rank != 3 or scores.rank != 3:
+        raise TypeInferenceError(f"NonMaxSuppression needs boxes [B, N, 4] and scores "
+                                 f"[B, C, N], got {boxes} and {scores}")
+    if len(cs) >= 2 and all(c is not None for c in cs[:2]) and \
+            all(c is not None for c, t in zip(cs[2:], ts[2:]) if t is not None):
+        return [TensorType(non_max_suppression(attrs, *cs)[0].shape, dtypes.int64)]
+    return [TensorType((Sym(), 3), dtypes.int64)]
+
+
+def _iou_over(a: np.ndarray, b: np.ndarray, center: bool, iou: np.float32) -> bool:
+    def corners(box: np.ndarray) -> tuple[np.float32, ...]:
+        if center:
+            return (box[0] - box[2] / 2, box[0] + box[2] / 2, box[1] - box[3] / 2,
+                    box[1] + box[3] / 2)
+        return (min(box[1], box[3]), max(box[1], box[3]), min(box[0], box[2]),
+                max(box[0], box[2]))
+    ax0, ax1, ay0, ay1 = corners(a)
+    bx0, bx1, by0, by1 = corners(b)
+    ix = min(ax1, bx1) - max(ax0, bx0)
+    iy = min(ay1, by1) - max(ay0, by0)
+    if ix <= 0 or iy <= 0:
+        return False
+    inter = ix * iy
+    area_a, area_b = (ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0)
+    union = area_a + area_b - inter
+    if area_a <= 0 or area_b <= 0 or union <= 0:
+        return False
+    return bool(inter / union > iou)
+
+
+@defop("NonMaxSuppression", OPQ, _nms_infer, ShapeMode.UPPER_BOUND)
+def non_max_suppression(attrs: Attrs, boxes: np.ndarray, scores: np.ndarray,
+                        max_out: np.ndarray | None = None, iou: np.ndarray | None = None,
+                        thr: np.ndarray | None = None) -> list[np.ndarray]:
+    """Per batch and class: candidates above ``thr`` by score (descending, index ascending on
+    ties), kept unless their IoU with a kept box exceeds ``iou``, at most ``max_out``."""
+    m = 0 if max_out is None or max_out.size == 0 else max(int(max_out.reshape(-1)[0]), 0)
+    iou_t = np.float32(0 if iou is None or iou.size == 0 else iou.reshape(-1)[0])
+    center = bool(attrs.get("center_point_box", 0))
+    rows = []
+    for b in range(boxes.shape[0]):
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            cand = [i for i in range(s.size)
+                    if thr is None or thr.size == 0 or s[i] > thr.reshape(-1)[0]]
+            cand.sort(key=lambda i: (-s[i], i))
+            kept: list[int] = []
+            for i in cand:
+                if len(kept) >= m:
+                    break
+                if not any(_iou_over(boxes[b, i], boxes[b, j], center, iou_t) for j in kept):
+                    kept.append(i)
+                    rows.append((b, c, i))
+    return [np.array(rows, np.int64).reshape(-1, 3)]
