@@ -21,6 +21,7 @@ from ember.lower import (  # noqa: F401  (register)
     computes_nn,
     computes_norm,
     computes_rnn,
+    computes_sampling,
 )
 from ember.lower.computes import COMPUTES, static_shape
 from ember.te import tensor as te

@@ -160,6 +160,7 @@ OTHER_OPS: dict[str, tuple[list, dict, tuple[int, ...]]] = {
     "Range": ([np.array(2, np.int64), np.array(11, np.int64), np.array(3, np.int64)], {}, ()),
     "NonZero": ([np.array([[0, 1, 2], [3, 0, 0]], np.int64)], {}, ()),
     "Unique": ([np.array([[1, 2], [1, 2], [3, 4]], np.int64)], {"axis": 0, "sorted": 1}, ()),
+    "Col2Im": ([_f(1, 8, 4)], {"image_shape": [3, 3], "block_shape": [2, 2]}, ()),
 }
 
 

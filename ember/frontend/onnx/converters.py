@@ -326,4 +326,6 @@ from ember.frontend.onnx import misc_ops as _misc_ops  # noqa: E402,F401
 from ember.frontend.onnx import norm_ops as _norm_ops  # noqa: E402,F401
 from ember.frontend.onnx import quant_ops as _quant_ops  # noqa: E402,F401
 from ember.frontend.onnx import rnn as _rnn  # noqa: E402,F401
+from ember.frontend.onnx import sampling_ops as _sampling_ops  # noqa: E402,F401
+from ember.frontend.onnx import spectral_ops as _spectral_ops  # noqa: E402,F401
 from ember.frontend.onnx import tensor_ops as _tensor_ops  # noqa: E402,F401

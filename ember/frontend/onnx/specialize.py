@@ -132,6 +132,7 @@ _RANK_RULES: dict[str, Callable[[Inputs, Attrs], int | None]] = {
     "Reduce": _reduce_rank, "Squeeze": _squeeze_rank, "Unsqueeze": _unsqueeze_rank,
     "ConstantOfShape": _shape_operand_rank, "Range": _one, "BlackmanWindow": _one,
     "HannWindow": _one, "HammingWindow": _one,
+    "STFT": lambda ins, attrs: 4, "MelWeightMatrix": lambda ins, attrs: 2,
     **dict.fromkeys(("CenterCropPad", "Split", "Pad", "Slice", "Resize", "Tile", "TopK",
-                     "Upsample", "Dropout"), _rank0),
+                     "Upsample", "Dropout", "MaxUnpool", "Col2Im"), _rank0),
 }

@@ -13,6 +13,7 @@ from ember.ir.ops import (  # noqa: F401
     norm,
     reduce,
     rnn,
+    sampling,
     specialize,
     tensor,
 )
