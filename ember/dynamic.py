@@ -39,7 +39,7 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
 from ember.runtime.artifact import read_bundle
 from ember.runtime.compiled import CompiledModel, load_model_bytes
-from ember.runtime.loops import CompiledLoop
+from ember.runtime.loops import CompiledLoop, CompiledScan
 from ember.vm import builtins, placement
 from ember.vm.builder import FunctionBuilder, ProgramBuilder, Var
 from ember.vm.executable import Executable
@@ -290,6 +290,10 @@ def packed_from_recipe(recipe: dict[str, Any], programs: Sequence[CompiledModel]
     if kind == "compiled_loop":
         return _compiled_loop_fn(CompiledLoop(programs[recipe["program"]], recipe["carried"],
                                               recipe["captures"], recipe["scan"]))
+    if kind == "compiled_scan":
+        return _compiled_scan_fn(CompiledScan(
+            programs[recipe["program"]], recipe["state"], recipe["xs"], recipe["captures"],
+            recipe["scan"], recipe["x_rev"], recipe["out_rev"]))
     if kind == "specialize_shape":
         return dynamic_specialize.shape_fn(specializers[recipe["specializer"]],
                                            recipe["itemsizes"])
@@ -342,4 +346,15 @@ def _compiled_loop_fn(loop: CompiledLoop) -> Any:
                         bool(cond.reshape(-1)[0]) if cond.size else True,
                         init, caps, outs[:n], outs[n:n + s])
         outs[-1][...] = done
+    return run
+
+
+def _compiled_scan_fn(scan: CompiledScan) -> Any:
+    """``(*xs, *initial states, *captures, *final states, *scan outputs)``: Scan in C."""
+    m, n, c = scan.n_x, scan.n_state, scan.n_caps
+
+    def run(args: Sequence[np.ndarray]) -> None:
+        xs, init, caps = args[:m], args[m:m + n], args[m + n:m + n + c]
+        outs = args[m + n + c:]
+        scan.run(xs, init, caps, outs[:n], outs[n:])
     return run

@@ -230,7 +230,51 @@ def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> b
     return True
 
 
+def _compiled_scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> bool:
+    """The whole Scan as one native call when its body is one program, every scan axis is 0
+    and the states and slices have static shapes; False to use the VM loop."""
+    a = n.attrs
+    state_n, m = a["state"], a["num_scan_inputs"]
+    if not COMPILED_LOOPS or any(a["scan_input_axes"]) or any(a["scan_output_axes"]):
+        return False
+    cm = _body_program(c, a["body"], state_n + m)
+    if cm is None:
+        return False
+    k = len(c.programs)
+    c.programs.append(cm)
+    scan_outs = n.outputs[state_n:]
+    body_out = a["body"].outputs[state_n:]
+    run = c.add_packed(f"scan{k}", "target", {
+        "fn": "compiled_scan", "program": k, "state": state_n, "xs": m,
+        "captures": a["captures"], "scan": len(scan_outs),
+        "x_rev": [int(bool(r)) for r in a["scan_input_directions"]],
+        "out_rev": [int(bool(r)) for r in a["scan_output_directions"]]})
+    states = [value_reg(f, v, regs) for v in n.inputs[:state_n]]
+    xs = [value_reg(f, v, regs) for v in n.inputs[state_n:state_n + m]]
+    length = c.add_packed(c.fresh("scan_length"), "shape",
+                          {"fn": "scan_length", "axes": [0] * m})
+    (trip,) = f.call_packed(length, xs, [((), "int64")])
+    finals = list(f.call_packed_outputs([(tuple(o.type.shape), o.type.dtype.name)
+                                         for o in n.outputs[:state_n]]))
+    full = []
+    if scan_outs:
+        rows = c.add_packed(f"loop_rows{k}", "host", {
+            "fn": "loop_rows", "elems": [list(o.type.shape) for o in body_out],
+            "itemsizes": [o.type.dtype.itemsize for o in body_out]})
+        res = f.call_packed(rows, [trip], [o for v in body_out for o in
+                                           (((v.type.rank + 1,), "int64"), ((), "int64"))])
+        for j, v in enumerate(body_out):
+            storage = f.alloc_storage(res[2 * j + 1], v.type.dtype.name)
+            full.append(f.alloc_tensor(storage, res[2 * j], v.type.dtype.name))
+    f.invoke_packed(run, [*xs, *states, *_captures(f, n, regs)], [*finals, *full])
+    for o, r in zip(n.outputs, [*finals, *full]):
+        regs[o.uid] = r
+    return True
+
+
 def _scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
+    if _compiled_scan(c, f, n, regs):
+        return
     a = n.attrs
     body_fn = c.fresh(f"{f.name}_scan")
     c.function(body_fn, a["body"])

@@ -1,4 +1,4 @@
-"""Compiled loops: an ONNX ``Loop`` whose body is one static program runs its trips in C.
+"""Compiled loops: an ONNX ``Loop`` (or ``Scan``) whose body is one program runs its trips in C.
 
 The VM runs a loop trip by trip, paying its own dispatch and a native call per trip (tens of
 microseconds in Python). When a body is one static program whose interface is exactly
@@ -19,6 +19,10 @@ allocates ``trip`` rows (an upper bound: the condition may end the loop earlier,
 upper-bound mode) and keeps the first ``trips_done``. The final carried values are copied to
 ``final``. The body's own entry (``ember_run``) is called by address, in the library that
 holds it, with that program's workspace.
+
+``ember_scan`` does the same for a ``Scan`` over axis 0: trip t passes row t of each scan
+input (t counted from the end when reversed) straight from the input's memory and writes row
+t of each scan output in place; the trip count is the scan inputs' length.
 """
 
 from __future__ import annotations
@@ -69,6 +73,34 @@ int ember_loop(run_fn body, void *workspace, int64_t trip, int has_trip, uint8_t
     }
     for (int k = 0; k < n_carried; ++k) memcpy(final[k], ins[2 + k], (size_t)carried_bytes[k]);
     *trips_done = i;
+    return 0;
+}
+
+/* Scan: trip t reads row t (or trips-1-t, reversed) of each scan input and writes row t (or
+   trips-1-t) of each scan output; the states ping-pong like a loop's carried values. */
+int ember_scan(run_fn body, void *workspace, int64_t trips,
+               int n_state, const int64_t *state_bytes, void *const *init,
+               void *const *buf_a, void *const *buf_b, void *const *final,
+               int n_x, const int64_t *x_row_bytes, void *const *xs, const int64_t *x_rev,
+               int n_caps, void *const *caps,
+               int n_scan, const int64_t *scan_bytes, void *const *scan_out,
+               const int64_t *out_rev) {
+    void *ins[n_state + n_x + n_caps + 1];
+    void *outs[n_state + n_scan + 1];
+    for (int k = 0; k < n_state; ++k) ins[k] = init[k];
+    for (int k = 0; k < n_caps; ++k) ins[n_state + n_x + k] = caps[k];
+    for (int64_t t = 0; t < trips; ++t) {
+        for (int j = 0; j < n_x; ++j)
+            ins[n_state + j] = (char *)xs[j] + (x_rev[j] ? trips - 1 - t : t) * x_row_bytes[j];
+        for (int k = 0; k < n_state; ++k) outs[k] = (t & 1) ? buf_b[k] : buf_a[k];
+        for (int j = 0; j < n_scan; ++j)
+            outs[n_state + j] = (char *)scan_out[j] +
+                                (out_rev[j] ? trips - 1 - t : t) * scan_bytes[j];
+        int rc = body(ins, outs, workspace);
+        if (rc != 0) return rc;
+        for (int k = 0; k < n_state; ++k) ins[k] = outs[k];
+    }
+    for (int k = 0; k < n_state; ++k) memcpy(final[k], ins[k], (size_t)state_bytes[k]);
     return 0;
 }
 """
@@ -138,6 +170,72 @@ class CompiledLoop:
         if rc != 0:
             raise EmberError(f"the loop body failed with code {rc} at trip {done.value}")
         return int(done.value)
+
+
+_scan_driver: Any = None
+
+
+def _scan_fn() -> Any:
+    global _scan_driver
+    if _scan_driver is None:
+        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
+        fn = lib.ember_scan
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                       ctypes.c_int, _I64P, _VOIDPP, _VOIDPP, _VOIDPP, _VOIDPP,
+                       ctypes.c_int, _I64P, _VOIDPP, _I64P,
+                       ctypes.c_int, _VOIDPP,
+                       ctypes.c_int, _I64P, _VOIDPP, _I64P]
+        _scan_driver = fn
+    return _scan_driver
+
+
+def _i64(values: Sequence[int]) -> Any:
+    return (ctypes.c_int64 * max(len(values), 1))(*values)
+
+
+class CompiledScan:
+    """Runs ``body`` (states, slices, captures -> states, scan values; states and slices of
+    static shapes) over axis 0 of its scan inputs, writing axis 0 of its scan outputs."""
+
+    def __init__(self, body: Any, n_state: int, n_x: int, n_caps: int, n_scan: int,
+                 x_rev: Sequence[int], out_rev: Sequence[int]) -> None:
+        specs, outs = body.meta["inputs"], body.meta["outputs"]
+        if len(specs) != n_state + n_x + n_caps or len(outs) != n_state + n_scan:
+            raise EmberError("the body program does not have the scan-body interface")
+        self.body, self.n_state, self.n_x, self.n_caps = body, n_state, n_x, n_caps
+        self.state_bytes = [_nbytes(s) for s in outs[:n_state]]
+        self._state = _i64(self.state_bytes)
+        self._x_rows = _i64([_nbytes(s) for s in specs[n_state:n_state + n_x]])
+        self._scan = _i64([_nbytes(s) for s in outs[n_state:]])
+        self._x_rev, self._out_rev = _i64(list(x_rev)), _i64(list(out_rev))
+        self.n_scan = n_scan
+        self._bufs = [[np.empty(b + 64, np.uint8) for b in self.state_bytes] for _ in range(2)]
+
+    def run(self, xs: Sequence[np.ndarray], init: Sequence[np.ndarray],
+            caps: Sequence[np.ndarray], final: Sequence[np.ndarray],
+            scan_out: Sequence[np.ndarray]) -> None:
+        body = self.body
+        trips = int(xs[0].shape[0]) if xs else 0
+        run_ptr = ctypes.cast(body._module._run, ctypes.c_void_p).value
+        bufs = [[_aligned(b) for b in side] for side in self._bufs]
+        sizes = None
+        if body.symbolic:   # the captures' dims bind once
+            shapes = [*(a.shape for a in init), *(x.shape[1:] for x in xs),
+                      *(a.shape for a in caps)]
+            sizes = body._bind_dims(shapes)
+        xs = [np.require(x, requirements="C") for x in xs]
+        with body._lock:
+            if sizes is not None:
+                body._prepare(sizes)
+            rc = _scan_fn()(run_ptr, body._workspace_addr, trips, self.n_state, self._state,
+                            _ptrs([address(a) for a in init]), _ptrs(bufs[0]), _ptrs(bufs[1]),
+                            _ptrs([address(a) for a in final]), self.n_x, self._x_rows,
+                            _ptrs([address(x) for x in xs]), self._x_rev, self.n_caps,
+                            _ptrs([address(a) for a in caps]), self.n_scan, self._scan,
+                            _ptrs([address(a) for a in scan_out]), self._out_rev)
+        if rc != 0:
+            raise EmberError(f"the scan body failed with code {rc}")
 
 
 def _nbytes(spec: dict[str, Any]) -> int:

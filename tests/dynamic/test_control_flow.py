@@ -244,3 +244,33 @@ def test_saved_vm_model_loads_and_runs(tmp_path) -> None:  # type: ignore[no-unt
     bad.write_bytes(bytes(data))
     with pytest.raises(ArtifactError):
         ember.load(bad)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_scan_over_axis_zero_compiled_and_on_the_vm(compiled: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A Scan over axis 0 (one input reversed, one output reversed, a capture): in C as one
+    native call (rows read and written in place) and trip by trip on the VM, as onnxruntime."""
+    monkeypatch.setattr(dynamic_control, "COMPILED_LOOPS", compiled)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
+         helper.make_node("Add", ["hw", "a"], ["p"]),
+         helper.make_node("Tanh", ["p"], ["h_out"]),
+         helper.make_node("Mul", ["h_out", "b"], ["y"])],
+        "cell", [helper.make_tensor_value_info(n, F, [1, 8]) for n in ("h_in", "a", "b")],
+        [helper.make_tensor_value_info(n, F, [1, 8]) for n in ("h_out", "y")])
+    node = helper.make_node("Scan", ["h0", "xa", "xb"], ["h", "ys"], body=body,
+                            num_scan_inputs=2, scan_input_directions=[0, 1],
+                            scan_output_directions=[1])
+    W = numpy_helper.from_array((RNG.standard_normal((8, 8)) * 0.4).astype(np.float32), "W")
+    model = _model([node], [helper.make_tensor_value_info("h0", F, [1, 8]),
+                            helper.make_tensor_value_info("xa", F, ["t", 1, 8]),
+                            helper.make_tensor_value_info("xb", F, ["t", 1, 8])],
+                   [helper.make_tensor_value_info("h", F, [1, 8]),
+                    helper.make_tensor_value_info("ys", F, None)], [W])
+    feeds = [{"h0": RNG.standard_normal((1, 8)).astype(np.float32),
+              "xa": RNG.standard_normal((t, 1, 8)).astype(np.float32),
+              "xb": RNG.standard_normal((t, 1, 8)).astype(np.float32)} for t in (1, 5, 3)]
+    cm = _check(model, feeds)
+    import re
+
+    assert bool(re.search(r"@scan\d+\(", cm.bytecode)) == compiled
