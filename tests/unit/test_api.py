@@ -68,14 +68,14 @@ def test_bad_inputs_raise_before_running(feeds: dict, match: str) -> None:
 
 
 def test_unsupported_op_names_op_node_and_opset() -> None:
-    g = helper.make_graph([helper.make_node("Det", ["x"], ["y"], name="my_det")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 2))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    g = helper.make_graph([helper.make_node("ImageDecoder", ["x"], ["y"], name="my_dec")],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, (64,))],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
     with pytest.raises(UnsupportedOpError) as e:
         ember.compile(m)
     msg = str(e.value)
-    assert "Det" in msg and "my_det" in msg and "17" in msg and "Conv" in msg
+    assert "ImageDecoder" in msg and "my_dec" in msg and "20" in msg and "Conv" in msg
 
 
 def test_save_load_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
