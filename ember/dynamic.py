@@ -32,11 +32,13 @@ from typing import Any
 import numpy as np
 
 from ember import dynamic_control as control
-from ember import dynamic_specialize
+from ember import dynamic_sequence, dynamic_specialize
 from ember.dynamic_control import value_reg
 from ember.errors import ArtifactError, UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
+from ember.ir.ops.sequence import SEQUENCE_OPS
+from ember.ir.sequence import is_sequence
 from ember.runtime.artifact import read_bundle
 from ember.runtime.compiled import CompiledModel, load_model_bytes
 from ember.runtime.loops import CompiledLoop, CompiledScan
@@ -62,8 +64,15 @@ def is_dynamic(n: Node, input_atoms: frozenset[str]) -> bool:
 
 def needs_vm(g: Graph) -> bool:
     known = _atoms(g.inputs)
-    return any(n.op in CONTROL_OPS or n.op == "Specialize" or is_dynamic(n, known)
-               for n in g.nodes)
+    return any(n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n)
+               or is_dynamic(n, known) for n in g.nodes) or any(is_sequence(v.type)
+                                                                 for v in g.inputs)
+
+
+def on_sequences(n: Node) -> bool:
+    """A sequence op, or another op (Identity) applied to a sequence: the VM's."""
+    return n.op in SEQUENCE_OPS or any(v is not None and is_sequence(v.type)
+                                       for v in [*n.inputs, *n.outputs])
 
 
 @dataclass
@@ -78,7 +87,7 @@ def partition(g: Graph) -> list[_Segment | Node]:
     known = _atoms(g.inputs)
     steps: list[_Segment | Node] = []
     for n in g.nodes:
-        if n.op in CONTROL_OPS or n.op == "Specialize":
+        if n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n):
             steps.append(n)
         elif is_dynamic(n, known):
             if n.op not in VM_OPS:
@@ -130,10 +139,13 @@ def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = N
     """``g`` as a VM executable: ``main`` and one VM function per control-flow body."""
     c = _VMCompiler(num_threads, topk, dim_hints)
     c.function("main", g, main=True)
-    exe = placement.place(c.b.build(meta={"segments": len(c.programs),
-                                          "packed_kinds": c.kinds, "packed_recipes": c.recipes,
-                                          "specializers": [sp.record() for sp in
-                                                           c.specializers]}))
+    kind = ["sequence" if is_sequence(v.type) else "tensor" for v in g.inputs]
+    out_kind = ["sequence" if is_sequence(v.type) else "tensor" for v in g.outputs]
+    lst = c.list_adt
+    exe = placement.place(c.b.build(meta={
+        "segments": len(c.programs), "packed_kinds": c.kinds, "packed_recipes": c.recipes,
+        "specializers": [sp.record() for sp in c.specializers], "input_kinds": kind,
+        "output_kinds": out_kind, "list_tags": [lst.Nil.tag, lst.Cons.tag]}))
     return VMModel(exe, c.packed, [v.name for v in g.inputs], [v.name for v in g.outputs],
                    [np.dtype(v.type.dtype.np) for v in g.inputs], c.programs, c.specializers)
 
@@ -177,6 +189,8 @@ class _VMCompiler:
                     control.emit(self, f, step, regs)
                 elif step.op == "Specialize":
                     dynamic_specialize.emit(self, f, step, regs)
+                elif on_sequences(step):
+                    dynamic_sequence.emit(self, f, step, regs)
                 else:
                     self.dynamic(f, step, regs)
             outs = [value_reg(f, v, regs) for v in g.outputs]

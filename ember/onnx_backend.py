@@ -65,9 +65,10 @@ class EmberRep(BackendRep):
             raise InputError(f"model takes {len(self.input_names)} input(s) "
                              f"{self.input_names}, got {len(inputs)}")
         for name, value in zip(self.input_names, inputs):
-            if not isinstance(value, np.ndarray | np.generic):
-                raise InputError(f"input {name!r}: ember takes tensors (numpy arrays) only, "
-                                 f"got {type(value).__name__}")
+            items = value if isinstance(value, list | tuple) else [value]   # a sequence: list
+            if not all(isinstance(v, np.ndarray | np.generic) for v in items):
+                raise InputError(f"input {name!r}: ember takes tensors (numpy arrays) and "
+                                 f"sequences (lists of arrays), got {type(value).__name__}")
         return dict(zip(self.input_names, inputs))
 
 
@@ -114,13 +115,14 @@ class EmberBackend(Backend):
 def static_input_shapes(model: onnx.ModelProto,
                         given: Mapping[str, Sequence[int]] | None = None) -> dict[str, Shape]:
     """The shape of every graph input that is not an initializer: ``given[name]`` if there,
-    else the declared one; UnsupportedOpError when an input is not a tensor or has a symbolic
-    or unknown dim that is not given (ember compiles static models)."""
+    else the declared one when it is static (an input with symbolic or unknown dims keeps
+    them: the model is compiled once for every value); UnsupportedOpError when an input is
+    neither a tensor nor a sequence, or declares no shape."""
     inits = {t.name for t in model.graph.initializer}
     shapes: dict[str, Shape] = {k: tuple(int(d) for d in v) for k, v in (given or {}).items()}
     for vi in model.graph.input:
-        if vi.name in inits or vi.name in shapes:
-            continue
+        if vi.name in inits or vi.name in shapes or vi.type.HasField("sequence_type"):
+            continue   # a sequence input keeps its declared element type
         if not vi.type.HasField("tensor_type"):
             kind = vi.type.WhichOneof("value") or "untyped"
             raise UnsupportedOpError(f"input {vi.name!r} is a {kind} value; ember's backend "
@@ -129,15 +131,9 @@ def static_input_shapes(model: onnx.ModelProto,
         if not tt.HasField("shape"):
             raise UnsupportedOpError(f"input {vi.name!r} has no declared shape; ember compiles "
                                      "static models: pass input_shapes={name: shape}")
-        dims = []
-        for i, d in enumerate(tt.shape.dim):
-            if not d.HasField("dim_value"):
-                what = repr(d.dim_param) if d.dim_param else "unknown"
-                raise UnsupportedOpError(
-                    f"input {vi.name!r} has a symbolic dim {what} at axis {i}; ember's backend "
-                    "compiles static models: pass input_shapes={name: shape} to prepare()")
-            dims.append(int(d.dim_value))
-        shapes[vi.name] = tuple(dims)
+        if all(d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+        # else: symbolic or unknown dims stay symbols (compiled once for every value)
     return shapes
 
 

@@ -227,6 +227,125 @@ def nms(center: int) -> PackedFunc:
     return fn
 
 
+# --------------------------------------------------------------------------- sequences
+def decr(args: Sequence[Any]) -> None:
+    args[1][...] = int(args[0]) - 1
+
+
+def is_negative(args: Sequence[Any]) -> None:
+    args[1][...] = int(args[0]) < 0
+
+
+def forward(lst: Any) -> list[np.ndarray]:
+    """A sequence's tensors, first first (a cons list built in order)."""
+    out: list[np.ndarray] = []
+    while isinstance(lst, ADT) and lst.fields:
+        out.append(lst.fields[0])
+        lst = lst.fields[1]
+    return out
+
+
+def seq_pos(end_ok: bool) -> PackedFunc:
+    """``(pos, length, out)``: the position, negative ones from the end; an absent (empty)
+    pos is the end (insert) or the last element (erase); out of range is a VMError."""
+    def fn(args: Sequence[Any]) -> None:
+        pos, n = args[0], int(args[1])
+        i = (n if end_ok else n - 1) if pos.size == 0 else int(pos.reshape(-1)[0])
+        i = i + n if i < 0 else i
+        if not 0 <= i <= (n if end_ok else n - 1):
+            raise VMError(f"sequence position {int(pos.reshape(-1)[0])} is out of range for "
+                          f"a sequence of {n}")
+        args[2][...] = i
+    return fn
+
+
+def _concat_shape(items: list[np.ndarray], axis: int, new_axis: bool) -> list[int]:
+    if not items:
+        raise VMError("ConcatFromSequence of an empty sequence")
+    first = list(items[0].shape)
+    r = len(first) + new_axis
+    a = axis % r
+    if new_axis:
+        if any(x.shape != items[0].shape for x in items):
+            raise VMError("ConcatFromSequence with new_axis: the elements differ in shape")
+        return [*first[:a], len(items), *first[a:]]
+    if any(x.ndim != len(first) or x.shape[:a] + x.shape[a + 1:] != items[0].shape[:a] +
+           items[0].shape[a + 1:] for x in items):
+        raise VMError(f"ConcatFromSequence: the elements differ off axis {a}")
+    return [*first[:a], sum(x.shape[a] for x in items), *first[a + 1:]]
+
+
+def seq_concat_shape(axis: int, new_axis: bool, itemsize: int) -> PackedFunc:
+    def fn(args: Sequence[Any]) -> None:
+        shape = _concat_shape(forward(args[0]), axis, new_axis)
+        args[1][...] = shape
+        args[2][...] = math.prod(shape) * itemsize
+    return fn
+
+
+def seq_concat(axis: int, new_axis: bool) -> PackedFunc:
+    """``(list, out)``: the elements copied into place along the axis."""
+    def fn(args: Sequence[Any]) -> None:
+        items, out = forward(args[0]), args[1]
+        a = axis % out.ndim
+        at = 0
+        for x in items:
+            k = 1 if new_axis else x.shape[a]
+            out[(slice(None),) * a + (slice(at, at + k),)] = \
+                np.expand_dims(x, a) if new_axis else x
+            at += k
+    return fn
+
+
+def _pieces(x: np.ndarray, split: np.ndarray, axis: int) -> list[int]:
+    n = x.shape[axis]
+    if split.ndim == 1 and split.size == 0:
+        return [1] * n
+    if split.ndim == 0 or split.size == 1 and split.ndim == 0:
+        k = int(split)
+        if k <= 0:
+            raise VMError(f"SplitToSequence split {k} must be positive")
+        return [min(k, n - i) for i in range(0, n, k)]
+    sizes = [int(v) for v in split.reshape(-1)]
+    if sum(sizes) != n or any(v < 0 for v in sizes):
+        raise VMError(f"SplitToSequence sizes {sizes} do not sum to the axis length {n}")
+    return sizes
+
+
+def split_count(axis: int) -> PackedFunc:
+    def fn(args: Sequence[Any]) -> None:
+        args[2][...] = len(_pieces(args[0], args[1], axis))
+    return fn
+
+
+def _piece_shape(x: np.ndarray, split: np.ndarray, i: int, axis: int,
+                 keepdims: bool) -> tuple[int, int, list[int]]:
+    sizes = _pieces(x, split, axis)
+    start = sum(sizes[:i])
+    shape = list(x.shape)
+    shape[axis] = sizes[i]
+    if split.size == 0 and not keepdims:
+        del shape[axis]
+    return start, sizes[i], shape
+
+
+def split_piece_shape(axis: int, keepdims: bool, itemsize: int) -> PackedFunc:
+    def fn(args: Sequence[Any]) -> None:
+        _, _, shape = _piece_shape(args[0], args[1], int(args[2]), axis, keepdims)
+        args[3][...] = shape
+        args[4][...] = math.prod(shape) * itemsize
+    return fn
+
+
+def split_piece(axis: int, keepdims: bool) -> PackedFunc:
+    """``(x, split, i, out)``: piece i copied out."""
+    def fn(args: Sequence[Any]) -> None:
+        x, split, i, out = args
+        start, size, _ = _piece_shape(x, split, int(i), axis, keepdims)
+        out[...] = x[(slice(None),) * axis + (slice(start, start + size),)].reshape(out.shape)
+    return fn
+
+
 _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "loop_test": lambda r: loop_test,
     "incr": lambda r: incr,
@@ -245,6 +364,16 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "unique_shapes": lambda r: unique_shapes(r["axis"]),
     "nms_bounds": lambda r: nms_bounds,
     "nms": lambda r: nms(int(r["center"])),
+    "decr": lambda r: decr,
+    "is_negative": lambda r: is_negative,
+    "seq_pos": lambda r: seq_pos(bool(r["end_ok"])),
+    "seq_concat_shape": lambda r: seq_concat_shape(r["axis"], bool(r["new_axis"]),
+                                                   r["itemsize"]),
+    "seq_concat": lambda r: seq_concat(r["axis"], bool(r["new_axis"])),
+    "split_count": lambda r: split_count(r["axis"]),
+    "split_piece_shape": lambda r: split_piece_shape(r["axis"], bool(r["keepdims"]),
+                                                     r["itemsize"]),
+    "split_piece": lambda r: split_piece(r["axis"], bool(r["keepdims"])),
 }
 
 

@@ -42,25 +42,56 @@ class VMModel:
         """The executable as text (``ember inspect`` prints it)."""
         return format_executable(self.executable)
 
-    def _inputs(self, args: Sequence[Any]) -> list[np.ndarray]:
+    def _inputs(self, args: Sequence[Any]) -> list[Any]:
         if len(args) != len(self.input_names):
             raise InputError(f"model takes {len(self.input_names)} input(s) "
                              f"({', '.join(self.input_names)}), got {len(args)}")
-        out = []
-        for name, dt, a in zip(self.input_names, self._dtypes, args):
-            arr = np.asarray(a)
-            if arr.dtype != dt:
-                raise InputError(f"input {name!r}: expected dtype {dt.name}, got "
-                                 f"{arr.dtype.name}; convert it with .astype(np.{dt.name})")
-            out.append(np.require(arr, requirements="C"))
+        kinds = self.executable.meta.get("input_kinds") or ["tensor"] * len(args)
+        out: list[Any] = []
+        for name, dt, a, kind in zip(self.input_names, self._dtypes, args, kinds):
+            if kind == "sequence":
+                out.append(self._sequence(name, dt, a))
+            else:
+                out.append(self._tensor(name, dt, a))
         return out
 
-    def __call__(self, *args: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        result = self.vm.run(*self._inputs(args))
-        outs = tuple(np.asarray(x) for x in result) if isinstance(result, ADT) else (result,)
-        return outs[0] if len(outs) == 1 else outs
+    @staticmethod
+    def _tensor(name: str, dt: np.dtype, a: Any) -> np.ndarray:
+        arr = np.asarray(a)
+        if arr.dtype != dt:
+            raise InputError(f"input {name!r}: expected dtype {dt.name}, got "
+                             f"{arr.dtype.name}; convert it with .astype(np.{dt.name})")
+        return np.require(arr, requirements="C")
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _sequence(self, name: str, dt: np.dtype, a: Any) -> ADT:
+        """A list of arrays as the VM's cons list (first element first)."""
+        if isinstance(a, np.ndarray) or not isinstance(a, Sequence):
+            raise InputError(f"input {name!r} is a sequence: pass a list of arrays, got "
+                             f"{type(a).__name__}")
+        nil, cons = self.executable.meta["list_tags"]
+        lst = ADT(nil, ())
+        for k, x in reversed(list(enumerate(a))):
+            lst = ADT(cons, (self._tensor(f"{name}[{k}]", dt, x), lst))
+        return lst
+
+    def _output(self, value: Any, kind: str) -> Any:
+        if kind != "sequence":
+            return np.asarray(value)
+        items = []
+        while isinstance(value, ADT) and value.fields:
+            items.append(np.asarray(value.fields[0]))
+            value = value.fields[1]
+        return items
+
+    def __call__(self, *args: Any) -> Any:
+        result = self.vm.run(*self._inputs(args))
+        n = len(self.output_names)
+        kinds = self.executable.meta.get("output_kinds") or ["tensor"] * n
+        values = result.fields if n > 1 else (result,)
+        outs = tuple(self._output(v, k) for v, k in zip(values, kinds))
+        return outs[0] if n == 1 else outs
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise InputError(f"missing input(s) {missing}; the model's inputs are "

@@ -27,6 +27,7 @@ from ember.errors import ModelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Graph, Value
 from ember.ir.ops.control import join_type
+from ember.ir.sequence import SequenceType
 from ember.ir.types import TensorType
 from ember.support import dtypes
 
@@ -93,6 +94,13 @@ def if_(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     return ctx.add("If", [cond, *caps], out)
 
 
+def _shape(t: object) -> object:
+    """A tensor's shape; a sequence's element shape (None: unknown)."""
+    if isinstance(t, SequenceType):
+        return None if t.elem is None else t.elem.shape
+    return t.shape  # type: ignore[attr-defined]
+
+
 def _generalized(types: list[TensorType], outs: list[Value], what: str) -> list[TensorType]:
     return [join_type(t, o.type, f"{what} {i}") for i, (t, o) in enumerate(zip(types, outs))]
 
@@ -108,7 +116,7 @@ def _import_body(ctx: Ctx, proto: onnx.GraphProto, before: list[TensorType],
                          f"{first_out + len(carried)} expected")
     outs = g.outputs[first_out:first_out + len(carried)]
     general = _generalized(carried, outs, f"{ctx.op_type} carried value")
-    if any(a.shape != b.shape for a, b in zip(general, carried)):
+    if any(_shape(a) != _shape(b) for a, b in zip(general, carried)):
         g, caps = _sub(ctx).body(proto, before + general + after, "body")
     return g, caps
 

@@ -320,6 +320,7 @@ def cast_attrs(to: dtypes.DType, attrs: Attrs) -> dict[str, Any]:
 from ember.frontend.onnx import attention as _attention  # noqa: E402,F401
 from ember.frontend.onnx import control as _control  # noqa: E402,F401
 from ember.frontend.onnx import conv_nn as _conv_nn  # noqa: E402,F401
+from ember.frontend.onnx import flex_attention as _flex_attention  # noqa: E402,F401
 from ember.frontend.onnx import index_ops as _index_ops  # noqa: E402,F401
 from ember.frontend.onnx import math_ops as _math_ops  # noqa: E402,F401
 from ember.frontend.onnx import misc_ops as _misc_ops  # noqa: E402,F401
@@ -327,5 +328,7 @@ from ember.frontend.onnx import norm_ops as _norm_ops  # noqa: E402,F401
 from ember.frontend.onnx import quant_ops as _quant_ops  # noqa: E402,F401
 from ember.frontend.onnx import rnn as _rnn  # noqa: E402,F401
 from ember.frontend.onnx import sampling_ops as _sampling_ops  # noqa: E402,F401
+from ember.frontend.onnx import sequence_ops as _sequence_ops  # noqa: E402,F401
 from ember.frontend.onnx import spectral_ops as _spectral_ops  # noqa: E402,F401
 from ember.frontend.onnx import tensor_ops as _tensor_ops  # noqa: E402,F401
+from ember.frontend.onnx import text_ops as _text_ops  # noqa: E402,F401

@@ -37,9 +37,12 @@ from ember.frontend.onnx.converters import (
     supported_op_types,
 )
 from ember.ir.graph import Graph, Value
+from ember.ir.sequence import SequenceType
 from ember.ir.types import Dim, Sym, TensorType
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# ops of other domains ember converts (registered by op type like the default-domain ones)
+OTHER_DOMAIN_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
 ShapeSpec = Sequence[int | str | None]
 
 
@@ -159,11 +162,19 @@ class _Subgraphs:
         g.inputs = formal + [inner for _, inner in scope.captures]
         return g, [outer for outer, _ in scope.captures]
 
-    def inline(self, proto: onnx.GraphProto) -> list[Value]:
+    def inline(self, proto: onnx.GraphProto, bound: Sequence[Value] | None = None) -> list[Value]:
+        """Convert ``proto``'s nodes into the current graph (its inputs bound to ``bound``)."""
         scope = Scope(self.env, capture=False)
+        if bound is not None:
+            if len(bound) != len(proto.input):
+                raise ModelError(f"graph {proto.name!r} declares {len(proto.input)} input(s); "
+                                 f"the op gives it {len(bound)}")
+            for vi, v in zip(proto.input, bound):
+                dict.__setitem__(scope, vi.name, v)
         for init in proto.initializer:
             dict.__setitem__(scope, init.name, _initializer(init))
         node, name, outer = self.ctx.node, self.ctx.node_name, self.ctx.subgraphs
+        count = self.ctx._count
         self.ctx.subgraphs = _Subgraphs(self.ctx, scope)  # nested bodies see the branch's names
         try:
             for index, n in enumerate(proto.node):
@@ -171,6 +182,7 @@ class _Subgraphs:
         finally:
             self.ctx.subgraphs = outer
         self.ctx.begin(node, name)
+        self.ctx._count = count  # the node's later emits keep unique names
         outs = []
         for vi in proto.output:
             if vi.name not in scope:
@@ -255,10 +267,14 @@ def _inputs(g: onnx.GraphProto, env: Scope,
                          f"are {[vi.name for vi in real]}")
     syms: dict[str, int] = {}
     shapes: dict[str, tuple[Dim, ...]] = {}
+    sequences = {vi.name: _sequence_input(vi) for vi in real
+                 if vi.type.HasField("sequence_type")}
     for vi in real:
+        if vi.name in sequences:
+            continue
         if not vi.type.HasField("tensor_type"):
-            raise UnsupportedOpError(f"input {vi.name!r} is not a tensor; ember supports "
-                                     "tensor inputs only")
+            raise UnsupportedOpError(f"input {vi.name!r} is neither a tensor nor a sequence of "
+                                     "tensors; ember supports those inputs only")
         declared = _declared_shape(vi)
         if vi.name in input_shapes:
             shapes[vi.name] = _bind(vi.name, declared, input_shapes[vi.name], syms)
@@ -269,6 +285,9 @@ def _inputs(g: onnx.GraphProto, env: Scope,
             shapes[vi.name] = declared
     out = []
     for vi in real:
+        if vi.name in sequences:
+            out.append(sequences[vi.name])
+            continue
         shape = tuple(syms.get(d.name, d) if isinstance(d, Sym) and d.name is not None else d
                       for d in shapes[vi.name])
         try:
@@ -277,6 +296,21 @@ def _inputs(g: onnx.GraphProto, env: Scope,
             raise UnsupportedOpError(f"input {vi.name!r}: {e}") from None
         out.append(Value(TensorType(shape, dt), vi.name))
     return out
+
+
+def _sequence_input(vi: onnx.ValueInfoProto) -> Value:
+    """A sequence input: its element type when declared (dims as for tensors), else only its
+    element dtype."""
+    elem = vi.type.sequence_type.elem_type
+    if not elem.HasField("tensor_type"):
+        raise UnsupportedOpError(f"input {vi.name!r} is a sequence of non-tensors; ember "
+                                 "supports sequences of tensors only")
+    try:
+        dt = onnx_dtype(elem.tensor_type.elem_type)
+    except UnsupportedOpError as e:
+        raise UnsupportedOpError(f"input {vi.name!r}: {e}") from None
+    shape = _declared_shape(onnx.helper.make_value_info(vi.name, elem))
+    return Value(SequenceType(dt, None if shape is None else TensorType(shape, dt)), vi.name)
 
 
 # --------------------------------------------------------------------------- nodes
@@ -314,7 +348,8 @@ def _unsupported(node: onnx.NodeProto, name: str, opset: int) -> UnsupportedOpEr
 def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> None:
     name = node.name or f"{node.op_type}_{index}"
     where = f"node {name!r} ({node.op_type}, opset {ctx.opset})"
-    fn = lookup(node.op_type, ctx.opset) if node.domain in DEFAULT_DOMAINS else None
+    converts = node.domain in DEFAULT_DOMAINS or (node.domain, node.op_type) in OTHER_DOMAIN_OPS
+    fn = lookup(node.op_type, ctx.opset) if converts else None
     if fn is None:
         raise _unsupported(node, name, ctx.opset)
     ins: list[Value | None] = []

@@ -14,6 +14,7 @@ from ember.ir.ops import (  # noqa: F401
     reduce,
     rnn,
     sampling,
+    sequence,
     specialize,
     tensor,
 )

@@ -29,6 +29,7 @@ import numpy as np
 from ember.errors import TypeInferenceError
 from ember.ir.graph import Graph
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
+from ember.ir.sequence import SequenceType, join_elem
 from ember.ir.types import Dim, Sym, TensorType
 
 Attrs = dict[str, Any]
@@ -36,7 +37,13 @@ CONTROL_OPS = ("If", "Loop", "Scan")
 
 
 def join_type(a: TensorType, b: TensorType, what: str) -> TensorType:
-    """The least type both ``a`` and ``b`` are subtypes of: differing dims become fresh."""
+    """The least type both ``a`` and ``b`` are subtypes of: differing dims become fresh (of
+    sequences: their element types joined)."""
+    if isinstance(a, SequenceType) or isinstance(b, SequenceType):
+        if not (isinstance(a, SequenceType) and isinstance(b, SequenceType)) \
+                or a.dtype != b.dtype:
+            raise TypeInferenceError(f"{what}: {a} and {b} are not sequences of one type")
+        return SequenceType(a.dtype, join_elem(a.elem, b.elem))  # type: ignore[return-value]
     if a.dtype != b.dtype or a.rank != b.rank:
         raise TypeInferenceError(f"{what}: {a} and {b} differ in element type or rank; ember "
                                  "needs both to agree")
