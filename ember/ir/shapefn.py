@@ -230,11 +230,14 @@ def shape_function(node: Node) -> ShapeFn:
     """The shape function of ``node`` (a fused node's: its body's, composed)."""
     if node.op == "Fused":
         return compose(node.attrs["body"])
-    if node.op in ("If", "Loop", "Scan", "Specialize"):
+    if node.op in ("If", "Loop", "Scan", "Specialize") or any(
+            v is not None and not isinstance(v.type, TensorType)
+            for v in [*node.inputs, *node.outputs]):
         raise UnsupportedOpError(
             f"node {node.name!r} ({node.op}) has no shape function of its own: its output "
-            "shapes are those its body (If / Loop / Scan, ember.dynamic_control) or its "
-            "specialized program (ember.dynamic_specialize) produces when the VM runs it")
+            "shapes are those its body (If / Loop / Scan, ember.dynamic_control), its "
+            "specialized program (ember.dynamic_specialize) or its sequence operation "
+            "(ember.dynamic_sequence) produces when the VM runs it")
     return NodeShapeFn(node)
 
 

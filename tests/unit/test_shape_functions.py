@@ -22,6 +22,7 @@ from ember.ir.interp import run_graph
 from ember.ir.ops import registry
 from ember.ir.ops.control import CONTROL_OPS
 from ember.ir.ops.registry import ShapeMode
+from ember.ir.ops.sequence import SEQUENCE_OPS
 from ember.ir.shapefn import compose, node_shape_mode, shape_function
 from ember.ir.types import Sym, TensorType, check_all, collect_checks, evaluate_shape
 from ember.passes import fuse
@@ -92,7 +93,9 @@ def _conformance() -> tuple[dict[str, int], list, list]:
         except Exception:  # not importable here: the conformance run reports those
             continue
         for n in g.nodes:
-            if n.op in CONTROL_OPS or n.op == "Specialize":   # shapes come from running it
+            if n.op in CONTROL_OPS or n.op == "Specialize" or any(   # shapes come from running
+                    v is not None and not isinstance(v.type, TensorType)  # it, or sequences
+                    for v in [*n.inputs, *n.outputs]):
                 break
             args = [None if v is None else v.const if v.is_const else env[v.uid]
                     for v in n.inputs]
@@ -181,8 +184,9 @@ def test_other_ops(op: str) -> None:
 def test_every_op_has_a_checked_shape_function() -> None:
     seen, _, _ = _conformance()
     # Fused: test_compose_fused_groups; control flow: tests/dynamic/test_control_flow.py
-    # Specialize: tests/dynamic/test_specialize.py
-    covered = set(seen) | set(OTHER_OPS) | {"Fused", "Specialize", *CONTROL_OPS}
+    # Specialize: tests/dynamic/test_specialize.py; sequence ops: tests/dynamic/test_sequences.py
+    covered = set(seen) | set(OTHER_OPS) | {"Fused", "Specialize", *CONTROL_OPS,
+                                            *SEQUENCE_OPS}
     assert covered == set(registry.all_ops()), set(registry.all_ops()) - covered
 
 
