@@ -14,6 +14,7 @@ from ember.errors import CompileError, UnsupportedOpError
 from ember.ir.graph import Graph, Value
 from ember.lower import (  # noqa: F401  (register)
     computes_attention,
+    computes_deform,
     computes_extra,
     computes_index,
     computes_math,

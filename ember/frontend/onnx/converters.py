@@ -320,6 +320,7 @@ def cast_attrs(to: dtypes.DType, attrs: Attrs) -> dict[str, Any]:
 from ember.frontend.onnx import attention as _attention  # noqa: E402,F401
 from ember.frontend.onnx import control as _control  # noqa: E402,F401
 from ember.frontend.onnx import conv_nn as _conv_nn  # noqa: E402,F401
+from ember.frontend.onnx import deform_ops as _deform_ops  # noqa: E402,F401
 from ember.frontend.onnx import flex_attention as _flex_attention  # noqa: E402,F401
 from ember.frontend.onnx import index_ops as _index_ops  # noqa: E402,F401
 from ember.frontend.onnx import math_ops as _math_ops  # noqa: E402,F401

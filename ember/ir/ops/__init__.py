@@ -3,6 +3,7 @@
 from ember.ir.ops import (  # noqa: F401
     attention,
     control,
+    deform,
     elementwise,
     indexing,
     layout,
