@@ -109,3 +109,26 @@ def away_from_zero(x: np.ndarray, eps: float = 0.25) -> np.ndarray:
     return (np.sign(x) + (x == 0)) * (np.abs(x) + F32(eps))
 
 
+
+
+def vs_onnx_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                      oracle: onnx.ModelProto | None = None, rtol: float = 1e-4,
+                      atol: float = 1e-5, bitwise: bool = False) -> object:
+    """``model`` compiled by ember against onnx's reference evaluator on ``oracle`` (default:
+    the same model): dtypes, shapes and values (``bitwise``: the raw bytes); returns the
+    compiled model."""
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(oracle or model).run(None, feeds)
+    cm = ember.compile(model)
+    got = cm.run(feeds)
+    for name, w in zip(cm.output_names, want, strict=True):
+        g = got[name]
+        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype,
+                                                           w.shape)
+        if bitwise:
+            np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8), err_msg=name)
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, np.float64),
+                                       rtol=rtol, atol=atol, err_msg=name)
+    return cm

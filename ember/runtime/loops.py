@@ -35,7 +35,7 @@ import numpy as np
 
 from ember.errors import EmberError
 from ember.runtime.module import address
-from ember.runtime.toolchain import compile_shared
+from ember.runtime.toolchain import native_function
 from ember.support import dtypes
 
 SOURCE = r"""
@@ -107,20 +107,13 @@ int ember_scan(run_fn body, void *workspace, int64_t trips,
 
 _VOIDPP = ctypes.POINTER(ctypes.c_void_p)
 _I64P = ctypes.POINTER(ctypes.c_int64)
-_driver: Any = None
 
 
 def _loop_fn() -> Any:
-    global _driver
-    if _driver is None:
-        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
-        fn = lib.ember_loop
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
-                       ctypes.c_uint8, ctypes.c_int, _I64P, _VOIDPP, _VOIDPP, _VOIDPP, _VOIDPP,
-                       ctypes.c_int, _VOIDPP, ctypes.c_int, _I64P, _VOIDPP, _I64P]
-        _driver = fn
-    return _driver
+    return native_function(SOURCE, "ember_loop", ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint8,
+        ctypes.c_int, _I64P, _VOIDPP, _VOIDPP, _VOIDPP, _VOIDPP, ctypes.c_int, _VOIDPP,
+        ctypes.c_int, _I64P, _VOIDPP, _I64P])
 
 
 def _ptrs(addrs: Sequence[int]) -> Any:
@@ -172,22 +165,11 @@ class CompiledLoop:
         return int(done.value)
 
 
-_scan_driver: Any = None
-
-
 def _scan_fn() -> Any:
-    global _scan_driver
-    if _scan_driver is None:
-        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
-        fn = lib.ember_scan
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                       ctypes.c_int, _I64P, _VOIDPP, _VOIDPP, _VOIDPP, _VOIDPP,
-                       ctypes.c_int, _I64P, _VOIDPP, _I64P,
-                       ctypes.c_int, _VOIDPP,
-                       ctypes.c_int, _I64P, _VOIDPP, _I64P]
-        _scan_driver = fn
-    return _scan_driver
+    return native_function(SOURCE, "ember_scan", ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, _I64P, _VOIDPP,
+        _VOIDPP, _VOIDPP, _VOIDPP, ctypes.c_int, _I64P, _VOIDPP, _I64P, ctypes.c_int, _VOIDPP,
+        ctypes.c_int, _I64P, _VOIDPP, _I64P])
 
 
 def _i64(values: Sequence[int]) -> Any:

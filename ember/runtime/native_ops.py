@@ -24,7 +24,7 @@ import numpy as np
 
 from ember.errors import InputError
 from ember.runtime.module import address
-from ember.runtime.toolchain import compile_shared
+from ember.runtime.toolchain import native_function
 
 SOURCE = r"""
 #include <stdint.h>
@@ -223,20 +223,10 @@ int64_t ember_nonzero(const uint8_t *x, int64_t n, int64_t elem, int kind, int r
 }
 """
 
-_fn: Any = None
-
-
 def _kernel() -> Any:
-    global _fn
-    if _fn is None:
-        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
-        fn = lib.ember_nonzero
-        fn.restype = ctypes.c_int64
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
-                       ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
-                       ctypes.c_int64]
-        _fn = fn
-    return _fn
+    return native_function(SOURCE, "ember_nonzero", ctypes.c_int64, [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p, ctypes.c_int64])
 
 
 def _kind(dtype: np.dtype) -> int:
@@ -266,19 +256,10 @@ def nonzero(x: np.ndarray, out: np.ndarray) -> None:
     _call(x, out, out.shape[1])
 
 
-_unique_fn: Any = None
-
-
 def _unique_kernel() -> Any:
-    global _unique_fn
-    if _unique_fn is None:
-        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
-        fn = lib.ember_unique
-        fn.restype = ctypes.c_int64
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 5 + \
-            [ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5
-        _unique_fn = fn
-    return _unique_fn
+    return native_function(SOURCE, "ember_unique", ctypes.c_int64, [
+        ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 5, ctypes.c_int, ctypes.c_int,
+        *[ctypes.c_void_p] * 5])
 
 
 def unique_layout(shape: tuple[int, ...], axis: int | None) -> tuple[int, int, int]:
@@ -312,9 +293,6 @@ def unique(x: np.ndarray, axis: int | None, sorted_: bool, y: np.ndarray, first:
                                 address(work)))
 
 
-_nms_fn: Any = None
-
-
 def nms_bound(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None) -> int:
     """Rows NonMaxSuppression can select at most: batches x classes x min(M, boxes)."""
     m = 0 if max_out is None or max_out.size == 0 else max(int(max_out.reshape(-1)[0]), 0)
@@ -326,15 +304,9 @@ def nms(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None,
         out: np.ndarray) -> int:
     """Selected (batch, class, box) rows into ``out`` (room for ``nms_bound`` rows); their
     count."""
-    global _nms_fn
-    if _nms_fn is None:
-        lib = ctypes.CDLL(str(compile_shared(SOURCE)))
-        fn = lib.ember_nms
-        fn.restype = ctypes.c_int64
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 4 + [
-            ctypes.c_float, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_void_p,
-            ctypes.c_int64, ctypes.c_void_p]
-        _nms_fn = fn
+    nms_fn = native_function(SOURCE, "ember_nms", ctypes.c_int64, [
+        ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_float, ctypes.c_int,
+        ctypes.c_float, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
     boxes = np.require(boxes, np.float32, "C")
     scores = np.require(scores, np.float32, "C")
     b, n = boxes.shape[0], boxes.shape[1]
@@ -347,7 +319,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None,
     has_thr = score_thr is not None and score_thr.size > 0
     work = np.empty(3 * max(n, 1), np.int64)
     cap = out.shape[0]
-    return int(_nms_fn(address(boxes) if boxes.size else None,
+    return int(nms_fn(address(boxes) if boxes.size else None,
                        address(scores) if scores.size else None, b, scores.shape[1], n, m,
                        float(iou.reshape(-1)[0]) if has_iou else 0.0, int(has_thr),
                        float(score_thr.reshape(-1)[0]) if has_thr else 0.0, int(center),

@@ -20,6 +20,7 @@ old state or a complete library, never a partial one.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -33,7 +34,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from ember.errors import CompileError
 
@@ -398,3 +399,18 @@ def write_atomic(path: Path, data: bytes | memoryview, mode: int = 0o644) -> Non
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_NATIVE: dict[tuple[str, str], Any] = {}
+
+
+def native_function(source: str, name: str, restype: Any, argtypes: list[Any]) -> Any:
+    """Function ``name`` of the shared library built from ``source`` (built and loaded on
+    first use, then cached), typed for ctypes: the runtime's own native kernels."""
+    key = (source, name)
+    fn = _NATIVE.get(key)
+    if fn is None:
+        fn = getattr(ctypes.CDLL(str(compile_shared(source))), name)
+        fn.restype, fn.argtypes = restype, argtypes
+        _NATIVE[key] = fn
+    return fn

@@ -18,24 +18,13 @@ from onnx.reference import ReferenceEvaluator
 import ember
 from ember.errors import EmberError, ModelError, UnsupportedOpError
 from ember.support import dtypes
-from tests.modelkit import check, make_model
+from tests.modelkit import check, make_model, vs_onnx_reference
 
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True)
 F32 = np.float32
 
 
-def _vs_reference(model, feeds, bitwise: bool = False) -> None:  # noqa: ANN001
-    want = ReferenceEvaluator(model).run(None, feeds)
-    cm = ember.compile(model)
-    got = cm.run(feeds)
-    for name, w in zip(cm.output_names, want, strict=True):
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype,
-                                                           w.shape)
-        if bitwise:
-            np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8), err_msg=name)
-        else:
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+_vs_reference = vs_onnx_reference
 
 
 def _shape(data: st.DataObject, lo: int = 1, hi: int = 3) -> tuple[int, ...]:

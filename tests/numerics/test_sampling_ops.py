@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 
 import ember
 from ember.errors import ModelError, UnsupportedOpError
-from tests.modelkit import make_model
+from tests.modelkit import make_model, vs_onnx_reference
 
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True)
 F32 = np.float32
@@ -25,17 +25,7 @@ MODES = ("nearest", "linear", "cubic")
 PADDINGS = ("zeros", "border", "reflection")
 
 
-def _vs_reference(model, feeds: dict[str, np.ndarray], oracle=None) -> None:  # noqa: ANN001
-    """``model`` compiled by ember vs the reference evaluator on ``oracle`` (default: the
-    same model)."""
-    want = ReferenceEvaluator(oracle or model).run(None, feeds)
-    cm = ember.compile(model)
-    got = cm.run(feeds)
-    for name, w in zip(cm.output_names, want, strict=True):
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype,
-                                                           w.shape)
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+_vs_reference = vs_onnx_reference
 
 
 def _dims(data: st.DataObject, n: int, lo: int, hi: int) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 import ember
 from ember.errors import ModelError, UnsupportedOpError
-from tests.modelkit import make_model
+from tests.modelkit import make_model, vs_onnx_reference
 
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True)
 F32 = np.float32
@@ -27,15 +27,7 @@ F32 = np.float32
 def _vs_reference(model, feeds, scale: float = 1.0, rtol: float = 1e-4,  # noqa: ANN001
                   atol: float = 1e-4) -> ember.CompiledModel:
     """ember vs the reference; ``atol`` times ``scale``, the magnitude sums grow to."""
-    want = ReferenceEvaluator(model).run(None, feeds)
-    cm = ember.compile(model)
-    got = cm.run(feeds)
-    for name, w in zip(cm.output_names, want, strict=True):
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype,
-                                                           w.shape)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale, err_msg=name)
-    return cm
+    return vs_onnx_reference(model, feeds, rtol=rtol, atol=atol * scale)
 
 
 def _signal(seed: int, shape: tuple[int, ...], dt: type = F32) -> np.ndarray:

@@ -16,12 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
 import ember
 from ember.errors import ModelError, UnsupportedOpError
 from tests.cases import randn
-from tests.modelkit import make_model
+from tests.modelkit import make_model, vs_onnx_reference
 
 FEW = settings(max_examples=4, deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -29,15 +28,7 @@ PREVIEW = "ai.onnx.preview"
 T = TypeVar("T")
 
 
-def _vs_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4,
-                  atol: float = 1e-5) -> None:
-    want = ReferenceEvaluator(model).run(None, feeds)
-    got = ember.compile(model).run(feeds)
-    for name, w in zip([o.name for o in model.graph.output], want, strict=True):
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.shape)
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
-                                   atol=atol, err_msg=name)
+_vs_reference = vs_onnx_reference
 
 
 # --------------------------------------------------------------------------- TfIdfVectorizer
