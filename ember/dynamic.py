@@ -1,29 +1,35 @@
-"""Models whose shapes depend on run-time values, compiled for the Nimble VM (issue 5).
+"""Models whose shapes depend on run-time values, or with control flow or sequences,
+compiled for the Nimble VM (issue 5).
 
 A node is *dynamic* when its output dims are neither static nor functions of the dims of its
 inputs and of the model's input symbols: a data-dependent shape function (Reshape to a shape
-computed at run time, ...) gave them fresh symbols. Everything else is grouped, in graph order,
-into *segments* between dynamic nodes; each segment is compiled as one symbolic program (the
-static path with run-time dims, ``driver.build_graph``), whose symbols are bound from the
-shapes of its inputs — fresh symbols included. The bytecode (``vm.builder``) then:
+computed at run time, NonZero, ...) gave them fresh symbols. Control flow (``If`` / ``Loop`` /
+``Scan``), ``Specialize`` nodes and nodes on sequences are steps of their own too. Everything
+else is grouped, in graph order, into *segments* between those steps; each segment is compiled
+as one symbolic program (the static path with run-time dims, ``driver.build_graph``), whose
+symbols are bound from the shapes of its inputs — fresh symbols included. The bytecode
+(``vm.builder``) then:
 
 * per segment: calls the segment's shape function on the host (its output dims are
-  expressions of the symbols its input shapes bind: Nimble's fused shape function), allocates
-  each output (``alloc_storage`` of the byte size, ``alloc_tensor_reg`` of the shape: explicit
-  memory, §3.3), and invokes the program with explicit outputs (``invoke_packed``);
-* per dynamic node: calls its data-dependent shape function on the host (the op's type
-  relation on the operand's value), then runs the op: a Reshape is ``reshape_tensor``, a view
-  (nothing moves). Other data-dependent ops are not on the VM yet: ``UnsupportedOpError``.
+  expressions of the symbols its input shapes bind: Nimble's fused shape function; none for
+  outputs of static shapes), allocates each output (explicit memory, §3.3), and invokes the
+  program with explicit outputs (``invoke_packed``);
+* per dynamic node: its data-dependent shape function on the host, then the op: a Reshape is
+  ``reshape_tensor`` (a view), NonZero a native kernel into an output of the counted size,
+  Unique / NonMaxSuppression native kernels in upper-bound mode (``runtime.native_ops``);
+* control flow: ``dynamic_control``; specialized nodes: ``dynamic_specialize``; sequences:
+  ``dynamic_sequence``.
 
-Devices are then placed by unification (``vm.placement``): shape functions on the host,
-programs on the target, copies only where a value crosses (none on the CPU).
+Every packed function is built from a JSON recipe (``packed_from_recipe``), which a saved model
+keeps (``VMModel.save`` / ``load_vm``). Devices are then placed by unification
+(``vm.placement``): shape functions on the host, programs on the target, copies only where a
+value crosses (none on the CPU).
 
 Pre: an imported graph (``import_model``). Post: a ``VMModel`` whose outputs equal the graph's.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +44,7 @@ from ember.errors import ArtifactError, UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
 from ember.ir.ops.sequence import SEQUENCE_OPS
+from ember.ir.ops.tensor import reshape_dims
 from ember.ir.sequence import is_sequence
 from ember.runtime.artifact import read_bundle
 from ember.runtime.compiled import CompiledModel, load_model_bytes
@@ -211,13 +218,12 @@ class _VMCompiler:
         if all(t.is_static for t in types):   # one storage for all, no shape function
             outs = list(f.call_packed(program, ins, [(tuple(t.shape), t.dtype.name)
                                                      for t in types]))
-            for o, r in zip(s.outputs, outs):
-                regs[o.uid] = r
-            return
-        shape_fn = self.add_packed(f"shape{k}", "shape", {
-            "fn": "program_shapes", "program": k, "itemsizes": [t.dtype.itemsize for t in types]})
-        outs = f.invoke_with_shapes(shape_fn, program, ins, [(t.rank, t.dtype.name)
-                                                             for t in types])
+        else:
+            shape_fn = self.add_packed(f"shape{k}", "shape", {
+                "fn": "program_shapes", "program": k,
+                "itemsizes": [t.dtype.itemsize for t in types]})
+            outs = f.invoke_with_shapes(shape_fn, program, ins, [(t.rank, t.dtype.name)
+                                                                 for t in types])
         for o, r in zip(s.outputs, outs):
             regs[o.uid] = r
 
@@ -297,6 +303,10 @@ def packed_from_recipe(recipe: dict[str, Any], programs: Sequence[CompiledModel]
     if fn is not None:
         return fn
     kind = recipe["fn"]
+    if kind == "reshape_shape":
+        return _reshape_shape(bool(recipe["allowzero"]))
+    if kind in dynamic_sequence.FACTORIES:
+        return dynamic_sequence.FACTORIES[kind](recipe)
     if kind == "program":
         return packed_from_compiled(programs[recipe["program"]])
     if kind == "program_shapes":
@@ -321,11 +331,18 @@ def _program_shapes(cm: CompiledModel, itemsizes: Sequence[int]) -> Any:
     n_in = len(cm.input_names)
 
     def shapes(args: Sequence[np.ndarray]) -> None:
-        got = cm.output_shapes([a.shape for a in args[:n_in]])
-        for i, (shape, size) in enumerate(zip(got, itemsizes)):
-            args[n_in + 2 * i][...] = shape
-            args[n_in + 2 * i + 1][...] = math.prod(shape) * size
+        builtins.write_shapes(args, n_in, cm.output_shapes([a.shape for a in args[:n_in]]),
+                              itemsizes)
     return shapes
+
+
+def _reshape_shape(allowzero: bool) -> Any:
+    """``(x, shape, out)``: a Reshape's output shape by the op's own rule (``reshape_dims``:
+    0 copies a dim unless ``allowzero``, -1 takes what is left)."""
+    def fn(args: Sequence[np.ndarray]) -> None:
+        x, target, out = args
+        out[...] = reshape_dims(x.shape, [int(d) for d in np.ravel(target)], allowzero)
+    return fn
 
 
 def load_vm(path: str | os.PathLike[str]) -> VMModel:

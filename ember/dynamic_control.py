@@ -132,9 +132,7 @@ def _stacked(c: _VMCompiler, f: FunctionBuilder, acc: Var, out: Value, axis: int
         "fn": "stack_shape", "axis": axis, "elem": list(elem), "itemsize": t.dtype.itemsize})
     copy_fn = c.add_packed(f"stack{axis}r{int(reverse)}", "target",
                            {"fn": "stack", "axis": axis, "reverse": int(reverse)})
-    shape, nbytes = f.call_packed(shape_fn, [acc], [((t.rank,), "int64"), ((), "int64")])
-    result = f.alloc_tensor(f.alloc_storage(nbytes, t.dtype.name), shape, t.dtype.name)
-    f.invoke_packed(copy_fn, [acc], [result])
+    (result,) = f.invoke_with_shapes(shape_fn, copy_fn, [acc], [(t.rank, t.dtype.name)])
     return result
 
 
@@ -189,6 +187,22 @@ def _body_program(c: _VMCompiler, body: Graph, fixed: int) -> CompiledModel | No
     return cm
 
 
+def _row_outputs(c: _VMCompiler, f: FunctionBuilder, k: int, rows: Var,
+                 body_out: list[Value]) -> tuple[list[Var], list[Var]]:
+    """Storages and tensors of ``rows`` rows for each scan value a compiled body gives."""
+    if not body_out:
+        return [], []
+    name = c.add_packed(f"loop_rows{k}", "host", {
+        "fn": "loop_rows", "elems": [list(o.type.shape) for o in body_out],
+        "itemsizes": [o.type.dtype.itemsize for o in body_out]})
+    res = f.call_packed(name, [rows], [o for v in body_out for o in
+                                       (((v.type.rank + 1,), "int64"), ((), "int64"))])
+    storages = [f.alloc_storage(res[2 * j + 1], v.type.dtype.name)
+                for j, v in enumerate(body_out)]
+    return storages, [f.alloc_tensor(st, res[2 * j], v.type.dtype.name)
+                      for j, (st, v) in enumerate(zip(storages, body_out))]
+
+
 def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> bool:
     """The whole loop as one native call (``runtime.loops``) when its body is one static
     program and the scan outputs have a row bound (M); False to use the VM loop."""
@@ -209,16 +223,7 @@ def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> b
            *(value_reg(f, v, regs) for v in n.inputs[2:2 + carried_n]), *_captures(f, n, regs)]
     finals = list(f.call_packed_outputs([(tuple(o.type.shape), o.type.dtype.name)
                                          for o in n.outputs[:carried_n]]))
-    storages, full = [], []
-    if scan_outs:
-        rows = c.add_packed(f"loop_rows{k}", "host", {
-            "fn": "loop_rows", "elems": [list(o.type.shape) for o in body_out],
-            "itemsizes": [o.type.dtype.itemsize for o in body_out]})
-        res = f.call_packed(rows, [ins[0]], [o for v in body_out for o in
-                                             (((v.type.rank + 1,), "int64"), ((), "int64"))])
-        for j, v in enumerate(body_out):
-            storages.append(f.alloc_storage(res[2 * j + 1], v.type.dtype.name))
-            full.append(f.alloc_tensor(storages[-1], res[2 * j], v.type.dtype.name))
+    storages, full = _row_outputs(c, f, k, ins[0], body_out)
     (trips,) = f.call_packed_outputs([((), "int64")])
     f.invoke_packed(run, ins, [*finals, *full, trips])
     for o, r in zip(n.outputs[:carried_n], finals):
@@ -256,16 +261,7 @@ def _compiled_scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> b
     (trip,) = f.call_packed(length, xs, [((), "int64")])
     finals = list(f.call_packed_outputs([(tuple(o.type.shape), o.type.dtype.name)
                                          for o in n.outputs[:state_n]]))
-    full = []
-    if scan_outs:
-        rows = c.add_packed(f"loop_rows{k}", "host", {
-            "fn": "loop_rows", "elems": [list(o.type.shape) for o in body_out],
-            "itemsizes": [o.type.dtype.itemsize for o in body_out]})
-        res = f.call_packed(rows, [trip], [o for v in body_out for o in
-                                           (((v.type.rank + 1,), "int64"), ((), "int64"))])
-        for j, v in enumerate(body_out):
-            storage = f.alloc_storage(res[2 * j + 1], v.type.dtype.name)
-            full.append(f.alloc_tensor(storage, res[2 * j], v.type.dtype.name))
+    _, full = _row_outputs(c, f, k, trip, body_out)
     f.invoke_packed(run, [*xs, *states, *_captures(f, n, regs)], [*finals, *full])
     for o, r in zip(n.outputs, [*finals, *full]):
         regs[o.uid] = r

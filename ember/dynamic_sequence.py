@@ -15,13 +15,16 @@ Pre: a node of ``ember.ir.ops.sequence`` whose inputs have registers. Post: its 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ember.dynamic_control import value_reg
 from ember.ir.graph import Node
+from ember.ir.ops.sequence import split_sizes
 from ember.vm.builder import FunctionBuilder, Var
+from ember.vm.builtins import PackedFunc, put_shape
 
 if TYPE_CHECKING:
     from ember.dynamic import _VMCompiler
@@ -215,3 +218,51 @@ def _recursive(c: _VMCompiler, name: str, params: list[str], at_zero) -> None:  
                 rest = g.call(name, t, j)
                 m.result(g.construct(lst.Cons, h, rest) if mode == "keep_head" else rest)
         g.ret(m.value)
+
+
+# --------------------------------------------------------------------------- split packed functions
+def _pieces(x: np.ndarray, split: np.ndarray, axis: int) -> list[int]:
+    """SplitToSequence's piece lengths (an empty 1-d split stands for "absent")."""
+    absent = split.ndim == 1 and split.size == 0
+    return split_sizes(x.shape[axis], None if absent else split)
+
+
+def _piece(x: np.ndarray, split: np.ndarray, i: int, axis: int,
+           keepdims: bool) -> tuple[int, int, list[int]]:
+    """Piece i's start, length and shape."""
+    sizes = _pieces(x, split, axis)
+    shape = list(x.shape)
+    shape[axis] = sizes[i]
+    if split.size == 0 and not keepdims:
+        del shape[axis]
+    return sum(sizes[:i]), sizes[i], shape
+
+
+def split_count(axis: int) -> PackedFunc:
+    def fn(args: Sequence[Any]) -> None:
+        args[2][...] = len(_pieces(args[0], args[1], axis))
+    return fn
+
+
+def split_piece_shape(axis: int, keepdims: bool, itemsize: int) -> PackedFunc:
+    def fn(args: Sequence[Any]) -> None:
+        put_shape(args, 3, _piece(args[0], args[1], int(args[2]), axis, keepdims)[2],
+                  itemsize)
+    return fn
+
+
+def split_piece(axis: int, keepdims: bool) -> PackedFunc:
+    """``(x, split, i, out)``: piece i copied out."""
+    def fn(args: Sequence[Any]) -> None:
+        x, split, i, out = args
+        start, size, _ = _piece(x, split, int(i), axis, keepdims)
+        out[...] = x[(slice(None),) * axis + (slice(start, start + size),)].reshape(out.shape)
+    return fn
+
+
+FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
+    "split_count": lambda r: split_count(r["axis"]),
+    "split_piece_shape": lambda r: split_piece_shape(r["axis"], bool(r["keepdims"]),
+                                                     r["itemsize"]),
+    "split_piece": lambda r: split_piece(r["axis"], bool(r["keepdims"])),
+}

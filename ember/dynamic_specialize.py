@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import io
-import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from ember.ir.types import Sym, TensorType
 from ember.runtime.compiled import CompiledModel
 from ember.support import dtypes
 from ember.vm.builder import FunctionBuilder, Var
+from ember.vm.builtins import write_shapes
 
 if TYPE_CHECKING:
     from ember.dynamic import _VMCompiler
@@ -119,15 +119,15 @@ class Specializer:
         a kernel has no symbolic form, for the inputs' shapes too (from then on)."""
         from ember import driver
 
-        g, positions = self._convert(args)
-        try:
-            cm = driver.to_model(driver.build_graph(g, **self.options))
-        except UnsupportedOpError:
-            if self.by_shape:
-                raise
-            self.by_shape = True
+        while True:
             g, positions = self._convert(args)
-            cm = driver.to_model(driver.build_graph(g, **self.options))
+            try:
+                cm = driver.to_model(driver.build_graph(g, **self.options))
+                break
+            except UnsupportedOpError:
+                if self.by_shape:
+                    raise
+                self.by_shape = True
         self.compiles += 1
         return cm, positions
 
@@ -166,10 +166,7 @@ def shape_fn(sp: Specializer, itemsizes: Sequence[int]) -> Any:
 
     def shapes(args: Sequence[np.ndarray]) -> None:
         cm, pos = sp.program(args[:n_in])
-        got = cm.output_shapes([args[p].shape for p in pos])
-        for j, (shape, size) in enumerate(zip(got, itemsizes)):
-            args[n_in + 2 * j][...] = shape
-            args[n_in + 2 * j + 1][...] = math.prod(shape) * size
+        write_shapes(args, n_in, cm.output_shapes([args[p].shape for p in pos]), itemsizes)
     return shapes
 
 

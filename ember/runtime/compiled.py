@@ -26,7 +26,8 @@ from __future__ import annotations
 import copy
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,17 @@ class CompiledModel:
             if sizes is not None:
                 self._prepare(sizes)
             self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
+
+    @contextmanager
+    def bound(self, input_shapes: Sequence[tuple[int, ...]]) -> Iterator[tuple[int, int]]:
+        """The program held for a native caller of its entry (``runtime.loops``): symbols
+        bound from ``input_shapes`` (ignored by a static program), workspace prepared, the
+        lock held; yields (address of ``ember_run``, workspace address)."""
+        sizes = self._bind_dims(list(input_shapes)) if self._dim_names else None
+        with self._lock:
+            if sizes is not None:
+                self._prepare(sizes)
+            yield self._module.run_address, self._workspace_addr
 
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """One inference writing into ``outputs`` (C-contiguous, 64-byte aligned arrays of the

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import EmberError
-from ember.runtime.module import address
+from ember.runtime.module import address, aligned_empty
 from ember.runtime.toolchain import native_function
 from ember.support import dtypes
 
@@ -107,76 +107,69 @@ int ember_scan(run_fn body, void *workspace, int64_t trips,
 
 _VOIDPP = ctypes.POINTER(ctypes.c_void_p)
 _I64P = ctypes.POINTER(ctypes.c_int64)
+_LOOP_ARGS = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint8,
+              ctypes.c_int, _I64P, _VOIDPP, _VOIDPP, _VOIDPP, _VOIDPP, ctypes.c_int, _VOIDPP,
+              ctypes.c_int, _I64P, _VOIDPP, _I64P]
+_SCAN_ARGS = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, _I64P, _VOIDPP,
+              _VOIDPP, _VOIDPP, _VOIDPP, ctypes.c_int, _I64P, _VOIDPP, _I64P, ctypes.c_int,
+              _VOIDPP, ctypes.c_int, _I64P, _VOIDPP, _I64P]
 
 
-def _loop_fn() -> Any:
-    return native_function(SOURCE, "ember_loop", ctypes.c_int, [
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint8,
-        ctypes.c_int, _I64P, _VOIDPP, _VOIDPP, _VOIDPP, _VOIDPP, ctypes.c_int, _VOIDPP,
-        ctypes.c_int, _I64P, _VOIDPP, _I64P])
-
-
-def _ptrs(addrs: Sequence[int]) -> Any:
-    return (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
-
-
-class CompiledLoop:
-    """Runs ``body`` (a ``CompiledModel`` with the loop-body interface, whose carried values
-    and scan values have static shapes; a symbolic program binds its dims from the captures
-    once per loop) as a loop."""
-
-    def __init__(self, body: Any, n_carried: int, n_caps: int, n_scan: int) -> None:
-        specs = body.meta["inputs"]
-        if len(specs) != 2 + n_carried + n_caps or len(body.meta["outputs"]) != \
-                1 + n_carried + n_scan:
-            raise EmberError("the body program does not have the loop-body interface")
-        self.body, self.n_carried, self.n_caps, self.n_scan = body, n_carried, n_caps, n_scan
-        outs = body.meta["outputs"]
-        self.carried_bytes = [_nbytes(s) for s in outs[1:1 + n_carried]]
-        self.scan_bytes = [_nbytes(s) for s in outs[1 + n_carried:]]
-        self._carried = (ctypes.c_int64 * max(n_carried, 1))(*self.carried_bytes)
-        self._scan = (ctypes.c_int64 * max(n_scan, 1))(*self.scan_bytes)
-        self._bufs = [[np.empty(b + 64, np.uint8) for b in self.carried_bytes] for _ in range(2)]
-
-    def run(self, trip: int | None, cond: bool, init: Sequence[np.ndarray],
-            caps: Sequence[np.ndarray], final: Sequence[np.ndarray],
-            scan_out: Sequence[np.ndarray]) -> int:
-        """Run the loop; returns the number of trips done (rows of ``scan_out`` written)."""
-        body = self.body
-        module = body._module
-        run_ptr = ctypes.cast(module._run, ctypes.c_void_p).value
-        bufs = [[_aligned(b) for b in side] for side in self._bufs]
-        done = ctypes.c_int64(0)
-        sizes = None
-        if body.symbolic:   # the captures' dims (the carried values' are static) bind once
-            shapes = [(), (), *(a.shape for a in init), *(a.shape for a in caps)]
-            sizes = body._bind_dims(shapes)
-        with body._lock:
-            if sizes is not None:
-                body._prepare(sizes)
-            rc = _loop_fn()(run_ptr, body._workspace_addr, int(trip or 0), trip is not None,
-                            int(bool(cond)), self.n_carried, self._carried,
-                            _ptrs([address(a) for a in init]), _ptrs(bufs[0]), _ptrs(bufs[1]),
-                            _ptrs([address(a) for a in final]), self.n_caps,
-                            _ptrs([address(a) for a in caps]), self.n_scan, self._scan,
-                            _ptrs([address(a) for a in scan_out]), ctypes.byref(done))
-        if rc != 0:
-            raise EmberError(f"the loop body failed with code {rc} at trip {done.value}")
-        return int(done.value)
-
-
-def _scan_fn() -> Any:
-    return native_function(SOURCE, "ember_scan", ctypes.c_int, [
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, _I64P, _VOIDPP,
-        _VOIDPP, _VOIDPP, _VOIDPP, ctypes.c_int, _I64P, _VOIDPP, _I64P, ctypes.c_int, _VOIDPP,
-        ctypes.c_int, _I64P, _VOIDPP, _I64P])
+def _ptrs(arrays: Sequence[np.ndarray]) -> Any:
+    return (ctypes.c_void_p * max(len(arrays), 1))(*(address(a) for a in arrays))
 
 
 def _i64(values: Sequence[int]) -> Any:
     return (ctypes.c_int64 * max(len(values), 1))(*values)
 
 
-class CompiledScan:
+def _nbytes(spec: dict[str, Any]) -> int:
+    return int(np.prod(spec["shape"], dtype=np.int64)) * dtypes.dtype(spec["dtype"]).itemsize
+
+
+class _NativeLoop:
+    """What both drivers keep per body: the program, its states' byte sizes and the two
+    ping-pong buffers of each state (allocated, and their pointers taken, once)."""
+
+    def __init__(self, body: Any, state_bytes: list[int]) -> None:
+        self.body = body
+        self.state_bytes = state_bytes
+        self._states = _i64(state_bytes)
+        self._bufs = [[aligned_empty(max(b, 1)) for b in state_bytes] for _ in range(2)]
+        self._buf_ptrs = [_ptrs(side) for side in self._bufs]
+
+
+class CompiledLoop(_NativeLoop):
+    """Runs ``body`` (a ``CompiledModel`` with the loop-body interface, whose carried values
+    and scan values have static shapes; a symbolic program binds its dims from the captures
+    once per loop) as a loop."""
+
+    def __init__(self, body: Any, n_carried: int, n_caps: int, n_scan: int) -> None:
+        specs, outs = body.meta["inputs"], body.meta["outputs"]
+        if len(specs) != 2 + n_carried + n_caps or len(outs) != 1 + n_carried + n_scan:
+            raise EmberError("the body program does not have the loop-body interface")
+        super().__init__(body, [_nbytes(s) for s in outs[1:1 + n_carried]])
+        self.n_carried, self.n_caps, self.n_scan = n_carried, n_caps, n_scan
+        self._scan = _i64([_nbytes(s) for s in outs[1 + n_carried:]])
+
+    def run(self, trip: int | None, cond: bool, init: Sequence[np.ndarray],
+            caps: Sequence[np.ndarray], final: Sequence[np.ndarray],
+            scan_out: Sequence[np.ndarray]) -> int:
+        """Run the loop; returns the number of trips done (rows of ``scan_out`` written)."""
+        done = ctypes.c_int64(0)
+        shapes = [(), (), *(a.shape for a in init), *(a.shape for a in caps)]
+        with self.body.bound(shapes) as (entry, workspace):
+            rc = native_function(SOURCE, "ember_loop", ctypes.c_int, _LOOP_ARGS)(
+                entry, workspace, int(trip or 0), trip is not None, int(bool(cond)),
+                self.n_carried, self._states, _ptrs(init), *self._buf_ptrs, _ptrs(final),
+                self.n_caps, _ptrs(caps), self.n_scan, self._scan, _ptrs(scan_out),
+                ctypes.byref(done))
+        if rc != 0:
+            raise EmberError(f"the loop body failed with code {rc} at trip {done.value}")
+        return int(done.value)
+
+
+class CompiledScan(_NativeLoop):
     """Runs ``body`` (states, slices, captures -> states, scan values; states and slices of
     static shapes) over axis 0 of its scan inputs, writing axis 0 of its scan outputs."""
 
@@ -185,45 +178,23 @@ class CompiledScan:
         specs, outs = body.meta["inputs"], body.meta["outputs"]
         if len(specs) != n_state + n_x + n_caps or len(outs) != n_state + n_scan:
             raise EmberError("the body program does not have the scan-body interface")
-        self.body, self.n_state, self.n_x, self.n_caps = body, n_state, n_x, n_caps
-        self.state_bytes = [_nbytes(s) for s in outs[:n_state]]
-        self._state = _i64(self.state_bytes)
+        super().__init__(body, [_nbytes(s) for s in outs[:n_state]])
+        self.n_state, self.n_x, self.n_caps, self.n_scan = n_state, n_x, n_caps, n_scan
         self._x_rows = _i64([_nbytes(s) for s in specs[n_state:n_state + n_x]])
         self._scan = _i64([_nbytes(s) for s in outs[n_state:]])
         self._x_rev, self._out_rev = _i64(list(x_rev)), _i64(list(out_rev))
-        self.n_scan = n_scan
-        self._bufs = [[np.empty(b + 64, np.uint8) for b in self.state_bytes] for _ in range(2)]
 
     def run(self, xs: Sequence[np.ndarray], init: Sequence[np.ndarray],
             caps: Sequence[np.ndarray], final: Sequence[np.ndarray],
             scan_out: Sequence[np.ndarray]) -> None:
-        body = self.body
         trips = int(xs[0].shape[0]) if xs else 0
-        run_ptr = ctypes.cast(body._module._run, ctypes.c_void_p).value
-        bufs = [[_aligned(b) for b in side] for side in self._bufs]
-        sizes = None
-        if body.symbolic:   # the captures' dims bind once
-            shapes = [*(a.shape for a in init), *(x.shape[1:] for x in xs),
-                      *(a.shape for a in caps)]
-            sizes = body._bind_dims(shapes)
         xs = [np.require(x, requirements="C") for x in xs]
-        with body._lock:
-            if sizes is not None:
-                body._prepare(sizes)
-            rc = _scan_fn()(run_ptr, body._workspace_addr, trips, self.n_state, self._state,
-                            _ptrs([address(a) for a in init]), _ptrs(bufs[0]), _ptrs(bufs[1]),
-                            _ptrs([address(a) for a in final]), self.n_x, self._x_rows,
-                            _ptrs([address(x) for x in xs]), self._x_rev, self.n_caps,
-                            _ptrs([address(a) for a in caps]), self.n_scan, self._scan,
-                            _ptrs([address(a) for a in scan_out]), self._out_rev)
+        shapes = [*(a.shape for a in init), *(x.shape[1:] for x in xs), *(a.shape for a in caps)]
+        with self.body.bound(shapes) as (entry, workspace):
+            rc = native_function(SOURCE, "ember_scan", ctypes.c_int, _SCAN_ARGS)(
+                entry, workspace, trips, self.n_state, self._states, _ptrs(init),
+                *self._buf_ptrs, _ptrs(final), self.n_x, self._x_rows, _ptrs(xs), self._x_rev,
+                self.n_caps, _ptrs(caps), self.n_scan, self._scan, _ptrs(scan_out),
+                self._out_rev)
         if rc != 0:
             raise EmberError(f"the scan body failed with code {rc}")
-
-
-def _nbytes(spec: dict[str, Any]) -> int:
-    return int(np.prod(spec["shape"], dtype=np.int64)) * dtypes.dtype(spec["dtype"]).itemsize
-
-
-def _aligned(raw: np.ndarray) -> int:
-    base = address(raw)
-    return base + (-base % 64)

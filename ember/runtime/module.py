@@ -149,6 +149,8 @@ class NativeModule:
         self._lib = lib
         self._init = _bind(lib, "ember_init", ctypes.c_int, [ctypes.c_void_p])
         self._run = _bind(lib, "ember_run", ctypes.c_int, [_VOIDPP, _VOIDPP, ctypes.c_void_p])
+        # ember_run's address, for native callers (``runtime.loops`` calls it per trip)
+        self.run_address = int(ctypes.cast(self._run, ctypes.c_void_p).value or 0)
         self._num_threads = _bind(lib, "ember_num_threads", ctypes.c_int, [])
         self._profile = self._profile_entries = None
         if hasattr(lib, "ember_profile"):   # libraries built before profiling lack these

@@ -1,19 +1,17 @@
-"""The VM runtime's own packed functions: what compiled control flow needs besides programs.
+"""The VM runtime's own packed functions: what compiled control flow, sequences and the
+data-dependent ops need besides programs.
 
 Each follows the packed calling convention (the last ``output_size`` arguments are outputs the
-VM allocated, written in place) and has a placement kind (``KINDS``, see ``vm.placement``).
-Scan values accumulate in a cons list of the ADT ``List`` (``Nil`` / ``Cons(head, tail)``, the
-tail holding the *earlier* elements), which ``stack`` copies into one tensor at the end, as
-Nimble's runtime does with its tensor arrays.
+VM allocated, written in place) and has a placement kind (see ``vm.placement``); a shape
+function gives each output it sizes as a (shape, byte size) pair (``put_shape``). Scan values
+accumulate in a cons list of the ADT ``List`` (``Nil`` / ``Cons(head, tail)``, the tail
+holding the *earlier* elements), which ``stack`` copies into one tensor at the end, as
+Nimble's runtime does with its tensor arrays; a sequence is such a list first element first
+(``forward``).
 
-* ``loop_test(i, M, cond, flag)``: flag := i < M and cond (M or cond may be an empty tensor for
-  "absent");
-* ``incr(i, out)``: out := i + 1;
-* ``stack_shape{axis}(list, shape, nbytes)`` / ``stack{axis}r{reverse}(list, out)``: the shape
-  of, and the copy into, the stack of the list's elements along ``axis`` (in iteration order,
-  or reversed);
-* ``take_shape{axis}(x, shape, nbytes)`` / ``take{axis}r{reverse}(x, t, out)``: the shape of, and
-  the copy of, slice ``t`` of ``x`` along ``axis`` (counted from the end when reversed).
+Packed functions that need an op's IR semantics (a Reshape's target, a SplitToSequence's
+pieces) are built where the IR may be imported: ``ember.dynamic`` / ``ember.dynamic_sequence``.
+Every builtin is rebuilt from its recipe (``from_recipe``) when a saved model loads.
 """
 
 from __future__ import annotations
@@ -29,7 +27,29 @@ from ember.runtime import native_ops
 from ember.vm.objects import ADT
 
 PackedFunc = Callable[[Sequence[Any]], None]
-LIST_NIL, LIST_CONS = "List.Nil", "List.Cons"
+
+
+def put_shape(args: Sequence[Any], k: int, shape: Sequence[int], itemsize: int) -> None:
+    """The (shape, byte size) output pair at ``args[k]``, ``args[k + 1]``: what every shape
+    function gives the VM for one output it then allocates."""
+    args[k][...] = shape
+    args[k + 1][...] = math.prod(shape) * itemsize
+
+
+def write_shapes(args: Sequence[Any], k: int, shapes: Sequence[Sequence[int]],
+                 itemsizes: Sequence[int]) -> None:
+    """``put_shape`` for consecutive outputs from ``args[k]`` on."""
+    for j, (shape, size) in enumerate(zip(shapes, itemsizes)):
+        put_shape(args, k + 2 * j, shape, size)
+
+
+def forward(lst: Any) -> list[np.ndarray]:
+    """A list's tensors from its head on (a sequence: first element first)."""
+    out: list[np.ndarray] = []
+    while isinstance(lst, ADT) and lst.fields:
+        out.append(lst.fields[0])
+        lst = lst.fields[1]
+    return out
 
 
 def _flag(x: np.ndarray) -> bool:
@@ -47,12 +67,8 @@ def incr(args: Sequence[Any]) -> None:
 
 
 def _elements(lst: Any) -> list[np.ndarray]:
-    """The list's tensors in the order they were consed (oldest first)."""
-    out: list[np.ndarray] = []
-    while isinstance(lst, ADT) and lst.fields:
-        out.append(lst.fields[0])
-        lst = lst.fields[1]
-    return out[::-1]
+    """An accumulator's tensors in the order they were consed (oldest first)."""
+    return forward(lst)[::-1]
 
 
 def _stacked_shape(items: list[np.ndarray], axis: int, elem: tuple[int, ...]) -> list[int]:
@@ -68,9 +84,7 @@ def _stacked_shape(items: list[np.ndarray], axis: int, elem: tuple[int, ...]) ->
 def stack_shape(axis: int, elem: tuple[int, ...], itemsize: int) -> PackedFunc:
     """``elem``: the element shape to use when the loop ran zero times (static dims, else 0)."""
     def fn(args: Sequence[Any]) -> None:
-        shape = _stacked_shape(_elements(args[0]), axis, elem)
-        args[1][...] = shape
-        args[2][...] = math.prod(shape) * itemsize
+        put_shape(args, 1, _stacked_shape(_elements(args[0]), axis, elem), itemsize)
     return fn
 
 
@@ -87,9 +101,7 @@ def stack(axis: int, reverse: bool) -> PackedFunc:
 
 def take_shape(axis: int, itemsize: int) -> PackedFunc:
     def fn(args: Sequence[Any]) -> None:
-        shape = args[0].shape[:axis] + args[0].shape[axis + 1:]
-        args[1][...] = shape
-        args[2][...] = math.prod(shape) * itemsize
+        put_shape(args, 1, args[0].shape[:axis] + args[0].shape[axis + 1:], itemsize)
     return fn
 
 
@@ -113,27 +125,6 @@ def scan_length(axes: Sequence[int]) -> PackedFunc:
     return fn
 
 
-def reshape_shape(allowzero: bool) -> PackedFunc:
-    """``(x, shape, out)``: ONNX Reshape's output shape (0 copies a dim unless ``allowzero``,
-    -1 takes what is left)."""
-    def fn(args: Sequence[Any]) -> None:
-        x, target, out = args
-        dims = [int(d) for d in np.asarray(target).reshape(-1)]
-        got: list[int | None] = [x.shape[i] if d == 0 and not allowzero and i < x.ndim
-                                 else None if d == -1 else d for i, d in enumerate(dims)]
-        if sum(d is None for d in got) > 1 or any(d is not None and d < 0 for d in got):
-            raise VMError(f"Reshape to {dims}: more than one -1, or a negative dim")
-        known = math.prod([d for d in got if d is not None])
-        if None in got:
-            if known == 0 or x.size % known:
-                raise VMError(f"cannot reshape {x.shape} into {dims}")
-            got[got.index(None)] = x.size // known
-        elif known != x.size:
-            raise VMError(f"cannot reshape {x.shape} ({x.size} elements) into {dims}")
-        out[...] = got
-    return fn
-
-
 MAX_LOOP_ROWS_BYTES = 1 << 30
 
 
@@ -147,8 +138,7 @@ def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> Packe
             if nbytes > MAX_LOOP_ROWS_BYTES:
                 raise VMError(f"a Loop with M = {rows} trips would need {nbytes} bytes for "
                               f"its scan output {j}; give the loop a smaller M")
-            args[1 + 2 * j][...] = [rows, *elem]
-            args[2 + 2 * j][...] = nbytes
+            put_shape(args, 1 + 2 * j, [rows, *elem], size)
     return fn
 
 
@@ -160,9 +150,7 @@ def scan_rows(args: Sequence[Any]) -> None:
 def nonzero_shape(args: Sequence[Any]) -> None:
     """``(x, shape, nbytes)``: NonZero's output shape [max(rank, 1), count] (host: it reads
     every element of x)."""
-    rows = max(args[0].ndim, 1)
-    args[1][...] = (rows, native_ops.count_nonzero(args[0]))
-    args[2][...] = rows * int(args[1][1]) * 8
+    put_shape(args, 1, (max(args[0].ndim, 1), native_ops.count_nonzero(args[0])), 8)
 
 
 def nonzero(args: Sequence[Any]) -> None:
@@ -212,9 +200,7 @@ def _present(a: np.ndarray) -> np.ndarray | None:
 def nms_bounds(args: Sequence[Any]) -> None:
     """``(boxes, scores, max_out, shape, nbytes)``: room for the rows NonMaxSuppression can
     select (host: reads max_out)."""
-    rows = native_ops.nms_bound(args[0], args[1], _present(args[2]))
-    args[3][...] = (rows, 3)
-    args[4][...] = rows * 24
+    put_shape(args, 3, (native_ops.nms_bound(args[0], args[1], _present(args[2])), 3), 8)
 
 
 def nms(center: int) -> PackedFunc:
@@ -234,15 +220,6 @@ def decr(args: Sequence[Any]) -> None:
 
 def is_negative(args: Sequence[Any]) -> None:
     args[1][...] = int(args[0]) < 0
-
-
-def forward(lst: Any) -> list[np.ndarray]:
-    """A sequence's tensors, first first (a cons list built in order)."""
-    out: list[np.ndarray] = []
-    while isinstance(lst, ADT) and lst.fields:
-        out.append(lst.fields[0])
-        lst = lst.fields[1]
-    return out
 
 
 def seq_pos(end_ok: bool) -> PackedFunc:
@@ -277,9 +254,7 @@ def _concat_shape(items: list[np.ndarray], axis: int, new_axis: bool) -> list[in
 
 def seq_concat_shape(axis: int, new_axis: bool, itemsize: int) -> PackedFunc:
     def fn(args: Sequence[Any]) -> None:
-        shape = _concat_shape(forward(args[0]), axis, new_axis)
-        args[1][...] = shape
-        args[2][...] = math.prod(shape) * itemsize
+        put_shape(args, 1, _concat_shape(forward(args[0]), axis, new_axis), itemsize)
     return fn
 
 
@@ -297,55 +272,6 @@ def seq_concat(axis: int, new_axis: bool) -> PackedFunc:
     return fn
 
 
-def _pieces(x: np.ndarray, split: np.ndarray, axis: int) -> list[int]:
-    n = x.shape[axis]
-    if split.ndim == 1 and split.size == 0:
-        return [1] * n
-    if split.ndim == 0 or split.size == 1 and split.ndim == 0:
-        k = int(split)
-        if k <= 0:
-            raise VMError(f"SplitToSequence split {k} must be positive")
-        return [min(k, n - i) for i in range(0, n, k)]
-    sizes = [int(v) for v in split.reshape(-1)]
-    if sum(sizes) != n or any(v < 0 for v in sizes):
-        raise VMError(f"SplitToSequence sizes {sizes} do not sum to the axis length {n}")
-    return sizes
-
-
-def split_count(axis: int) -> PackedFunc:
-    def fn(args: Sequence[Any]) -> None:
-        args[2][...] = len(_pieces(args[0], args[1], axis))
-    return fn
-
-
-def _piece_shape(x: np.ndarray, split: np.ndarray, i: int, axis: int,
-                 keepdims: bool) -> tuple[int, int, list[int]]:
-    sizes = _pieces(x, split, axis)
-    start = sum(sizes[:i])
-    shape = list(x.shape)
-    shape[axis] = sizes[i]
-    if split.size == 0 and not keepdims:
-        del shape[axis]
-    return start, sizes[i], shape
-
-
-def split_piece_shape(axis: int, keepdims: bool, itemsize: int) -> PackedFunc:
-    def fn(args: Sequence[Any]) -> None:
-        _, _, shape = _piece_shape(args[0], args[1], int(args[2]), axis, keepdims)
-        args[3][...] = shape
-        args[4][...] = math.prod(shape) * itemsize
-    return fn
-
-
-def split_piece(axis: int, keepdims: bool) -> PackedFunc:
-    """``(x, split, i, out)``: piece i copied out."""
-    def fn(args: Sequence[Any]) -> None:
-        x, split, i, out = args
-        start, size, _ = _piece_shape(x, split, int(i), axis, keepdims)
-        out[...] = x[(slice(None),) * axis + (slice(start, start + size),)].reshape(out.shape)
-    return fn
-
-
 _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "loop_test": lambda r: loop_test,
     "incr": lambda r: incr,
@@ -354,7 +280,6 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "take_shape": lambda r: take_shape(r["axis"], r["itemsize"]),
     "take": lambda r: take(r["axis"], bool(r["reverse"])),
     "scan_length": lambda r: scan_length(r["axes"]),
-    "reshape_shape": lambda r: reshape_shape(bool(r["allowzero"])),
     "loop_rows": lambda r: loop_rows(r["elems"], r["itemsizes"]),
     "scan_rows": lambda r: scan_rows,
     "nonzero_shape": lambda r: nonzero_shape,
@@ -370,10 +295,6 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "seq_concat_shape": lambda r: seq_concat_shape(r["axis"], bool(r["new_axis"]),
                                                    r["itemsize"]),
     "seq_concat": lambda r: seq_concat(r["axis"], bool(r["new_axis"])),
-    "split_count": lambda r: split_count(r["axis"]),
-    "split_piece_shape": lambda r: split_piece_shape(r["axis"], bool(r["keepdims"]),
-                                                     r["itemsize"]),
-    "split_piece": lambda r: split_piece(r["axis"], bool(r["keepdims"])),
 }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import InputError
+from ember.vm.builtins import forward
 from ember.vm.executable import Executable
 from ember.vm.interpreter import PackedFunc, VirtualMachine
 from ember.vm.isa import format_executable
@@ -77,11 +78,7 @@ class VMModel:
     def _output(self, value: Any, kind: str) -> Any:
         if kind != "sequence":
             return np.asarray(value)
-        items = []
-        while isinstance(value, ADT) and value.fields:
-            items.append(np.asarray(value.fields[0]))
-            value = value.fields[1]
-        return items
+        return [np.asarray(x) for x in forward(value)]
 
     def __call__(self, *args: Any) -> Any:
         result = self.vm.run(*self._inputs(args))
