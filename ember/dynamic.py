@@ -46,6 +46,7 @@ from ember.ir.ops.control import CONTROL_OPS
 from ember.ir.ops.sequence import SEQUENCE_OPS
 from ember.ir.ops.tensor import reshape_dims
 from ember.ir.sequence import is_sequence
+from ember.passes.rebind_dims import rebind_derived_dims
 from ember.runtime.artifact import read_bundle
 from ember.runtime.compiled import CompiledModel, load_model_bytes
 from ember.runtime.loops import CompiledLoop, CompiledScan
@@ -131,13 +132,15 @@ def partition(g: Graph) -> list[_Segment | Node]:
 
 def _segment_graph(s: _Segment, k: int) -> Graph:
     """The segment as a graph of its own: fresh input values (so no pass follows a producer
-    into another segment), the segment's nodes rewired to them."""
+    into another segment), the segment's nodes rewired to them, input dims it could not bind
+    renamed (``passes.rebind_dims``)."""
     fresh = {v.uid: Value(v.type, f"s{k}_in{i}") for i, v in enumerate(s.inputs)}
     for n in s.nodes:
         n.inputs = [fresh.get(v.uid, v) if v is not None else None for v in n.inputs]
     g = Graph([fresh[v.uid] for v in s.inputs], list(s.outputs), list(s.nodes), f"segment{k}")
     for i, o in enumerate(g.outputs):
         o.name = o.name or f"s{k}_out{i}"
+    rebind_derived_dims(g, f"s{k}_")   # n//8 on the inputs without n: a symbol of its own
     return g
 
 

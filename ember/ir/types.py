@@ -529,6 +529,26 @@ def substitute(d: Dim, mapping: Mapping[str, Dim]) -> Dim:
     return d if isinstance(d, int) else d.subs(mapping)
 
 
+def replace_atoms(d: Dim, mapping: Mapping[Atom, Dim]) -> Dim:
+    """``d`` with whole atoms (free names or derived atoms such as ``n//8``) replaced by
+    ``mapping``; the arguments of other derived atoms are rewritten the same way."""
+    if isinstance(d, int):
+        return d
+    total: Dim = 0
+    for mono, c in d.terms:
+        t: Dim = c
+        for a in mono:
+            if a in mapping:
+                t = t * mapping[a]
+            elif isinstance(a, str):
+                t = t * _atom_sym(a)
+            else:
+                x, y = (replace_atoms(v, mapping) for v in a.args)
+                t = t * _DERIVED_FNS[a.op](x, y)
+        total = total + t
+    return total
+
+
 def dim_atoms(d: Dim) -> frozenset[str]:
     return frozenset() if isinstance(d, int) else d.atoms()
 

@@ -150,6 +150,16 @@ def _pool_geometry(attrs: dict[str, Any]) -> tuple[list[int], list[int], list[in
     return k, s, d, p
 
 
+def _may_exceed(last: Any, size: Any, ceil_mode: int) -> bool:
+    """Whether the last window's last tap (``last``) may lie past the input (``size``). With
+    symbolic sizes the comparison may have no value at compile time: in floor mode without
+    padding the output length makes the last window fit; in ceil mode it may not."""
+    try:
+        return bool(last >= size)
+    except TypeError:
+        return bool(ceil_mode)
+
+
 @register("MaxPool", "AveragePool", "MaxPoolNHWC", "AveragePoolNHWC")
 def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x = ins[0]
@@ -167,7 +177,8 @@ def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
         conds = []
         for j, a in enumerate(sp):
             src[a] = i[a] * s[j] + rs[j].var * d[j] - p[j]
-            if p[j] or (shape[a] - 1) * s[j] + (k[j] - 1) * d[j] - p[j] >= x.shape[a]:
+            if p[j] or _may_exceed((shape[a] - 1) * s[j] + (k[j] - 1) * d[j], x.shape[a],
+                                   attrs.get("ceil_mode", 0)):
                 conds += [src[a] >= 0, src[a] < x.shape[a]]
         return src, all_of(conds)
 

@@ -39,9 +39,9 @@ import numpy as np
 
 from ember.errors import ModelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
-from ember.ir.graph import Value
+from ember.ir.graph import Graph, Value
 from ember.ir.ops.rnn import activation_params
-from ember.ir.types import dims_equal
+from ember.ir.types import Dim, TensorType, dims_equal
 
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
                        "RNN": ["Tanh"]}
@@ -55,12 +55,13 @@ class Recurrence:
 
     op: str
     x2: Value                 # X as [S*B, I]
-    seq: int
+    seq: Dim                  # a symbol: the recurrence runs as a Scan
     batch: int
     hidden: int
     reverse: list[bool]       # one entry per direction
     layout: int
     lens: Value | None        # None: every sequence has the full length
+    x: Value | None = None    # X time-major [S, B, I]
 
     def zeros(self, width: int = 1) -> Value:
         return Value.constant(np.zeros((self.batch, width * self.hidden), np.float32))
@@ -75,10 +76,25 @@ def _static(op: str, v: Value, what: str) -> list[int]:
     return [int(d) for d in v.type.shape]  # type: ignore[arg-type]
 
 
-def _sequence_lens(op: str, lens: Value | None, seq: int, batch: int) -> Value | None:
+def _sequence_shape(op: str, x: Value) -> tuple[Dim, int, int]:
+    """(sequence length, batch, input size) of time-major X: the length may be a symbol."""
+    seq, *rest = x.type.shape
+    if not all(isinstance(d, int) for d in rest):
+        raise UnsupportedOpError(
+            f"{op} input X has shape {x.type}; ember needs a static batch and input size (the "
+            "sequence length may be symbolic; bind the others with import_model(..., "
+            "input_shapes=...))")
+    return seq, int(rest[0]), int(rest[1])
+
+
+def _sequence_lens(op: str, lens: Value | None, seq: Dim, batch: int) -> Value | None:
     """``sequence_lens`` when some entry may be shorter than ``seq``; None when all are full."""
     if lens is None:
         return None
+    if not isinstance(seq, int):
+        raise UnsupportedOpError(
+            f"{op} with sequence_lens over a symbolic sequence length is not supported; export "
+            "the model without sequence_lens (or with a static length)")
     if (lens.type.rank != 1 or dims_equal(lens.type.shape[0], batch) is False
             or lens.type.dtype.is_float):
         raise ModelError(f"{op} sequence_lens {lens.type} must be an integer vector of the "
@@ -128,8 +144,8 @@ def _prepare(ctx: Ctx, op: str, ins: list[Value | None], n_states: int, attrs: A
         x = ctx.add1("Transpose", [x], {"perm": [1, 0, 2]})
         states = [None if v is None else ctx.add1("Transpose", [v], {"perm": [1, 0, 2]})
                   for v in states]
-    seq, batch, in_size = _static(op, x, "X")
-    if seq < 1 or batch < 1:
+    seq, batch, in_size = _sequence_shape(op, x)
+    if (isinstance(seq, int) and seq < 1) or batch < 1:
         raise UnsupportedOpError(f"{op} on an empty sequence or batch (X {x.type})")
     rshape = _static(op, r, "R")
     hidden = int(attrs.get("hidden_size", rshape[-1]))
@@ -141,9 +157,10 @@ def _prepare(ctx: Ctx, op: str, ins: list[Value | None], n_states: int, attrs: A
         if v is not None and _static(op, v, "initial state") != [len(reverse), batch, hidden]:
             raise ModelError(f"{op} initial state {v.type} does not match "
                              f"[{len(reverse)}, {batch}, {hidden}] (layout {layout})")
-    x2 = ctx.add1("Reshape", [x, ctx.const(np.array([seq * batch, in_size], np.int64))])
+    rows = seq * batch if isinstance(seq, int) else -1
+    x2 = ctx.add1("Reshape", [x, ctx.const(np.array([rows, in_size], np.int64))])
     rec = Recurrence(op, x2, seq, batch, hidden, reverse, layout,
-                     _sequence_lens(op, lens, seq, batch))
+                     _sequence_lens(op, lens, seq, batch), x)
     return rec, states
 
 
@@ -245,15 +262,19 @@ def _bias_halves(ctx: Ctx, rec: Recurrence, d: int, b: Value | None
 def _outputs(ctx: Ctx, rec: Recurrence, runs: list[tuple[list[Value], list[Value]]]
              ) -> list[Value]:
     """Y [S, dirs, B, H] and the final states [dirs, B, H] (batch-major with layout 1)."""
-    ys = []
-    for steps, _ in runs:
-        y = ctx.add1("Concat", [ctx.add1("Unsqueeze", [s], {"axes": [0]}) for s in steps],
-                     {"axis": 0})
-        ys.append(ctx.add1("Unsqueeze", [y], {"axes": [1]}))          # [S, 1, B, H]
+    ys = [ctx.add1("Concat", [ctx.add1("Unsqueeze", [s], {"axes": [0]}) for s in steps],
+                   {"axis": 0}) for steps, _ in runs]
+    return _assemble(ctx, rec, ys, [finals for _, finals in runs])
+
+
+def _assemble(ctx: Ctx, rec: Recurrence, ys: list[Value], finals: list[list[Value]]
+              ) -> list[Value]:
+    """The op's outputs from each direction's Y ``[S, B, H]`` and final states ``[B, H]``."""
+    ys = [ctx.add1("Unsqueeze", [y], {"axes": [1]}) for y in ys]           # [S, 1, B, H]
     outs = [ys[0] if len(ys) == 1 else ctx.add1("Concat", ys, {"axis": 1})]
-    for k in range(len(runs[0][1])):
-        finals = [ctx.add1("Unsqueeze", [run[1][k]], {"axes": [0]}) for run in runs]
-        outs.append(finals[0] if len(finals) == 1 else ctx.add1("Concat", finals, {"axis": 0}))
+    for k in range(len(finals[0])):
+        last = [ctx.add1("Unsqueeze", [f[k]], {"axes": [0]}) for f in finals]
+        outs.append(last[0] if len(last) == 1 else ctx.add1("Concat", last, {"axis": 0}))
     if rec.layout == 1:
         outs = [ctx.add1("Transpose", [outs[0]], {"perm": [2, 0, 1, 3]}),
                 *(ctx.add1("Transpose", [v], {"perm": [1, 0, 2]}) for v in outs[1:])]
@@ -282,9 +303,66 @@ def _convert(ctx: Ctx, op: str, ins: list[Value | None], n_states: int, attrs: A
     cell)`` unrolls one direction."""
     rec, states = _prepare(ctx, op, ins, n_states, attrs)
     rest = [*ins[1:4], *states, *ins[5 + n_states:]]
+    if not isinstance(rec.seq, int):
+        return _scanned(ctx, rec, rest, n_states, attrs, direction)
     runs = [direction(ctx, rec, d, rest, _cell_attrs(op, attrs, d, len(rec.reverse)))
             for d in range(len(rec.reverse))]
     return _outputs(ctx, rec, runs)
+
+
+# --------------------------------------------------------------------------- symbolic length
+def _scanned(ctx: Ctx, rec: Recurrence, rest: list[Value | None], n_states: int, attrs: Attrs,
+             direction: Callable[..., tuple[list[Value], list[Value]]]) -> list[Value]:
+    """A symbolic sequence length: each direction is a ``Scan`` over X's time axis whose body
+    is the same ``direction`` builder run for one step (a recurrence of length 1 whose
+    initial states are the body's state inputs)."""
+    runs = [_scan_direction(ctx, rec, d, rest, n_states,
+                            _cell_attrs(rec.op, attrs, d, len(rec.reverse)), direction)
+            for d in range(len(rec.reverse))]
+    return _assemble(ctx, rec, [r[-1] for r in runs], [r[:-1] for r in runs])
+
+
+def _scan_direction(ctx: Ctx, rec: Recurrence, d: int, rest: list[Value | None],
+                    n_states: int, cell: Attrs,
+                    direction: Callable[..., tuple[list[Value], list[Value]]]) -> list[Value]:
+    """Direction ``d`` as one ``Scan``: its final states, then Y ``[S, B, H]`` in time order.
+    The body's operands are direction ``d``'s slices of the weights (constants, or captures
+    when computed at run time)."""
+    assert rec.x is not None
+    dt = rec.x.type.dtype
+    state_t = TensorType((rec.batch, rec.hidden), dt)
+    h_in = [Value(state_t, f"state{k}") for k in range(n_states)]
+    x_t = Value(TensorType((rec.batch, int(rec.x.type.shape[2])), dt), "x_t")
+    body = Graph([*h_in, x_t], name=f"{ctx.node_name}/step{d}")
+    bctx = Ctx(body, ctx.opset)
+    bctx.begin(ctx.node, f"{ctx.node_name}/step{d}")
+    captures: list[Value] = []
+
+    def inner(v: Value | None) -> Value | None:
+        """Direction ``d`` of per-direction operand ``v`` (``[1, ...]``), as the body sees it."""
+        if v is None:
+            return None
+        one = ctx.add1("Unsqueeze", [_direction(ctx, d, v)], {"axes": [0]})
+        if one.is_const:
+            return one
+        captures.append(one)
+        cap = Value(one.type, f"capture{len(captures)}")
+        body.inputs.append(cap)
+        return cap
+
+    weights = [inner(v) for v in rest[:3]]
+    extra = [inner(v) for v in rest[3 + n_states:]]
+    states = [bctx.add1("Unsqueeze", [h], {"axes": [0]}) for h in h_in]
+    one = Recurrence(rec.op, x_t, 1, rec.batch, rec.hidden, [False], 0, None)
+    ys, finals = direction(bctx, one, 0, [*weights, *states, *extra], cell)
+    body.outputs = [*finals, ys[0]]
+    inits = [rec.zeros() if v is None else _direction(ctx, d, v)
+             for v in rest[3:3 + n_states]]
+    rev = int(rec.reverse[d])
+    return ctx.add("Scan", [*inits, rec.x, *captures], {
+        "body": body, "state": n_states, "num_scan_inputs": 1, "scan_input_axes": [0],
+        "scan_input_directions": [rev], "scan_output_axes": [0],
+        "scan_output_directions": [rev], "captures": len(captures)})
 
 
 # --------------------------------------------------------------------------- LSTM

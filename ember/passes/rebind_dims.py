@@ -1,0 +1,79 @@
+"""Rebind derived input dims: give a graph whose inputs' shapes can bind all its symbols.
+
+A program binds its symbols from its inputs' shapes at run time (a bare symbol ``n`` or a linear
+``c*n + k`` is solved for ``n``). A graph cut out of a larger one (a VM segment after a pooling
+or a strided convolution) may see ``n//8`` on its inputs while ``n`` itself reaches it nowhere;
+``n`` then has no value. This pass renames each such derived atom to a fresh symbol, through
+every value type and every dim held in a node attribute, so that the input shapes bind it.
+
+Pre: ``g`` is type-checked; its nodes are its own (a segment graph with fresh inputs).
+Post: every derived atom on an input whose symbols no input binds is a fresh named symbol in
+every type of ``g`` (the same atom, the same symbol); the inputs are new values of the new
+types. Returns the mapping (empty: ``g`` unchanged). Symbols no input mentions at all stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ember.ir.graph import Graph, Value
+from ember.ir.types import Atom, DerivedAtom, Dim, Sym, TensorType, replace_atoms
+
+
+def _linear_atoms(dims: Iterable[Dim]) -> set[str]:
+    """Names some dim binds: polynomials of degree one in free names only."""
+    out: set[str] = set()
+    for d in dims:
+        if isinstance(d, Sym) and all(len(m) <= 1 and all(isinstance(a, str) for a in m)
+                                      for m, _ in d.terms):
+            out |= d.atoms()
+    return out
+
+
+def _unbound_derived(dims: list[Dim], bound: set[str]) -> list[DerivedAtom]:
+    found: list[DerivedAtom] = []
+    for d in dims:
+        if not isinstance(d, Sym):
+            continue
+        for mono, _ in d.terms:
+            for a in mono:
+                if isinstance(a, DerivedAtom) and not _is_bound(a, bound) and a not in found:
+                    found.append(a)
+    return found
+
+
+def _is_bound(a: DerivedAtom, bound: set[str]) -> bool:
+    return all(isinstance(x, int) or x.atoms() <= bound for x in a.args)
+
+
+def _retype(t: Any, mapping: dict[Atom, Dim]) -> Any:
+    if isinstance(t, TensorType):
+        return t.with_shape(tuple(replace_atoms(d, mapping) for d in t.shape))
+    return t
+
+
+def _reattr(v: Any, mapping: dict[Atom, Dim]) -> Any:
+    if isinstance(v, Sym):
+        return replace_atoms(v, mapping)
+    if isinstance(v, (list, tuple)) and any(isinstance(x, Sym) for x in v):
+        return type(v)(replace_atoms(x, mapping) if isinstance(x, Sym) else x for x in v)
+    return v
+
+
+def rebind_derived_dims(g: Graph, prefix: str = "b") -> dict[Atom, Dim]:
+    """Rename the derived input atoms of ``g`` that its inputs cannot bind (see module doc)."""
+    dims = [d for v in g.inputs if isinstance(v.type, TensorType) for d in v.type.shape]
+    atoms = _unbound_derived(dims, _linear_atoms(dims))
+    if not atoms:
+        return {}
+    mapping: dict[Atom, Dim] = {a: Sym(f"{prefix}{i}") for i, a in enumerate(atoms)}
+    new_inputs = {v.uid: Value(_retype(v.type, mapping), v.name) for v in g.inputs}
+    for n in g.nodes:
+        n.inputs = [new_inputs.get(v.uid, v) if v is not None else None for v in n.inputs]
+        n.attrs = {k: _reattr(a, mapping) for k, a in n.attrs.items()}
+        for o in n.outputs:
+            o.type = _retype(o.type, mapping)
+    g.outputs = [new_inputs.get(v.uid, v) for v in g.outputs]
+    g.inputs = [new_inputs[v.uid] for v in g.inputs]
+    return mapping

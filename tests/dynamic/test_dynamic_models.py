@@ -1,0 +1,182 @@
+"""Nimble's dynamic models, compiled once and run at several shapes against onnxruntime: the
+recurrent ops over a symbolic sequence length (a ``Scan`` per direction), an LSTM written with an
+ONNX ``Loop``, a voice-activity detector with an ``If`` on an input value and a recurrent state
+carried between calls, and an OCR recognizer (CNN + bidirectional LSTM) over a symbolic image
+width; and the pass that lets a VM segment bind ``n//8`` when ``n`` does not reach it."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import ember
+from ember import dynamic_control
+from ember.errors import UnsupportedOpError
+from ember.ir.graph import Graph, Value
+from ember.ir.types import Sym, TensorType, floordiv
+from ember.passes.rebind_dims import rebind_derived_dims
+from ember.vm.model import VMModel
+from ember.zoo.loops import loop_rnn
+from ember.zoo.streaming import crnn, vad
+
+ort = pytest.importorskip("onnxruntime")
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(11)
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _agree(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def _rnn_model(op: str, direction: str, layout: int, states: bool, weights_as_inputs: bool,
+               hidden: int = 8, size: int = 5, batch: int = 2, **attrs: object
+               ) -> onnx.ModelProto:
+    g, dirs = GATES[op], 2 if direction == "bidirectional" else 1
+    arrays = {"W": (dirs, g * hidden, size), "R": (dirs, g * hidden, hidden),
+              "B": (dirs, 2 * g * hidden)}
+    weights = {n: (RNG.standard_normal(s) * 0.4).astype(np.float32) for n, s in arrays.items()}
+    x_shape = ["T", batch, size] if layout == 0 else [batch, "T", size]
+    inputs = [helper.make_tensor_value_info("x", F, x_shape)]
+    inits = []
+    for n, a in weights.items():
+        if weights_as_inputs:
+            inputs.append(helper.make_tensor_value_info(n, F, list(a.shape)))
+        else:
+            inits.append(numpy_helper.from_array(a, n))
+    names = ["x", "W", "R", "B", ""]
+    state_shape = [dirs, batch, hidden] if layout == 0 else [batch, dirs, hidden]
+    for s in ("h0", "c0")[:2 if op == "LSTM" else 1] if states else ():
+        names.append(s)
+        inputs.append(helper.make_tensor_value_info(s, F, state_shape))
+    outs = ["y", "y_h", "y_c"][:3 if op == "LSTM" else 2]
+    node = helper.make_node(op, names, outs, hidden_size=hidden, direction=direction,
+                            layout=layout, **attrs)
+    graph = helper.make_graph([node], "rnn", inputs,
+                              [helper.make_tensor_value_info(o, F, None) for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    return model
+
+
+def _rnn_feed(model: onnx.ModelProto, t: int) -> dict[str, np.ndarray]:
+    feed = {}
+    for v in model.graph.input:
+        dims = [d.dim_value if d.HasField("dim_value") else t
+                for d in v.type.tensor_type.shape.dim]
+        feed[v.name] = (RNG.standard_normal(dims) * (0.4 if v.name in "WRB" else 1)
+                        ).astype(np.float32)
+    return feed
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("op,direction,layout,states,weights_as_inputs,attrs", [
+    ("LSTM", "forward", 0, True, False, {}),
+    ("LSTM", "bidirectional", 0, False, False, {}),
+    ("LSTM", "reverse", 1, True, False, {}),
+    ("GRU", "bidirectional", 0, True, False, {}),
+    ("GRU", "forward", 0, False, False, {"linear_before_reset": 1}),
+    ("RNN", "reverse", 0, True, True, {}),
+    ("RNN", "bidirectional", 1, False, False, {}),
+])
+def test_recurrent_op_over_a_symbolic_length(op: str, direction: str, layout: int,
+                                             states: bool, weights_as_inputs: bool,
+                                             attrs: dict, compiled: bool,
+                                             monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Compiled once, run at lengths 1, 4 and 9: each direction is a Scan whose body is one
+    step (weights given at run time become the body's captures); onnxruntime is the oracle,
+    onnx's reference evaluator where onnxruntime lacks layout 1."""
+    monkeypatch.setattr(dynamic_control, "COMPILED_LOOPS", compiled)
+    model = _rnn_model(op, direction, layout, states, weights_as_inputs, **attrs)
+    cm = ember.compile(model)
+    assert isinstance(cm, VMModel)
+    # one native call per Scan, or the body as a VM function once per step
+    assert bool(re.search(r"@scan\d+\(", cm.bytecode)) == compiled
+    oracle = _session(model) if layout == 0 else ReferenceEvaluator(model)
+    for t in (1, 4, 9):
+        feed = _rnn_feed(model, t)
+        _agree(list(cm.run(feed).values()), oracle.run(None, feed))
+
+
+def test_sequence_lens_over_a_symbolic_length_is_named() -> None:
+    model = _rnn_model("GRU", "forward", 0, False, False)
+    model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [2]))
+    model.graph.node[0].input[4] = "lens"
+    with pytest.raises(UnsupportedOpError, match="sequence_lens over a symbolic"):
+        ember.compile(model)
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm"])
+def test_loop_lstm_over_a_dynamic_length(cell: str) -> None:
+    """The LSTM of ``zoo.loops`` (a Loop whose trip count is the input's length, h and c
+    carried per layer, the weights captured from the outer graph) at several lengths."""
+    model = loop_rnn(32, 2, cell=cell)
+    cm, sess = ember.compile(model), _session(model)
+    assert isinstance(cm, VMModel)
+    for t in (1, 6, 31):
+        feed = {"x": RNG.standard_normal((t, 1, 32)).astype(np.float32)}
+        _agree(list(cm.run(feed).values()), sess.run(None, feed))
+
+
+def test_voice_activity_detector_streams_its_state() -> None:
+    """``zoo.streaming.vad``: an If on the sample rate picks the front end; the LSTM state
+    returned by one call is the next call's input. Chunks of different lengths at 8 and
+    16 kHz, the state threaded through ember and onnxruntime alike."""
+    model = vad(channels=16, hidden=16)
+    cm, sess = ember.compile(model), _session(model)
+    assert isinstance(cm, VMModel) and "if " in cm.bytecode.lower()
+    for sr, lengths in ((16000, (512, 1024, 800)), (8000, (256, 300, 512))):
+        h = c = np.zeros((1, 1, 16), np.float32)
+        h_ref, c_ref = h, c
+        for n in lengths:
+            audio = RNG.standard_normal((1, n)).astype(np.float32)
+            rate = np.array(sr, np.int64)
+            got = list(cm.run({"audio": audio, "sr": rate, "h": h, "c": c}).values())
+            want = sess.run(None, {"audio": audio, "sr": rate, "h": h_ref, "c": c_ref})
+            _agree(got, want)
+            h, c = got[1], got[2]
+            h_ref, c_ref = want[1], want[2]
+
+
+def test_ocr_crnn_over_a_dynamic_width() -> None:
+    """``zoo.streaming.crnn``: three pooled conv stages (W -> W/8), a bidirectional LSTM over
+    the columns, per-column log-probabilities; widths that are and are not multiples of 8."""
+    model = crnn(classes=11, hidden=16)
+    cm, sess = ember.compile(model), _session(model)
+    assert isinstance(cm, VMModel)
+    for w in (32, 77, 128):
+        feed = {"image": RNG.standard_normal((1, 1, 32, w)).astype(np.float32)}
+        got, want = list(cm.run(feed).values()), sess.run(None, feed)
+        assert got[0].shape == (w // 8, 1, 11)
+        _agree(got, want)
+
+
+def test_rebind_derived_dims_names_what_the_inputs_cannot_bind() -> None:
+    """Before: input [n//8, 4] and an output [2*(n//8), 4] (n bound by no input). After: both
+    in terms of one fresh symbol; a graph whose inputs bind n is left unchanged."""
+    n = Sym("n")
+    x = Value(TensorType((floordiv(n, 8), 4)), "x")
+    g = Graph([x], name="seg")
+    y = g.add("Concat", [x, x], {"axis": 0}).outputs[0]
+    g.outputs = [y]
+    mapping = rebind_derived_dims(g, "s0_")
+    b = Sym("s0_0")
+    assert mapping == {floordiv(n, 8).atom: b}
+    assert g.inputs[0].type.shape == (b, 4) and g.nodes[0].inputs == [g.inputs[0]] * 2
+    assert y.type.shape == (2 * b, 4)
+
+    z = Value(TensorType((n, 4)), "z")
+    h = Graph([z, Value(TensorType((floordiv(n, 8), 4)), "w")], name="seg")
+    assert rebind_derived_dims(h) == {}
+    assert h.inputs[0] is z
