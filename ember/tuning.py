@@ -135,7 +135,10 @@ class TopK:
         return cache_dir() / "roller" / f"{key[:32]}.json"
 
     def pick(self, signature: str, candidates: Sequence[Any],
-             build: Callable[[Any], Kernel] | None = None) -> Any:
+             build: Callable[..., Kernel] | None = None, sizes: Sequence[int] = ()) -> Any:
+        """The fastest of ``candidates`` by ``measure_kernels``; with ``sizes``, each built
+        at every size (``build(candidate, size)``) and the one whose time relative to the
+        fastest at each size has the least geometric mean."""
         record: dict[str, Any] = {"signature": signature,
                                   "candidates": [_describe(c) for c in candidates]}
         path = self._cache_file(signature)
@@ -149,16 +152,38 @@ class TopK:
             self.log.append(record)
             return candidates[0]
         t = time.perf_counter()
-        times = measure_kernels([build(c) for c in candidates], self.units,
-                                [float(getattr(c, "predicted", 0.0)) for c in candidates])
+        if sizes:
+            best, times, per_size = _spread_choice(candidates, build, sizes, self.units)
+        else:
+            times = measure_kernels([build(c) for c in candidates], self.units,
+                                    [float(getattr(c, "predicted", 0.0)) for c in candidates])
+            best, per_size = int(np.argmin(times)), None
         self.measure_s += time.perf_counter() - t
-        best = int(np.argmin(times))
-        result = {"chosen": best, "measured": times,
-                  "chosen_fields": _fields(candidates[best])}
+        result = {"chosen": best, "measured": times, "chosen_fields": _fields(candidates[best])}
+        if per_size is not None:
+            result.update(sizes=list(sizes), measured_per_size=per_size)
         write_atomic(path, json.dumps(result).encode())
         record.update(result)
         self.log.append(record)
         return candidates[best]
+
+
+def _spread_choice(candidates: Sequence[Any], build: Callable[..., Kernel],
+                   sizes: Sequence[int], units: int
+                   ) -> tuple[int, list[float], list[list[float]]]:
+    """Every candidate measured at every size: (the best on average, each one's geometric
+    mean of its time over the fastest's at each size, the times [candidate][size]).
+    ``sizes[0]`` is the size the candidates' predicted times are for."""
+    hint = sizes[0]
+    by_size = [measure_kernels([build(c, s) for c in candidates], units,   # reps per size
+                               [float(getattr(c, "predicted", 0.0)) * s / hint
+                                for c in candidates]) for s in sizes]
+    n = len(sizes)
+    times = [[by_size[j][i] for j in range(n)] for i in range(len(candidates))]
+    fastest = [min(t[j] for t in times) for j in range(n)]
+    score = [float(np.exp(np.mean([np.log(t[j] / fastest[j]) for j in range(n)])))
+             for t in times]
+    return int(np.argmin(score)), score, times
 
 
 def _describe(c: Any) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ember.ir.graph import Graph, Node
+from ember.ir.graph import Graph, Node, Value
+from ember.ir.types import TensorType
 from ember.kernel import transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
@@ -116,12 +117,15 @@ def symbolic_rows(m: Node) -> Extent:
 
 
 def choose_tiling(g: ConvGeom, ctx: RollerContext,
-                  build: Callable[[DenseTile], Kernel] | None = None,
-                  spread: bool = False) -> DenseTile:
+                  build: Callable[..., Kernel] | None = None,
+                  spread: bool = False, symbolic: bool = False) -> DenseTile:
     """The rProgram Roller constructs for ``g``: the model's best (K = 1) or the fastest
     measured of the top K (``ctx.pick`` compiles them with ``build``). ``spread`` (a MatMul,
     whose row count may also be symbolic, then ``g`` has its hint): the best on average by the
-    model over ``g``'s row count and a spread of others (``dense.construct_spread``)."""
+    model over ``g``'s row count and a spread of others (``dense.construct_spread``).
+    ``symbolic`` (the row count is known at run time only): the top K are measured at each
+    row count of the spread (``build(candidate, rows)``) and the best on average is kept
+    (Nimble's choice of a symbolic kernel's configuration)."""
     t = time.perf_counter()
     if spread:   # one config for the spread of row counts
         cands = dense.construct_spread([replace(g, W=p, OW=p) for p in (g.P,) + dense.SPREAD],
@@ -131,6 +135,9 @@ def choose_tiling(g: ConvGeom, ctx: RollerContext,
     ctx.construct_s += time.perf_counter() - t
     if len(cands) == 1:
         return cands[0]
+    if symbolic:
+        return ctx.pick(dense_signature(g, ctx) + ":spread", cands, build,  # type: ignore[no-any-return]
+                        sizes=[g.P, *(p for p in dense.SPREAD if p != g.P)])
     return ctx.pick(dense_signature(g, ctx), cands, build)  # type: ignore[no-any-return]
 
 
@@ -216,13 +223,19 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     # small K chunks over wide channel panels, ran at 98 GFLOP/s among the other layers'
     # weights; the spread's choice, panels that stay in L2 across row blocks, at 180)
     spread = m.op == "MatMul"
-    t = tiling or choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c), spread)
+    rows = symbolic_rows(m) if m.op == "MatMul" else g.P
+    sym = None if isinstance(rows, int) else rows
+    if tiling is not None:
+        t = tiling
+    elif sym is not None:
+        t = choose_tiling(g, ctx, lambda c, p: build_dense(name, _rows_matmul(m, p), ctx, c),
+                          spread, symbolic=True)
+    else:
+        t = choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c), spread)
     local = transposed_output(body)
     if local:
         t = fit_scratch(t)
     packed = pack_weights(w_hwio, g, t)
-    rows = symbolic_rows(m) if m.op == "MatMul" else g.P
-    sym = None if isinstance(rows, int) else rows
     ntasks: Extent = dense.task_count(g, t)
     if sym is not None:
         ntasks = mul_extent(g.G * -(-g.OCg // t.NT),
@@ -256,6 +269,17 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     flops = 2 * hint_of(rows) * g.OC * g.KH * g.KW * g.ICg
     doc = f"{body.name}: {dense.describe_space(g)}; roller {t.describe()}"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
+
+
+def _rows_matmul(m: Node, rows: int) -> Graph:
+    """The MatMul ``m`` alone over ``rows`` rows of its input: what a symbolic MatMul's
+    candidates are measured as at each row count of the spread (the epilogue left out)."""
+    x, w = m.inputs
+    assert x is not None and w is not None
+    a = Value(TensorType((rows, x.type.shape[-1]), x.type.dtype), "x")
+    g = Graph([a], name=f"matmul_{rows}")
+    g.outputs = g.add("MatMul", [a, w]).outputs
+    return g
 
 
 def _task_channels(t: DenseTile) -> int:

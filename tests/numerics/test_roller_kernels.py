@@ -97,3 +97,30 @@ def test_transposed_store_of_a_conv_chain_exit(tile: DenseTile,
     assert re.search(r"em_transpose_store\(L\d+_\w+_tile, ", src)     # called on the tile
     got = ember.compile(model, num_threads=2)(x=x, r=r)
     np.testing.assert_allclose(got, run_ort(model, {"x": x, "r": r})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_rows_choose_by_measuring_a_spread(tmp_path,  # noqa: ANN001
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MatMul with a symbolic row count and K = 2: each candidate is measured at its hint
+    and at every row count of the spread, and the one least slower than the fastest on
+    average (geometric mean) is kept; the compiled model then runs at any row count."""
+    from ember.kernel.roller.dense import SPREAD
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((48, 40)).astype(np.float32) * 0.2
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                       {"x": np.zeros((1, 48), np.float32)}, {"w": w}, ["y"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    cm = ember.compile(model, num_threads=2, topk=2)
+    (rec,) = cm.meta["roller"]
+    assert rec["signature"].endswith(":spread") and len(rec["candidates"]) == 2
+    assert rec["sizes"][0] == 128 and set(rec["sizes"][1:]) == set(SPREAD) - {128}
+    per = np.array(rec["measured_per_size"])
+    assert per.shape == (2, len(rec["sizes"])) and np.all(per > 0)
+    score = np.exp(np.mean(np.log(per / per.min(axis=0)), axis=1))
+    np.testing.assert_allclose(rec["measured"], score, rtol=1e-9)
+    assert rec["chosen"] == int(np.argmin(score))
+    for n in (1, 13, 200):
+        x = rng.standard_normal((n, 48)).astype(np.float32)
+        np.testing.assert_allclose(cm(x=x), x @ w, rtol=1e-4, atol=1e-4)

@@ -18,7 +18,7 @@ from ember.kernel.roller.hal import DeviceSpec, detect_cpu
 
 
 def _first(signature: str, candidates: Sequence[Any],
-           build: Callable[[Any], Any] | None = None) -> Any:
+           build: Callable[..., Any] | None = None, sizes: Sequence[int] = ()) -> Any:
     return candidates[0]
 
 
@@ -27,7 +27,9 @@ class RollerContext:
     spec: DeviceSpec
     units: int
     topk: int = 1
-    # (kernel signature, candidates best-predicted first, candidate -> Kernel) -> the one to use
+    # (kernel signature, candidates best-predicted first, candidate -> Kernel) -> the one to
+    # use; with ``sizes`` (a symbolic row count), build(candidate, rows) and the best on
+    # average over those row counts
     pick: Callable[..., Any] = _first
     log: list[dict[str, Any]] = field(default_factory=list)   # construction records
     construct_s: float = 0.0                                  # seconds spent constructing
