@@ -137,8 +137,42 @@ def _stacked(c: _VMCompiler, f: FunctionBuilder, acc: Var, out: Value, axis: int
 
 
 def _loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
-    if _compiled_loop(c, f, n, regs):
+    """One native call when the body is one program (``_compiled_loop``), else the VM loop;
+    with scan outputs, whose M rows the native loop allocates up front, the choice is made
+    at run time: M rows beyond ``builtins.MAX_LOOP_ROWS_BYTES`` take the VM loop, which
+    conses one row per trip done."""
+    cm = _loop_program(c, n)
+    if cm is None:
+        _vm_loop(c, f, n, regs)
         return
+    if len(n.outputs) == n.attrs["carried"]:
+        _compiled_loop(c, f, n, regs, cm)
+        return
+    elems = [list(o.type.shape) for o in n.attrs["body"].outputs[1 + n.attrs["carried"]:]]
+    sizes = [o.type.dtype.itemsize for o in n.attrs["body"].outputs[1 + n.attrs["carried"]:]]
+    fits_fn = c.add_packed(c.fresh("loop_fits"), "host",
+                           {"fn": "loop_fits", "elems": elems, "itemsizes": sizes})
+    (fits,) = f.call_packed(fits_fn, [_optional(f, n.inputs[0], regs, "int64")],
+                            [((), "bool")])
+    outs = [f.fresh() for _ in n.outputs]
+    native, on_vm, end = f.label(), f.label(), f.label()
+    f.branch(fits, f.consti(1), native, on_vm)
+    for label, emit_path in ((native, lambda r: _compiled_loop(c, f, n, r, cm)),
+                             (on_vm, lambda r: _vm_loop(c, f, n, r))):
+        f.place(label)
+        local = dict(regs)       # registers a path defines stay in that path
+        emit_path(local)
+        for o, reg in zip(n.outputs, outs):
+            f.assign(reg, local[o.uid])
+        f.goto(end)
+    f.place(end)
+    for o, reg in zip(n.outputs, outs):
+        regs[o.uid] = reg
+
+
+def _vm_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
+    """The loop on the VM: the body a VM function called once per trip, scan values consed
+    on lists and stacked after the last trip."""
     body_fn = c.fresh(f"{f.name}_loop")
     body = n.attrs["body"]
     c.function(body_fn, body)
@@ -203,16 +237,21 @@ def _row_outputs(c: _VMCompiler, f: FunctionBuilder, k: int, rows: Var,
                       for j, (st, v) in enumerate(zip(storages, body_out))]
 
 
-def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> bool:
-    """The whole loop as one native call (``runtime.loops``) when its body is one static
-    program and the scan outputs have a row bound (M); False to use the VM loop."""
+def _loop_program(c: _VMCompiler, n: Node) -> CompiledModel | None:
+    """The Loop's body as one static program for the native loop, or None (the VM loop):
+    also None with scan outputs but no M (no row bound to allocate)."""
+    carried_n = n.attrs["carried"]
+    if not COMPILED_LOOPS or (len(n.outputs) > carried_n and n.inputs[0] is None):
+        return None
+    return _body_program(c, n.attrs["body"], 2 + carried_n)
+
+
+def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs,
+                   cm: CompiledModel) -> None:
+    """The whole loop as one native call (``runtime.loops``) of its body program ``cm``;
+    the scan outputs get M rows, of which the first ``trips`` are kept."""
     carried_n, caps_n = n.attrs["carried"], n.attrs["captures"]
     scan_outs = n.outputs[carried_n:]
-    if not COMPILED_LOOPS or (scan_outs and n.inputs[0] is None):
-        return False
-    cm = _body_program(c, n.attrs["body"], 2 + carried_n)
-    if cm is None:
-        return False
     k = len(c.programs)
     c.programs.append(cm)
     body_out = n.attrs["body"].outputs[1 + carried_n:]
@@ -232,7 +271,6 @@ def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> b
         name = c.add_packed(f"scan_rows{v.type.rank + 1}", "host", {"fn": "scan_rows"})
         (shape,) = f.call_packed(name, [trips, full[j]], [((v.type.rank + 1,), "int64")])
         regs[o.uid] = f.alloc_tensor(storages[j], shape, v.type.dtype.name)
-    return True
 
 
 def _compiled_scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> bool:

@@ -142,6 +142,18 @@ def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> Packe
     return fn
 
 
+def loop_fits(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> PackedFunc:
+    """``(M, fits)``: whether M rows of every scan value stay within ``MAX_LOOP_ROWS_BYTES``
+    (an absent M, an empty tensor, never fits)."""
+    def fn(args: Sequence[Any]) -> None:
+        m = args[0].reshape(-1)
+        rows = max(int(m[0]), 0) if m.size else None
+        args[1][...] = rows is not None and all(
+            rows * math.prod(elem) * size <= MAX_LOOP_ROWS_BYTES
+            for elem, size in zip(elems, itemsizes))
+    return fn
+
+
 def scan_rows(args: Sequence[Any]) -> None:
     """``(trips, full, shape)``: the shape of the first ``trips`` rows of ``full``."""
     args[2][...] = (int(args[0]), *args[1].shape[1:])
@@ -281,6 +293,7 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "take": lambda r: take(r["axis"], bool(r["reverse"])),
     "scan_length": lambda r: scan_length(r["axes"]),
     "loop_rows": lambda r: loop_rows(r["elems"], r["itemsizes"]),
+    "loop_fits": lambda r: loop_fits(r["elems"], r["itemsizes"]),
     "scan_rows": lambda r: scan_rows,
     "nonzero_shape": lambda r: nonzero_shape,
     "nonzero": lambda r: nonzero,

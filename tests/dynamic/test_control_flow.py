@@ -121,8 +121,13 @@ def test_loop_with_trip_count_condition_and_scan_outputs(compiled: bool, monkeyp
                                (0, True, 100.0))]
     cm = _check(_loop_model(), feeds)
     if compiled:
-        assert "@loop" in cm.bytecode and "fn main_loop" not in cm.bytecode
+        assert "@loop" in cm.bytecode and "@loop_fits" in cm.bytecode
         assert cm.vm.stats.calls == 0   # no VM function call: the trips ran in C
+        # M rows would not fit (2**40 x 64 bytes): the VM loop runs, one row per trip done
+        huge = dict(feeds[1], M=np.array(2 ** 40, np.int64))
+        _check(_loop_model(), [huge])
+        cm.run(huge)
+        assert cm.vm.stats.calls > 0
     else:
         assert "fn main_loop" in cm.bytecode and "List.Cons" in cm.bytecode
         assert cm.vm.stats.calls > 5   # the body ran as a VM function, once per trip
