@@ -76,9 +76,6 @@ EXCLUDE: tuple[tuple[str, str], ...] = (
     # The ONNX-ML domain (ai.onnx.ml: tree ensembles, label encoders...): classic ML, not
     # deep-learning graphs.
     (r"^test_ai_onnx_ml_", "ai.onnx.ml domain"),
-    # Optional values (and the ops on them): not in ember's IR yet (sequences are: cons lists
-    # on the VM).
-    (r"^test_(optional_|identity_opt|if_opt|loop16_seq_none)", "optional values"),
     # Decoding JPEG/PNG/... bytes is data loading, not a tensor program.
     (r"^test_image_decoder_", "image decoding"),
     # Random outputs: the expected values are one draw of numpy's generator, which no other

@@ -38,13 +38,15 @@ from typing import Any
 import numpy as np
 
 from ember import dynamic_control as control
-from ember import dynamic_sequence, dynamic_specialize
+from ember import dynamic_optional, dynamic_sequence, dynamic_specialize
 from ember.dynamic_control import value_reg
+from ember.dynamic_optional import on_optionals
 from ember.errors import ArtifactError, UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
 from ember.ir.ops.sequence import SEQUENCE_OPS
 from ember.ir.ops.tensor import reshape_dims
+from ember.ir.optional import is_optional
 from ember.ir.sequence import is_sequence
 from ember.passes.rebind_dims import rebind_derived_dims
 from ember.runtime.artifact import read_bundle
@@ -73,8 +75,8 @@ def is_dynamic(n: Node, input_atoms: frozenset[str]) -> bool:
 def needs_vm(g: Graph) -> bool:
     known = _atoms(g.inputs)
     return any(n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n)
-               or is_dynamic(n, known) for n in g.nodes) or any(is_sequence(v.type)
-                                                                 for v in g.inputs)
+               or on_optionals(n) or is_dynamic(n, known) for n in g.nodes) \
+        or any(is_sequence(v.type) or is_optional(v.type) for v in g.inputs)
 
 
 def on_sequences(n: Node) -> bool:
@@ -95,7 +97,7 @@ def partition(g: Graph) -> list[_Segment | Node]:
     known = _atoms(g.inputs)
     steps: list[_Segment | Node] = []
     for n in g.nodes:
-        if n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n):
+        if n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n) or on_optionals(n):
             steps.append(n)
         elif is_dynamic(n, known):
             if n.op not in VM_OPS:
@@ -144,18 +146,26 @@ def _segment_graph(s: _Segment, k: int) -> Graph:
     return g
 
 
+def _kind(t: object) -> str:
+    """How a model input or output crosses the VM's boundary: ``tensor``, ``sequence`` (a
+    list of arrays), ``optional tensor`` / ``optional sequence`` (None or the value)."""
+    if is_optional(t):
+        return "optional " + _kind(t.elem)  # type: ignore[attr-defined]
+    return "sequence" if is_sequence(t) else "tensor"
+
+
 def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = None,
                dim_hints: dict[str, int] | None = None) -> VMModel:
     """``g`` as a VM executable: ``main`` and one VM function per control-flow body."""
     c = _VMCompiler(num_threads, topk, dim_hints)
     c.function("main", g, main=True)
-    kind = ["sequence" if is_sequence(v.type) else "tensor" for v in g.inputs]
-    out_kind = ["sequence" if is_sequence(v.type) else "tensor" for v in g.outputs]
-    lst = c.list_adt
+    lst, opt = c.list_adt, c.option_adt
     exe = placement.place(c.b.build(meta={
         "segments": len(c.programs), "packed_kinds": c.kinds, "packed_recipes": c.recipes,
-        "specializers": [sp.record() for sp in c.specializers], "input_kinds": kind,
-        "output_kinds": out_kind, "list_tags": [lst.Nil.tag, lst.Cons.tag]}))
+        "specializers": [sp.record() for sp in c.specializers],
+        "input_kinds": [_kind(v.type) for v in g.inputs],
+        "output_kinds": [_kind(v.type) for v in g.outputs],
+        "list_tags": [lst.Nil.tag, lst.Cons.tag], "option_tags": [opt.Empty.tag, opt.Some.tag]}))
     return VMModel(exe, c.packed, [v.name for v in g.inputs], [v.name for v in g.outputs],
                    [np.dtype(v.type.dtype.np) for v in g.inputs], c.programs, c.specializers)
 
@@ -174,6 +184,7 @@ class _VMCompiler:
         self.specializers: list[dynamic_specialize.Specializer] = []
         self._count = 0
         self.list_adt = self.b.adt("List", Nil=[], Cons=["tensor", "List"])
+        self.option_adt = self.b.adt("Option", Empty=[], Some=["value"])
 
     def fresh(self, prefix: str) -> str:
         self._count += 1
@@ -199,6 +210,8 @@ class _VMCompiler:
                     control.emit(self, f, step, regs)
                 elif step.op == "Specialize":
                     dynamic_specialize.emit(self, f, step, regs)
+                elif on_optionals(step):
+                    dynamic_optional.emit(self, f, step, regs)
                 elif on_sequences(step):
                     dynamic_sequence.emit(self, f, step, regs)
                 else:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
+from ember.ir.optional import is_optional
 from ember.runtime.compiled import CompiledModel
 from ember.vm.builder import FunctionBuilder, Var
 
@@ -75,12 +76,31 @@ def _if(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
     result, on_then, on_else, end = f.fresh(), f.label(), f.label(), f.label()
     f.branch(cond, f.consti(1), on_then, on_else)
     f.place(on_then)
-    f.assign(result, f.call(then_fn, *caps))
+    f.assign(result, _branch(c, f, f.call(then_fn, *caps), n.attrs["then_branch"], n.outputs))
     f.goto(end)
     f.place(on_else)
-    f.assign(result, f.call(else_fn, *caps))
+    f.assign(result, _branch(c, f, f.call(else_fn, *caps), n.attrs["else_branch"], n.outputs))
     f.place(end)
     _bind_outputs(f, n, result, regs)
+
+
+def as_type(c: _VMCompiler, f: FunctionBuilder, v: Var, want: object, have: object) -> Var:
+    """``v`` (of type ``have``) where a ``want`` is expected: ``Option.Some(v)`` when an
+    optional is wanted and a plain value is given (``control.join_type``), else ``v``."""
+    if is_optional(want) and not is_optional(have):
+        return f.construct(c.option_adt.Some, v)
+    return v
+
+
+def _branch(c: _VMCompiler, f: FunctionBuilder, result: Var, branch: Graph,
+            outs: list[Value]) -> Var:
+    """A branch's result tuple with its plain values wrapped where the If gives optionals."""
+    if not any(is_optional(o.type) and not is_optional(b.type)
+               for o, b in zip(outs, branch.outputs)):
+        return result
+    fields = f.get_fields(result, len(outs))
+    return f.make_tuple(*(as_type(c, f, v, o.type, b.type)
+                          for v, o, b in zip(fields, outs, branch.outputs)))
 
 
 def _optional(f: FunctionBuilder, v: Value | None, regs: Regs, dtype: str) -> Var:
@@ -181,15 +201,18 @@ def _vm_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
     trip = _optional(f, n.inputs[0], regs, "int64")
     cond = f.move(_optional(f, n.inputs[1], regs, "bool") if n.inputs[1] is not None
                   else f.const(np.array(True)))
-    carried = [f.move(value_reg(f, v, regs)) for v in n.inputs[2:2 + carried_n]]
+    formal = body.inputs[2:2 + carried_n]
+    carried = [f.move(as_type(c, f, value_reg(f, v, regs), b.type, v.type))
+               for v, b in zip(n.inputs[2:2 + carried_n], formal)]
     caps = _captures(f, n, regs)
     accs = _accumulators(c, f, scan_n)
     loop = _Loop(c, f, trip, cond)
     loop.enter()
     res = f.get_fields(f.call(body_fn, loop.i, cond, *carried, *caps), 1 + carried_n + scan_n)
     f.assign(cond, res[0])
-    for reg, new in zip(carried, res[1:1 + carried_n]):
-        f.assign(reg, new)
+    for reg, new, b, o in zip(carried, res[1:1 + carried_n], formal,
+                              body.outputs[1:1 + carried_n]):
+        f.assign(reg, as_type(c, f, new, b.type, o.type))
     _cons(c, f, accs, res[1 + carried_n:])
     loop.next()
     for o, reg in zip(n.outputs[:carried_n], carried):

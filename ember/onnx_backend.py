@@ -66,9 +66,11 @@ class EmberRep(BackendRep):
                              f"{self.input_names}, got {len(inputs)}")
         for name, value in zip(self.input_names, inputs):
             items = value if isinstance(value, list | tuple) else [value]   # a sequence: list
-            if not all(isinstance(v, np.ndarray | np.generic) for v in items):
-                raise InputError(f"input {name!r}: ember takes tensors (numpy arrays) and "
-                                 f"sequences (lists of arrays), got {type(value).__name__}")
+            if value is not None and not all(isinstance(v, np.ndarray | np.generic)
+                                             for v in items):   # None: an empty optional
+                raise InputError(f"input {name!r}: ember takes tensors (numpy arrays), "
+                                 f"sequences (lists of arrays) and None (an empty optional), "
+                                 f"got {type(value).__name__}")
         return dict(zip(self.input_names, inputs))
 
 
@@ -117,16 +119,16 @@ def static_input_shapes(model: onnx.ModelProto,
     """The shape of every graph input that is not an initializer: ``given[name]`` if there,
     else the declared one when it is static (an input with symbolic or unknown dims keeps
     them: the model is compiled once for every value); UnsupportedOpError when an input is
-    neither a tensor nor a sequence, or declares no shape."""
+    neither a tensor, a sequence nor an optional, or declares no shape."""
     inits = {t.name for t in model.graph.initializer}
     shapes: dict[str, Shape] = {k: tuple(int(d) for d in v) for k, v in (given or {}).items()}
     for vi in model.graph.input:
-        if vi.name in inits or vi.name in shapes or vi.type.HasField("sequence_type"):
-            continue   # a sequence input keeps its declared element type
-        if not vi.type.HasField("tensor_type"):
-            kind = vi.type.WhichOneof("value") or "untyped"
+        kind = vi.type.WhichOneof("value") or "untyped"
+        if vi.name in inits or vi.name in shapes or kind in ("sequence_type", "optional_type"):
+            continue   # a sequence or optional input keeps its declared type
+        if kind != "tensor_type":
             raise UnsupportedOpError(f"input {vi.name!r} is a {kind} value; ember's backend "
-                                     "supports tensor inputs only")
+                                     "supports tensors, sequences and optionals")
         tt = vi.type.tensor_type
         if not tt.HasField("shape"):
             raise UnsupportedOpError(f"input {vi.name!r} has no declared shape; ember compiles "

@@ -48,13 +48,18 @@ class VMModel:
             raise InputError(f"model takes {len(self.input_names)} input(s) "
                              f"({', '.join(self.input_names)}), got {len(args)}")
         kinds = self.executable.meta.get("input_kinds") or ["tensor"] * len(args)
-        out: list[Any] = []
-        for name, dt, a, kind in zip(self.input_names, self._dtypes, args, kinds):
-            if kind == "sequence":
-                out.append(self._sequence(name, dt, a))
-            else:
-                out.append(self._tensor(name, dt, a))
-        return out
+        return [self._input(name, dt, a, kind)
+                for name, dt, a, kind in zip(self.input_names, self._dtypes, args, kinds)]
+
+    def _input(self, name: str, dt: np.dtype, a: Any, kind: str) -> Any:
+        if kind.startswith("optional "):   # None, or the value: the Option ADT
+            empty, some = self.executable.meta["option_tags"]
+            if a is None:
+                return ADT(empty, ())
+            return ADT(some, (self._input(name, dt, a, kind.split(" ", 1)[1]),))
+        if kind == "sequence":
+            return self._sequence(name, dt, a)
+        return self._tensor(name, dt, a)
 
     @staticmethod
     def _tensor(name: str, dt: np.dtype, a: Any) -> np.ndarray:
@@ -76,6 +81,11 @@ class VMModel:
         return lst
 
     def _output(self, value: Any, kind: str) -> Any:
+        if kind.startswith("optional "):
+            empty, _ = self.executable.meta["option_tags"]
+            if value.tag == empty:
+                return None
+            return self._output(value.fields[0], kind.split(" ", 1)[1])
         if kind != "sequence":
             return np.asarray(value)
         return [np.asarray(x) for x in forward(value)]

@@ -27,6 +27,7 @@ from ember.errors import ModelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Graph, Value
 from ember.ir.ops.control import join_type
+from ember.ir.optional import OptionalType
 from ember.ir.sequence import SequenceType
 from ember.ir.types import TensorType
 from ember.support import dtypes
@@ -95,7 +96,10 @@ def if_(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 
 def _shape(t: object) -> object:
-    """A tensor's shape; a sequence's element shape (None: unknown)."""
+    """A tensor's shape; a sequence's element shape (None: unknown); an optional's value's,
+    marked as optional."""
+    if isinstance(t, OptionalType):
+        return ("optional", _shape(t.elem))
     if isinstance(t, SequenceType):
         return None if t.elem is None else t.elem.shape
     return t.shape  # type: ignore[attr-defined]

@@ -326,6 +326,7 @@ from ember.frontend.onnx import index_ops as _index_ops  # noqa: E402,F401
 from ember.frontend.onnx import math_ops as _math_ops  # noqa: E402,F401
 from ember.frontend.onnx import misc_ops as _misc_ops  # noqa: E402,F401
 from ember.frontend.onnx import norm_ops as _norm_ops  # noqa: E402,F401
+from ember.frontend.onnx import optional_ops as _optional_ops  # noqa: E402,F401
 from ember.frontend.onnx import quant_ops as _quant_ops  # noqa: E402,F401
 from ember.frontend.onnx import rnn as _rnn  # noqa: E402,F401
 from ember.frontend.onnx import sampling_ops as _sampling_ops  # noqa: E402,F401

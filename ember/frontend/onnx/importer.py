@@ -36,8 +36,8 @@ from ember.frontend.onnx.converters import (
     onnx_dtype,
     supported_op_types,
 )
+from ember.frontend.onnx.optional_ops import tensor_shape, value_type
 from ember.ir.graph import Graph, Value
-from ember.ir.sequence import SequenceType
 from ember.ir.types import Dim, Sym, TensorType
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -214,18 +214,7 @@ def _initializer(init: onnx.TensorProto) -> Value:
 
 
 def _declared_shape(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    dims: list[Dim] = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            dims.append(Sym(d.dim_param))
-        else:
-            dims.append(Sym())
-    return tuple(dims)
+    return tensor_shape(vi.type.tensor_type)
 
 
 def _bind(name: str, declared: tuple[Dim, ...] | None, given: ShapeSpec,
@@ -267,14 +256,16 @@ def _inputs(g: onnx.GraphProto, env: Scope,
                          f"are {[vi.name for vi in real]}")
     syms: dict[str, int] = {}
     shapes: dict[str, tuple[Dim, ...]] = {}
-    sequences = {vi.name: _sequence_input(vi) for vi in real
-                 if vi.type.HasField("sequence_type")}
+    sequences = {vi.name: Value(value_type(vi.type, f"input {vi.name!r}"), vi.name)
+                 for vi in real if vi.type.WhichOneof("value") in ("sequence_type",
+                                                                   "optional_type")}
     for vi in real:
         if vi.name in sequences:
             continue
         if not vi.type.HasField("tensor_type"):
-            raise UnsupportedOpError(f"input {vi.name!r} is neither a tensor nor a sequence of "
-                                     "tensors; ember supports those inputs only")
+            raise UnsupportedOpError(f"input {vi.name!r} is neither a tensor, a sequence of "
+                                     "tensors nor an optional; ember supports those inputs "
+                                     "only")
         declared = _declared_shape(vi)
         if vi.name in input_shapes:
             shapes[vi.name] = _bind(vi.name, declared, input_shapes[vi.name], syms)
@@ -296,21 +287,6 @@ def _inputs(g: onnx.GraphProto, env: Scope,
             raise UnsupportedOpError(f"input {vi.name!r}: {e}") from None
         out.append(Value(TensorType(shape, dt), vi.name))
     return out
-
-
-def _sequence_input(vi: onnx.ValueInfoProto) -> Value:
-    """A sequence input: its element type when declared (dims as for tensors), else only its
-    element dtype."""
-    elem = vi.type.sequence_type.elem_type
-    if not elem.HasField("tensor_type"):
-        raise UnsupportedOpError(f"input {vi.name!r} is a sequence of non-tensors; ember "
-                                 "supports sequences of tensors only")
-    try:
-        dt = onnx_dtype(elem.tensor_type.elem_type)
-    except UnsupportedOpError as e:
-        raise UnsupportedOpError(f"input {vi.name!r}: {e}") from None
-    shape = _declared_shape(onnx.helper.make_value_info(vi.name, elem))
-    return Value(SequenceType(dt, None if shape is None else TensorType(shape, dt)), vi.name)
 
 
 # --------------------------------------------------------------------------- nodes

@@ -12,6 +12,7 @@ from ember.ir.ops import (  # noqa: F401
     misc,
     nn,
     norm,
+    optional,
     reduce,
     rnn,
     sampling,

@@ -29,6 +29,7 @@ import numpy as np
 from ember.errors import TypeInferenceError
 from ember.ir.graph import Graph
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
+from ember.ir.optional import OptionalType
 from ember.ir.sequence import SequenceType, join_elem
 from ember.ir.types import Dim, Sym, TensorType
 
@@ -38,7 +39,12 @@ CONTROL_OPS = ("If", "Loop", "Scan")
 
 def join_type(a: TensorType, b: TensorType, what: str) -> TensorType:
     """The least type both ``a`` and ``b`` are subtypes of: differing dims become fresh (of
-    sequences: their element types joined)."""
+    sequences: their element types joined; a value and an optional of its type: the
+    optional, the VM wrapping the plain value where it flows)."""
+    if isinstance(a, OptionalType) or isinstance(b, OptionalType):   # T joins optional(T)
+        ea = a.elem if isinstance(a, OptionalType) else a
+        eb = b.elem if isinstance(b, OptionalType) else b
+        return OptionalType(join_type(ea, eb, what))  # type: ignore[return-value]
     if isinstance(a, SequenceType) or isinstance(b, SequenceType):
         if not (isinstance(a, SequenceType) and isinstance(b, SequenceType)) \
                 or a.dtype != b.dtype:
