@@ -127,7 +127,9 @@ def vs_onnx_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
         assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype,
                                                            w.shape)
         if bitwise:
-            np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8), err_msg=name)
+            np.testing.assert_array_equal(np.ascontiguousarray(g).view(np.uint8),
+                                          np.ascontiguousarray(w).view(np.uint8),
+                                          err_msg=name)
         else:
             np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, np.float64),
                                        rtol=rtol, atol=atol, err_msg=name)

@@ -8,9 +8,13 @@ out of bounds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
+from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Extent, Select, all_of, as_expr
 from ember.lower import dims
@@ -30,6 +34,33 @@ def register(*names: str) -> Callable[[ComputeFn], ComputeFn]:
         return fn
 
     return deco
+
+
+# the tables computes build at compile time, collected while a group is lowered
+_TABLES: list[list[tuple[np.ndarray, Tensor]]] = []
+
+
+@contextmanager
+def collect_tables() -> Iterator[list[tuple[np.ndarray, Tensor]]]:
+    """The constant tables ``const_table`` makes while the block runs (``group_to_te``)."""
+    found: list[tuple[np.ndarray, Tensor]] = []
+    _TABLES.append(found)
+    try:
+        yield found
+    finally:
+        _TABLES.pop()
+
+
+def const_table(arr: np.ndarray, name: str) -> Tensor:
+    """A table a compute works out at compile time (a resize's taps and weights...) as a
+    placeholder: the kernel receives it as a constant parameter, as it does the group's
+    constants."""
+    if not _TABLES:
+        raise CompileError(f"table {name}: constant tables exist only while a group is lowered")
+    arr = np.ascontiguousarray(arr)
+    t = te.placeholder(arr.shape, arr.dtype.name, f"{name}{len(_TABLES[-1])}")
+    _TABLES[-1].append((arr, t))
+    return t
 
 
 def static_shape(t: TensorType) -> tuple[int, ...]:

@@ -1,6 +1,8 @@
 """Tensor-expression computes of ops that have a numpy reference but no compute elsewhere:
 ``ConvTranspose`` (N-d, grouped), ``Resize`` (nearest / linear / cubic, every coordinate mode of
-the reference) and the reductions ``ReduceL1`` / ``ReduceL2`` / ``ReduceSumSquare``.
+the reference: tf_crop_and_resize selects extrapolation_value where the coordinate leaves the
+input; antialias reads compile-time tap tables) and the reductions ``ReduceL1`` / ``ReduceL2`` /
+``ReduceSumSquare``.
 
 Not here, on purpose:
 
@@ -9,20 +11,31 @@ Not here, on purpose:
   one-reduction form ``log(sum(exp(x)))`` overflows for x > 88 where the reference does not.
 
 Index arithmetic mirrors the references in ``ember.ir.ops`` exactly. Every read that could fall
-outside its tensor is either under a lazy ``Select`` or uses a clamped index.
+outside its tensor is either under a lazy ``Select`` or uses a clamped index (or an index from a
+table of clamped ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ember.errors import CompileError
+from ember.ir.ops.tensor import CROP, antialias_taps, crop_terms, resize_axes
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
-from ember.lower.computes import axes_of, clamp, fconst, register, static_shape
+from ember.lower.computes import (
+    axes_of,
+    call,
+    clamp,
+    const_table,
+    fconst,
+    register,
+    static_shape,
+)
 from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
@@ -90,12 +103,14 @@ def _conv_transpose(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
 
 # --------------------------------------------------------------------------- Resize
 _F32 = np.float32
+_F64 = "float64"
+Tap = tuple[Expr, Expr | None]
 _ROUND: dict[str, Callable[[Expr, float], Expr]] = {
-    "round_prefer_floor": lambda c, s: Call("ceil", (c - fconst(0.5),), "float32"),
-    "round_prefer_ceil": lambda c, s: Call("floor", (c + fconst(0.5),), "float32"),
-    "floor": lambda c, s: Call("floor", (c,), "float32"),
-    "ceil": lambda c, s: Call("ceil", (c,), "float32"),
-    "simple": lambda c, s: Call("ceil" if s < 1 else "floor", (c,), "float32"),
+    "round_prefer_floor": lambda c, s: call("ceil", c - fconst(0.5, c.dtype)),
+    "round_prefer_ceil": lambda c, s: call("floor", c + fconst(0.5, c.dtype)),
+    "floor": lambda c, s: call("floor", c),
+    "ceil": lambda c, s: call("ceil", c),
+    "simple": lambda c, s: call("ceil" if s < 1 else "floor", c),
 }
 
 
@@ -104,9 +119,16 @@ def _f32(v: float) -> Const:
     return Const(float(_F32(v)), "float32")
 
 
-def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float) -> Expr:
-    """The float32 input coordinate of output index ``o``, op by op as the reference computes
-    it (``_source_coords`` in ``ember.ir.ops.tensor``), so that rounding agrees bit for bit."""
+def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
+                  roi: tuple[float, float] | None = None) -> Expr:
+    """The input coordinate of output index ``o``, op by op as the reference computes it
+    (``_source_coords`` in ``ember.ir.ops.tensor``), so that rounding agrees bit for bit:
+    float32, or float64 for tf_crop_and_resize."""
+    if mode == CROP:
+        assert roi is not None
+        span, off, div = crop_terms(in_len, scale, roi)
+        return (Cast(o, _F64) * fconst(span, _F64) * fconst(in_len - 1, _F64)
+                / fconst(div, _F64) + fconst(off, _F64))
     x = Cast(o, "float32")
     s = _f32(scale)
     if mode == "asymmetric":
@@ -130,43 +152,41 @@ def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float) -
 
 def _cubic_weights(r: Expr, a: float) -> list[Expr]:
     """Keys cubic weights (float64) of the taps floor-1 .. floor+2 for ratio ``r``."""
-    one = fconst(1.0, "float64")
+    one = fconst(1.0, _F64)
 
     def near(t: Expr) -> Expr:
-        return (fconst(a + 2, "float64") * t - fconst(a + 3, "float64")) * t * t + one
+        return (fconst(a + 2, _F64) * t - fconst(a + 3, _F64)) * t * t + one
 
     def far(t: Expr) -> Expr:
-        return ((fconst(a, "float64") * t - fconst(5 * a, "float64")) * t
-                + fconst(8 * a, "float64")) * t - fconst(4 * a, "float64")
+        return ((fconst(a, _F64) * t - fconst(5 * a, _F64)) * t
+                + fconst(8 * a, _F64)) * t - fconst(4 * a, _F64)
 
-    return [far(r + one), near(r), near(one - r), far(fconst(2.0, "float64") - r)]
+    return [far(r + one), near(r), near(one - r), far(fconst(2.0, _F64) - r)]
 
 
-def _axis_taps(attrs: dict[str, Any], o: Expr, out_len: int, in_len: int, scale: float,
-               wdt: str) -> list[tuple[Expr, Expr | None]]:
-    """(input index, weight) pairs whose weighted sum gives output index ``o`` along one axis.
-    Indices are clamped into [0, in_len); the weight is None for nearest (one tap)."""
+def _axis_taps(attrs: dict[str, Any], c: Expr, in_len: int, scale: float,
+               wdt: str) -> list[Tap]:
+    """(input index, weight) pairs whose weighted sum gives the output at coordinate ``c``
+    along one axis. Indices are clamped into [0, in_len); the weight is None for nearest."""
     mode = attrs.get("mode", "nearest")
-    c = _source_coord(attrs.get("coordinate_transformation_mode", "half_pixel"), o, out_len,
-                      in_len, scale)
     if mode == "nearest":
         rnd = _ROUND[attrs.get("nearest_mode", "round_prefer_floor")]
         return [(clamp(Cast(rnd(c, scale), "int64"), 0, in_len - 1), None)]
     if mode == "linear":
-        cc = Bin("min", Bin("max", c, fconst(0.0)), _f32(in_len - 1))
-        fl = Call("floor", (cc,), "float32")
+        cc = Bin("min", Bin("max", c, fconst(0.0, c.dtype)), fconst(in_len - 1, c.dtype))
+        fl = call("floor", cc)
         i0 = clamp(Cast(fl, "int64"), 0, in_len - 1)
         i1 = Bin("min", i0 + 1, Const(in_len - 1))
         w1 = Cast(cc - fl, wdt)
         return [(i0, fconst(1.0, wdt) - w1), (i1, w1)]
     if mode == "cubic":
-        fl = Call("floor", (c,), "float32")
+        fl = call("floor", c)
         base = Cast(fl, "int64")
-        r = Cast(c, "float64") - Cast(fl, "float64")
+        r = Cast(c, _F64) - Cast(fl, _F64)
         ws = _cubic_weights(r, float(attrs.get("cubic_coeff_a", -0.75)))
         taps = [base + (t - 1) for t in range(4)]
         if attrs.get("exclude_outside", 0):
-            zero = fconst(0.0, "float64")
+            zero = fconst(0.0, _F64)
             ws = [Select(Bin("&&", t >= 0, t < in_len), w, zero)
                   for t, w in zip(taps, ws, strict=True)]
             total = ws[0] + ws[1] + ws[2] + ws[3]
@@ -175,43 +195,91 @@ def _axis_taps(attrs: dict[str, Any], o: Expr, out_len: int, in_len: int, scale:
     raise CompileError(f"Resize mode {mode!r} has no code generator")
 
 
+@dataclass
+class _Axis:
+    """One resized axis: its taps at output index o and, under tf_crop_and_resize, whether
+    o's coordinate falls outside the input (the output is then extrapolation_value)."""
+
+    axis: int
+    taps: Callable[[Expr], list[Tap]]
+    outside: Callable[[Expr], Expr] | None
+
+
+def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scale: float,
+               roi: tuple[float, float] | None, wdt: str) -> _Axis:
+    """How one axis is resized. Antialiased linear / cubic taps come from (index, weight)
+    tables worked out at compile time by the reference's own ``antialias_taps`` (they depend
+    on the output index alone; the indices are already clamped), the others from the
+    coordinate expression; a crop tests that expression against [0, in_len - 1]."""
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+
+    def src(o: Expr) -> Expr:
+        return _source_coord(coord, o, out_len, in_len, scale, roi)
+
+    def outside(o: Expr) -> Expr:
+        c = src(o)
+        return Bin("||", c < fconst(0.0, c.dtype), c > fconst(in_len - 1, c.dtype))
+
+    crop = outside if coord == CROP else None
+    if attrs.get("mode", "nearest") == "nearest" or not attrs.get("antialias", 0):
+        return _Axis(axis, lambda o: _axis_taps(attrs, src(o), in_len, scale, wdt), crop)
+    idx, w = antialias_taps(attrs, out_len, in_len, scale, roi)
+    ti, tw = const_table(idx, "resize_tap"), const_table(w, "resize_weight")
+
+    def taps(o: Expr) -> list[Tap]:
+        return [(ti[(o, Const(k))], tw[(o, Const(k))]) for k in range(idx.shape[1])]
+
+    return _Axis(axis, taps, crop)
+
+
+def _fill(v: float, dt: str) -> Const:
+    """extrapolation_value as a ``dt`` value (integers: truncated and saturated, as the
+    reference stores a float result)."""
+    if is_float_name(dt):
+        return fconst(v, dt)
+    if dt == "bool":
+        return Const(int(v != 0), "bool")
+    info = np.iinfo(np.dtype(dt))
+    return Const(int(np.trunc(np.clip(v, info.min, info.max))), dt)
+
+
 @register("Resize")
 def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     """Separable resize, axis by axis in the reference's order: the value along the last
     resized axis is the weighted sum over its taps of the value along the previous axes."""
     x = ins[0]
     shape = static_shape(outs[0])
-    scales = attrs.get("scales")
     mode = attrs.get("mode", "nearest")
     dt = x.dtype
     is_int = not is_float_name(dt) and dt != "bool"
-    # the arithmetic dtype: the reference works in float64 for cubic weights and for ints
-    wdt = "float64" if mode == "cubic" or is_int or dt == "float64" else "float32"
-    axes = []
-    for a, (n_out, n_in) in enumerate(zip(shape, x.shape, strict=True)):
-        sc = float(scales[a]) if scales is not None and scales[a] is not None else n_out / n_in
-        if n_out == n_in and sc == 1.0:
-            continue
-        axes.append((a, sc))
+    smooth = mode != "nearest" and attrs.get("antialias", 0)
+    # the arithmetic dtype: the reference works in float64 for cubic and antialiased weights
+    # and for ints
+    wdt = _F64 if mode == "cubic" or smooth or is_int or dt == _F64 else "float32"
+    plan = [_plan_axis(attrs, a, shape[a], x.shape[a], sc, roi, wdt)
+            for a, sc, roi in resize_axes(attrs, x.shape, shape)]
+    fill = float(attrs.get("extrapolation_value", 0.0))
 
     def value(level: int, idx: list[Expr], o: tuple[Expr, ...]) -> Expr:
         if level < 0:
             v = x[tuple(idx)]
             return v if mode == "nearest" or v.dtype == wdt else Cast(v, wdt)
-        a, sc = axes[level]
+        ax = plan[level]
         acc: Expr | None = None
-        for ti, wt in _axis_taps(attrs, o[a], shape[a], x.shape[a], sc, wdt):
+        for ti, wt in ax.taps(o[ax.axis]):
             j = list(idx)
-            j[a] = ti
+            j[ax.axis] = ti
             term = value(level - 1, j, o)
             if wt is not None:
                 term = term * wt
             acc = term if acc is None else acc + term
         assert acc is not None
+        if ax.outside is not None:
+            acc = Select(ax.outside(o[ax.axis]), _fill(fill, acc.dtype), acc)
         return acc
 
     def body(*o: Expr) -> Expr:
-        v = value(len(axes) - 1, list(o), o)
+        v = value(len(plan) - 1, list(o), o)
         if v.dtype == dt:
             return v
         if dt == "bool":  # as numpy's astype(bool): any nonzero interpolated value is true

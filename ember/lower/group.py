@@ -1,7 +1,8 @@
 """A fused group (the body graph of a ``Fused`` node) as tensor expressions.
 
 This is the one place the graph IR meets TE: body inputs and constants become placeholders,
-each node becomes the compute registered for its op in ``COMPUTES``.
+each node becomes the compute registered for its op in ``COMPUTES``. Tables a compute works out
+at compile time (``computes.const_table``) join the group's constants.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ember.lower import (  # noqa: F401  (register)
     computes_rnn,
     computes_sampling,
 )
-from ember.lower.computes import COMPUTES, static_shape
+from ember.lower.computes import COMPUTES, collect_tables, static_shape
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
@@ -46,6 +47,15 @@ def group_to_te(body: Graph, overrides: dict[int, Tensor] | None = None) -> Grou
         tensors[v.uid] = t
         inputs.append((v, t))
     consts: list[tuple[np.ndarray, Tensor]] = []
+    with collect_tables() as tables:
+        _lower_nodes(body, tensors, consts)
+    consts.extend(tables)   # the tables the computes built (constants too)
+    return GroupTE(tensors[body.outputs[0].uid], inputs, consts, tensors)
+
+
+def _lower_nodes(body: Graph, tensors: dict[int, Tensor],
+                 consts: list[tuple[np.ndarray, Tensor]]) -> None:
+    """Each node's compute, in order, into ``tensors``; constants met become placeholders."""
     for n in body.nodes:
         if all(o.uid in tensors for o in n.outputs):
             continue
@@ -68,7 +78,6 @@ def group_to_te(body: Graph, overrides: dict[int, Tensor] | None = None) -> Grou
         outs = fn(dict(n.attrs, _op=n.op), ins, [o.type for o in n.outputs])
         for o, t in zip(n.outputs, outs):
             tensors[o.uid] = t
-    return GroupTE(tensors[body.outputs[0].uid], inputs, consts, tensors)
 
 
 def _cname(name: str) -> str:

@@ -21,6 +21,7 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.interp import run_graph
 from ember.ir.ops import registry
 from ember.ir.ops.control import CONTROL_OPS
+from ember.ir.ops.optional import OPTIONAL_OPS
 from ember.ir.ops.registry import ShapeMode
 from ember.ir.ops.sequence import SEQUENCE_OPS
 from ember.ir.shapefn import compose, node_shape_mode, shape_function
@@ -185,8 +186,9 @@ def test_every_op_has_a_checked_shape_function() -> None:
     seen, _, _ = _conformance()
     # Fused: test_compose_fused_groups; control flow: tests/dynamic/test_control_flow.py
     # Specialize: tests/dynamic/test_specialize.py; sequence ops: tests/dynamic/test_sequences.py
+    # optional ops: tests/dynamic/test_optionals.py
     covered = set(seen) | set(OTHER_OPS) | {"Fused", "Specialize", *CONTROL_OPS,
-                                            *SEQUENCE_OPS}
+                                            *SEQUENCE_OPS, *OPTIONAL_OPS}
     assert covered == set(registry.all_ops()), set(registry.all_ops()) - covered
 
 

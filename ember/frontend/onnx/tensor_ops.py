@@ -250,10 +250,31 @@ def _resize_common(ctx: Ctx, x: Value, plan: Attrs, mode: str, coord: str, neare
                    attrs: Attrs) -> list[Value]:
     if mode not in ("nearest", "linear", "cubic"):
         raise UnsupportedOpError(f"Resize mode {mode!r} is not supported")
-    norm = {**plan, "mode": mode, "coordinate_transformation_mode": coord,
+    norm = {"roi": None, **plan, "mode": mode, "coordinate_transformation_mode": coord,
             "nearest_mode": nearest, "cubic_coeff_a": float(attrs.get("cubic_coeff_a", -0.75)),
-            "exclude_outside": int(attrs.get("exclude_outside", 0))}
+            "exclude_outside": int(attrs.get("exclude_outside", 0)),
+            "extrapolation_value": float(attrs.get("extrapolation_value", 0.0)),
+            # the spec's antialias filters linear and cubic only
+            "antialias": int(attrs.get("antialias", 0)) if mode != "nearest" else 0}
     return ctx.add("Resize", [x], norm)
+
+
+def _resize_roi(ctx: Ctx, x: Value, roi: Value | None, axes: list[int] | None) -> list[float]:
+    """tf_crop_and_resize's roi for every axis (starts, then ends; float32 values, as the
+    reference's coordinate arithmetic takes them) from the roi input, which holds them for
+    ``axes`` (default all); the other axes get [0, 1]."""
+    r = x.type.rank
+    axes = list(range(r)) if axes is None else [a % r for a in axes]
+    arr = ctx.const_array(roi, "roi")
+    if arr is None or arr.size != 2 * len(axes):
+        got = "none" if arr is None else f"{arr.size} entries"
+        raise ModelError(f"Resize with tf_crop_and_resize needs a roi of 2 x {len(axes)} "
+                         f"entries (starts, then ends), got {got}")
+    vals = [float(v) for v in np.ravel(arr).astype(np.float32)]
+    full = [0.0] * r + [1.0] * r
+    for i, a in enumerate(axes):
+        full[a], full[a + r] = vals[i], vals[i + len(axes)]
+    return full
 
 
 @converter("Resize", since=10)
@@ -267,18 +288,15 @@ def resize10(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 @converter("Resize", since=11)
 def resize11(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
-    x, _roi, scales, sizes = ctx.inputs(ins, 4)
+    x, roi, scales, sizes = ctx.inputs(ins, 4)
     assert x is not None
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
-    if coord == "tf_crop_and_resize":
-        raise UnsupportedOpError("Resize with tf_crop_and_resize is not supported yet")
-    if attrs.get("antialias", 0):
-        raise UnsupportedOpError("Resize with antialias=1 is not supported yet")
-    axes = attrs.get("axes")
+    axes = None if attrs.get("axes") is None else [int(a) for a in attrs["axes"]]
     plan = _resize_plan(ctx, x, ctx.const_array(scales, "scales"),
-                        ctx.const_array(sizes, "sizes"),
-                        None if axes is None else [int(a) for a in axes],
+                        ctx.const_array(sizes, "sizes"), axes,
                         attrs.get("keep_aspect_ratio_policy", "stretch"))
+    if coord == "tf_crop_and_resize":
+        plan["roi"] = _resize_roi(ctx, x, roi, axes)
     return _resize_common(ctx, x, plan, attrs.get("mode", "nearest"), coord,
                           attrs.get("nearest_mode", "round_prefer_floor"), attrs)
 

@@ -547,7 +547,8 @@ def not_(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
 
 # --------------------------------------------------------------------------- Resize
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-                "asymmetric", "tf_half_pixel_for_nn")
+                "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
+CROP = "tf_crop_and_resize"
 _NEAREST = {
     "round_prefer_floor": lambda c, s: np.ceil(c - 0.5),
     "round_prefer_ceil": lambda c, s: np.floor(c + 0.5),
@@ -564,12 +565,18 @@ def _resize_sizes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[Dim]:
         raise TypeInferenceError(f"Resize sizes {sizes} do not match rank {len(shape)}")
     if attrs.get("mode", "nearest") not in ("nearest", "linear", "cubic"):
         raise TypeInferenceError(f"unknown Resize mode {attrs.get('mode')!r}")
-    if attrs.get("coordinate_transformation_mode", "half_pixel") not in _COORD_MODES:
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if coord not in _COORD_MODES:
         raise TypeInferenceError(
-            f"unsupported coordinate_transformation_mode "
-            f"{attrs.get('coordinate_transformation_mode')!r}; supported: {_COORD_MODES}")
+            f"unsupported coordinate_transformation_mode {coord!r}; supported: {_COORD_MODES}")
     if attrs.get("nearest_mode", "round_prefer_floor") not in _NEAREST:
         raise TypeInferenceError(f"unknown nearest_mode {attrs.get('nearest_mode')!r}")
+    roi = attrs.get("roi")
+    if coord == CROP and (roi is None or len(roi) != 2 * len(shape)):
+        raise TypeInferenceError(f"Resize with {CROP} needs a roi of 2 x rank = "
+                                 f"{2 * len(shape)} entries (starts, then ends), got {roi}")
+    if attrs.get("antialias", 0) not in (0, 1):
+        raise TypeInferenceError(f"Resize antialias must be 0 or 1, got {attrs['antialias']}")
     return [d if s is None else int(s) for s, d in zip(sizes, shape, strict=True)]
 
 
@@ -579,9 +586,52 @@ def _resize_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     return [TensorType(tuple(_resize_sizes(attrs, x.shape)), x.dtype)]
 
 
-def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
-    """Output index -> fractional input coordinate (float32, as onnxruntime computes it)."""
+def resize_axes(attrs: Attrs, in_shape: tuple[Any, ...], out_shape: tuple[Any, ...]
+                ) -> list[tuple[int, float, tuple[float, float] | None]]:
+    """The axes a Resize changes, in the order it resizes them: (axis, the scale of its
+    coordinate map, its roi (start, end) under tf_crop_and_resize, else None). An axis of the
+    same length at scale 1 (and roi [0, 1]) is left as it is, in every mode, as onnxruntime and
+    onnx's reference do."""
+    scales, sizes = attrs.get("scales"), attrs.get("sizes")
+    roi = attrs.get("roi") if attrs.get("coordinate_transformation_mode") == CROP else None
+    r = len(in_shape)
+    out = []
+    for a, (n_out, n_in) in enumerate(zip(out_shape, in_shape, strict=True)):
+        win = None if roi is None else (float(roi[a]), float(roi[a + r]))
+        whole = win in (None, (0.0, 1.0))
+        if whole and sizes is not None and sizes[a] is None:
+            continue        # a (symbolic) dim the op leaves as it is
+        sc = float(scales[a]) if scales is not None and scales[a] is not None else n_out / n_in
+        if n_out == n_in and sc == 1.0 and whole:
+            continue
+        out.append((a, sc, win))
+    return out
+
+
+def crop_terms(in_len: int, scale: float, roi: tuple[float, float]) -> tuple[float, ...]:
+    """tf_crop_and_resize maps output index o to ``o * span * (in_len - 1) / div + off``, in
+    float64 as onnx's reference computes it: the roi's length ``span`` and ``off = start *
+    (in_len - 1)`` are float32 (the roi's type), ``div`` is the unfloored output length
+    (in_len * scale) less one. A single output sits at the roi's centre: span 0, div 1 and
+    ``off`` the centre (float32 half length plus the float32 start offset, added in float64)."""
     f = np.float32
+    span = f(roi[1]) - f(roi[0])
+    off = np.float64(f(roi[0]) * f(in_len - 1))
+    width = scale * in_len
+    if width == 1:
+        return 0.0, float(np.float64(span * f(in_len - 1) / f(2)) + off), 1.0
+    return float(span), float(off), float(width - 1)
+
+
+def _source_coords(mode: str, out_len: int, in_len: int, scale: float,
+                   roi: tuple[float, float] | None = None) -> np.ndarray:
+    """Output index -> fractional input coordinate (float32, as onnxruntime computes it;
+    tf_crop_and_resize: float64, as onnx's reference computes it, see ``crop_terms``)."""
+    f = np.float32
+    if mode == CROP:
+        assert roi is not None
+        span, off, div = crop_terms(in_len, scale, roi)
+        return np.arange(out_len, dtype=np.float64) * span * (in_len - 1) / div + off
     x = np.arange(out_len, dtype=f)
     s = f(scale)
     if mode == "asymmetric":
@@ -613,14 +663,78 @@ def _cubic_weights(ratio: np.ndarray, a: float) -> np.ndarray:
     return np.stack([far(r + 1), near(r), near(1 - r), far(2 - r)])
 
 
+def _antialias_weights(t: np.ndarray, cubic: bool, a: float) -> np.ndarray:
+    """The filter at distances ``t`` (scaled by the scale): triangle, or Keys cubic, op by op
+    as onnx's reference (``_linear_coeffs_antialias`` / ``_cubic_coeffs_antialias``)."""
+    if not cubic:
+        return np.clip(1 - np.abs(t), 0, 1)
+    x = np.abs(t)
+    x2 = x * x
+    x3 = x * x2
+    near = (a + 2) * x3 - (a + 3) * x2 + 1
+    far = a * x3 - 5 * a * x2 + 8 * a * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+
+def antialias_taps(attrs: Attrs, out_len: int, in_len: int, scale: float,
+                   roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Antialiased linear / cubic along one axis: the (index, weight) tables, shape
+    (out_len, n), of each output's n taps. The filter is stretched by 1 / scale when shrinking
+    (n = 2 ceil(1 / scale) taps for linear, 2 ceil(2 / scale) for cubic), its taps are the n
+    input pixels nearest the coordinate (the left one on a tie), weights normalized per output;
+    indices are clamped into the input (edge padding). As onnx's reference, in float64."""
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    c = _source_coords(coord, out_len, in_len, scale, roi).astype(np.float64)
+    s = min(scale, 1.0)
+    cubic = attrs.get("mode") == "cubic"
+    lo = int(np.floor((-2 if cubic else -1) / s) + 1)
+    n = 2 - 2 * lo
+    base = np.floor(c)
+    ratio = np.where(c == base, 1.0, c - base)        # in (0, 1]: the left pixel is preferred
+    t = (np.arange(lo, lo + n)[None, :] - ratio[:, None]) * s
+    w = _antialias_weights(t, cubic, float(attrs.get("cubic_coeff_a", -0.75)))
+    total = np.zeros(out_len)
+    for k in range(n):          # the reference's sum(coeffs): left to right
+        total = total + w[:, k]
+    w = w / total[:, None]
+    pad = n // 2                # the reference's window: n nearest in the edge-padded input
+    padded = c + pad
+    p = np.floor(padded)
+    start = p.astype(np.int64) + np.where(padded == p, -pad, 1 - pad) - pad
+    idx = start[:, None] + np.arange(n)[None, :]
+    if attrs.get("exclude_outside", 0):
+        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
+        total = w.sum(axis=-1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    return np.clip(idx, 0, in_len - 1), w
+
+
 def _resize_axis(x: np.ndarray, axis: int, out_len: int, scale: float,
+                 roi: tuple[float, float] | None, attrs: Attrs) -> np.ndarray:
+    in_len = x.shape[axis]
+    mode = attrs.get("mode", "nearest")
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    coords = _source_coords(coord, out_len, in_len, scale, roi)
+    bshape = [1] * x.ndim
+    bshape[axis] = out_len
+    if mode != "nearest" and attrs.get("antialias", 0):
+        idx, w = antialias_taps(attrs, out_len, in_len, scale, roi)
+        y = sum(np.take(x, idx[:, k], axis=axis) * w[:, k].reshape(bshape)
+                for k in range(idx.shape[1]))
+    else:
+        y = _interpolate(x, axis, coords, scale, attrs)
+    if coord == CROP:   # outside the input: extrapolation_value (TF's CropAndResize)
+        outside = (coords < 0) | (coords > in_len - 1)
+        y = np.where(outside.reshape(bshape), attrs.get("extrapolation_value", 0.0), y)
+    return np.asarray(y)
+
+
+def _interpolate(x: np.ndarray, axis: int, coords: np.ndarray, scale: float,
                  attrs: Attrs) -> np.ndarray:
     in_len = x.shape[axis]
     mode = attrs.get("mode", "nearest")
-    coords = _source_coords(attrs.get("coordinate_transformation_mode", "half_pixel"),
-                            out_len, in_len, scale)
     bshape = [1] * x.ndim
-    bshape[axis] = out_len
+    bshape[axis] = coords.size
     if mode == "nearest":
         rnd = _NEAREST[attrs.get("nearest_mode", "round_prefer_floor")]
         idx = np.clip(rnd(coords, scale).astype(np.int64), 0, in_len - 1)
@@ -647,17 +761,14 @@ def resize(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     """Separable nearest / linear / cubic resize to ``sizes`` (None = axis untouched).
 
     ``scales`` (optional, per axis) is the scale the coordinate transform uses when the model
-    gave scales rather than sizes; by default it is out_len / in_len.
+    gave scales rather than sizes; by default it is out_len / in_len. tf_crop_and_resize reads
+    ``roi`` (starts, then ends, every axis) and gives ``extrapolation_value`` outside the input;
+    ``antialias`` stretches linear / cubic filters by 1 / scale when shrinking.
     """
     sizes = _resize_sizes(attrs, x.shape)
-    scales = attrs.get("scales")
     y = x.astype(np.float32) if x.dtype.kind in "iub" else x
-    for axis, out_len in enumerate(sizes):
-        in_len = x.shape[axis]
-        scale = float(scales[axis]) if scales is not None else out_len / in_len
-        if out_len == in_len and scale == 1.0:  # untouched axis (as onnxruntime, any mode)
-            continue
-        y = _resize_axis(y, axis, int(out_len), scale, attrs)
+    for axis, scale, roi in resize_axes(attrs, x.shape, tuple(sizes)):
+        y = _resize_axis(y, axis, int(sizes[axis]), scale, roi, attrs)
     if x.dtype.kind in "iu":  # onnxruntime truncates (no rounding); we also saturate
         info = np.iinfo(x.dtype)
         y = np.trunc(np.clip(y, info.min, info.max))
