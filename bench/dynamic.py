@@ -18,6 +18,10 @@ over the time steps of a symbolic-length input, two stacked Elman cells, hidden 
 weights captured from the outer graph), compiled once for the VM, against onnxruntime at each
 length; with the VM's own share of the time (dispatch, allocation, shape functions: everything
 but the compiled programs) from ``vm.stats``.
+
+``--streaming``: the same for the LSTM written with ``Loop`` (``loop_rnn(cell="lstm")``), the
+voice-activity detector (``zoo.streaming.vad``: an ``If`` on the sample rate, a 64-wide LSTM
+over the frames) and the OCR CRNN (``zoo.streaming.crnn``: a symbolic image width).
 """
 
 from __future__ import annotations
@@ -96,20 +100,18 @@ def bench_bert(lengths: list[int], threads: int) -> list[dict]:
                                .astype(np.int64)}, threads, min_time=4.0, block=0.3)
 
 
-def bench_loop(lengths: list[int], threads: int, hidden: int = 256) -> list[dict]:
-    from ember.zoo.loops import loop_rnn
-
-    model = loop_rnn(hidden)
+def bench_vm(name: str, model: onnx.ModelProto, cases: list[tuple[str, dict]],
+             threads: int) -> list[dict]:
+    """A VM model compiled once, against onnxruntime at each (label, feeds) case; with the
+    VM's own share of the time (``vm.stats``: everything but the compiled programs)."""
     sess = ort_session(model, threads)
     t = time.perf_counter()
     vm = ember.compile(model, num_threads=threads)
     t_c = time.perf_counter() - t
-    print(f"loop rnn: compiled once in {t_c:.1f} s (VM: {len(vm.executable.functions)} "
+    print(f"{name}: compiled once in {t_c:.1f} s (VM: {len(vm.executable.functions)} "
           f"functions, {len(vm.programs)} programs)", flush=True)
     out = []
-    for n in lengths:
-        feeds = {"x": np.random.default_rng(n).standard_normal((n, 1, hidden))
-                 .astype(np.float32)}
+    for label, feeds in cases:
         got, want = vm.run(feeds), sess.run(None, feeds)
         err = max(float(np.abs(got[k] - w).max()) for k, w in zip(vm.output_names, want))
         runs = interleaved({"ember": (None, lambda f=feeds: vm.run(f)),
@@ -121,15 +123,43 @@ def bench_loop(lengths: list[int], threads: int, hidden: int = 256) -> list[dict
             vm.run(feeds)
         st = vm.vm.stats
         share = st.dispatch_seconds / st.total_seconds
-        row = {"model": "loop_rnn", "size": n, "ember_ms": round(ms["ember"], 4),
+        row = {"model": name, "size": label, "ember_ms": round(ms["ember"], 4),
                "ort_ms": round(ms["ort"], 4), "ember/ort": round(ms["ember"] / ms["ort"], 3),
                "vm_share": round(share, 3), "instructions": st.instructions // st.runs,
                "max_err": err, "compile_s": round(t_c, 2)}
-        print(f"loop rnn T={n:4d}: ember {ms['ember']:.3f} ms  ort {ms['ort']:.3f} ms  "
+        print(f"{name} {label:>12}: ember {ms['ember']:.3f} ms  ort {ms['ort']:.3f} ms  "
               f"ember/ort {row['ember/ort']:.2f}  VM's own share {share:.1%} "
               f"({row['instructions']} instructions/run)  err {err:.1e}", flush=True)
         out.append(row)
     return out
+
+
+def _normal(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def bench_loop(lengths: list[int], threads: int, hidden: int = 256) -> list[dict]:
+    from ember.zoo.loops import loop_rnn
+
+    return bench_vm("loop_rnn", loop_rnn(hidden),
+                    [(f"T={n}", {"x": _normal((n, 1, hidden), n)}) for n in lengths], threads)
+
+
+def bench_streaming(threads: int) -> list[dict]:
+    """The dynamic models of ``zoo.streaming`` and the Loop LSTM at a few shapes each."""
+    from ember.zoo.loops import loop_rnn
+    from ember.zoo.streaming import crnn, vad
+
+    state = np.zeros((1, 1, 64), np.float32)
+    rows = bench_vm("loop_lstm", loop_rnn(256, cell="lstm"),
+                    [(f"T={n}", {"x": _normal((n, 1, 256), n)}) for n in (10, 100)], threads)
+    rows += bench_vm("vad", vad(), [
+        (f"{sr // 1000}k N={n}", {"audio": _normal((1, n), n), "sr": np.array(sr, np.int64),
+                                  "h": state, "c": state})
+        for sr, n in ((16000, 512), (16000, 1536), (8000, 512))], threads)
+    rows += bench_vm("crnn", crnn(), [(f"W={w}", {"image": _normal((1, 1, 32, w), w)})
+                                      for w in (64, 128, 256)], threads)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,10 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="16,64,200")
     ap.add_argument("--bert", default="", help="sequence lengths (empty: skip BERT)")
     ap.add_argument("--loop", default="", help="loop_rnn lengths (empty: skip)")
+    ap.add_argument("--streaming", action="store_true",
+                    help="the Loop LSTM, the VAD and the OCR CRNN at a few shapes each")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     os.environ.setdefault("EMBER_PROGRESS", "0")
-    results: dict[str, list[dict]] = {"dense": [], "bert": [], "loop": []}
+    results: dict[str, list[dict]] = {"dense": [], "bert": [], "loop": [], "streaming": []}
     if a.dense:
         rows = [int(r) for r in a.rows.split(",")]
         for spec in a.dense.split(","):
@@ -152,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         results["bert"] = bench_bert([int(n) for n in a.bert.split(",")], a.threads)
     if a.loop:
         results["loop"] = bench_loop([int(n) for n in a.loop.split(",")], a.threads)
+    if a.streaming:
+        results["streaming"] = bench_streaming(a.threads)
     for kind, rs in results.items():
-        if rs and kind != "loop":
+        if rs and kind in ("dense", "bert"):
             ratios = [r["dyn/static"] for r in rs]
             print(f"{kind}: geomean dyn/static {float(np.exp(np.mean(np.log(ratios)))):.3f}, "
                   f"max {max(ratios):.3f}")
