@@ -176,8 +176,9 @@ def test_lstm_errors_name_the_node() -> None:
     _lstm_error(model, UnsupportedOpError, "Gelu")
 
     model, _ = lstm_model(3, 2, 4, 5)
-    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "batch"   # (a symbolic
-    _lstm_error(model, UnsupportedOpError, "static batch")   # length is a Scan: test_dynamic_models)
+    # a symbolic batch (a symbolic length is a Scan: tests/dynamic/test_dynamic_models.py)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "batch"
+    _lstm_error(model, UnsupportedOpError, "static batch")
 
     model, _ = lstm_model(3, 2, 4, 5)
     (hs,) = [a for a in model.graph.node[0].attribute if a.name == "hidden_size"]
