@@ -74,9 +74,14 @@ def is_dynamic(n: Node, input_atoms: frozenset[str]) -> bool:
 
 def needs_vm(g: Graph) -> bool:
     known = _atoms(g.inputs)
-    return any(n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n)
-               or on_optionals(n) or is_dynamic(n, known) for n in g.nodes) \
+    return any(_vm_node(n) or is_dynamic(n, known) for n in g.nodes) \
         or any(is_sequence(v.type) or is_optional(v.type) for v in g.inputs)
+
+
+def _vm_node(n: Node) -> bool:
+    """A node the VM runs itself whatever its shapes: control flow, a Specialize node, or
+    one on sequences or optionals."""
+    return n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n) or on_optionals(n)
 
 
 def on_sequences(n: Node) -> bool:
@@ -97,7 +102,7 @@ def partition(g: Graph) -> list[_Segment | Node]:
     known = _atoms(g.inputs)
     steps: list[_Segment | Node] = []
     for n in g.nodes:
-        if n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n) or on_optionals(n):
+        if _vm_node(n):
             steps.append(n)
         elif is_dynamic(n, known):
             if n.op not in VM_OPS:

@@ -168,10 +168,8 @@ def _loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
     if len(n.outputs) == n.attrs["carried"]:
         _compiled_loop(c, f, n, regs, cm)
         return
-    elems = [list(o.type.shape) for o in n.attrs["body"].outputs[1 + n.attrs["carried"]:]]
-    sizes = [o.type.dtype.itemsize for o in n.attrs["body"].outputs[1 + n.attrs["carried"]:]]
-    fits_fn = c.add_packed(c.fresh("loop_fits"), "host",
-                           {"fn": "loop_fits", "elems": elems, "itemsizes": sizes})
+    fits_fn = c.add_packed(c.fresh("loop_fits"), "host", {
+        "fn": "loop_fits", **_rows_of(n.attrs["body"].outputs[1 + n.attrs["carried"]:])})
     (fits,) = f.call_packed(fits_fn, [_optional(f, n.inputs[0], regs, "int64")],
                             [((), "bool")])
     outs = [f.fresh() for _ in n.outputs]
@@ -244,14 +242,18 @@ def _body_program(c: _VMCompiler, body: Graph, fixed: int) -> CompiledModel | No
     return cm
 
 
+def _rows_of(body_out: list[Value]) -> dict[str, list]:
+    """The recipe fields that size a row of each scan value (``loop_rows``, ``loop_fits``)."""
+    return {"elems": [list(o.type.shape) for o in body_out],
+            "itemsizes": [o.type.dtype.itemsize for o in body_out]}
+
+
 def _row_outputs(c: _VMCompiler, f: FunctionBuilder, k: int, rows: Var,
                  body_out: list[Value]) -> tuple[list[Var], list[Var]]:
     """Storages and tensors of ``rows`` rows for each scan value a compiled body gives."""
     if not body_out:
         return [], []
-    name = c.add_packed(f"loop_rows{k}", "host", {
-        "fn": "loop_rows", "elems": [list(o.type.shape) for o in body_out],
-        "itemsizes": [o.type.dtype.itemsize for o in body_out]})
+    name = c.add_packed(f"loop_rows{k}", "host", {"fn": "loop_rows", **_rows_of(body_out)})
     res = f.call_packed(name, [rows], [o for v in body_out for o in
                                        (((v.type.rank + 1,), "int64"), ((), "int64"))])
     storages = [f.alloc_storage(res[2 * j + 1], v.type.dtype.name)

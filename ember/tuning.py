@@ -178,12 +178,9 @@ def _spread_choice(candidates: Sequence[Any], build: Callable[..., Kernel],
     by_size = [measure_kernels([build(c, s) for c in candidates], units,   # reps per size
                                [float(getattr(c, "predicted", 0.0)) * s / hint
                                 for c in candidates]) for s in sizes]
-    n = len(sizes)
-    times = [[by_size[j][i] for j in range(n)] for i in range(len(candidates))]
-    fastest = [min(t[j] for t in times) for j in range(n)]
-    score = [float(np.exp(np.mean([np.log(t[j] / fastest[j]) for j in range(n)])))
-             for t in times]
-    return int(np.argmin(score)), score, times
+    times = np.array(by_size).T                      # [candidate][size]
+    score = np.exp(np.log(times / times.min(axis=0)).mean(axis=1))
+    return int(np.argmin(score)), score.tolist(), times.tolist()
 
 
 def _describe(c: Any) -> dict[str, Any]:

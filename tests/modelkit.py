@@ -1,9 +1,10 @@
 """One-node ONNX models through ``ember.compile`` against onnxruntime (or ember's references).
 
 Shared by the compiled-op test files: ``make_model`` (opset 17 unless given, ``ir_version=8``,
-which the installed onnxruntime accepts), ``compare`` (outputs, dtypes and shapes against the
-oracle; rtol 1e-4, atol 1e-5 by default) and ``check`` (one node plus an optional element-wise
-epilogue that fusion merges into it).
+which the installed onnxruntime accepts), ``graph_model`` (the same from declared value infos:
+sequences and optionals too), ``compare`` (outputs, dtypes and shapes against the oracle; rtol
+1e-4, atol 1e-5 by default) and ``check`` (one node plus an optional element-wise epilogue
+that fusion merges into it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ F32 = np.float32
 
 def _tinfo(name: str, a: np.ndarray) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+
+
+def graph_model(nodes: list[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],
+                outputs: Sequence[onnx.ValueInfoProto],
+                inits: Sequence[onnx.TensorProto] = (), opset: int = 17,
+                name: str = "test") -> onnx.ModelProto:
+    """A model of ``nodes`` with the declared inputs and outputs (value infos: sequences and
+    optionals too) and initializers."""
+    g = helper.make_graph(nodes, name, list(inputs), list(outputs), list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 def make_model(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray],

@@ -8,10 +8,11 @@ the constructors ``Option.None`` and ``Option.Some(value)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ember.ir.sequence import SequenceType
-from ember.ir.types import TensorType
+from ember.ir.types import Dim, TensorType
 from ember.support import dtypes
 
 
@@ -29,6 +30,9 @@ class OptionalType:
     @property
     def is_static(self) -> bool:
         return False
+
+    def map_dims(self, fn: Callable[[Dim], Dim]) -> OptionalType:
+        return OptionalType(self.elem.map_dims(fn))
 
     def __str__(self) -> str:
         return f"optional({self.elem})"

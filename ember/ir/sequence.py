@@ -8,9 +8,10 @@ None when not even the rank is known (an empty sequence before anything is inser
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ember.ir.types import Sym, TensorType
+from ember.ir.types import Dim, Sym, TensorType
 from ember.support import dtypes
 
 
@@ -25,6 +26,9 @@ class SequenceType:
     @property
     def is_static(self) -> bool:
         return False
+
+    def map_dims(self, fn: Callable[[Dim], Dim]) -> SequenceType:
+        return SequenceType(self.dtype, None if self.elem is None else self.elem.map_dims(fn))
 
     def __str__(self) -> str:
         return f"seq({self.elem if self.elem is not None else self.dtype.name + '[?]'})"

@@ -13,7 +13,7 @@ keeps the checks in ``Graph.checks``); ``check_all(checks, env)`` runs them at r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -219,6 +219,11 @@ class TensorType:
     def with_shape(self, shape: tuple[Dim, ...]) -> TensorType:
         return TensorType(tuple(shape), self.dtype)
 
+    def map_dims(self, fn: Callable[[Dim], Dim]) -> TensorType:
+        """This type with ``fn`` applied to every dim (sequence and optional types have the
+        same method: passes rewrite any value's type through it)."""
+        return TensorType(tuple(fn(d) for d in self.shape), self.dtype)
+
     def is_subtype_of(self, other: TensorType) -> bool:
         """Nimble sub-shaping: every static dim matches; a symbol in ``other`` admits anything."""
         if self.dtype != other.dtype or self.rank != other.rank:
@@ -230,6 +235,16 @@ class TensorType:
         return f"{self.dtype.name}[{dims}]"
 
     __repr__ = __str__
+
+
+def map_attr_dims(v: object, fn: Callable[[Dim], Dim]) -> object:
+    """A node attribute with ``fn`` applied to the dims it holds: a symbolic dim, or the
+    entries of a list / tuple of dims with a symbol among them (Reshape's target...)."""
+    if isinstance(v, Sym):
+        return fn(v)
+    if isinstance(v, list | tuple) and any(isinstance(d, Sym) for d in v):
+        return type(v)(fn(d) if isinstance(d, int | Sym) else d for d in v)
+    return v
 
 
 def broadcast_shapes(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:

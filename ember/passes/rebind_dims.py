@@ -15,10 +15,9 @@ types. Returns the mapping (empty: ``g`` unchanged). Symbols no input mentions a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from ember.ir.graph import Graph, Value
-from ember.ir.types import Atom, DerivedAtom, Dim, Sym, TensorType, replace_atoms
+from ember.ir.types import Atom, DerivedAtom, Dim, Sym, TensorType, map_attr_dims, replace_atoms
 
 
 def _linear_atoms(dims: Iterable[Dim]) -> set[str]:
@@ -47,20 +46,6 @@ def _is_bound(a: DerivedAtom, bound: set[str]) -> bool:
     return all(isinstance(x, int) or x.atoms() <= bound for x in a.args)
 
 
-def _retype(t: Any, mapping: dict[Atom, Dim]) -> Any:
-    if isinstance(t, TensorType):
-        return t.with_shape(tuple(replace_atoms(d, mapping) for d in t.shape))
-    return t
-
-
-def _reattr(v: Any, mapping: dict[Atom, Dim]) -> Any:
-    if isinstance(v, Sym):
-        return replace_atoms(v, mapping)
-    if isinstance(v, (list, tuple)) and any(isinstance(x, Sym) for x in v):
-        return type(v)(replace_atoms(x, mapping) if isinstance(x, Sym) else x for x in v)
-    return v
-
-
 def rebind_derived_dims(g: Graph, prefix: str = "b") -> dict[Atom, Dim]:
     """Rename the derived input atoms of ``g`` that its inputs cannot bind (see module doc)."""
     dims = [d for v in g.inputs if isinstance(v.type, TensorType) for d in v.type.shape]
@@ -68,12 +53,16 @@ def rebind_derived_dims(g: Graph, prefix: str = "b") -> dict[Atom, Dim]:
     if not atoms:
         return {}
     mapping: dict[Atom, Dim] = {a: Sym(f"{prefix}{i}") for i, a in enumerate(atoms)}
-    new_inputs = {v.uid: Value(_retype(v.type, mapping), v.name) for v in g.inputs}
+
+    def rename(d: Dim) -> Dim:
+        return replace_atoms(d, mapping)
+
+    new_inputs = {v.uid: Value(v.type.map_dims(rename), v.name) for v in g.inputs}
     for n in g.nodes:
         n.inputs = [new_inputs.get(v.uid, v) if v is not None else None for v in n.inputs]
-        n.attrs = {k: _reattr(a, mapping) for k, a in n.attrs.items()}
+        n.attrs = {k: map_attr_dims(a, rename) for k, a in n.attrs.items()}
         for o in n.outputs:
-            o.type = _retype(o.type, mapping)
+            o.type = o.type.map_dims(rename)
     g.outputs = [new_inputs.get(v.uid, v) for v in g.outputs]
     g.inputs = [new_inputs[v.uid] for v in g.inputs]
     return mapping

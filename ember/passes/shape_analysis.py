@@ -42,6 +42,7 @@ from ember.ir.types import (
     collect_checks,
     dim_atoms,
     exact_div,
+    map_attr_dims,
     substitute,
 )
 
@@ -130,27 +131,18 @@ def _derived_atoms(x: Any) -> frozenset[str]:
 
 
 # --------------------------------------------------------------------------- rewriting
-def _subs_type(t: TensorType, mapping: Mapping[str, Dim]) -> TensorType:
-    return TensorType(tuple(substitute(d, mapping) for d in t.shape), t.dtype)
-
-
-def _subs_attr(v: Any, mapping: Mapping[str, Dim]) -> Any:
-    if isinstance(v, Sym):
-        return substitute(v, mapping)
-    if isinstance(v, list | tuple) and any(isinstance(d, Sym) for d in v):
-        return type(v)(substitute(d, mapping) if isinstance(d, int | Sym) else d for d in v)
-    return v
-
-
 def _apply(g: Graph, mapping: Mapping[str, Dim]) -> None:
     """Substitute ``mapping`` in every type, attribute and check, then re-infer the nodes."""
+    def subs(d: Dim) -> Dim:
+        return substitute(d, mapping)
+
     for v in g.inputs:
-        v.type = _subs_type(v.type, mapping)
+        v.type = v.type.map_dims(subs)
     checks = [c.subs(mapping) for c in g.checks]
     for n in g.nodes:
-        n.attrs = {k: _subs_attr(a, mapping) for k, a in n.attrs.items()}
+        n.attrs = {k: map_attr_dims(a, subs) for k, a in n.attrs.items()}
         for o in n.outputs:
-            o.type = _subs_type(o.type, mapping)
+            o.type = o.type.map_dims(subs)
         checks += _reinfer(n)
     g.checks = _prune(checks)
 

@@ -133,13 +133,19 @@ def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> Packe
     the loop's condition may end it earlier)."""
     def fn(args: Sequence[Any]) -> None:
         rows = max(int(args[0].reshape(-1)[0]), 0)
+        if not _rows_fit(rows, elems, itemsizes):
+            raise VMError(f"a Loop with M = {rows} trips would need more than "
+                          f"{MAX_LOOP_ROWS_BYTES} bytes for a scan output; give the loop a "
+                          "smaller M")
         for j, (elem, size) in enumerate(zip(elems, itemsizes)):
-            nbytes = rows * math.prod(elem) * size
-            if nbytes > MAX_LOOP_ROWS_BYTES:
-                raise VMError(f"a Loop with M = {rows} trips would need {nbytes} bytes for "
-                              f"its scan output {j}; give the loop a smaller M")
             put_shape(args, 1 + 2 * j, [rows, *elem], size)
     return fn
+
+
+def _rows_fit(rows: int, elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> bool:
+    """Whether ``rows`` rows of every scan value stay within ``MAX_LOOP_ROWS_BYTES``."""
+    return all(rows * math.prod(elem) * size <= MAX_LOOP_ROWS_BYTES
+               for elem, size in zip(elems, itemsizes))
 
 
 def loop_fits(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> PackedFunc:
@@ -147,10 +153,7 @@ def loop_fits(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> Packe
     (an absent M, an empty tensor, never fits)."""
     def fn(args: Sequence[Any]) -> None:
         m = args[0].reshape(-1)
-        rows = max(int(m[0]), 0) if m.size else None
-        args[1][...] = rows is not None and all(
-            rows * math.prod(elem) * size <= MAX_LOOP_ROWS_BYTES
-            for elem, size in zip(elems, itemsizes))
+        args[1][...] = bool(m.size) and _rows_fit(max(int(m[0]), 0), elems, itemsizes)
     return fn
 
 

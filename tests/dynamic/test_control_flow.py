@@ -16,15 +16,14 @@ from ember.frontend.onnx.importer import import_model
 from ember.ir.interp import run_graph
 from ember.runtime.compiled import CompiledModel
 from ember.vm.model import VMModel
+from tests.modelkit import graph_model
 
 ort = pytest.importorskip("onnxruntime")
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 RNG = np.random.default_rng(7)
 
 
-def _model(nodes: list, inputs: list, outputs: list, inits: list = (), opset: int = 17):
-    g = helper.make_graph(nodes, "control", inputs, outputs, list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+_model = graph_model
 
 
 def _check(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> VMModel:

@@ -4,6 +4,8 @@ or the value, joined with plain values by If and Loop, and saved with the execut
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +17,7 @@ from ember.ir.optional import OptionalType
 from ember.ir.sequence import SequenceType
 from ember.ir.types import TensorType
 from ember.vm.model import VMModel
+from tests.modelkit import graph_model
 
 F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
 RNG = np.random.default_rng(5)
@@ -28,9 +31,7 @@ def _opt_tp(inner: onnx.TypeProto) -> onnx.TypeProto:
     return helper.make_optional_type_proto(inner)
 
 
-def _model(nodes: list, inputs: list, outputs: list) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "optionals", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+_model = partial(graph_model, opset=18)
 
 
 def _has_and_get(inner: onnx.TypeProto) -> onnx.ModelProto:

@@ -11,15 +11,14 @@ from onnx import TensorProto, helper
 import ember
 from ember.errors import VMError
 from ember.vm.model import VMModel
+from tests.modelkit import graph_model
 
 ort = pytest.importorskip("onnxruntime")
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(11)
 
 
-def _model(nodes: list, inputs: list, outputs: list, opset: int = 17) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "seq", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+_model = graph_model
 
 
 def _seq_info(name: str, elem: int, shape: list | None) -> onnx.ValueInfoProto:

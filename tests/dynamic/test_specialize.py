@@ -4,6 +4,8 @@ compile per distinct operand value, and the cases that stay errors."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import onnx
 import pytest
@@ -13,15 +15,14 @@ import ember
 from ember.frontend.onnx.importer import import_model
 from ember.ir.types import Sym
 from ember.vm.model import VMModel
+from tests.modelkit import graph_model
 
 ort = pytest.importorskip("onnxruntime")
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(3)
 
 
-def _model(nodes: list, inputs: list, outputs: list, opset: int = 18) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "specialize", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+_model = partial(graph_model, opset=18)
 
 
 def _compare(cm: VMModel, model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> None:
