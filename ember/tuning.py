@@ -63,7 +63,7 @@ def device_spec(threads: int, probe: bool = True) -> DeviceSpec:
     return with_measurements(base, pk.fma_gflops_1, pk.read_gbs_1, pk.read_gbs, uk)
 
 
-UK_FORMAT = 1
+UK_FORMAT = 2     # 2: the operand splat is one broadcast (em_bcast)
 UK_K = 256          # reduction steps per micro-kernel call: operands stay in L1
 
 

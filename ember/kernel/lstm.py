@@ -55,7 +55,7 @@ static void {fn}(int64_t q, float *out, const float *h, const float *c, const fl
   em_v16 af = *(const em_v16 *)g[2], ac = *(const em_v16 *)g[3];
   const float *hb = h + b * {k}, *wb = w + u * {k * 4 * U};
   for (int64_t kk = 0; kk < {k}; ++kk, wb += {4 * U}) {{
-    const em_v16 hk = (em_v16){{0}} + hb[kk];
+    const em_v16 hk = em_bcast(hb[kk]);
     ai += hk * *(const em_v16 *)(wb);
     ao += hk * *(const em_v16 *)(wb + {U});
     af += hk * *(const em_v16 *)(wb + {2 * U});

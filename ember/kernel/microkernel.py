@@ -39,7 +39,7 @@ def emit_microkernel(rows: int, vecs: int) -> str:
     for v in V:
         L.append(f"        const em_v16a w{v} = *(const em_v16a *)(wk + ic * {nb} + {v * LANES});")
     for r in R:
-        L.append(f"        {{ const em_v16a b = (em_v16a){{0}} + q{r}[ic]; "
+        L.append(f"        {{ const em_v16a b = em_bcast(q{r}[ic]); "
                  + " ".join(f"a{r}_{v} += b * w{v};" for v in V) + " }")
     L.append("      }")
     L.append("    }")

@@ -309,7 +309,7 @@ def _mask(lo: int, hi: int) -> str:
 
 
 def _splat(v: str) -> str:
-    return f"((em_v16a){{0}} + {v})"
+    return f"em_bcast({v})"
 
 
 @dataclass(frozen=True)
