@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from ember.ir.graph import Node
-from ember.kernel import batched, conv, depthwise, layernorm, lstm, scatter, softmax, window
+from ember.kernel import (
+    batched,
+    conv,
+    depthwise,
+    layernorm,
+    lstm,
+    pool_nhwc,
+    scatter,
+    softmax,
+    window,
+)
 from ember.kernel.base import Kernel
 from ember.kernel.generic import build_generic
 from ember.kernel.roller import RollerContext
@@ -26,6 +36,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return scatter.build(name, body, threads)
     if window.applicable(body):
         return window.build_window(name, body, ctx)
+    if pool_nhwc.applicable(body) and pool_nhwc.profitable(body):
+        return pool_nhwc.build_pool_nhwc(name, body, threads)
     if depthwise.applicable(body):
         return depthwise.build_depthwise(name, body, ctx)
     if conv.applicable(body):

@@ -1,0 +1,235 @@
+"""Channels-last pooling: ``MaxPoolNHWC`` / ``AveragePoolNHWC`` (the pools the layout pass
+keeps inside a conv chain) as one vectorized kernel.
+
+Assumes (``applicable``): the group is the pool alone, a static float32 rank-4 NHWC 2-D
+``MaxPoolNHWC`` (one output) or ``AveragePoolNHWC``, attributes as the frontend normalizes them
+(``kernel_shape``, ``strides``, ``dilations``, ``pads`` [top, left, bottom, right]; ceil_mode
+is already in the output type).
+
+Schedule: the output is ``P = N·OH·OW`` pixels of ``C`` contiguous channels; an rTask is
+``PX`` consecutive pixels, so every vEU gets ``TASKS_PER_VEU`` rTasks or more. For a pixel, the
+taps that lie inside the input are listed once (their row pointers); the channels then run in
+register tiles of ``V`` 16-float vectors, each vector accumulating over the listed taps (max,
+or sum then one multiply by the reciprocal of ONNX's count), then single vectors, then one
+partial vector with ``em_load_part`` / ``em_store_part``. Taps outside the input are never
+listed, so nothing is read outside the input (padding is -FLT_MAX for max, 0 for sums, as in
+onnxruntime; a window with no tap inside gives -FLT_MAX, or 0/0 for an average without
+padding counted, as the generic kernel does).
+
+AveragePool's count: the listed taps (``count_include_pad=0``), or the taps inside the input
+plus its explicit pads (``=1``; the ceil_mode overhang never counts).
+
+Before this kernel these groups ran on the generic TE nest with one rTask per output element
+and the count recomputed per element: Inception-v3's 8×8×2048 pool took 0.92 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.ir.graph import Graph
+from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.depthwise import EPI_HELPERS
+from ember.kernel.microkernel import LANES, PART_HELPERS
+from ember.loops.ir import Bin, Buffer, Const, Eval, For, ForKind, Let, Stmt, Var
+from ember.loops.transform import format_stmt
+
+OPS = {"MaxPoolNHWC": "max", "AveragePoolNHWC": "avg"}
+TASKS_PER_VEU = 64
+MAX_V = 4            # vectors of channels per register tile
+MAX_HELPER = r"""
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline em_v16a em_pmax(em_v16a a, em_v16a b) { return _mm512_max_ps(a, b); }
+#else
+static inline em_v16a em_pmax(em_v16a a, em_v16a b) { return em_vmax(a, b); }
+#endif
+"""
+CHAINS = 8           # independent accumulators a tile keeps (the max / add latency)
+
+
+@dataclass(frozen=True)
+class PoolGeom:
+    kind: str       # "max" | "avg"
+    N: int
+    H: int
+    W: int
+    C: int
+    OH: int
+    OW: int
+    KH: int
+    KW: int
+    SH: int
+    SW: int
+    DH: int
+    DW: int
+    PT: int
+    PL: int
+    PB: int
+    PR: int
+    include_pad: bool
+
+    @property
+    def P(self) -> int:
+        return self.N * self.OH * self.OW
+
+
+def applicable(body: Graph) -> bool:
+    """Is the group one static float32 2-D NHWC MaxPool / AveragePool?"""
+    if len(body.nodes) != 1:
+        return False
+    m = body.nodes[0]
+    if m.op not in OPS or len(m.outputs) != 1 or not m.inputs or m.inputs[0] is None:
+        return False
+    x = m.inputs[0]
+    return (x.type.rank == 4 and x.type.dtype.name == "float32" and x.type.is_static
+            and m.output.type.is_static and len(m.attrs.get("kernel_shape", ())) == 2
+            and x in body.inputs)
+
+
+def profitable(body: Graph) -> bool:
+    """Average pools only: the generic nest (one rTask per pixel, taps outer, the channel row
+    vectorized against an L1 accumulator row) measured as fast or faster for max pools, e.g.
+    38-44 against 54-59 us on a 71×71×192 3×3/2 pool; its average pools are one rTask per
+    element with the count recomputed per element (0.65 ms against 0.03 ms at 8×8×2048)."""
+    return body.nodes[0].op == "AveragePoolNHWC"
+
+
+def geometry(body: Graph) -> PoolGeom:
+    m = body.nodes[0]
+    x = m.inputs[0]
+    assert x is not None
+    n, h, w, c = (int(d) for d in x.type.shape)
+    _, oh, ow, _ = (int(d) for d in m.output.type.shape)
+    a = m.attrs
+    kh, kw = a["kernel_shape"]
+    sh, sw = a.get("strides") or (1, 1)
+    dh, dw = a.get("dilations") or (1, 1)
+    pt, pl, pb, pr = a.get("pads") or (0, 0, 0, 0)
+    return PoolGeom(OPS[m.op], n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr,
+                    bool(a.get("count_include_pad", 0)))
+
+
+def pixels_per_task(g: PoolGeom, units: int) -> int:
+    return max(1, g.P // (TASKS_PER_VEU * units))
+
+
+def _tile(g: PoolGeom, nv: int, step: str, taps: list[str] | None, part: bool = False) -> str:
+    """One register tile of ``nv`` vectors over the taps, then its store: ``taps`` lists the
+    interior taps' constant offsets from ``xb`` (unrolled, over ``CHAINS // nv`` partial
+    accumulators per vector so the max / add latency chains overlap), or None for the listed
+    taps."""
+    init = "em_bcast(-3.40282347e38f)" if g.kind == "max" else "em_bcast(0.0f)"
+    sets = 1 if taps is None else max(1, min(len(taps), CHAINS // nv))
+    acc = " ".join(f"em_v16a a{v}_{j} = {init};" for v in range(nv) for j in range(sets))
+
+    def update(ptr: str, j: int) -> str:
+        out = []
+        for v in range(nv):
+            ld = "em_load_part({p}, C - c)" if part else f"*(const em_v16 *)({{p}} + {v * LANES})"
+            ld = ld.format(p=ptr)
+            a = f"a{v}_{j}"
+            out.append(f"{a} = em_pmax({ld}, {a});" if g.kind == "max" else f"{a} += {ld};")
+        return " ".join(out)
+
+    if taps is None:
+        walk = f"for (int t = 0; t < nt; ++t) {{ {update('taps[t] + c', 0)} }}"
+    else:
+        walk = "\n      ".join(update(f"xb + {off} + c", i % sets) for i, off in enumerate(taps))
+    comb = []
+    for v in range(nv):
+        for j in range(1, sets):
+            comb.append(f"a{v}_0 = em_pmax(a{v}_{j}, a{v}_0);" if g.kind == "max"
+                        else f"a{v}_0 += a{v}_{j};")
+        if g.kind == "avg":
+            comb.append(f"a{v}_0 *= inv;")
+    if part:
+        store = "em_store_part(o + c, a0_0, C - c);"
+    else:
+        store = " ".join(f"*(em_v16 *)(o + c + {v * LANES}) = a{v}_0;" for v in range(nv))
+    return f"""{step} {{
+      {acc}
+      {walk}
+      {' '.join(comb)}
+      {store}
+    }}"""
+
+
+def _channels(g: PoolGeom, V: int, taps: list[str] | None) -> str:
+    """Every channel of one pixel: tiles of ``V`` vectors, single vectors, a partial one."""
+    nb = LANES * V
+    loops = ["int64_t c = 0;", _tile(g, V, f"for (; c + {nb} <= C; c += {nb})", taps)]
+    if V > 1:
+        loops.append(_tile(g, 1, f"for (; c + {LANES} <= C; c += {LANES})", taps))
+    loops.append(_tile(g, 1, "if (c < C)", taps, part=True))
+    return "\n    ".join(loops)
+
+
+def _source(fn: str, g: PoolGeom, V: int) -> str:
+    avg = g.kind == "avg"
+    count = "nt" if not g.include_pad else "ch * cw"
+    interior = [str((kh * g.DH * g.W + kw * g.DW) * g.C)
+                for kh in range(g.KH) for kw in range(g.KW)]
+    inner_inv = f"const em_v16a inv = em_bcast({1.0 / (g.KH * g.KW)!r}f);" if avg else ""
+    return f"""
+static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restrict x) {{
+  enum {{ C = {g.C} }};
+  for (int64_t p = p0; p < p1; ++p) {{
+    const int64_t n = p / {g.OH * g.OW}, r = p % {g.OH * g.OW};
+    const int64_t h0 = (r / {g.OW}) * {g.SH} - {g.PT}, w0 = (r % {g.OW}) * {g.SW} - {g.PL};
+    float *o = out + p * C;
+    if (h0 >= 0 && h0 < {g.H - (g.KH - 1) * g.DH} && w0 >= 0
+        && w0 < {g.W - (g.KW - 1) * g.DW}) {{
+      const float *xb = x + ((n * {g.H} + h0) * {g.W} + w0) * C;
+      {inner_inv}
+      {_channels(g, V, interior)}
+      continue;
+    }}
+    const float *taps[{g.KH * g.KW}];
+    int nt = 0, ch = 0, cw = 0;
+    for (int kh = 0; kh < {g.KH}; ++kh) {{
+      const int64_t ih = h0 + kh * {g.DH};
+      ch += ih >= -{g.PT} && ih < {g.H + g.PB};
+      if (ih < 0 || ih >= {g.H}) continue;
+      for (int kw = 0; kw < {g.KW}; ++kw) {{
+        const int64_t iw = w0 + kw * {g.DW};
+        if (iw >= 0 && iw < {g.W}) taps[nt++] = x + ((n * {g.H} + ih) * {g.W} + iw) * C;
+      }}
+    }}
+    for (int kw = 0; kw < {g.KW}; ++kw) {{
+      const int64_t iw = w0 + kw * {g.DW};
+      cw += iw >= -{g.PL} && iw < {g.W + g.PR};
+    }}
+    (void)ch; (void)cw;
+    {f"const em_v16a inv = em_bcast(1.0f / (float)({count}));" if avg else ""}
+    {_channels(g, V, None)}
+  }}
+}}
+"""
+
+
+def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
+    """The kernel of a group ``applicable`` accepts, ``units`` vEUs."""
+    g = geometry(body)
+    V = max(1, min(MAX_V, g.C // LANES))
+    px = pixels_per_task(g, units)
+    fn = (f"em_pool_{g.kind}_{g.N}_{g.H}_{g.W}_{g.C}_{g.OH}_{g.OW}_{g.KH}{g.KW}{g.SH}{g.SW}"
+          f"{g.DH}{g.DW}_{g.PT}{g.PL}{g.PB}{g.PR}{int(g.include_pad)}")
+    out_buf = Buffer(f"{name}_out", g.P * g.C)
+    x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
+    x = body.nodes[0].inputs[0]
+    args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(x))]
+    task, q0 = Var("task"), Var("q0")
+    stmt: Stmt = Let(q0, Bin("*", task, Const(px)),
+                     Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), Const(g.P)),
+                               out_buf, x_buf)))
+    stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
+    support = {"part": PART_HELPERS, "em_dw": EPI_HELPERS, "em_pool": MAX_HELPER,
+               fn: _source(fn, g, V)}
+    ntasks = -(-g.P // px)
+    doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
+           f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"
+           f"{' count_include_pad' if g.include_pad else ''}; {V} vectors per tile, "
+           f"rTask {px} pixels")
+    return Kernel(name, stmt, ntasks, args, support, g.P * g.C * g.KH * g.KW, doc,
+                  format_stmt(stmt))
