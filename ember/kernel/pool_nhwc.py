@@ -25,12 +25,11 @@ and the count recomputed per element: Inception-v3's 8×8×2048 pool took 0.92 m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.depthwise import EPI_HELPERS
 from ember.kernel.microkernel import LANES, PART_HELPERS
+from ember.kernel.window import WinGeom
 from ember.loops.ir import Bin, Buffer, Const, Eval, For, ForKind, Let, Stmt, Var
 from ember.loops.transform import format_stmt
 
@@ -48,30 +47,12 @@ static inline em_v16a em_pmax(em_v16a a, em_v16a b) { return em_vmax(a, b); }
 CHAINS = 8           # independent accumulators a tile keeps (the max / add latency)
 
 
-@dataclass(frozen=True)
-class PoolGeom:
-    kind: str       # "max" | "avg"
-    N: int
-    H: int
-    W: int
-    C: int
-    OH: int
-    OW: int
-    KH: int
-    KW: int
-    SH: int
-    SW: int
-    DH: int
-    DW: int
-    PT: int
-    PL: int
-    PB: int
-    PR: int
-    include_pad: bool
+# the window of a channels-last pool: ``window.WinGeom`` (its ``kind`` "max" or "avg")
+PoolGeom = WinGeom
 
-    @property
-    def P(self) -> int:
-        return self.N * self.OH * self.OW
+
+def _pixels(g: PoolGeom) -> int:
+    return g.N * g.OH * g.OW
 
 
 def applicable(body: Graph) -> bool:
@@ -106,12 +87,12 @@ def geometry(body: Graph) -> PoolGeom:
     sh, sw = a.get("strides") or (1, 1)
     dh, dw = a.get("dilations") or (1, 1)
     pt, pl, pb, pr = a.get("pads") or (0, 0, 0, 0)
-    return PoolGeom(OPS[m.op], n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr,
+    return PoolGeom(OPS[m.op], n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr,
                     bool(a.get("count_include_pad", 0)))
 
 
 def pixels_per_task(g: PoolGeom, units: int) -> int:
-    return max(1, g.P // (TASKS_PER_VEU * units))
+    return max(1, _pixels(g) // (TASKS_PER_VEU * units))
 
 
 def _tile(g: PoolGeom, nv: int, step: str, taps: list[str] | None, part: bool = False) -> str:
@@ -167,7 +148,7 @@ def _channels(g: PoolGeom, V: int, taps: list[str] | None) -> str:
 
 def _source(fn: str, g: PoolGeom, V: int) -> str:
     avg = g.kind == "avg"
-    count = "nt" if not g.include_pad else "ch * cw"
+    count = "nt" if not g.incl else "ch * cw"
     interior = [str((kh * g.DH * g.W + kw * g.DW) * g.C)
                 for kh in range(g.KH) for kw in range(g.KW)]
     inner_inv = f"const em_v16a inv = em_bcast({1.0 / (g.KH * g.KW)!r}f);" if avg else ""
@@ -214,22 +195,22 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
     V = max(1, min(MAX_V, g.C // LANES))
     px = pixels_per_task(g, units)
     fn = (f"em_pool_{g.kind}_{g.N}_{g.H}_{g.W}_{g.C}_{g.OH}_{g.OW}_{g.KH}{g.KW}{g.SH}{g.SW}"
-          f"{g.DH}{g.DW}_{g.PT}{g.PL}{g.PB}{g.PR}{int(g.include_pad)}")
-    out_buf = Buffer(f"{name}_out", g.P * g.C)
+          f"{g.DH}{g.DW}_{g.PT}{g.PL}{g.PB}{g.PR}{int(g.incl)}")
+    out_buf = Buffer(f"{name}_out", _pixels(g) * g.C)
     x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
     x = body.nodes[0].inputs[0]
     args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(x))]
     task, q0 = Var("task"), Var("q0")
     stmt: Stmt = Let(q0, Bin("*", task, Const(px)),
-                     Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), Const(g.P)),
+                     Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), Const(_pixels(g))),
                                out_buf, x_buf)))
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS, "em_dw": EPI_HELPERS, "em_pool": MAX_HELPER,
                fn: _source(fn, g, V)}
-    ntasks = -(-g.P // px)
+    ntasks = -(-_pixels(g) // px)
     doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"
-           f"{' count_include_pad' if g.include_pad else ''}; {V} vectors per tile, "
+           f"{' count_include_pad' if g.incl else ''}; {V} vectors per tile, "
            f"rTask {px} pixels")
-    return Kernel(name, stmt, ntasks, args, support, g.P * g.C * g.KH * g.KW, doc,
+    return Kernel(name, stmt, ntasks, args, support, _pixels(g) * g.C * g.KH * g.KW, doc,
                   format_stmt(stmt))
