@@ -29,7 +29,7 @@ from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.depthwise import EPI_HELPERS
 from ember.kernel.microkernel import LANES, PART_HELPERS
-from ember.kernel.window import WinGeom
+from ember.kernel.window import WinGeom, geometry
 from ember.loops.ir import Bin, Buffer, Const, Eval, For, ForKind, Let, Stmt, Var
 from ember.loops.transform import format_stmt
 
@@ -45,14 +45,6 @@ static inline em_v16a em_pmax(em_v16a a, em_v16a b) { return em_vmax(a, b); }
 #endif
 """
 CHAINS = 8           # independent accumulators a tile keeps (the max / add latency)
-
-
-# the window of a channels-last pool: ``window.WinGeom`` (its ``kind`` "max" or "avg")
-PoolGeom = WinGeom
-
-
-def _pixels(g: PoolGeom) -> int:
-    return g.N * g.OH * g.OW
 
 
 def applicable(body: Graph) -> bool:
@@ -76,26 +68,7 @@ def profitable(body: Graph) -> bool:
     return body.nodes[0].op == "AveragePoolNHWC"
 
 
-def geometry(body: Graph) -> PoolGeom:
-    m = body.nodes[0]
-    x = m.inputs[0]
-    assert x is not None
-    n, h, w, c = (int(d) for d in x.type.shape)
-    _, oh, ow, _ = (int(d) for d in m.output.type.shape)
-    a = m.attrs
-    kh, kw = a["kernel_shape"]
-    sh, sw = a.get("strides") or (1, 1)
-    dh, dw = a.get("dilations") or (1, 1)
-    pt, pl, pb, pr = a.get("pads") or (0, 0, 0, 0)
-    return PoolGeom(OPS[m.op], n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr,
-                    bool(a.get("count_include_pad", 0)))
-
-
-def pixels_per_task(g: PoolGeom, units: int) -> int:
-    return max(1, _pixels(g) // (TASKS_PER_VEU * units))
-
-
-def _tile(g: PoolGeom, nv: int, step: str, taps: list[str] | None, part: bool = False) -> str:
+def _tile(g: WinGeom, nv: int, step: str, taps: list[str] | None, part: bool = False) -> str:
     """One register tile of ``nv`` vectors over the taps, then its store: ``taps`` lists the
     interior taps' constant offsets from ``xb`` (unrolled, over ``CHAINS // nv`` partial
     accumulators per vector so the max / add latency chains overlap), or None for the listed
@@ -136,7 +109,7 @@ def _tile(g: PoolGeom, nv: int, step: str, taps: list[str] | None, part: bool = 
     }}"""
 
 
-def _channels(g: PoolGeom, V: int, taps: list[str] | None) -> str:
+def _channels(g: WinGeom, V: int, taps: list[str] | None) -> str:
     """Every channel of one pixel: tiles of ``V`` vectors, single vectors, a partial one."""
     nb = LANES * V
     loops = ["int64_t c = 0;", _tile(g, V, f"for (; c + {nb} <= C; c += {nb})", taps)]
@@ -146,9 +119,27 @@ def _channels(g: PoolGeom, V: int, taps: list[str] | None) -> str:
     return "\n    ".join(loops)
 
 
-def _source(fn: str, g: PoolGeom, V: int) -> str:
+def _border_inv(g: WinGeom) -> str:
+    """A border pixel's ``inv``, the reciprocal of ONNX's count: its listed taps (``nt``), or
+    with count_include_pad the taps inside input + explicit pads, per axis."""
+    if g.kind != "avg":
+        return ""
+    if not g.incl:
+        return "const em_v16a inv = em_bcast(1.0f / (float)nt);"
+    return f"""int ch = 0, cw = 0;
+    for (int kh = 0; kh < {g.KH}; ++kh) {{
+      const int64_t ih = h0 + kh * {g.DH};
+      ch += ih >= -{g.PT} && ih < {g.H + g.PB};
+    }}
+    for (int kw = 0; kw < {g.KW}; ++kw) {{
+      const int64_t iw = w0 + kw * {g.DW};
+      cw += iw >= -{g.PL} && iw < {g.W + g.PR};
+    }}
+    const em_v16a inv = em_bcast(1.0f / (float)(ch * cw));"""
+
+
+def _source(fn: str, g: WinGeom, V: int) -> str:
     avg = g.kind == "avg"
-    count = "nt" if not g.incl else "ch * cw"
     interior = [str((kh * g.DH * g.W + kw * g.DW) * g.C)
                 for kh in range(g.KH) for kw in range(g.KW)]
     inner_inv = f"const em_v16a inv = em_bcast({1.0 / (g.KH * g.KW)!r}f);" if avg else ""
@@ -167,22 +158,16 @@ static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restr
       continue;
     }}
     const float *taps[{g.KH * g.KW}];
-    int nt = 0, ch = 0, cw = 0;
+    int nt = 0;
     for (int kh = 0; kh < {g.KH}; ++kh) {{
       const int64_t ih = h0 + kh * {g.DH};
-      ch += ih >= -{g.PT} && ih < {g.H + g.PB};
       if (ih < 0 || ih >= {g.H}) continue;
       for (int kw = 0; kw < {g.KW}; ++kw) {{
         const int64_t iw = w0 + kw * {g.DW};
         if (iw >= 0 && iw < {g.W}) taps[nt++] = x + ((n * {g.H} + ih) * {g.W} + iw) * C;
       }}
     }}
-    for (int kw = 0; kw < {g.KW}; ++kw) {{
-      const int64_t iw = w0 + kw * {g.DW};
-      cw += iw >= -{g.PL} && iw < {g.W + g.PR};
-    }}
-    (void)ch; (void)cw;
-    {f"const em_v16a inv = em_bcast(1.0f / (float)({count}));" if avg else ""}
+    {_border_inv(g)}
     {_channels(g, V, None)}
   }}
 }}
@@ -191,26 +176,27 @@ static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restr
 
 def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
     """The kernel of a group ``applicable`` accepts, ``units`` vEUs."""
-    g = geometry(body)
+    g = geometry(body.nodes[0])
+    P = g.N * g.OH * g.OW                 # output pixels
     V = max(1, min(MAX_V, g.C // LANES))
-    px = pixels_per_task(g, units)
+    px = max(1, P // (TASKS_PER_VEU * units))
     fn = (f"em_pool_{g.kind}_{g.N}_{g.H}_{g.W}_{g.C}_{g.OH}_{g.OW}_{g.KH}{g.KW}{g.SH}{g.SW}"
           f"{g.DH}{g.DW}_{g.PT}{g.PL}{g.PB}{g.PR}{int(g.incl)}")
-    out_buf = Buffer(f"{name}_out", _pixels(g) * g.C)
+    out_buf = Buffer(f"{name}_out", P * g.C)
     x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
     x = body.nodes[0].inputs[0]
     args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(x))]
     task, q0 = Var("task"), Var("q0")
     stmt: Stmt = Let(q0, Bin("*", task, Const(px)),
-                     Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), Const(_pixels(g))),
+                     Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), Const(P)),
                                out_buf, x_buf)))
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS, "em_dw": EPI_HELPERS, "em_pool": MAX_HELPER,
                fn: _source(fn, g, V)}
-    ntasks = -(-_pixels(g) // px)
+    ntasks = -(-P // px)
     doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"
            f"{' count_include_pad' if g.incl else ''}; {V} vectors per tile, "
            f"rTask {px} pixels")
-    return Kernel(name, stmt, ntasks, args, support, _pixels(g) * g.C * g.KH * g.KW, doc,
+    return Kernel(name, stmt, ntasks, args, support, P * g.C * g.KH * g.KW, doc,
                   format_stmt(stmt))

@@ -152,20 +152,26 @@ def applicable(body: Graph) -> bool:
 
 
 def geometry(m: Node) -> WinGeom:
-    """The window geometry of a master accepted by ``applicable``."""
+    """The window geometry of a master accepted by ``applicable`` (or, channels last, by
+    ``pool_nhwc.applicable``)."""
     x = m.inputs[0]
     assert x is not None
-    n, c, h, w = static_shape(x.type)
-    oh, ow = static_shape(m.output.type)[2:]
+    op = m.op.removesuffix("NHWC")
+    if op != m.op:
+        n, h, w, c = static_shape(x.type)
+        oh, ow = static_shape(m.output.type)[1:3]
+    else:
+        n, c, h, w = static_shape(x.type)
+        oh, ow = static_shape(m.output.type)[2:]
     a = m.attrs
-    if m.op in POOLS:
+    if op in POOLS:
         kh, kw = a["kernel_shape"]
     else:
         kh, kw = static_shape(m.inputs[1].type)[2:]  # type: ignore[union-attr]
     sh, sw = a.get("strides") or (1, 1)
     dh, dw = a.get("dilations") or (1, 1)
     pt, pl, pb, pr = a.get("pads") or (0, 0, 0, 0)
-    kind = POOLS.get(m.op, "dw")
+    kind = POOLS.get(op, "dw")
     incl = bool(a.get("count_include_pad", 0)) and kind == "avg"
     return WinGeom(kind, n, c, h, w, oh, ow, int(kh), int(kw), sh, sw, dh, dw, pt, pl, pb, pr,
                    incl)
