@@ -60,7 +60,7 @@ from ember.vm.model import VMModel
 from ember.vm.objects import np_dtype
 
 # data-dependent ops the VM runs
-VM_OPS = {"Reshape", "NonZero", "Unique", "NonMaxSuppression", "Specialize"}
+VM_OPS = {"Reshape", "NonZero", "Unique", "NonMaxSuppression"}
 
 
 def _atoms(values: Sequence[Value | None]) -> frozenset[str]:

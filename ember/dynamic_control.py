@@ -285,10 +285,9 @@ def _compiled_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs,
                                               "scan": len(scan_outs)})
     ins = [_optional(f, n.inputs[0], regs, "int64"), _optional(f, n.inputs[1], regs, "bool"),
            *(value_reg(f, v, regs) for v in n.inputs[2:2 + carried_n]), *_captures(f, n, regs)]
-    finals = list(f.call_packed_outputs([(tuple(o.type.shape), o.type.dtype.name)
-                                         for o in n.outputs[:carried_n]]))
+    *finals, trips = f.call_packed_outputs([*((tuple(o.type.shape), o.type.dtype.name)
+                                              for o in n.outputs[:carried_n]), ((), "int64")])
     storages, full = _row_outputs(c, f, k, ins[0], body_out)
-    (trips,) = f.call_packed_outputs([((), "int64")])
     f.invoke_packed(run, ins, [*finals, *full, trips])
     for o, r in zip(n.outputs[:carried_n], finals):
         regs[o.uid] = r

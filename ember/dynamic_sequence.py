@@ -22,7 +22,7 @@ import numpy as np
 
 from ember.dynamic_control import value_reg
 from ember.ir.graph import Node
-from ember.ir.ops.sequence import split_sizes
+from ember.ir.ops.sequence import split_sizes, split_span
 from ember.vm.builder import FunctionBuilder, Var
 from ember.vm.builtins import PackedFunc, put_shape
 
@@ -221,26 +221,25 @@ def _recursive(c: _VMCompiler, name: str, params: list[str], at_zero) -> None:  
 
 
 # --------------------------------------------------------------------------- split packed functions
-def _pieces(x: np.ndarray, split: np.ndarray, axis: int) -> list[int]:
-    """SplitToSequence's piece lengths (an empty 1-d split stands for "absent")."""
-    absent = split.ndim == 1 and split.size == 0
-    return split_sizes(x.shape[axis], None if absent else split)
+def _split(split: np.ndarray) -> np.ndarray | None:
+    """The split operand, None where absent (an empty 1-d split stands for "absent")."""
+    return None if split.ndim == 1 and split.size == 0 else split
 
 
 def _piece(x: np.ndarray, split: np.ndarray, i: int, axis: int,
            keepdims: bool) -> tuple[int, int, list[int]]:
     """Piece i's start, length and shape."""
-    sizes = _pieces(x, split, axis)
+    start, size = split_span(x.shape[axis], _split(split), i)
     shape = list(x.shape)
-    shape[axis] = sizes[i]
+    shape[axis] = size
     if split.size == 0 and not keepdims:
         del shape[axis]
-    return sum(sizes[:i]), sizes[i], shape
+    return start, size, shape
 
 
 def split_count(axis: int) -> PackedFunc:
     def fn(args: Sequence[Any]) -> None:
-        args[2][...] = len(_pieces(args[0], args[1], axis))
+        args[2][...] = len(split_sizes(args[0].shape[axis], _split(args[1])))
     return fn
 
 

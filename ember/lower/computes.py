@@ -99,6 +99,11 @@ def _mn(a: Expr, b: Expr) -> Expr:
     return Bin("min", a, b)
 
 
+def exact_const(v: float, dt: str = "float32") -> Const:
+    """A float constant holding exactly ``v`` rounded to ``dt`` (as numpy rounds it)."""
+    return Const(float(np.dtype(dt).type(v)), dt)
+
+
 def clamp(e: Expr, lo: int | Expr, hi: int | Expr) -> Expr:
     """``e`` limited to [lo, hi] (bounds may be symbolic dims' expressions)."""
     return _mn(_mx(e, as_expr(lo)), as_expr(hi))

@@ -31,26 +31,17 @@ from ember.ir.ops.deform import (
     roi_params,
     roi_slots,
 )
-from ember.ir.ops.sampling import ZEROS_MARGIN
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
 from ember.lower.computes import clamp, register, static_shape
+from ember.lower.computes import exact_const as _c
+from ember.lower.computes_sampling import _pad_coord, axis_tap_exprs
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
 F32 = "float32"
 F64 = "float64"
 I64 = "int64"
-
-
-def _c(v: float, dt: str = F32) -> Const:
-    """A float constant holding exactly ``v`` rounded to ``dt``."""
-    return Const(float(np.dtype(dt).type(v)), dt)
-
-
-def _fclamp(c: Expr, lo: float, hi: float, dt: str = F32) -> Expr:
-    """``c`` limited to [lo, hi] (NaN -> lo, as ``Bin`` max / min compare)."""
-    return Bin("min", Bin("max", c, _c(lo, dt)), _c(hi, dt))
 
 
 def _acc(dt: str) -> str:
@@ -81,7 +72,7 @@ def _deform_coords(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorTy
                 c = o + Cast(base, F32)
             else:
                 c = Cast(Cast(o, F64) + Cast(base, F64), F32)
-            c = _fclamp(c, -ZEROS_MARGIN[0], dims[j] + ZEROS_MARGIN[1])
+            c = _pad_coord(c, dims[j], "zeros", True)
             out = c if out is None else Select(Bin("==", ch % 2, Const(1)), c, out)
         assert out is not None
         return out
@@ -91,15 +82,9 @@ def _deform_coords(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorTy
 
 def _taps(c: Expr, length: int) -> list[tuple[Expr, Expr, Expr]]:
     """(clamped index, inside condition, float32 weight) of the two linear taps at ``c``
-    (finite, in [-4, length + 3])."""
-    fl = Call("floor", (c,), F32)
-    base = Cast(fl, I64)
-    frac = c - fl
-    out: list[tuple[Expr, Expr, Expr]] = []
-    for k, wgt in ((0, _c(1.0) - frac), (1, frac)):
-        t = base + k
-        out.append((clamp(t, 0, length - 1), Bin("&&", t >= Const(0), t < Const(length)), wgt))
-    return out
+    (finite, in [-4, length + 3]): GridSample's bilinear taps with zeros padding."""
+    return [(i, ok, w) for (i, ok), w in axis_tap_exprs(c, length, "linear", "zeros", True)
+            if ok is not None and w is not None]
 
 
 @register("DeformIm2Col")
@@ -151,7 +136,7 @@ def _window(base: Expr, b: Expr, g: Expr) -> Expr:
     first = Select(b64 > _c(0.0, F64), (_c(-1.0, F64) - base64) * gs / b64 - _c(0.5, F64),
                    _c(0.0, F64))
     start = Call("floor", (first,), F64) - _c(WINDOW_MARGIN, F64)
-    return _fclamp(start, 0.0, WINDOW_LIMIT, F64)
+    return clamp(start, _c(0.0, F64), _c(WINDOW_LIMIT, F64))
 
 
 @register("RoiAlignBins")
@@ -233,7 +218,7 @@ def _roi_align_grid(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
 # --------------------------------------------------------------------------- RoiAlignPool
 def _index(v: Expr, hi: int) -> Expr:
     """A table's tap (a float64) as an int64 index clamped into [0, hi]."""
-    return Cast(_fclamp(v, 0.0, float(hi), F64), I64)
+    return Cast(clamp(v, _c(0.0, F64), _c(float(hi), F64)), I64)
 
 
 @register("RoiAlignPool")

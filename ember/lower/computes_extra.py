@@ -32,6 +32,7 @@ from ember.lower.computes import (
     call,
     clamp,
     const_table,
+    exact_const,
     fconst,
     register,
     static_shape,
@@ -114,11 +115,6 @@ _ROUND: dict[str, Callable[[Expr, float], Expr]] = {
 }
 
 
-def _f32(v: float) -> Const:
-    """A float32 constant holding exactly ``np.float32(v)``."""
-    return Const(float(_F32(v)), "float32")
-
-
 def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
                   roi: tuple[float, float] | None = None) -> Expr:
     """The input coordinate of output index ``o``, op by op as the reference computes it
@@ -130,7 +126,7 @@ def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
         return (Cast(o, _F64) * fconst(span, _F64) * fconst(in_len - 1, _F64)
                 / fconst(div, _F64) + fconst(off, _F64))
     x = Cast(o, "float32")
-    s = _f32(scale)
+    s = exact_const(scale)
     if mode == "asymmetric":
         return x / s
     if mode == "tf_half_pixel_for_nn":
@@ -138,7 +134,7 @@ def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
     if mode == "align_corners":
         if out_len == 1:
             return fconst(0.0)
-        return x * _f32(in_len - 1) / _f32(_F32(scale) * _F32(in_len) - _F32(1))
+        return x * exact_const(in_len - 1) / exact_const(_F32(scale) * _F32(in_len) - _F32(1))
     if mode == "pytorch_half_pixel" and out_len == 1:
         return fconst(0.0)
     c = (x + fconst(0.5)) / s - fconst(0.5)
@@ -150,18 +146,18 @@ def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
     return c
 
 
-def _cubic_weights(r: Expr, a: float) -> list[Expr]:
-    """Keys cubic weights (float64) of the taps floor-1 .. floor+2 for ratio ``r``."""
-    one = fconst(1.0, _F64)
+def cubic_weights(r: Expr, a: float, dt: str = _F64) -> list[Expr]:
+    """Keys cubic weights (in ``dt``) of the taps floor-1 .. floor+2 for ratio ``r``."""
+    def k(v: float) -> Const:
+        return exact_const(v, dt)
 
     def near(t: Expr) -> Expr:
-        return (fconst(a + 2, _F64) * t - fconst(a + 3, _F64)) * t * t + one
+        return (k(a + 2) * t - k(a + 3)) * t * t + k(1.0)
 
     def far(t: Expr) -> Expr:
-        return ((fconst(a, _F64) * t - fconst(5 * a, _F64)) * t
-                + fconst(8 * a, _F64)) * t - fconst(4 * a, _F64)
+        return ((k(a) * t - k(5 * a)) * t + k(8 * a)) * t - k(4 * a)
 
-    return [far(r + one), near(r), near(one - r), far(fconst(2.0, _F64) - r)]
+    return [far(r + k(1.0)), near(r), near(k(1.0) - r), far(k(2.0) - r)]
 
 
 def _axis_taps(attrs: dict[str, Any], c: Expr, in_len: int, scale: float,
@@ -183,7 +179,7 @@ def _axis_taps(attrs: dict[str, Any], c: Expr, in_len: int, scale: float,
         fl = call("floor", c)
         base = Cast(fl, "int64")
         r = Cast(c, _F64) - Cast(fl, _F64)
-        ws = _cubic_weights(r, float(attrs.get("cubic_coeff_a", -0.75)))
+        ws = cubic_weights(r, float(attrs.get("cubic_coeff_a", -0.75)))
         taps = [base + (t - 1) for t in range(4)]
         if attrs.get("exclude_outside", 0):
             zero = fconst(0.0, _F64)

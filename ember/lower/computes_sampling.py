@@ -31,6 +31,8 @@ from ember.ir.ops.sampling import (
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.lower.computes import clamp, fconst, register, static_shape
+from ember.lower.computes import exact_const as _c
+from ember.lower.computes_extra import cubic_weights
 from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
@@ -39,16 +41,6 @@ F32 = "float32"
 F64 = "float64"
 # a tap's index: (index clamped into range, in-range condition (zeros padding) or None)
 Index = tuple[Expr, Expr | None]
-
-
-def _c(v: float, dt: str = F32) -> Const:
-    """A float constant holding exactly ``v`` rounded to ``dt``."""
-    return Const(float(np.dtype(dt).type(v)), dt)
-
-
-def _fclamp(c: Expr, lo: float, hi: float) -> Expr:
-    """``c`` limited to [lo, hi] (NaN -> lo, as ``Bin`` max / min compare)."""
-    return Bin("min", Bin("max", c, _c(lo)), _c(hi))
 
 
 # --------------------------------------------------------------------------- GridSampleCoords
@@ -90,10 +82,10 @@ def _pad_coord(c: Expr, length: int, pad: str, align: bool) -> Expr:
     lo, hi = borders(length, align)
     if pad == "border":
         outside = Bin("||", c < _c(lo), c > _c(hi))
-        return Select(outside, _fclamp(c, 0.0, length - 1), c)
+        return Select(outside, clamp(c, _c(0.0), _c(length - 1)), c)
     if pad == "reflection":
         return _reflect(c, lo, hi)
-    return _fclamp(c, -ZEROS_MARGIN[0], length + ZEROS_MARGIN[1])
+    return clamp(c, _c(-ZEROS_MARGIN[0]), _c(length + ZEROS_MARGIN[1]))
 
 
 @register("GridSampleCoords")
@@ -136,20 +128,7 @@ def _tap_index(t: Expr, length: int, pad: str, align: bool) -> Index:
     return clamp(Select(m < Const(length), m, mirror), 0, length - 1), None
 
 
-def _cubic_weights(x: Expr) -> list[Expr]:
-    """Keys cubic weights (a = -0.75, float32, as the reference) at fraction ``x``."""
-    a, one = _c(CUBIC_A), _c(1.0)
-
-    def far(t: Expr) -> Expr:
-        return ((a * t - _c(5 * CUBIC_A)) * t + _c(8 * CUBIC_A)) * t - _c(4 * CUBIC_A)
-
-    def near(t: Expr) -> Expr:
-        return ((_c(CUBIC_A + 2) * t - _c(CUBIC_A + 3)) * t) * t + one
-
-    return [far(x + one), near(x), near(one - x), far(_c(2.0) - x)]
-
-
-def _axis_taps(c: Expr, length: int, mode: str, pad: str, align: bool
+def axis_tap_exprs(c: Expr, length: int, mode: str, pad: str, align: bool
                ) -> list[tuple[Index, Expr | None]]:
     """(tap index, float32 weight or None for nearest) of each tap along one axis, at the
     padded coordinate ``c`` (finite, >= -4: ``GridSampleCoords``')."""
@@ -161,7 +140,7 @@ def _axis_taps(c: Expr, length: int, mode: str, pad: str, align: bool
     elif mode == "linear":
         offsets, weights = [0, 1], [_c(1.0) - frac, frac]
     else:
-        offsets, weights = [-1, 0, 1, 2], _cubic_weights(frac)
+        offsets, weights = [-1, 0, 1, 2], cubic_weights(frac, CUBIC_A, F32)
     return [(_tap_index(base + k, length, pad, align), w)
             for k, w in zip(offsets, weights, strict=True)]
 
@@ -186,7 +165,7 @@ def _grid_sample_at(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
         return v if ok is None else Select(ok, v, fconst(0.0, acc))
 
     def body(n: Expr, ch: Expr, *o: Expr) -> Expr:
-        taps = [_axis_taps(coords[(n, *o, Const(j))], dims[j], mode, pad, align)
+        taps = [axis_tap_exprs(coords[(n, *o, Const(j))], dims[j], mode, pad, align)
                 for j in range(nd)]
 
         def value(axis: int, idx: list[Index]) -> Expr:
@@ -214,7 +193,7 @@ def _col2im(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     i + pad_begin = b * stride + k * dilation and 0 <= b < blocks."""
     x = ins[0]
     image, block, strides, dil, pads = col2im_params(attrs)
-    nblocks = col2im_blocks(attrs)
+    nblocks = col2im_blocks(image, block, strides, dil, pads)
     nd = len(image)
     kprod = int(np.prod(block))
     shape = static_shape(outs[0])

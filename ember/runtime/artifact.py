@@ -252,7 +252,7 @@ def _read(source: Path | io.BytesIO, path: Path) -> Artifact:
         raise ArtifactError(f"{path} is not an ember artifact (not a zip archive: {e})") from e
     with zf:
         missing = [m for m in _REQUIRED if m not in zf.namelist()]
-        if missing and META in zf.namelist() and b'"kind": "vm"' in zf.read(META):
+        if missing and META in zf.namelist() and _kind(zf) == "vm":
             raise ArtifactError(f"{path} holds a model that runs on the VM; load it with "
                                 "ember.load")
         if missing:
@@ -339,6 +339,15 @@ def _extract_lib(path: Path, lib: bytes | memoryview) -> Path:
             "set EMBER_CACHE_DIR to a writable directory"
         ) from e
     return dest
+
+
+def _kind(zf: zipfile.ZipFile) -> Any:
+    """The metadata's "kind" ("vm" for a bundle of VM bytecode), None if unreadable."""
+    try:
+        meta = json.loads(zf.read(META))
+    except (ValueError, KeyError):
+        return None
+    return meta.get("kind") if isinstance(meta, dict) else None
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -151,6 +151,7 @@ class CompiledLoop(_NativeLoop):
         super().__init__(body, [_nbytes(s) for s in outs[1:1 + n_carried]])
         self.n_carried, self.n_caps, self.n_scan = n_carried, n_caps, n_scan
         self._scan = _i64([_nbytes(s) for s in outs[1 + n_carried:]])
+        self._loop = native_function(SOURCE, "ember_loop", ctypes.c_int, _LOOP_ARGS)
 
     def run(self, trip: int | None, cond: bool, init: Sequence[np.ndarray],
             caps: Sequence[np.ndarray], final: Sequence[np.ndarray],
@@ -159,7 +160,7 @@ class CompiledLoop(_NativeLoop):
         done = ctypes.c_int64(0)
         shapes = [(), (), *(a.shape for a in init), *(a.shape for a in caps)]
         with self.body.bound(shapes) as (entry, workspace):
-            rc = native_function(SOURCE, "ember_loop", ctypes.c_int, _LOOP_ARGS)(
+            rc = self._loop(
                 entry, workspace, int(trip or 0), trip is not None, int(bool(cond)),
                 self.n_carried, self._states, _ptrs(init), *self._buf_ptrs, _ptrs(final),
                 self.n_caps, _ptrs(caps), self.n_scan, self._scan, _ptrs(scan_out),
@@ -183,6 +184,7 @@ class CompiledScan(_NativeLoop):
         self._x_rows = _i64([_nbytes(s) for s in specs[n_state:n_state + n_x]])
         self._scan = _i64([_nbytes(s) for s in outs[n_state:]])
         self._x_rev, self._out_rev = _i64(list(x_rev)), _i64(list(out_rev))
+        self._loop = native_function(SOURCE, "ember_scan", ctypes.c_int, _SCAN_ARGS)
 
     def run(self, xs: Sequence[np.ndarray], init: Sequence[np.ndarray],
             caps: Sequence[np.ndarray], final: Sequence[np.ndarray],
@@ -191,7 +193,7 @@ class CompiledScan(_NativeLoop):
         xs = [np.require(x, requirements="C") for x in xs]
         shapes = [*(a.shape for a in init), *(x.shape[1:] for x in xs), *(a.shape for a in caps)]
         with self.body.bound(shapes) as (entry, workspace):
-            rc = native_function(SOURCE, "ember_scan", ctypes.c_int, _SCAN_ARGS)(
+            rc = self._loop(
                 entry, workspace, trips, self.n_state, self._states, _ptrs(init),
                 *self._buf_ptrs, _ptrs(final), self.n_x, self._x_rows, _ptrs(xs), self._x_rev,
                 self.n_caps, _ptrs(caps), self.n_scan, self._scan, _ptrs(scan_out),

@@ -46,11 +46,14 @@ def aligned_empty(shape: int | Sequence[int], dtype: object = np.uint8) -> np.nd
 
 def address(array: np.ndarray) -> int:
     """The data pointer of ``array``: through ctypes' buffer protocol, five times cheaper
-    than ``array.ctypes.data`` (which it falls back to for read-only or empty arrays)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))
-    except (TypeError, ValueError):
-        return int(array.ctypes.data)
+    than ``array.ctypes.data`` (used for read-only arrays, such as a VM's constants, and
+    empty ones, which the buffer protocol refuses)."""
+    if array.flags.writeable and array.size:
+        try:
+            return ctypes.addressof(ctypes.c_char.from_buffer(array))
+        except (TypeError, ValueError):   # not contiguous
+            pass
+    return int(array.ctypes.data)
 
 
 def is_aligned(array: np.ndarray, alignment: int = ALIGNMENT) -> bool:

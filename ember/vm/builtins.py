@@ -131,9 +131,11 @@ MAX_LOOP_ROWS_BYTES = 1 << 30
 def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> PackedFunc:
     """``(M, (shape, nbytes) per scan output)``: M rows of each scan value (an upper bound:
     the loop's condition may end it earlier)."""
+    most = _max_rows(elems, itemsizes)
+
     def fn(args: Sequence[Any]) -> None:
         rows = max(int(args[0].reshape(-1)[0]), 0)
-        if not _rows_fit(rows, elems, itemsizes):
+        if rows > most:
             raise VMError(f"a Loop with M = {rows} trips would need more than "
                           f"{MAX_LOOP_ROWS_BYTES} bytes for a scan output; give the loop a "
                           "smaller M")
@@ -142,18 +144,20 @@ def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> Packe
     return fn
 
 
-def _rows_fit(rows: int, elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> bool:
-    """Whether ``rows`` rows of every scan value stay within ``MAX_LOOP_ROWS_BYTES``."""
-    return all(rows * math.prod(elem) * size <= MAX_LOOP_ROWS_BYTES
-               for elem, size in zip(elems, itemsizes))
+def _max_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> float:
+    """The most rows every scan value may have within ``MAX_LOOP_ROWS_BYTES``."""
+    row = max((math.prod(elem) * size for elem, size in zip(elems, itemsizes)), default=0)
+    return MAX_LOOP_ROWS_BYTES // row if row else math.inf
 
 
 def loop_fits(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> PackedFunc:
     """``(M, fits)``: whether M rows of every scan value stay within ``MAX_LOOP_ROWS_BYTES``
     (an absent M, an empty tensor, never fits)."""
+    most = _max_rows(elems, itemsizes)
+
     def fn(args: Sequence[Any]) -> None:
         m = args[0].reshape(-1)
-        args[1][...] = bool(m.size) and _rows_fit(max(int(m[0]), 0), elems, itemsizes)
+        args[1][...] = bool(m.size) and max(int(m[0]), 0) <= most
     return fn
 
 

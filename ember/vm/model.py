@@ -37,6 +37,13 @@ class VMModel:
         # nodes compiled per value of their run-time operands (ember.dynamic_specialize)
         self.specializers = list(specializers)
         self.symbolic = True
+        # the inputs' and outputs' kinds ("tensor", "sequence", "optional <kind>") and the ADT
+        # tags of lists and options, read once from the executable's metadata
+        meta = exe.meta
+        self._in_kinds = meta.get("input_kinds") or ["tensor"] * len(self.input_names)
+        self._out_kinds = meta.get("output_kinds") or ["tensor"] * len(self.output_names)
+        self._option_tags = meta.get("option_tags")
+        self._list_tags = meta.get("list_tags")
 
     @property
     def bytecode(self) -> str:
@@ -47,13 +54,13 @@ class VMModel:
         if len(args) != len(self.input_names):
             raise InputError(f"model takes {len(self.input_names)} input(s) "
                              f"({', '.join(self.input_names)}), got {len(args)}")
-        kinds = self.executable.meta.get("input_kinds") or ["tensor"] * len(args)
         return [self._input(name, dt, a, kind)
-                for name, dt, a, kind in zip(self.input_names, self._dtypes, args, kinds)]
+                for name, dt, a, kind in zip(self.input_names, self._dtypes, args,
+                                             self._in_kinds)]
 
     def _input(self, name: str, dt: np.dtype, a: Any, kind: str) -> Any:
         if kind.startswith("optional "):   # None, or the value: the Option ADT
-            empty, some = self.executable.meta["option_tags"]
+            empty, some = self._option_tags
             if a is None:
                 return ADT(empty, ())
             return ADT(some, (self._input(name, dt, a, kind.split(" ", 1)[1]),))
@@ -74,7 +81,7 @@ class VMModel:
         if isinstance(a, np.ndarray) or not isinstance(a, Sequence):
             raise InputError(f"input {name!r} is a sequence: pass a list of arrays, got "
                              f"{type(a).__name__}")
-        nil, cons = self.executable.meta["list_tags"]
+        nil, cons = self._list_tags
         lst = ADT(nil, ())
         for k, x in reversed(list(enumerate(a))):
             lst = ADT(cons, (self._tensor(f"{name}[{k}]", dt, x), lst))
@@ -82,7 +89,7 @@ class VMModel:
 
     def _output(self, value: Any, kind: str) -> Any:
         if kind.startswith("optional "):
-            empty, _ = self.executable.meta["option_tags"]
+            empty, _ = self._option_tags
             if value.tag == empty:
                 return None
             return self._output(value.fields[0], kind.split(" ", 1)[1])
@@ -93,9 +100,8 @@ class VMModel:
     def __call__(self, *args: Any) -> Any:
         result = self.vm.run(*self._inputs(args))
         n = len(self.output_names)
-        kinds = self.executable.meta.get("output_kinds") or ["tensor"] * n
         values = result.fields if n > 1 else (result,)
-        outs = tuple(self._output(v, k) for v, k in zip(values, kinds))
+        outs = tuple(self._output(v, k) for v, k in zip(values, self._out_kinds))
         return outs[0] if n == 1 else outs
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def _const(ctx: Ctx, value: float | np.ndarray, like: Value) -> Value:
     return ctx.const(np.asarray(value, dtype=like.type.dtype.np))
 
 
-def _i64(ctx: Ctx, values: int | list[int] | np.ndarray) -> Value:
+def i64(ctx: Ctx, values: int | list[int] | np.ndarray) -> Value:
     return ctx.const(np.asarray(values, dtype=np.int64))
 
 
@@ -84,7 +84,7 @@ def _to_heads(ctx: Ctx, x: Value, heads: int, what: str) -> Value:
     if heads <= 0 or hidden % heads:
         raise ModelError(f"{what} hidden size {hidden} is not a multiple of its number of "
                          f"heads {heads}")
-    r = ctx.add1("Reshape", [x, _i64(ctx, [0, 0, heads, hidden // heads])])
+    r = ctx.add1("Reshape", [x, i64(ctx, [0, 0, heads, hidden // heads])])
     return ctx.add1("Transpose", [r], {"perm": [0, 2, 1, 3]})
 
 
@@ -145,7 +145,7 @@ def _scores(ctx: Ctx, q: Value, k: Value, d: _Dims, scale: float | None) -> Valu
     kt = ctx.add1("Transpose", [k], {"perm": [0, 1, 3, 2]})
     rep = d.hq // d.hkv
     if rep > 1:
-        q = ctx.add1("Reshape", [q, _i64(ctx, [0, d.hkv, rep * d.sq, d.dqk])])
+        q = ctx.add1("Reshape", [q, i64(ctx, [0, d.hkv, rep * d.sq, d.dqk])])
     s = ctx.add1("MatMul", [q, kt])
     if half:
         return ctx.add1("Cast", [s], {"to": "float16"})
@@ -166,9 +166,9 @@ def _grouped(ctx: Ctx, x: Value, d: _Dims) -> Value:
         raise ModelError(f"attn_mask / bias {x.type}: dim -3 must be 1 or q_num_heads {d.hq}")
     split = [b if isinstance(b, int) else 0, d.hkv if h == d.hq else 1,
              rep if h == d.hq else 1, s, t]
-    x = ctx.add1("Reshape", [x, _i64(ctx, split)])                 # [B, Hkv, rep, Sq, T]
+    x = ctx.add1("Reshape", [x, i64(ctx, split)])                 # [B, Hkv, rep, Sq, T]
     x = ctx.add1("Expand", [x], {"shape": [1, 1, rep, d.sq, 1]})
-    return ctx.add1("Reshape", [x, _i64(ctx, [0, 0, rep * d.sq, t])])
+    return ctx.add1("Reshape", [x, i64(ctx, [0, 0, rep * d.sq, t])])
 
 
 def _ungrouped(ctx: Ctx, x: Value, d: _Dims) -> Value:
@@ -176,7 +176,7 @@ def _ungrouped(ctx: Ctx, x: Value, d: _Dims) -> Value:
     if d.hq == d.hkv:
         return x
     (n,) = _static(x, "the attention scores", (3,))
-    return ctx.add1("Reshape", [x, _i64(ctx, [0, d.hq, d.sq, n])])
+    return ctx.add1("Reshape", [x, i64(ctx, [0, d.hq, d.sq, n])])
 
 
 def _weighted(ctx: Ctx, p: Value, v: Value, d: _Dims) -> Value:
@@ -185,7 +185,7 @@ def _weighted(ctx: Ctx, p: Value, v: Value, d: _Dims) -> Value:
     if not d.rank3:
         return y
     y = ctx.add1("Transpose", [y], {"perm": [0, 2, 1, 3]})
-    return ctx.add1("Reshape", [y, _i64(ctx, [0, 0, d.hq * d.dv])])
+    return ctx.add1("Reshape", [y, i64(ctx, [0, 0, d.hq * d.dv])])
 
 
 # --------------------------------------------------------------------------- masks
@@ -247,19 +247,19 @@ def _allowed_nonpad(ctx: Ctx, nonpad: Value, d: _Dims, causal: bool, left: int,
     ``nonpad - Sq``."""
     if nonpad.type.rank != 1 or nonpad.type.dtype != dtypes.int64:
         raise ModelError(f"nonpad_kv_seqlen {nonpad.type} must be a 1-D int64 tensor [B]")
-    lens = ctx.add1("Reshape", [nonpad, _i64(ctx, [-1, 1, 1, 1])])
-    conds = [ctx.add1("Less", [_i64(ctx, np.arange(d.total)), lens])]
+    lens = ctx.add1("Reshape", [nonpad, i64(ctx, [-1, 1, 1, 1])])
+    conds = [ctx.add1("Less", [i64(ctx, np.arange(d.total)), lens])]
     if causal or left >= 0 or right >= 0:
         i = np.arange(d.sq).reshape(-1, 1)
         j = np.arange(d.total).reshape(1, -1)
-        off = ctx.add1("Sub", [lens, _i64(ctx, d.sq)])
-        diff = ctx.add1("Add", [_i64(ctx, i - j), off])   # query position - key position
+        off = ctx.add1("Sub", [lens, i64(ctx, d.sq)])
+        diff = ctx.add1("Add", [i64(ctx, i - j), off])   # query position - key position
         if causal:
-            conds.append(ctx.add1("Not", [ctx.add1("Less", [diff, _i64(ctx, 0)])]))
+            conds.append(ctx.add1("Not", [ctx.add1("Less", [diff, i64(ctx, 0)])]))
         if left >= 0:
-            conds.append(ctx.add1("Not", [ctx.add1("Greater", [diff, _i64(ctx, left)])]))
+            conds.append(ctx.add1("Not", [ctx.add1("Greater", [diff, i64(ctx, left)])]))
         if right >= 0:
-            conds.append(ctx.add1("Not", [ctx.add1("Less", [diff, _i64(ctx, -right)])]))
+            conds.append(ctx.add1("Not", [ctx.add1("Less", [diff, i64(ctx, -right)])]))
     return conds
 
 
@@ -298,7 +298,7 @@ def _masked_rows(ctx: Ctx, bias: Value | None) -> Value | None:
 
 
 # --------------------------------------------------------------------------- Attention
-def _softmax_half(ctx: Ctx, s: Value) -> Value:
+def softmax_half(ctx: Ctx, s: Value) -> Value:
     """Float16 softmax in the steps of the ONNX reference, each rounded to float16: exp(s -
     max), its row sum (accumulated in float32), the quotient. (One float32 softmax rounded
     once differs from it by an ulp, more than the conformance tolerance.)"""
@@ -322,7 +322,7 @@ def _softmax(ctx: Ctx, s: Value, attrs: Attrs) -> Value:
             raise ModelError(f"softmax_precision {dt.name} is not a float type")
     x = s if dt == s.type.dtype else ctx.add1("Cast", [s], {"to": dt.name})
     if dt.name == "float16":
-        p = _softmax_half(ctx, x)
+        p = softmax_half(ctx, x)
     else:
         p = ctx.add1("Softmax", [x], {"axis": -1})
     return p if dt == s.type.dtype else ctx.add1("Cast", [p], {"to": s.type.dtype.name})
@@ -408,7 +408,7 @@ def rotary_embedding(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         if heads <= 0 or hidden % heads:
             raise ModelError(f"3-D X {x.type} needs num_heads dividing its hidden size")
         hd = hidden // heads
-        xs = ctx.add1("Reshape", [x, _i64(ctx, [0, 0, heads, hd])])   # [B, S, H, D]
+        xs = ctx.add1("Reshape", [x, i64(ctx, [0, 0, heads, hd])])   # [B, S, H, D]
     else:
         raise ModelError(f"X {x.type} must be 3-D or 4-D")
     rd = int(attrs.get("rotary_embedding_dim", 0)) or hd
@@ -420,7 +420,7 @@ def rotary_embedding(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
                  {"seq_axis": 2 if x.type.rank == 4 else 1, "rotary_dim": rd,
                   "interleaved": int(attrs.get("interleaved", 0))})
     if x.type.rank == 3:
-        y = ctx.add1("Reshape", [y, _i64(ctx, [0, 0, hd * heads])])
+        y = ctx.add1("Reshape", [y, i64(ctx, [0, 0, hd * heads])])
     return [y]
 
 
@@ -558,9 +558,9 @@ def _linear_inputs(ctx: Ctx, ins: Inputs, attrs: Attrs) -> _Recurrence:
     q4 = ctx.add1("Mul", [q4, ctx.const(np.array(scale, np.float32))])
     rep = hq // hkv
     qg = ctx.add1("Reshape", [ctx.add1("Transpose", [q4], {"perm": [0, 2, 1, 3]}),
-                              _i64(ctx, [0, 0, hkv, rep, dk])])          # [B, T, Hkv, rep, dk]
+                              i64(ctx, [0, 0, hkv, rep, dk])])          # [B, T, Hkv, rep, dk]
     qg = ctx.add1("Reshape", [ctx.add1("Transpose", [qg], {"perm": [0, 2, 1, 3, 4]}),
-                              _i64(ctx, [0, hkv, steps * rep, dk])])     # [B, Hkv, T*rep, dk]
+                              i64(ctx, [0, hkv, steps * rep, dk])])     # [B, Hkv, T*rep, dk]
     gate = None
     if decay is not None:
         last = _static(decay, "decay", (2,))[0]
@@ -595,7 +595,7 @@ def linear_attention(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     outs = []
     for t in range(r.steps):
         state, o = _linear_step(ctx, r, state, t)
-        outs.append(ctx.add1("Reshape", [o, _i64(ctx, [0, 1, -1])]))     # [B, 1, Hq*dv]
+        outs.append(ctx.add1("Reshape", [o, i64(ctx, [0, 1, -1])]))     # [B, 1, Hq*dv]
     y = outs[0] if len(outs) == 1 else ctx.add1("Concat", outs, {"axis": 1})
     if q.type.dtype.name != "float32":
         y = ctx.add1("Cast", [y], {"to": q.type.dtype.name})

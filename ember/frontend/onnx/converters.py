@@ -108,11 +108,13 @@ class Ctx:
         return len(self.node.output)
 
     def add(self, op: str, inputs: Sequence[Value | None],
-            attrs: Attrs | None = None) -> list[Value]:
-        """Emit internal op ``op``; folded to constants when every input is a constant."""
+            attrs: Attrs | None = None, fold: bool = True) -> list[Value]:
+        """Emit internal op ``op``; folded to constants when every input is a constant, unless
+        ``fold`` is False (ops on sequences and optionals, Specialize: values folding cannot
+        hold or must not compute)."""
         attrs = dict(attrs or {})
         opdef = registry.get(op)
-        if all(v is None or v.is_const for v in inputs):
+        if fold and all(v is None or v.is_const for v in inputs):
             types = opdef.infer_types(attrs, [v.type if v else None for v in inputs], inputs)
             arrays = opdef.run_ref(attrs, *[v.const if v is not None else None for v in inputs])
             outs = []

@@ -30,10 +30,6 @@ _COORD_MODES = ("half_pixel", "output_half_pixel")
 _ROI_MODES = ("avg", "max")
 
 
-def _text(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _static(ctx: Ctx, v: Value, dims: range, what: str) -> list[int]:
     got = [v.type.shape[i] for i in dims]
     if not all(isinstance(d, int) for d in got):
@@ -151,7 +147,7 @@ def _roi_align(ctx: Ctx, ins: Inputs, attrs: Attrs, half_pixel: bool) -> list[Va
         raise ModelError(f"RoiAlign: rois {rois.type} must have X's type {x.type.dtype.name}")
     if bidx.type.dtype.is_float:
         raise ModelError(f"RoiAlign: batch_indices must be integers, got {bidx.type}")
-    mode = _text(attrs.get("mode", "avg"))
+    mode = str(attrs.get("mode", "avg"))
     if mode not in _ROI_MODES:
         raise ModelError(f"RoiAlign: unknown mode {mode!r}; expected one of {list(_ROI_MODES)}")
     out = [int(attrs.get("output_height", 1)), int(attrs.get("output_width", 1))]
@@ -178,7 +174,7 @@ def roi_align10(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 @converter("RoiAlign", since=16)
 def roi_align16(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
-    ctm = _text(attrs.get("coordinate_transformation_mode", "half_pixel"))
+    ctm = str(attrs.get("coordinate_transformation_mode", "half_pixel"))
     if ctm not in _COORD_MODES:
         raise ModelError(f"RoiAlign: unknown coordinate_transformation_mode {ctm!r}; expected "
                          f"one of {list(_COORD_MODES)}")

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from ember.errors import ModelError, UnsupportedOpError
+from ember.frontend.onnx.attention import i64, softmax_half
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.ir.graph import Value
 from ember.support import dtypes
@@ -93,10 +94,6 @@ def _cast(ctx: Ctx, x: Value, dt: dtypes.DType) -> Value:
     return x if x.type.dtype == dt else ctx.add1("Cast", [x], {"to": dt.name})
 
 
-def _i64(ctx: Ctx, values: list[int]) -> Value:
-    return ctx.const(np.asarray(values, dtype=np.int64))
-
-
 def _scores(ctx: Ctx, q: Value, k: Value, g: _Geo, scale: float) -> Value:
     """Q @ Kᵀ · scale in the grouped layout [B, Hkv, rep*L, S], in the inputs' type."""
     narrow = q.type.dtype.itemsize < 4
@@ -104,7 +101,7 @@ def _scores(ctx: Ctx, q: Value, k: Value, g: _Geo, scale: float) -> Value:
         root = ctx.const(np.asarray(np.sqrt(np.float32(scale)), dtype=q.type.dtype.np))
         q, k = ctx.add1("Mul", [q, root]), ctx.add1("Mul", [k, root])
     if g.rep > 1:
-        q = ctx.add1("Reshape", [q, _i64(ctx, [0, g.hkv, g.rep * g.lq, g.e])])
+        q = ctx.add1("Reshape", [q, i64(ctx, [0, g.hkv, g.rep * g.lq, g.e])])
     s = ctx.add1("MatMul", [q, ctx.add1("Transpose", [k], {"perm": [0, 1, 3, 2]})])
     if narrow:
         return s
@@ -131,7 +128,7 @@ def _regroup(ctx: Ctx, x: Value, g: _Geo, grouped: bool) -> Value:
     if g.rep == 1:
         return x
     shape = [0, g.hkv, g.rep * g.lq, g.skv] if grouped else [0, g.hq, g.lq, g.skv]
-    return ctx.add1("Reshape", [x, _i64(ctx, shape)])
+    return ctx.add1("Reshape", [x, i64(ctx, shape)])
 
 
 def _softmax(ctx: Ctx, s: Value) -> Value:
@@ -139,11 +136,7 @@ def _softmax(ctx: Ctx, s: Value) -> Value:
     row sum accumulated in float32)."""
     if s.type.dtype.name != "float16":
         return ctx.add1("Softmax", [s], {"axis": -1})
-    top = ctx.add1("ReduceMax", [s], {"axes": [-1], "keepdims": 1, "noop_with_empty_axes": 0})
-    e = ctx.add1("Exp", [ctx.add1("Sub", [s, top])])
-    total = ctx.add1("ReduceSum", [ctx.add1("Cast", [e], {"to": "float32"})],
-                     {"axes": [-1], "keepdims": 1, "noop_with_empty_axes": 0})
-    return ctx.add1("Div", [e, ctx.add1("Cast", [total], {"to": "float16"})])
+    return softmax_half(ctx, s)
 
 
 @converter("FlexAttention", since=1)
@@ -169,5 +162,5 @@ def flex_attention(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         p = _regroup(ctx, p, g, grouped=True)
     y = ctx.add1("MatMul", [p, _cast(ctx, v, soft)])                # [B, Hkv, rep*L, Ev]
     if g.rep > 1:
-        y = ctx.add1("Reshape", [y, _i64(ctx, [0, g.hq, g.lq, g.ev])])
+        y = ctx.add1("Reshape", [y, i64(ctx, [0, g.hq, g.lq, g.ev])])
     return [_cast(ctx, y, q.type.dtype)]

@@ -58,21 +58,17 @@ def value_type(tp: onnx.TypeProto, what: str) -> TensorType | SequenceType | Opt
                              "tensors and optionals of those")
 
 
-def _add(ctx: Ctx, op: str, ins: Inputs, attrs: Attrs | None = None) -> list[Value]:
-    return ctx.graph.add(op, ins, attrs or {}, name=ctx.node_name).outputs
-
-
 @converter("Optional", since=15)
 def optional(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (x,) = ctx.inputs(ins, 1, 0)
     if x is not None:
         if is_optional(x.type):
             raise ModelError("Optional of an optional value")
-        return _add(ctx, "Optional", [x])
+        return ctx.add("Optional", [x], fold=False)
     if "type" not in attrs:
         raise ModelError("Optional without an input needs its 'type' attribute")
     elem = value_type(attrs["type"], f"the type of Optional node {ctx.node_name!r}")
-    return _add(ctx, "Optional", [], {"elem": elem})
+    return ctx.add("Optional", [], {"elem": elem}, fold=False)
 
 
 @converter("OptionalHasElement", since=15)
@@ -80,7 +76,7 @@ def optional_has_element(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (o,) = ctx.inputs(ins, 1, 0)
     if o is None or not is_optional(o.type):      # no input: empty; a plain value: present
         return [ctx.const(np.array(o is not None))]
-    return _add(ctx, "OptionalHasElement", [o])
+    return ctx.add("OptionalHasElement", [o], fold=False)
 
 
 @converter("OptionalGetElement", since=15)
@@ -89,4 +85,4 @@ def optional_get_element(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     assert o is not None
     if not is_optional(o.type):
         return [o]
-    return _add(ctx, "OptionalGetElement", [o])
+    return ctx.add("OptionalGetElement", [o], fold=False)

@@ -28,18 +28,14 @@ _MODES_20 = {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}
 _PADDING = ("zeros", "border", "reflection")
 
 
-def _text(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 # --------------------------------------------------------------------------- GridSample
 def _grid_sample(ctx: Ctx, ins: Inputs, attrs: Attrs, modes: dict[str, str],
                  ranks: tuple[int, ...]) -> list[Value]:
     x, grid = ctx.inputs(ins, 2, 2)
     assert x is not None and grid is not None
     default = "bilinear" if "bilinear" in modes else "linear"
-    mode = _text(attrs.get("mode", default))
-    pad = _text(attrs.get("padding_mode", "zeros"))
+    mode = str(attrs.get("mode", default))
+    pad = str(attrs.get("padding_mode", "zeros"))
     if mode not in modes:
         raise ModelError(f"GridSample (opset {ctx.opset}): unknown mode {mode!r}; the modes "
                          f"of this opset are {sorted(modes)}")

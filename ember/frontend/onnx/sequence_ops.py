@@ -15,10 +15,6 @@ from ember.ir.sequence import is_sequence
 from ember.ir.types import Sym, TensorType
 
 
-def _add(ctx: Ctx, op: str, ins: Inputs, attrs: Attrs | None = None) -> list[Value]:
-    return ctx.graph.add(op, ins, attrs or {}, name=ctx.node_name).outputs
-
-
 def _sequence_input(ctx: Ctx, v: Value | None) -> Value:
     if v is None or not is_sequence(v.type):
         raise ModelError(f"{ctx.op_type} needs a sequence as its first input, got "
@@ -33,13 +29,13 @@ def sequence_construct(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     dts = {v.type.dtype for v in ins if v is not None}
     if len(dts) > 1:
         raise ModelError(f"SequenceConstruct of tensors of different element types {dts}")
-    return _add(ctx, "SequenceConstruct", ins)
+    return ctx.add("SequenceConstruct", ins, fold=False)
 
 
 @converter("SequenceEmpty", since=11)
 def sequence_empty(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     dt = onnx_dtype(int(attrs.get("dtype", 1)))
-    return _add(ctx, "SequenceEmpty", [], {"dtype": dt.name})
+    return ctx.add("SequenceEmpty", [], {"dtype": dt.name}, fold=False)
 
 
 @converter("SequenceInsert", since=11)
@@ -50,32 +46,33 @@ def sequence_insert(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     if x.type.dtype != s.type.dtype:
         raise ModelError(f"SequenceInsert of a {x.type.dtype.name} tensor into a sequence of "
                          f"{s.type.dtype.name}")
-    return _add(ctx, "SequenceInsert", [s, x, pos])
+    return ctx.add("SequenceInsert", [s, x, pos], fold=False)
 
 
 @converter("SequenceErase", since=11)
 def sequence_erase(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     seq, pos = ctx.inputs(ins, 2, 1)
-    return _add(ctx, "SequenceErase", [_sequence_input(ctx, seq), pos])
+    return ctx.add("SequenceErase", [_sequence_input(ctx, seq), pos], fold=False)
 
 
 @converter("SequenceAt", since=11)
 def sequence_at(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     seq, pos = ctx.inputs(ins, 2, 2)
-    return _add(ctx, "SequenceAt", [_sequence_input(ctx, seq), pos])
+    return ctx.add("SequenceAt", [_sequence_input(ctx, seq), pos], fold=False)
 
 
 @converter("SequenceLength", since=11)
 def sequence_length(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (seq,) = ctx.inputs(ins, 1, 1)
-    return _add(ctx, "SequenceLength", [_sequence_input(ctx, seq)])
+    return ctx.add("SequenceLength", [_sequence_input(ctx, seq)], fold=False)
 
 
 @converter("ConcatFromSequence", since=11)
 def concat_from_sequence(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (seq,) = ctx.inputs(ins, 1, 1)
-    return _add(ctx, "ConcatFromSequence", [_sequence_input(ctx, seq)],
-                {"axis": int(ctx.attr(attrs, "axis")), "new_axis": int(attrs.get("new_axis", 0))})
+    return ctx.add("ConcatFromSequence", [_sequence_input(ctx, seq)],
+                   {"axis": int(ctx.attr(attrs, "axis")),
+                    "new_axis": int(attrs.get("new_axis", 0))}, fold=False)
 
 
 @converter("SplitToSequence", since=11)
@@ -89,8 +86,8 @@ def split_to_sequence(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     if not isinstance(x.type.shape[axis % r], int):
         raise ModelError(f"SplitToSequence along the symbolic dim {x.type.shape[axis % r]} "
                          "is not supported")
-    return _add(ctx, "SplitToSequence", [x, split],
-                {"axis": axis % r, "keepdims": int(attrs.get("keepdims", 1))})
+    return ctx.add("SplitToSequence", [x, split],
+                   {"axis": axis % r, "keepdims": int(attrs.get("keepdims", 1))}, fold=False)
 
 
 @converter("SequenceMap", since=17)
@@ -117,5 +114,5 @@ def sequence_map(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         types.append(fresh_dims(elem))
     body, caps = ctx.subgraphs.body(proto, types, "body")
     flags = [is_sequence(v.type) for v in ins if v is not None]
-    return _add(ctx, "SequenceMap", [*ins, *caps],
-                {"body": body, "is_seq": flags, "captures": len(caps)})
+    return ctx.add("SequenceMap", [*ins, *caps],
+                   {"body": body, "is_seq": flags, "captures": len(caps)}, fold=False)

@@ -44,9 +44,9 @@ def specialize_node(ctx: Ctx, node: onnx.NodeProto, ins: Inputs, attrs: Attrs,
     types = output_types(ctx, node, ins, attrs)
     if types is None:
         raise err
-    return ctx.graph.add("Specialize", ins, {
+    return ctx.add("Specialize", ins, {
         "onnx_node": node, "opset": ctx.opset, "operands": [operand], "out_types": types,
-    }, name=ctx.node_name).outputs
+    }, fold=False)
 
 
 def _type_proto(t: TensorType) -> onnx.TypeProto:

@@ -56,6 +56,7 @@ import numpy as np
 
 from ember.errors import TypeInferenceError
 from ember.ir.ops.common import unify
+from ember.ir.ops.nn import window_attrs, window_out_dim
 from ember.ir.ops.registry import Pattern, defop
 from ember.ir.ops.sampling import axis_taps, pad_coord
 from ember.ir.types import TensorType
@@ -74,31 +75,17 @@ WINDOW_LIMIT = 2.0 ** 40   # the window start's bound (exact in float64)
 # --------------------------------------------------------------------------- DeformConv
 def deform_params(attrs: Attrs) -> tuple[list[int], list[int], list[int], list[int], int]:
     """(kernel_shape, strides, dilations, pads, offset_group) of a 2-D DeformConv, checked."""
-    kernel = [int(v) for v in attrs["kernel_shape"]]
-    strides = [int(v) for v in attrs.get("strides") or [1, 1]]
-    dil = [int(v) for v in attrs.get("dilations") or [1, 1]]
-    pads = [int(v) for v in attrs.get("pads") or [0, 0, 0, 0]]
+    kernel, strides, dil, pads = window_attrs(attrs, 2)
     og = int(attrs.get("offset_group", 1))
-    if len(kernel) != 2 or len(strides) != 2 or len(dil) != 2 or len(pads) != 4:
-        raise TypeInferenceError(f"DeformConv: kernel_shape {kernel}, strides {strides}, "
-                                 f"dilations {dil} and pads {pads} must describe 2 spatial axes")
-    if min(kernel + strides + dil + [og]) < 1 or min(pads) < 0:
-        raise TypeInferenceError(f"DeformConv: kernel_shape {kernel}, strides {strides}, "
-                                 f"dilations {dil} and offset_group {og} must be >= 1 and "
-                                 f"pads {pads} >= 0")
+    if og < 1:
+        raise TypeInferenceError(f"DeformConv: offset_group {og} must be >= 1")
     return kernel, strides, dil, pads, og
-
-
-def deform_out_size(size: int, j: int, attrs: Attrs) -> int:
-    """The output extent along spatial axis j of an input extent ``size``."""
-    kernel, strides, dil, pads, _ = deform_params(attrs)
-    return (size + pads[j] + pads[j + 2] - dil[j] * (kernel[j] - 1) - 1) // strides[j] + 1
 
 
 def _coords_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     off = ts[0]
     assert off is not None
-    kernel, _, _, _, og = deform_params(attrs)
+    kernel, strides, dil, pads, og = deform_params(attrs)
     dims = [int(d) for d in attrs["dims"]]
     if off.rank != 4 or not off.dtype.is_float or len(dims) != 2 or min(dims) < 1:
         raise TypeInferenceError(f"DeformConv: offset must be a float (N, offset_group * kh * "
@@ -107,10 +94,7 @@ def _coords_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     unify(off.shape[1], og * kernel[0] * kernel[1] * 2, f"DeformConv: offset channels "
           f"(offset_group {og} * kernel {kernel} * 2)")
     for j in range(2):
-        want = deform_out_size(dims[j], j, attrs)
-        if want < 1:
-            raise TypeInferenceError(f"DeformConv: kernel {kernel} does not fit the padded "
-                                     f"input of spatial dims {dims}")
+        want = window_out_dim(dims[j], kernel[j], strides[j], dil[j], pads[j], pads[j + 2])
         unify(off.shape[2 + j], want, f"DeformConv: offset spatial dim {j} vs the output")
     return [TensorType(off.shape, dtypes.float32)]
 

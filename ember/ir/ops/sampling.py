@@ -39,6 +39,7 @@ import numpy as np
 
 from ember.errors import TypeInferenceError
 from ember.ir.ops.common import unify
+from ember.ir.ops.nn import window_out_dim
 from ember.ir.ops.registry import Pattern, defop
 from ember.ir.types import TensorType
 from ember.support import dtypes
@@ -260,24 +261,22 @@ def col2im_params(attrs: Attrs) -> tuple[list[int], list[int], list[int], list[i
     return image, block, strides, dil, pads
 
 
-def col2im_blocks(attrs: Attrs) -> list[int]:
-    """The number of block positions along each spatial axis."""
-    image, block, strides, dil, pads = col2im_params(attrs)
+def col2im_blocks(image: list[int], block: list[int], strides: list[int], dil: list[int],
+                  pads: list[int]) -> list[int]:
+    """The number of block positions along each spatial axis (``col2im_params``' values)."""
     nd = len(image)
-    return [(image[i] + pads[i] + pads[i + nd] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+    return [int(window_out_dim(image[i], block[i], strides[i], dil[i], pads[i], pads[i + nd]))
             for i in range(nd)]
 
 
 def _col2im_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x = ts[0]
     assert x is not None
-    image, block, _, _, _ = col2im_params(attrs)
-    nblocks = col2im_blocks(attrs)
+    image, block, strides, dil, pads = col2im_params(attrs)
+    nblocks = col2im_blocks(image, block, strides, dil, pads)
     k = int(np.prod(block))
     if x.rank != 3:
         raise TypeInferenceError(f"Col2Im: input must be (N, C * prod(block_shape), L), got {x}")
-    if min(nblocks) < 1:
-        raise TypeInferenceError(f"Col2Im: no block fits: {nblocks} block positions")
     c, length = x.shape[1], x.shape[2]
     if isinstance(c, int) and c % k:
         raise TypeInferenceError(f"Col2Im: input dim 1 ({c}) is not a multiple of "
@@ -292,7 +291,7 @@ def col2im(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     i + pad_begin = b * stride + k * dilation with 0 <= b < blocks (offsets in row-major
     order, as the reference adds them)."""
     image, block, strides, dil, pads = col2im_params(attrs)
-    nblocks = col2im_blocks(attrs)
+    nblocks = col2im_blocks(image, block, strides, dil, pads)
     nd = len(image)
     k = int(np.prod(block))
     n, c = x.shape[0], x.shape[1] // k

@@ -127,20 +127,39 @@ def concat_from_sequence(attrs: Attrs, seq: list) -> list[Any]:
     return [np.concatenate(seq, axis=int(attrs["axis"]))]
 
 
+def _chunk(s: np.ndarray) -> int:
+    """A scalar split: the length of every piece but the last."""
+    k = int(s)
+    if k <= 0:
+        raise ValueError(f"SplitToSequence split {k} must be positive")
+    return k
+
+
 def split_sizes(n: int, split: np.ndarray | None) -> list[int]:
     """The piece lengths SplitToSequence cuts an axis of ``n`` into."""
     if split is None:
         return [1] * n
     s = np.asarray(split)
     if s.ndim == 0:
-        k = int(s)
-        if k <= 0:
-            raise ValueError(f"SplitToSequence split {k} must be positive")
+        k = _chunk(s)
         return [min(k, n - i) for i in range(0, n, k)]
     sizes = [int(v) for v in s.reshape(-1)]
     if sum(sizes) != n or any(v < 0 for v in sizes):
         raise ValueError(f"SplitToSequence sizes {sizes} do not sum to the axis length {n}")
     return sizes
+
+
+def split_span(n: int, split: np.ndarray | None, i: int) -> tuple[int, int]:
+    """Piece ``i``'s start and length, without listing the pieces where the split is absent
+    or a scalar (a VM run takes every piece, one call each)."""
+    if split is None:
+        return i, 1
+    s = np.asarray(split)
+    if s.ndim == 0:
+        k = _chunk(s)
+        return i * k, min(k, n - i * k)
+    sizes = split_sizes(n, s)
+    return sum(sizes[:i]), sizes[i]
 
 
 def _split_infer(attrs: Attrs, ts: list, cs: list) -> list[object]:
