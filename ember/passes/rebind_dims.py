@@ -8,15 +8,15 @@ every value type and every dim held in a node attribute, so that the input shape
 
 Pre: ``g`` is type-checked; its nodes are its own (a segment graph with fresh inputs).
 Post: every derived atom on an input whose symbols no input binds is a fresh named symbol in
-every type of ``g`` (the same atom, the same symbol); the inputs are new values of the new
-types. Returns the mapping (empty: ``g`` unchanged). Symbols no input mentions at all stay.
+every type of ``g`` (the same atom, the same symbol), its inputs retyped in place. Returns
+the mapping (empty: ``g`` unchanged). Symbols no input mentions at all stay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ember.ir.graph import Graph, Value
+from ember.ir.graph import Graph
 from ember.ir.types import Atom, DerivedAtom, Dim, Sym, TensorType, map_attr_dims, replace_atoms
 
 
@@ -57,12 +57,10 @@ def rebind_derived_dims(g: Graph, prefix: str = "b") -> dict[Atom, Dim]:
     def rename(d: Dim) -> Dim:
         return replace_atoms(d, mapping)
 
-    new_inputs = {v.uid: Value(v.type.map_dims(rename), v.name) for v in g.inputs}
+    for v in g.inputs:   # the segment's own fresh inputs (pre), retyped in place
+        v.type = v.type.map_dims(rename)
     for n in g.nodes:
-        n.inputs = [new_inputs.get(v.uid, v) if v is not None else None for v in n.inputs]
         n.attrs = {k: map_attr_dims(a, rename) for k, a in n.attrs.items()}
         for o in n.outputs:
             o.type = o.type.map_dims(rename)
-    g.outputs = [new_inputs.get(v.uid, v) for v in g.outputs]
-    g.inputs = [new_inputs[v.uid] for v in g.inputs]
     return mapping

@@ -31,7 +31,7 @@ from ember.ir.graph import Graph
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
 from ember.ir.optional import OptionalType
 from ember.ir.sequence import SequenceType, join_elem
-from ember.ir.types import Dim, Sym, TensorType
+from ember.ir.types import Sym, TensorType
 
 Attrs = dict[str, Any]
 CONTROL_OPS = ("If", "Loop", "Scan")
@@ -50,11 +50,11 @@ def join_type(a: TensorType, b: TensorType, what: str) -> TensorType:
                 or a.dtype != b.dtype:
             raise TypeInferenceError(f"{what}: {a} and {b} are not sequences of one type")
         return SequenceType(a.dtype, join_elem(a.elem, b.elem))  # type: ignore[return-value]
-    if a.dtype != b.dtype or a.rank != b.rank:
+    joined = join_elem(a, b)
+    if joined is None:
         raise TypeInferenceError(f"{what}: {a} and {b} differ in element type or rank; ember "
                                  "needs both to agree")
-    dims: list[Dim] = [x if x == y else Sym() for x, y in zip(a.shape, b.shape)]
-    return TensorType(tuple(dims), a.dtype)
+    return joined
 
 
 def _body_outs(g: Graph) -> list[TensorType]:
