@@ -44,7 +44,7 @@ from ember.sched import sequential
 REPS = 8            # kernel runs per timed call, at most
 ROUNDS = 5          # interleaved timing rounds per candidate
 CALL_S = 4e-3       # aim of one timed call: enough runs to hide the call overhead
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2     # 2: a dense rProgram may pack its input (DenseTile.pack)
 
 
 def device_spec(threads: int, probe: bool = True) -> DeviceSpec:
@@ -63,7 +63,7 @@ def device_spec(threads: int, probe: bool = True) -> DeviceSpec:
     return with_measurements(base, pk.fma_gflops_1, pk.read_gbs_1, pk.read_gbs, uk)
 
 
-UK_FORMAT = 2     # 2: the operand splat is one broadcast (em_bcast)
+UK_FORMAT = 3     # 2: the operand splat is one broadcast (em_bcast); 3: not inlined
 UK_K = 256          # reduction steps per micro-kernel call: operands stay in L1
 
 

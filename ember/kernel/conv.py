@@ -129,7 +129,7 @@ def choose_tiling(g: ConvGeom, ctx: RollerContext,
     t = time.perf_counter()
     if spread:   # one config for the spread of row counts
         cands = dense.construct_spread([replace(g, W=p, OW=p) for p in (g.P,) + dense.SPREAD],
-                                       ctx.spec, ctx.units, ctx.topk)
+                                       ctx.spec, ctx.units, ctx.topk, pack=not symbolic)
     else:
         cands = dense.construct(g, ctx.spec, ctx.units, ctx.topk)
     ctx.construct_s += time.perf_counter() - t
@@ -174,17 +174,20 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     chunk = g.KH * g.KW * t.KC * t.NB
     ldc = jt * t.NB if local else g.OC
     crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
-    cases = "\n".join(
-        f"        case {r}: {uk_name(r, t.V)}(rows, wb, {g.KH}, {g.KW}, icc, "
-        f"{g.DH * g.W * g.C}, {g.DW * g.C}, cb + {crow}, {ldc}, c > 0, nvalid, "
-        f"{t.KC}); break;"
-        for r in range(t.R, 0, -1))
+    pack = t.pack and rows is None
+    # a packed task reads its chunk from the panel xs[input pixel - f0][KC]
+    base, pix, start = ("xs", t.KC, " - f0") if pack else ("x", g.C, "")
     address = f"""const int64_t q = p + r, n = q / {g.OH * g.OW}, rem = q % {g.OH * g.OW};
         const int64_t oh = rem / {g.OW}, ow = rem % {g.OW};
-        rows[r] = x + ((n * {g.H} + oh * {g.SH}) * {g.W} + ow * {g.SW}) * {g.C}
-                  + g * {g.ICg} + c * {t.KC};"""
+        rows[r] = {base} + ((n * {g.H} + oh * {g.SH}) * {g.W} + ow * {g.SW}{start}) * {pix}"""
+    address += ";" if pack else f"\n                  + g * {g.ICg} + c * {t.KC};"
     if rows is not None:   # a MatMul: row q starts at q * K
         address = f"rows[r] = x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC};"
+    cases = "\n".join(
+        f"        case {r}: {uk_name(r, t.V)}(rows, wb, {g.KH}, {g.KW}, icc, "
+        f"{g.DH * g.W * pix}, {g.DW * pix}, cb + {crow}, {ldc}, c > 0, nvalid, "
+        f"{t.KC}); break;"
+        for r in range(t.R, 0, -1))
     rows_c = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
       const float *rows[{t.R}];
       for (int64_t r = 0; r < nr; ++r) {{
@@ -206,12 +209,39 @@ static void {name}(int64_t task, float *out, const float *x, const float *w) {{
   const int64_t p0 = pc * {t.PT};
   const int64_t p1 = p0 + {t.PT} < {P} ? p0 + {t.PT} : {P};
   const int64_t j0 = jt * {jt}, j1 = j0 + {jt} < {jb} ? j0 + {jt} : {jb};
+  {_pack_decl(g, t) if pack else ""}
   for (int64_t c = 0; c < {nc}; ++c) {{
     const int64_t icc = {g.ICg} - c * {t.KC} < {t.KC} ? {g.ICg} - c * {t.KC} : {t.KC};
+    {_pack_copy(g, t) if pack else ""}
     {loops}
   }}
 }}
 """
+
+
+def _pack_decl(g: ConvGeom, t: DenseTile) -> str:
+    ohw = g.OH * g.OW
+
+    def pixel(q: str, kh: int, kw: int) -> str:
+        return (f"(({q} / {ohw} * {g.H} + {q} % {ohw} / {g.OW} * {g.SH} + {kh * g.DH}) * {g.W}"
+                f" + {q} % {g.OW} * {g.SW} + {kw * g.DW})")
+
+    return f"""const int64_t f0 = {pixel("p0", 0, 0)};
+  const int64_t f1 = {pixel("(p1 - 1)", g.KH - 1, g.KW - 1)} + 1;
+  float xs[{dense.pack_span(g, t) * t.KC}] __attribute__((aligned(64)));"""
+
+
+def _pack_copy(g: ConvGeom, t: DenseTile) -> str:
+    """Copy chunk c of the input pixels [f0, f1) to the panel: pixels KC floats apart, so a
+    register tile's rows fall in distinct L1 sets (in NHWC they are C floats apart, and when
+    C·4 is a multiple of the L1 way size every row of the tile maps to one set)."""
+    return f"""for (int64_t s = 0; s < f1 - f0; ++s) {{
+      const float *src = x + (f0 + s) * {g.C} + g * {g.ICg} + c * {t.KC};
+      float *dst = xs + s * {t.KC};
+      int64_t i = 0;
+      for (; i + 16 <= icc; i += 16) *(em_v16 *)(dst + i) = *(const em_v16 *)(src + i);
+      for (; i < icc; ++i) dst[i] = src[i];
+    }}"""
 
 
 def build_dense(name: str, body: Graph, ctx: RollerContext,
@@ -235,6 +265,8 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     local = transposed_output(body)
     if local:
         t = fit_scratch(t)
+    if sym is not None:   # a panel is sized for a static row count
+        t = replace(t, pack=False)
     packed = pack_weights(w_hwio, g, t)
     ntasks: Extent = dense.task_count(g, t)
     if sym is not None:

@@ -26,11 +26,13 @@ TILES = [
     DenseTile(R=14, V=1, KC=32, PT=200, NT=32, order="p"),
     DenseTile(R=3, V=4, KC=64, PT=9, NT=128, order="n"),
     DenseTile(R=6, V=2, KC=80, PT=30, NT=64, order="p"),
+    DenseTile(R=4, V=2, KC=16, PT=13, NT=32, order="n", pack=True),
+    DenseTile(R=7, V=1, KC=48, PT=40, NT=16, order="p", pack=True),
 ]
 
 
-def _conv_model(rng: np.random.Generator, group: int = 1) -> tuple:
-    x = rng.standard_normal((1, 48, 11, 9)).astype(np.float32)
+def _conv_model(rng: np.random.Generator, group: int = 1, batch: int = 1) -> tuple:
+    x = rng.standard_normal((batch, 48, 11, 9)).astype(np.float32)
     w = rng.standard_normal((40, 48 // group, 3, 3)).astype(np.float32) * 0.2
     b = rng.standard_normal(40).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 1, 2],
@@ -48,13 +50,15 @@ def _matmul_model(rng: np.random.Generator) -> tuple:
     return make_model(nodes, {"x": x, "r": r}, {"w": w}, ["y"]), {"x": x, "r": r}
 
 
-@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"R{t.R}V{t.V}KC{t.KC}PT{t.PT}{t.order}")
-@pytest.mark.parametrize("which", ["conv", "grouped", "matmul"])
+@pytest.mark.parametrize("tile", TILES,
+                         ids=lambda t: f"R{t.R}V{t.V}KC{t.KC}PT{t.PT}{t.order}{'P' * t.pack}")
+@pytest.mark.parametrize("which", ["conv", "grouped", "batch2", "matmul"])
 def test_forced_tilings_match_onnxruntime(tile: DenseTile, which: str,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(hash((tile, which)) % 2**32)
     model, feeds = (_matmul_model(rng) if which == "matmul"
-                    else _conv_model(rng, 4 if which == "grouped" else 1))
+                    else _conv_model(rng, 4 if which == "grouped" else 1,
+                                     2 if which == "batch2" else 1))
     monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None, spread=False: tile)
     got = ember.compile(model, num_threads=2)(**feeds)
     want = run_ort(model, feeds)[0]

@@ -23,7 +23,7 @@ slowest wins, times the waves of tasks over units.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ember.kernel.roller.align import Rule, aligned_sizes, default_rules
 from ember.kernel.roller.construct import scale_up, shrink_for_units
@@ -37,6 +37,8 @@ TASK_OVERHEAD_S = 0.3e-6
 CALL_OVERHEAD = 12       # FMA slots lost per micro-kernel call (loop, pointer setup)
 STRAGGLER = 0.5          # of one task's time, the expected tail of a parallel region
 MIN_WAVES = 8            # scale-out shrinks tiles down to this many tasks per unit
+ALIAS_SLOWDOWN = 1.3     # a register tile whose rows share too few L1 sets (measured 1.15-2.1)
+PACK_BYTES = 256 * 1024  # the largest input panel a packed task copies a K chunk into (stack)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class DenseTile:
     order: str = "p"   # "p": rows innermost; "n": channel blocks innermost
     lanes: int = 16
     predicted: float = field(default=0.0, compare=False)
+    pack: bool = False  # each K chunk of the task's input window copied to a dense panel first
 
     @property
     def NB(self) -> int:
@@ -104,7 +107,41 @@ class DenseTile:
 
     def describe(self) -> str:
         return (f"reg {self.R}x{self.NB} L2 {self.PT}x{self.NT}x{self.KC} order {self.order}"
-                f" (model {self.predicted * 1e6:.1f} us)")
+                f"{' packed' if self.pack else ''} (model {self.predicted * 1e6:.1f} us)")
+
+
+def _pixel(g: ConvGeom, q: int, kh: int = 0, kw: int = 0) -> int:
+    """The input pixel (of the flattened n·H·W axis) output row ``q`` reads at tap (kh, kw)."""
+    ohw = g.OH * g.OW
+    n, oh, ow = q // ohw, q % ohw // g.OW, q % g.OW
+    return (n * g.H + oh * g.SH + kh * g.DH) * g.W + ow * g.SW + kw * g.DW
+
+
+def pack_span(g: ConvGeom, t: DenseTile) -> int:
+    """The most input pixels (a range of the flattened n·H·W axis) one rTask reads."""
+    return max(_pixel(g, min(p0 + t.PT, g.P) - 1, g.KH - 1, g.KW - 1) + 1 - _pixel(g, p0)
+               for p0 in range(0, g.P, t.PT))
+
+
+def pack_bytes(g: ConvGeom, t: DenseTile) -> int:
+    """The panel a packed task copies each K chunk of its input window into."""
+    return pack_span(g, t) * min(t.KC, g.ICg) * 4 if t.pack else 0
+
+
+def aliased(g: ConvGeom, t: DenseTile, spec: DeviceSpec) -> bool:
+    """Do the register tile's rows, read in place (NHWC: pixels C·SW floats apart), fall in
+    so few L1 sets that their lines evict each other? A call reads, per window row, the
+    pixels its R rows and KW taps cover, C floats apart; when C·4 is a multiple of the way
+    size they all map to one set, and past the set's ways the broadcasts miss L1. A packed
+    task reads a panel whose pixels are KC floats apart instead."""
+    l1 = spec.layer("L1")
+    if t.pack or not l1.ways or (g.C * 4) % l1.transaction:
+        return False
+    sets = l1.capacity // (l1.ways * l1.transaction)
+    pixels = (t.R - 1) * g.SW + (g.KW - 1) * g.DW + 1 if g.OW > 1 else t.R
+    stride = g.C * 4 // l1.transaction
+    distinct = min(pixels, sets // math.gcd(stride, sets))
+    return pixels > 0.75 * l1.ways * distinct
 
 
 def task_count(g: ConvGeom, t: DenseTile) -> int:
@@ -134,9 +171,12 @@ def predict(g: ConvGeom, t: DenseTile, spec: DeviceSpec, units: int) -> float:
     waves = -(-tasks // units)
     busy = tasks / waves                                  # units busy on average
     rate = uk_efficiency(min(t.R, g.P), t.V, kwin * min(t.KC, g.ICg), spec) * spec.peak_gflops
-    t_compute = flops / (busy * rate * 1e9)
-    whole = {"kh": g.KH, "kw": g.KW, "g": 1}
+    t_compute = flops / (busy * rate * 1e9) * (ALIAS_SLOWDOWN if aliased(g, t, spec) else 1)
     n_chunks = -(-g.ICg // t.KC)
+    # a packed task first copies each chunk of its input window (read and written in L2)
+    t_compute += 2 * tasks * n_chunks * pack_bytes(g, t) / (
+        spec.bandwidth("L2", min(units, tasks)) * 1e9)
+    whole = {"kh": g.KH, "kw": g.KW, "g": 1}
     # L2 -> L1: what the loop order re-reads from L2
     sliver = e.bytes({**whole, "p": 1, "oc": nb, "ic": t.KC}, {"W"})
     rows = e.bytes({**whole, "p": t.R, "oc": 1, "ic": t.KC}, {"X"})
@@ -227,7 +267,7 @@ def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
     """The top ``topk`` rPrograms for ``g`` by the performance model, best first."""
     rules = rules or default_rules(spec)
     e = g.expr()
-    seen: dict[tuple, DenseTile] = {}
+    seen: dict[DenseTile, DenseTile] = {}   # keyed by fields (predicted is not compared)
     for R, V in register_tiles(g, spec, rules)[:6]:
         nb = spec.lanes * V
         for l2 in _l2_tiles(g, R, V, spec, rules):
@@ -236,14 +276,13 @@ def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
             for t in shrink_for_units(e, {**e.axes, **tile, "g": 1}, ["p", "oc"],
                                       units, {**e.axes, **floor}, MIN_WAVES):
                 pt = t["p"] if t["p"] >= g.P else max(R, t["p"] // R * R)
-                for order in ("p", "n"):
-                    nt = -(-t["oc"] // nb) * nb      # whole channel blocks
+                nt = -(-t["oc"] // nb) * nb      # whole channel blocks
+                for order, pack in ((o, p) for o in "pn" for p in (False, True)):
                     cand = DenseTile(min(R, g.P), V, min(l2["ic"], g.ICg), pt, nt,
-                                     order, spec.lanes)
-                    key = (cand.R, cand.V, cand.KC, cand.PT, cand.NT, cand.order)
-                    if key not in seen:
-                        seen[key] = DenseTile(*key[:6], spec.lanes,
-                                              predict(g, cand, spec, units))
+                                     order, spec.lanes, pack=pack)
+                    if cand in seen or pack_bytes(g, cand) > PACK_BYTES:
+                        continue
+                    seen[cand] = replace(cand, predicted=predict(g, cand, spec, units))
     return diverse(sorted(seen.values(), key=lambda c: c.predicted), topk)
 
 
@@ -252,7 +291,7 @@ def diverse(ranked: list[DenseTile], k: int) -> list[DenseTile]:
     measured candidates differ in what the model is least sure of."""
     firsts: dict[tuple, DenseTile] = {}
     for c in ranked:
-        firsts.setdefault((c.R, c.V, c.order), c)
+        firsts.setdefault((c.R, c.V, c.order, c.pack), c)
     pick = list(firsts.values())[:k]
     pick += [c for c in ranked if c not in pick][:max(0, k - len(pick))]
     return sorted(pick, key=lambda c: c.predicted)
@@ -267,21 +306,31 @@ SPREAD = (4, 8, 16, 32, 64, 128, 256, 512)   # the sizes a symbolic row count is
 
 
 def construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int,
-                     topk: int = 8) -> list[DenseTile]:
+                     topk: int = 8, pack: bool = False) -> list[DenseTile]:
     """rPrograms for a MatMul's row count, maybe symbolic (Nimble's config choice, on Roller's
     model; ``geoms[0]`` is the representative size, the count itself when static): the
     candidates constructed for each geometry of the spread (the first is the representative
     size), ranked by their predicted time relative to the best candidate at each size,
-    averaged over the spread (geometric mean), so no size pays much for the others."""
-    cands: dict[tuple, DenseTile] = {}
+    averaged over the spread (geometric mean), so no size pays much for the others. ``pack``
+    (the row count is static, ``geoms[0]``'s): a candidate may then read a packed panel."""
+    cands: set[DenseTile] = set()   # a panel is sized for one row count: none packed
     for g in geoms:
-        for c in construct(g, spec, units, topk):
-            cands.setdefault((c.R, c.V, c.KC, c.PT, c.NT, c.order), c)
-    pred = {k: [predict(g, c, spec, units) for g in geoms] for k, c in cands.items()}
+        cands.update(replace(c, pack=False) for c in construct(g, spec, units, topk))
+    pred = {c: [predict(g, c, spec, units) for g in geoms] for c in cands}
     best = [min(p[i] for p in pred.values()) for i in range(len(geoms))]
 
-    def score(k: tuple) -> float:
-        return math.prod(p / b for p, b in zip(pred[k], best)) ** (1 / len(geoms))
+    def score(c: DenseTile) -> float:
+        return math.prod(p / b for p, b in zip(pred[c], best)) ** (1 / len(geoms))
 
-    ranked = sorted(cands, key=score)   # each keeps its predicted time at geoms[0]
-    return [DenseTile(*k[:6], spec.lanes, pred[k][0]) for k in ranked[:topk]]
+    ranked = sorted(cands, key=lambda c: (score(c), c.describe()))
+    out = [replace(c, predicted=pred[c][0]) for c in ranked[:topk]]
+    if pack:   # the row count is geoms[0]'s: each kept as is or packed, as predicted faster
+        out = [min(_packed_too(geoms[0], c, spec, units), key=lambda d: d.predicted)
+               for c in out]
+    return out
+
+
+def _packed_too(g: ConvGeom, c: DenseTile, spec: DeviceSpec, units: int) -> list[DenseTile]:
+    p = replace(c, pack=True)
+    return [c] if pack_bytes(g, p) > PACK_BYTES else [c, replace(p, predicted=predict(
+        g, p, spec, units))]

@@ -32,6 +32,7 @@ class MemLayer:
     transaction: int     # bytes moved per access: cache line, memory transaction
     bandwidth: float     # GB/s: per unit for private layers, whole device for shared ones
     shared: bool = False  # one instance shared by all units (L3, DRAM, GPU L2)
+    ways: int = 0        # set associativity of a cache (0: unknown, taken as fully associative)
 
 
 @dataclass(frozen=True)
@@ -89,21 +90,23 @@ def _cpu_flags(cpuinfo: str) -> set[str]:
     return set()
 
 
-def _sys_caches(root: Path) -> dict[str, tuple[int, int]]:
-    """``{"L1": (bytes, line), ...}`` of data/unified caches, from sysfs."""
-    out: dict[str, tuple[int, int]] = {}
+def _sys_caches(root: Path) -> dict[str, tuple[int, int, int]]:
+    """``{"L1": (bytes, line, ways), ...}`` of data/unified caches, from sysfs."""
+    out: dict[str, tuple[int, int, int]] = {}
     for idx in sorted(root.glob("index*")):
         try:
             level = (idx / "level").read_text().strip()
             kind = (idx / "type").read_text().strip()
             size = (idx / "size").read_text().strip()
             line = int((idx / "coherency_line_size").read_text().strip() or 64)
+            ways_file = idx / "ways_of_associativity"
+            ways = int(ways_file.read_text().strip() or 0) if ways_file.exists() else 0
         except (OSError, ValueError):
             continue
         if kind == "Instruction":
             continue
         mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
-        out[f"L{level}"] = (int(size.rstrip("KMG")) * mult, line)
+        out[f"L{level}"] = (int(size.rstrip("KMG")) * mult, line, ways)
     return out
 
 
@@ -123,17 +126,17 @@ def detect_cpu(units: int | None = None, cpuinfo: str | None = None,
     else:
         lanes, regs = 4, 16
     caches = _sys_caches(cache_root or Path("/sys/devices/system/cpu/cpu0/cache"))
-    l1 = caches.get("L1", (32 << 10, 64))
-    l2 = caches.get("L2", (512 << 10, 64))
-    l3 = caches.get("L3", (8 << 20, 64))
+    l1 = caches.get("L1", (32 << 10, 64, 8))
+    l2 = caches.get("L2", (512 << 10, 64, 8))
+    l3 = caches.get("L3", (8 << 20, 64, 16))
     if units is None:
         units = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     peak = lanes * 2 * 2 * 3.0   # two FMA pipes at a nominal 3 GHz until measured
     layers = (
         MemLayer("reg", regs * lanes * 4, lanes * 4, peak * 6),
-        MemLayer("L1", l1[0], l1[1], 180.0),
-        MemLayer("L2", l2[0], l2[1], 110.0),
-        MemLayer("L3", l3[0], l3[1], 90.0 * units, shared=True),
+        MemLayer("L1", l1[0], l1[1], 180.0, ways=l1[2]),
+        MemLayer("L2", l2[0], l2[1], 110.0, ways=l2[2]),
+        MemLayer("L3", l3[0], l3[1], 90.0 * units, shared=True, ways=l3[2]),
         MemLayer("DRAM", 1 << 40, 64, 20.0, shared=True),
     )
     model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines()
