@@ -248,8 +248,10 @@ def _l2_tiles(g: ConvGeom, R: int, V: int, spec: DeviceSpec,
     def fits(t: dict[str, int]) -> bool:
         return e.bytes({**whole, **t}) <= cap
 
-    def traffic(t: dict[str, int]) -> float:
-        return e.traffic({**whole, **t}, {"X", "W"}) * (1 + (t["ic"] < g.ICg))
+    def traffic(t: dict[str, int]) -> float:   # operands, and the partial outputs that
+        tile = {**whole, **t}                   # every K chunk reloads and stores again
+        return (e.traffic(tile, {"X", "W"}) * (1 + (t["ic"] < g.ICg))
+                + 2 * e.traffic(tile, {"Y"}))
 
     def footprint(t: dict[str, int]) -> float:
         return e.bytes({**whole, **t})
