@@ -181,6 +181,8 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
         const int64_t oh = rem / {g.OW}, ow = rem % {g.OW};
         rows[r] = {base} + ((n * {g.H} + oh * {g.SH}) * {g.W} + ow * {g.SW}{start}) * {pix}"""
     address += ";" if pack else f"\n                  + g * {g.ICg} + c * {t.KC};"
+    if pack and g.KH == g.KW == 1:   # a 1x1 window's panel holds the task's rows in order
+        address = f"rows[r] = xs + (p + r - p0) * {t.KC};"
     if rows is not None:   # a MatMul: row q starts at q * K
         address = f"rows[r] = x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC};"
     cases = "\n".join(
@@ -221,6 +223,8 @@ static void {name}(int64_t task, float *out, const float *x, const float *w) {{
 
 def _pack_decl(g: ConvGeom, t: DenseTile) -> str:
     ohw = g.OH * g.OW
+    if g.KH == g.KW == 1:
+        return f"float xs[{dense.pack_span(g, t) * t.KC}] __attribute__((aligned(64)));"
 
     def pixel(q: str, kh: int, kw: int) -> str:
         return (f"(({q} / {ohw} * {g.H} + {q} % {ohw} / {g.OW} * {g.SH} + {kh * g.DH}) * {g.W}"
@@ -232,11 +236,16 @@ def _pack_decl(g: ConvGeom, t: DenseTile) -> str:
 
 
 def _pack_copy(g: ConvGeom, t: DenseTile) -> str:
-    """Copy chunk c of the input pixels [f0, f1) to the panel: pixels KC floats apart, so a
+    """Copy chunk c of the task's input to the panel (a 1×1 window: the pixel of each of its
+    rows; else the input pixels [f0, f1)): pixels KC floats apart, so a
     register tile's rows fall in distinct L1 sets (in NHWC they are C floats apart, and when
     C·4 is a multiple of the L1 way size every row of the tile maps to one set)."""
-    return f"""for (int64_t s = 0; s < f1 - f0; ++s) {{
-      const float *src = x + (f0 + s) * {g.C} + g * {g.ICg} + c * {t.KC};
+    ohw = g.OH * g.OW
+    pixel = (f"((s + p0) / {ohw} * {g.H} + (s + p0) % {ohw} / {g.OW} * {g.SH}) * {g.W}"
+             f" + (s + p0) % {g.OW} * {g.SW}") if g.KH == g.KW == 1 else "f0 + s"
+    count = "p1 - p0" if g.KH == g.KW == 1 else "f1 - f0"
+    return f"""for (int64_t s = 0; s < {count}; ++s) {{
+      const float *src = x + ({pixel}) * {g.C} + g * {g.ICg} + c * {t.KC};
       float *dst = xs + s * {t.KC};
       int64_t i = 0;
       for (; i + 16 <= icc; i += 16) *(em_v16 *)(dst + i) = *(const em_v16 *)(src + i);

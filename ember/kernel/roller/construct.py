@@ -84,19 +84,22 @@ def _points(tile: Tile) -> int:
 
 def shrink_for_units(expr: TileExpr, tile: Tile, axes: list[str], units: int,
                      floor: Tile, min_waves: int = 2) -> list[Tile]:
-    """Scale-out of a small operator: halve the largest spatial axis of ``tile`` (not below
-    ``floor``, keeping it a multiple of the floor) until there are ``min_waves × units``
-    tiles. Returns the tile and each shrunk version (the model picks)."""
+    """Scale-out of a small operator: halve a spatial axis of ``tile`` (not below ``floor``,
+    keeping it a multiple of the floor) until there are ``min_waves × units`` tiles, each
+    time the axis whose split adds the least traffic (splitting a product's rows re-reads
+    its weights once more per part, splitting its channels its input; ties: the axis
+    furthest above its floor). Returns the tile and each shrunk version (the model picks)."""
     out = [dict(tile)]
     cur = dict(tile)
+
+    def halved(a: str) -> Tile:
+        return {**cur, a: max(floor[a], (cur[a] // 2) // floor[a] * floor[a])}
+
     while expr.tiles(cur) < min_waves * units:
-        cands = [a for a in axes if cur[a] > floor[a]]
+        cands = [a for a in axes if halved(a)[a] < cur[a]]
         if not cands:
             break
-        a = max(cands, key=lambda x: cur[x] // floor[x])
-        half = max(floor[a], (cur[a] // 2) // floor[a] * floor[a])
-        if half == cur[a]:
-            break
-        cur = {**cur, a: half}
+        a = min(cands, key=lambda x: (expr.traffic(halved(x)), -(cur[x] // floor[x])))
+        cur = halved(a)
         out.append(dict(cur))
     return out

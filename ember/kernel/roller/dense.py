@@ -118,7 +118,10 @@ def _pixel(g: ConvGeom, q: int, kh: int = 0, kw: int = 0) -> int:
 
 
 def pack_span(g: ConvGeom, t: DenseTile) -> int:
-    """The most input pixels (a range of the flattened n·H·W axis) one rTask reads."""
+    """The pixels of one rTask's panel: its rows' own pixels for a 1×1 window (any stride),
+    else the most input pixels (a range of the flattened n·H·W axis) one rTask reads."""
+    if g.KH == g.KW == 1:
+        return min(t.PT, g.P)
     return max(_pixel(g, min(p0 + t.PT, g.P) - 1, g.KH - 1, g.KW - 1) + 1 - _pixel(g, p0)
                for p0 in range(0, g.P, t.PT))
 
