@@ -83,12 +83,13 @@ def _points(tile: Tile) -> int:
 
 
 def shrink_for_units(expr: TileExpr, tile: Tile, axes: list[str], units: int,
-                     floor: Tile, min_waves: int = 2) -> list[Tile]:
+                     floor: Tile, min_waves: int = 2, by_traffic: bool = False) -> list[Tile]:
     """Scale-out of a small operator: halve a spatial axis of ``tile`` (not below ``floor``,
     keeping it a multiple of the floor) until there are ``min_waves × units`` tiles, each
-    time the axis whose split adds the least traffic (splitting a product's rows re-reads
-    its weights once more per part, splitting its channels its input; ties: the axis
-    furthest above its floor). Returns the tile and each shrunk version (the model picks)."""
+    time the axis furthest above its floor, or with ``by_traffic`` (operands that do not
+    stay in cache) the axis whose split adds the least traffic: splitting a product's rows
+    re-reads its weights once more per part, splitting its channels its input. Returns the
+    tile and each shrunk version (the model picks)."""
     out = [dict(tile)]
     cur = dict(tile)
 
@@ -99,7 +100,8 @@ def shrink_for_units(expr: TileExpr, tile: Tile, axes: list[str], units: int,
         cands = [a for a in axes if halved(a)[a] < cur[a]]
         if not cands:
             break
-        a = min(cands, key=lambda x: (expr.traffic(halved(x)), -(cur[x] // floor[x])))
+        a = min(cands, key=lambda x: (expr.traffic(halved(x)) if by_traffic else 0,
+                                      -(cur[x] // floor[x])))
         cur = halved(a)
         out.append(dict(cur))
     return out
