@@ -174,17 +174,18 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     chunk = g.KH * g.KW * t.KC * t.NB
     ldc = jt * t.NB if local else g.OC
     crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
-    pack = t.pack and rows is None
-    # a packed task reads its chunk from the panel xs[input pixel - f0][KC]
-    base, pix, start = ("xs", t.KC, " - f0") if pack else ("x", g.C, "")
-    address = f"""const int64_t q = p + r, n = q / {g.OH * g.OW}, rem = q % {g.OH * g.OW};
-        const int64_t oh = rem / {g.OW}, ow = rem % {g.OW};
-        rows[r] = {base} + ((n * {g.H} + oh * {g.SH}) * {g.W} + ow * {g.SW}{start}) * {pix}"""
-    address += ";" if pack else f"\n                  + g * {g.ICg} + c * {t.KC};"
-    if pack and g.KH == g.KW == 1:   # a 1x1 window's panel holds the task's rows in order
-        address = f"rows[r] = xs + (p + r - p0) * {t.KC};"
+    # a packed task reads its chunk from a panel: xs[row - p0][KC] for a 1x1 window, else
+    # xs[input pixel - f0][KC] (``_pack_decl``)
+    one = g.KH == g.KW == 1
+    pix = t.KC if t.pack else g.C
+    q = _c_pixel(g, "(p + r)")
     if rows is not None:   # a MatMul: row q starts at q * K
-        address = f"rows[r] = x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC};"
+        address = f"x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC}"
+    elif not t.pack:
+        address = f"x + {q} * {g.C} + g * {g.ICg} + c * {t.KC}"
+    else:
+        address = f"xs + {'(p + r - p0)' if one else f'({q} - f0)'} * {t.KC}"
+    address = f"rows[r] = {address};"
     cases = "\n".join(
         f"        case {r}: {uk_name(r, t.V)}(rows, wb, {g.KH}, {g.KW}, icc, "
         f"{g.DH * g.W * pix}, {g.DW * pix}, cb + {crow}, {ldc}, c > 0, nvalid, "
@@ -211,39 +212,42 @@ static void {name}(int64_t task, float *out, const float *x, const float *w) {{
   const int64_t p0 = pc * {t.PT};
   const int64_t p1 = p0 + {t.PT} < {P} ? p0 + {t.PT} : {P};
   const int64_t j0 = jt * {jt}, j1 = j0 + {jt} < {jb} ? j0 + {jt} : {jb};
-  {_pack_decl(g, t) if pack else ""}
+  {_pack_decl(g, t) if t.pack else ""}
   for (int64_t c = 0; c < {nc}; ++c) {{
     const int64_t icc = {g.ICg} - c * {t.KC} < {t.KC} ? {g.ICg} - c * {t.KC} : {t.KC};
-    {_pack_copy(g, t) if pack else ""}
+    {_pack_copy(g, t) if t.pack else ""}
     {loops}
   }}
 }}
 """
 
 
-def _pack_decl(g: ConvGeom, t: DenseTile) -> str:
+def _c_pixel(g: ConvGeom, q: str, kh: int = 0, kw: int = 0) -> str:
+    """C: the input pixel (of the flattened n·H·W axis) output row ``q`` reads at tap
+    (kh, kw); ``dense.pixel`` in Python."""
     ohw = g.OH * g.OW
+    return (f"(({q} / {ohw} * {g.H} + {q} % {ohw} / {g.OW} * {g.SH} + {kh * g.DH}) * {g.W}"
+            f" + {q} % {g.OW} * {g.SW} + {kw * g.DW})")
+
+
+def _pack_decl(g: ConvGeom, t: DenseTile) -> str:
+    """The task's panel (``dense.pack_bytes``) and, for a window wider than 1×1, the range
+    of input pixels [f0, f1) its rows read."""
+    panel = f"float xs[{dense.pack_bytes(g, t) // 4}] __attribute__((aligned(64)));"
     if g.KH == g.KW == 1:
-        return f"float xs[{dense.pack_span(g, t) * t.KC}] __attribute__((aligned(64)));"
-
-    def pixel(q: str, kh: int, kw: int) -> str:
-        return (f"(({q} / {ohw} * {g.H} + {q} % {ohw} / {g.OW} * {g.SH} + {kh * g.DH}) * {g.W}"
-                f" + {q} % {g.OW} * {g.SW} + {kw * g.DW})")
-
-    return f"""const int64_t f0 = {pixel("p0", 0, 0)};
-  const int64_t f1 = {pixel("(p1 - 1)", g.KH - 1, g.KW - 1)} + 1;
-  float xs[{dense.pack_span(g, t) * t.KC}] __attribute__((aligned(64)));"""
+        return panel
+    return f"""const int64_t f0 = {_c_pixel(g, "p0")};
+  const int64_t f1 = {_c_pixel(g, "(p1 - 1)", g.KH - 1, g.KW - 1)} + 1;
+  {panel}"""
 
 
 def _pack_copy(g: ConvGeom, t: DenseTile) -> str:
     """Copy chunk c of the task's input to the panel (a 1×1 window: the pixel of each of its
-    rows; else the input pixels [f0, f1)): pixels KC floats apart, so a
-    register tile's rows fall in distinct L1 sets (in NHWC they are C floats apart, and when
-    C·4 is a multiple of the L1 way size every row of the tile maps to one set)."""
-    ohw = g.OH * g.OW
-    pixel = (f"((s + p0) / {ohw} * {g.H} + (s + p0) % {ohw} / {g.OW} * {g.SH}) * {g.W}"
-             f" + (s + p0) % {g.OW} * {g.SW}") if g.KH == g.KW == 1 else "f0 + s"
-    count = "p1 - p0" if g.KH == g.KW == 1 else "f1 - f0"
+    rows; else the input pixels [f0, f1)): pixels KC floats apart, so a register tile's rows
+    fall in distinct L1 sets (in NHWC they are C floats apart, and when C·4 is a multiple of
+    the L1 way size every row of the tile maps to one set)."""
+    one = g.KH == g.KW == 1
+    pixel, count = (_c_pixel(g, "(s + p0)"), "p1 - p0") if one else ("f0 + s", "f1 - f0")
     return f"""for (int64_t s = 0; s < {count}; ++s) {{
       const float *src = x + ({pixel}) * {g.C} + g * {g.ICg} + c * {t.KC};
       float *dst = xs + s * {t.KC};

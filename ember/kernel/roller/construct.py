@@ -93,15 +93,14 @@ def shrink_for_units(expr: TileExpr, tile: Tile, axes: list[str], units: int,
     out = [dict(tile)]
     cur = dict(tile)
 
-    def halved(a: str) -> Tile:
-        return {**cur, a: max(floor[a], (cur[a] // 2) // floor[a] * floor[a])}
-
     while expr.tiles(cur) < min_waves * units:
-        cands = [a for a in axes if halved(a)[a] < cur[a]]
+        halves = {a: {**cur, a: max(floor[a], (cur[a] // 2) // floor[a] * floor[a])}
+                  for a in axes}
+        cands = [a for a in axes if halves[a][a] < cur[a]]
         if not cands:
             break
-        a = min(cands, key=lambda x: (expr.traffic(halved(x)) if by_traffic else 0,
+        a = min(cands, key=lambda x: (expr.traffic(halves[x]) if by_traffic else 0,
                                       -(cur[x] // floor[x])))
-        cur = halved(a)
+        cur = halves[a]
         out.append(dict(cur))
     return out

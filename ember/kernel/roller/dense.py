@@ -110,7 +110,7 @@ class DenseTile:
                 f"{' packed' if self.pack else ''} (model {self.predicted * 1e6:.1f} us)")
 
 
-def _pixel(g: ConvGeom, q: int, kh: int = 0, kw: int = 0) -> int:
+def pixel(g: ConvGeom, q: int, kh: int = 0, kw: int = 0) -> int:
     """The input pixel (of the flattened n·H·W axis) output row ``q`` reads at tap (kh, kw)."""
     ohw = g.OH * g.OW
     n, oh, ow = q // ohw, q % ohw // g.OW, q % g.OW
@@ -122,13 +122,14 @@ def pack_span(g: ConvGeom, t: DenseTile) -> int:
     else the most input pixels (a range of the flattened n·H·W axis) one rTask reads."""
     if g.KH == g.KW == 1:
         return min(t.PT, g.P)
-    return max(_pixel(g, min(p0 + t.PT, g.P) - 1, g.KH - 1, g.KW - 1) + 1 - _pixel(g, p0)
+    return max(pixel(g, min(p0 + t.PT, g.P) - 1, g.KH - 1, g.KW - 1) + 1 - pixel(g, p0)
                for p0 in range(0, g.P, t.PT))
 
 
 def pack_bytes(g: ConvGeom, t: DenseTile) -> int:
-    """The panel a packed task copies each K chunk of its input window into."""
-    return pack_span(g, t) * min(t.KC, g.ICg) * 4 if t.pack else 0
+    """The panel a packed task copies each K chunk of its input window into (pixels KC
+    floats apart)."""
+    return pack_span(g, t) * t.KC * 4 if t.pack else 0
 
 
 def aliased(g: ConvGeom, t: DenseTile, spec: DeviceSpec) -> bool:
