@@ -2,9 +2,10 @@
 first element first), operated on by a small prelude of recursive VM functions — Nimble's way
 with its list ADT — and by builtins for what touches tensor data.
 
-* ``seq_len(l)``, ``seq_at(l, i)``, ``seq_insert(l, i, x)``, ``seq_erase(l, i)``: recursive
-  VM functions (emitted once per program), positions normalized and range-checked on the host
-  first (builtin ``seq_pos``), counters stepped by the host builtins ``incr`` / ``decr``;
+* ``seq_at(l, i)``, ``seq_insert(l, i, x)``, ``seq_erase(l, i)``: recursive VM functions
+  (emitted once per program), positions normalized and range-checked on the host first
+  (builtin ``seq_pos``), counters stepped by the host builtin ``decr``; a length is one host
+  call (builtin ``seq_len``, which counts the cells without a VM frame per cell);
 * SequenceConstruct / SequenceEmpty: ``alloc_adt`` chains;
 * ConcatFromSequence: a shape function walking the list, one allocation, one copy;
 * SplitToSequence: a VM loop from the last piece to the first, each piece allocated by its
@@ -43,10 +44,6 @@ def emit(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
     regs[n.outputs[0].uid] = out
 
 
-def _scalar(f: FunctionBuilder, value: int) -> Var:
-    return f.const(np.array(value, np.int64))
-
-
 def _absent(f: FunctionBuilder) -> Var:
     return f.const(np.zeros((0,), np.int64))
 
@@ -67,12 +64,18 @@ def _position(c: _VMCompiler, f: FunctionBuilder, seq: Var, pos: Var | None,
     """The normalized position (default: the end for an insert, the last for an erase)."""
     name = c.add_packed(f"seq_pos{int(end_ok)}", "host", {"fn": "seq_pos", "end_ok": end_ok})
     (i,) = f.call_packed(name, [pos if pos is not None else _absent(f),
-                                f.call("seq_len", seq)], [((), "int64")])
+                                _seq_len(c, f, seq)], [((), "int64")])
     return i
 
 
+def _seq_len(c: _VMCompiler, f: FunctionBuilder, seq: Var) -> Var:
+    c.add_packed("seq_len", "shape", {"fn": "seq_len"})
+    (n,) = f.call_packed("seq_len", [seq], [((), "int64")])
+    return n
+
+
 def _length(c: _VMCompiler, f: FunctionBuilder, n: Node, ins: list) -> Var:
-    return f.call("seq_len", ins[0])
+    return _seq_len(c, f, ins[0])
 
 
 def _at(c: _VMCompiler, f: FunctionBuilder, n: Node, ins: list) -> Var:
@@ -111,14 +114,11 @@ def _split(c: _VMCompiler, f: FunctionBuilder, n: Node, ins: list) -> Var:
     (i,) = f.call_packed(count, [x, split], [((), "int64")])
     i = f.move(i)
     acc = f.move(f.construct(c.list_adt.Nil))
-    c.add_packed("decr", "host", {"fn": "decr"})
     head, body, end = f.label(), f.label(), f.label()
     f.place(head)
     (left,) = f.call_packed("decr", [i], [((), "int64")])   # the piece's index
     f.assign(i, left)
-    c.add_packed("is_negative", "host", {"fn": "is_negative"})
-    (done,) = f.call_packed("is_negative", [i], [((), "bool")])
-    f.branch(done, f.consti(1), end, body)
+    f.branch(i, f.consti(-1), end, body)   # the count steps down by one to -1
     f.place(body)
     shape = c.add_packed(f"split_piece_shape{axis}_{keep}_{elem.dtype.itemsize}",
                          ["shape", "host", "host"],
@@ -167,19 +167,10 @@ _EMIT = {"Identity": lambda c, f, n, ins: ins[0], "SequenceConstruct": _construc
 
 # --------------------------------------------------------------------------- the prelude
 def _prelude(c: _VMCompiler) -> None:
-    if "seq_len" in c.b.functions:
+    if "seq_at" in c.b.functions:
         return
-    c.add_packed("incr", "host", {"fn": "incr"})
     c.add_packed("decr", "host", {"fn": "decr"})
     lst = c.list_adt
-    with c.b.function("seq_len", ["l"]) as g:
-        with g.match(g.params[0]) as m:
-            with m.case(lst.Nil):
-                m.result(_scalar(g, 0))
-            with m.case(lst.Cons) as (_, tail):
-                (k,) = g.call_packed("incr", [g.call("seq_len", tail)], [((), "int64")])
-                m.result(k)
-        g.ret(m.value)
     _recursive(c, "seq_at", ["l", "i"], lambda g, h, t, i: (h, None))
     _recursive(c, "seq_erase", ["l", "i"], lambda g, h, t, i: (t, "keep_head"))
     with c.b.function("seq_insert", ["l", "i", "x"]) as g:

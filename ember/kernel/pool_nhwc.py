@@ -29,7 +29,7 @@ from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.depthwise import EPI_HELPERS
 from ember.kernel.microkernel import LANES, PART_HELPERS
-from ember.kernel.window import WinGeom, geometry
+from ember.kernel.window import LOWEST, WinGeom, geometry
 from ember.loops.ir import Bin, Buffer, Const, Eval, For, ForKind, Let, Stmt, Var
 from ember.loops.transform import format_stmt
 
@@ -73,7 +73,7 @@ def _tile(g: WinGeom, nv: int, step: str, taps: list[str] | None, part: bool = F
     interior taps' constant offsets from ``xb`` (unrolled, over ``CHAINS // nv`` partial
     accumulators per vector so the max / add latency chains overlap), or None for the listed
     taps."""
-    init = "em_bcast(-3.40282347e38f)" if g.kind == "max" else "em_bcast(0.0f)"
+    init = f"em_bcast({LOWEST})" if g.kind == "max" else "em_bcast(0.0f)"
     sets = 1 if taps is None else max(1, min(len(taps), CHAINS // nv))
     acc = " ".join(f"em_v16a a{v}_{j} = {init};" for v in range(nv) for j in range(sets))
 
@@ -191,8 +191,9 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
                      Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), Const(P)),
                                out_buf, x_buf)))
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    support = {"part": PART_HELPERS, "em_dw": EPI_HELPERS, "em_pool": MAX_HELPER,
-               fn: _source(fn, g, V)}
+    support = {"part": PART_HELPERS, fn: _source(fn, g, V)}
+    if g.kind == "max":   # em_pmax
+        support.update({"em_dw": EPI_HELPERS, "em_pool": MAX_HELPER})
     ntasks = -(-P // px)
     doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"

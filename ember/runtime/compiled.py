@@ -240,7 +240,7 @@ class CompiledModel:
         """The program held for a native caller of its entry (``runtime.loops``): symbols
         bound from ``input_shapes`` (ignored by a static program), workspace prepared, the
         lock held; yields (address of ``ember_run``, workspace address)."""
-        sizes = self._bind_dims(list(input_shapes)) if self._dim_names else None
+        sizes = self._bind_dims(input_shapes) if self._dim_names else None
         with self._lock:
             if sizes is not None:
                 self._prepare(sizes)
@@ -273,7 +273,7 @@ class CompiledModel:
             return [tuple(int(d) for d in s.shape) for s in self._outputs]
         return [tuple(shape) for _, _, _, shape in self._bind_dims(input_shapes).out_layout]
 
-    def _bind_dims(self, shapes: list[tuple[int, ...]]) -> _Sizes:
+    def _bind_dims(self, shapes: Sequence[tuple[int, ...]]) -> _Sizes:
         """The symbols' values from the input shapes (every occurrence must agree), and the
         sizes that follow from them (cached per dims vector)."""
         dims: list[int | None] = [None] * len(self._dim_names)

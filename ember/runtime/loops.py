@@ -133,6 +133,7 @@ class _NativeLoop:
 
     def __init__(self, body: Any, state_bytes: list[int]) -> None:
         self.body = body
+        self.symbolic = body.symbolic   # binds its dims from the input shapes on each run
         self.state_bytes = state_bytes
         self._states = _i64(state_bytes)
         self._bufs = [[aligned_empty(max(b, 1)) for b in state_bytes] for _ in range(2)]
@@ -158,7 +159,8 @@ class CompiledLoop(_NativeLoop):
             scan_out: Sequence[np.ndarray]) -> int:
         """Run the loop; returns the number of trips done (rows of ``scan_out`` written)."""
         done = ctypes.c_int64(0)
-        shapes = [(), (), *(a.shape for a in init), *(a.shape for a in caps)]
+        shapes = [(), (), *(a.shape for a in init), *(a.shape for a in caps)] \
+            if self.symbolic else ()
         with self.body.bound(shapes) as (entry, workspace):
             rc = self._loop(
                 entry, workspace, int(trip or 0), trip is not None, int(bool(cond)),
@@ -191,7 +193,8 @@ class CompiledScan(_NativeLoop):
             scan_out: Sequence[np.ndarray]) -> None:
         trips = int(xs[0].shape[0]) if xs else 0
         xs = [np.require(x, requirements="C") for x in xs]
-        shapes = [*(a.shape for a in init), *(x.shape[1:] for x in xs), *(a.shape for a in caps)]
+        shapes = [*(a.shape for a in init), *(x.shape[1:] for x in xs),
+                  *(a.shape for a in caps)] if self.symbolic else ()
         with self.body.bound(shapes) as (entry, workspace):
             rc = self._loop(
                 entry, workspace, trips, self.n_state, self._states, _ptrs(init),

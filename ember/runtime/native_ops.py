@@ -17,6 +17,7 @@ The VM runs them Nimble's ways:
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from typing import Any
 
@@ -223,6 +224,7 @@ int64_t ember_nonzero(const uint8_t *x, int64_t n, int64_t elem, int kind, int r
 }
 """
 
+@functools.cache   # the typed function, built and typed on the first call only
 def _kernel() -> Any:
     return native_function(SOURCE, "ember_nonzero", ctypes.c_int64, [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
@@ -256,6 +258,7 @@ def nonzero(x: np.ndarray, out: np.ndarray) -> None:
     _call(x, out, out.shape[1])
 
 
+@functools.cache
 def _unique_kernel() -> Any:
     return native_function(SOURCE, "ember_unique", ctypes.c_int64, [
         ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 5, ctypes.c_int, ctypes.c_int,
@@ -293,6 +296,13 @@ def unique(x: np.ndarray, axis: int | None, sorted_: bool, y: np.ndarray, first:
                                 address(work)))
 
 
+@functools.cache
+def _nms_kernel() -> Any:
+    return native_function(SOURCE, "ember_nms", ctypes.c_int64, [
+        ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_float, ctypes.c_int,
+        ctypes.c_float, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
+
+
 def nms_bound(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None) -> int:
     """Rows NonMaxSuppression can select at most: batches x classes x min(M, boxes)."""
     m = 0 if max_out is None or max_out.size == 0 else max(int(max_out.reshape(-1)[0]), 0)
@@ -304,9 +314,6 @@ def nms(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None,
         out: np.ndarray) -> int:
     """Selected (batch, class, box) rows into ``out`` (room for ``nms_bound`` rows); their
     count."""
-    nms_fn = native_function(SOURCE, "ember_nms", ctypes.c_int64, [
-        ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_float, ctypes.c_int,
-        ctypes.c_float, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
     boxes = np.require(boxes, np.float32, "C")
     scores = np.require(scores, np.float32, "C")
     b, n = boxes.shape[0], boxes.shape[1]
@@ -319,7 +326,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray, max_out: np.ndarray | None,
     has_thr = score_thr is not None and score_thr.size > 0
     work = np.empty(3 * max(n, 1), np.int64)
     cap = out.shape[0]
-    return int(nms_fn(address(boxes) if boxes.size else None,
+    return int(_nms_kernel()(address(boxes) if boxes.size else None,
                        address(scores) if scores.size else None, b, scores.shape[1], n, m,
                        float(iou.reshape(-1)[0]) if has_iou else 0.0, int(has_thr),
                        float(score_thr.reshape(-1)[0]) if has_thr else 0.0, int(center),

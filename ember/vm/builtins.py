@@ -238,7 +238,14 @@ def decr(args: Sequence[Any]) -> None:
 
 
 def is_negative(args: Sequence[Any]) -> None:
+    """Unused by new programs (SplitToSequence's loop compares with -1); kept so that models
+    saved before still load."""
     args[1][...] = int(args[0]) < 0
+
+
+def seq_len(args: Sequence[Any]) -> None:
+    """``(list, out)``: the number of elements of a sequence."""
+    args[1][...] = len(forward(args[0]))
 
 
 def seq_pos(end_ok: bool) -> PackedFunc:
@@ -246,11 +253,11 @@ def seq_pos(end_ok: bool) -> PackedFunc:
     pos is the end (insert) or the last element (erase); out of range is a VMError."""
     def fn(args: Sequence[Any]) -> None:
         pos, n = args[0], int(args[1])
-        i = (n if end_ok else n - 1) if pos.size == 0 else int(pos.reshape(-1)[0])
-        i = i + n if i < 0 else i
+        given = (n if end_ok else n - 1) if pos.size == 0 else int(pos.reshape(-1)[0])
+        i = given + n if given < 0 else given
         if not 0 <= i <= (n if end_ok else n - 1):
-            raise VMError(f"sequence position {int(pos.reshape(-1)[0])} is out of range for "
-                          f"a sequence of {n}")
+            what = given if pos.size else "the last (no position given)"
+            raise VMError(f"sequence position {what} is out of range for a sequence of {n}")
         args[2][...] = i
     return fn
 
@@ -311,6 +318,7 @@ _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "nms": lambda r: nms(int(r["center"])),
     "decr": lambda r: decr,
     "is_negative": lambda r: is_negative,
+    "seq_len": lambda r: seq_len,
     "seq_pos": lambda r: seq_pos(bool(r["end_ok"])),
     "seq_concat_shape": lambda r: seq_concat_shape(r["axis"], bool(r["new_axis"]),
                                                    r["itemsize"]),

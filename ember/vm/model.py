@@ -69,10 +69,12 @@ class VMModel:
         return self._tensor(name, dt, a)
 
     @staticmethod
-    def _tensor(name: str, dt: np.dtype, a: Any) -> np.ndarray:
+    def _tensor(name: str, dt: np.dtype, a: Any, k: int | None = None) -> np.ndarray:
+        """``a`` as the input's array (``k``: element k of a sequence input)."""
         arr = np.asarray(a)
         if arr.dtype != dt:
-            raise InputError(f"input {name!r}: expected dtype {dt.name}, got "
+            label = name if k is None else f"{name}[{k}]"
+            raise InputError(f"input {label!r}: expected dtype {dt.name}, got "
                              f"{arr.dtype.name}; convert it with .astype(np.{dt.name})")
         return np.require(arr, requirements="C")
 
@@ -84,7 +86,7 @@ class VMModel:
         nil, cons = self._list_tags
         lst = ADT(nil, ())
         for k, x in reversed(list(enumerate(a))):
-            lst = ADT(cons, (self._tensor(f"{name}[{k}]", dt, x), lst))
+            lst = ADT(cons, (self._tensor(name, dt, x, k), lst))
         return lst
 
     def _output(self, value: Any, kind: str) -> Any:
