@@ -41,7 +41,7 @@ from ember.ir.graph import Graph, Node
 from ember.ir.ops import registry
 from ember.ir.ops.common import norm_axis
 from ember.ir.ops.registry import ShapeMode
-from ember.ir.types import Sym, TensorType, bind_dims, evaluate_dim
+from ember.ir.types import TensorType, bind_dims, evaluate_dim, map_attr_dims
 
 Shape = tuple[int, ...]
 
@@ -141,12 +141,7 @@ def _concrete_attrs(attrs: dict[str, Any], env: dict[str, int]) -> dict[str, Any
     out: dict[str, Any] = {}
     for k, v in attrs.items():
         try:
-            if isinstance(v, Sym):
-                out[k] = evaluate_dim(v, env)
-            elif isinstance(v, list | tuple) and any(isinstance(d, Sym) for d in v):
-                out[k] = type(v)(evaluate_dim(d, env) for d in v)
-            else:
-                out[k] = v
+            out[k] = map_attr_dims(v, lambda d: evaluate_dim(d, env))
         except InputError:
             continue
     return out

@@ -220,8 +220,6 @@ class Sym:
     __repr__ = __str__
 
 
-Any = Sym  # Nimble's name for an anonymous dimension: ``Any()``
-
 Dim = int | Sym
 
 
@@ -499,10 +497,6 @@ for _names, _fn in ((("__add__", "__radd__"), lambda a, b: _add(a, b, 1)),
 
 
 # --------------------------------------------------------------------------- dim helpers
-def is_static_dim(d: Dim) -> bool:
-    return isinstance(d, int)
-
-
 def evaluate_dim(d: Dim, env: Mapping[str, int]) -> int:
     """A dim's value (ints as they are); InputError names a symbol missing from ``env``."""
     return int(d) if isinstance(d, int) else d.evaluate(env)

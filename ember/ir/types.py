@@ -20,14 +20,10 @@ from dataclasses import dataclass, replace
 
 from ember.errors import InputError, TypeInferenceError, UnsupportedOpError
 from ember.ir.symdims import (  # noqa: F401  (re-exported: the IR's one import for dims)
-    DERIVED_OPS,
-    Any,
     Atom,
     DerivedAtom,
     Dim,
-    Monomial,
     Sym,
-    Terms,
     bind_dims,
     dim_atoms,
     dims_equal,
@@ -36,9 +32,7 @@ from ember.ir.symdims import (  # noqa: F401  (re-exported: the IR's one import 
     evaluate_shape,
     exact_div,
     floordiv,
-    is_static_dim,
     mod,
-    provably_le,
     provably_nonneg,
     replace_atoms,
     substitute,

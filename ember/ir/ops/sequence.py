@@ -158,8 +158,8 @@ def split_span(n: int, split: np.ndarray | None, i: int) -> tuple[int, int]:
     if s.ndim == 0:
         k = _chunk(s)
         return i * k, min(k, n - i * k)
-    sizes = split_sizes(n, s)
-    return sum(sizes[:i]), sizes[i]
+    s = s.reshape(-1)   # checked against n once, before the pieces (split_count)
+    return int(s[:i].sum()), int(s[i])
 
 
 def _split_infer(attrs: Attrs, ts: list, cs: list) -> list[object]:
@@ -195,7 +195,7 @@ def _map_infer(attrs: Attrs, ts: list, cs: list) -> list[object]:
 def fresh_dims(t: TensorType) -> TensorType:
     """``t`` with a fresh symbol for every symbolic dim: the elements of a sequence need not
     share a named dim's value."""
-    return TensorType(tuple(d if isinstance(d, int) else Sym() for d in t.shape), t.dtype)
+    return t.map_dims(lambda d: d if isinstance(d, int) else Sym())
 
 
 @defop("SequenceMap", OPQ, _map_infer, DD)
