@@ -40,6 +40,12 @@ class DType:
         """A storage-only type: computed in float32 (int32 for the 4/2-bit integers)."""
         return self.name in NARROW
 
+    @property
+    def lowest(self) -> float:
+        """The lowest finite value of a floating-point type (``ml_dtypes.finfo`` also knows
+        bfloat16 and the narrow floats)."""
+        return float(ml_dtypes.finfo(self.np).min)
+
     def __repr__(self) -> str:
         return self.name
 

@@ -143,6 +143,23 @@ def test_reduce_log_sum(data: st.DataObject, keepdims: bool) -> None:
           opset=13)
 
 
+@pytest.mark.parametrize("dt", [np.float16, np.float64])
+def test_reduce_log_sum_exp_extreme_rows(dt: type) -> None:
+    """A row of -inf gives -inf (float16: float32's lowest is -inf there, and a clamp to it
+    gave NaN), and a float64 row far below float32's range keeps its value."""
+    x = np.array([[-np.inf, -np.inf, -np.inf], [0.5, -1.0, 2.0],
+                  [-1e300, -2e300, -1e300] if dt == np.float64 else [-6e4, -6e4, -6e4]], dt)
+    node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], {"x": x}, {"axes": np.array([1], np.int64)}, ["y"], opset=18)
+    got = ember.compile(model)(x=x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        m = np.max(x, axis=1, keepdims=True)
+        m = np.where(np.isinf(m), 0, m)
+        want = (np.log(np.sum(np.exp(x - m), axis=1)) + m[:, 0]).astype(dt)
+    assert got.dtype == dt and np.isneginf(got[0]) and not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=1e-3)
+
+
 # --------------------------------------------------------------------------- windows
 @SETTINGS
 @given(st.sampled_from(["HannWindow", "HammingWindow", "BlackmanWindow"]),

@@ -351,26 +351,25 @@ def constant_of_shape(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 # --------------------------------------------------------------------------- reductions
 _REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-           "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")
+           "ReduceL2", "ReduceSumSquare")   # ReduceLogSumExp: its own converters below
 
 
-def _reduce(ctx: Ctx, x: Value | None, axes: list[int] | None, attrs: Attrs) -> list[Value]:
-    norm = {"axes": axes or None, "keepdims": int(attrs.get("keepdims", 1)),
+def _reduce_attrs(axes: list[int] | None, attrs: Attrs) -> Attrs:
+    return {"axes": axes or None, "keepdims": int(attrs.get("keepdims", 1)),
             "noop_with_empty_axes": int(attrs.get("noop_with_empty_axes", 0))}
-    if ctx.op_type == "ReduceLogSumExp":
-        assert x is not None
-        return [_log_sum_exp(ctx, x, norm)]
-    return ctx.add(ctx.op_type, [x], norm)
 
 
 def _log_sum_exp(ctx: Ctx, x: Value, norm: Attrs) -> Value:
-    """log(sum(exp(x - m))) + m with m the max (clamped to the lowest finite float, so a slice
-    of -inf, or an empty one, gives -inf, not NaN): exact where exp(x) would overflow."""
+    """log(sum(exp(x - m))) + m with m the max (for floats clamped to the type's lowest finite
+    value, so a slice of -inf, or an empty one, gives -inf, not NaN): exact where exp(x)
+    would overflow."""
     if norm["axes"] is None and norm["noop_with_empty_axes"]:
         return x
     keep = dict(norm, keepdims=1)
-    low = ctx.const(np.array(np.finfo(np.float32).min, x.type.dtype.np))
-    m = ctx.add1("Max", [ctx.add1("ReduceMax", [x], keep), low])
+    m = ctx.add1("ReduceMax", [x], keep)
+    dt = x.type.dtype
+    if dt.is_float:
+        m = ctx.add1("Max", [m, ctx.const(np.array(dt.lowest, dt.np))])
     total = ctx.add1("ReduceSum", [ctx.add1("Exp", [ctx.add1("Sub", [x, m])])], keep)
     out = ctx.add1("Add", [ctx.add1("Log", [total]), m])
     if norm["keepdims"]:
@@ -380,19 +379,35 @@ def _log_sum_exp(ctx: Ctx, x: Value, norm: Attrs) -> Value:
     return ctx.add1("Squeeze", [out], {"axes": axes})
 
 
+def _axes_attr(attrs: Attrs) -> list[int] | None:
+    axes = attrs.get("axes")
+    return [int(a) for a in axes] if axes else None
+
+
 @converter(*_REDUCE, since=1)
 def reduce1(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
-    axes = attrs.get("axes")
-    return _reduce(ctx, _x(ctx, ins), [int(a) for a in axes] if axes else None, attrs)
+    return ctx.add(ctx.op_type, [_x(ctx, ins)], _reduce_attrs(_axes_attr(attrs), attrs))
 
 
 def reduce_inputs(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x, axes = ctx.inputs(ins, 2)
-    return _reduce(ctx, x, ctx.const_list(axes, "axes"), attrs)
+    return ctx.add(ctx.op_type, [x], _reduce_attrs(ctx.const_list(axes, "axes"), attrs))
 
 
 converter("ReduceSum", since=13)(reduce_inputs)
 converter(*(op for op in _REDUCE if op != "ReduceSum"), since=18)(reduce_inputs)
+
+
+@converter("ReduceLogSumExp", since=1)
+def reduce_log_sum_exp1(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    return [_log_sum_exp(ctx, _x(ctx, ins), _reduce_attrs(_axes_attr(attrs), attrs))]
+
+
+@converter("ReduceLogSumExp", since=18)
+def reduce_log_sum_exp18(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
+    x, axes = ctx.inputs(ins, 2)
+    assert x is not None
+    return [_log_sum_exp(ctx, x, _reduce_attrs(ctx.const_list(axes, "axes"), attrs))]
 
 
 @converter("ArgMax", "ArgMin", since=1)
