@@ -35,7 +35,7 @@ from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
 from ember.lower.computes import clamp, register, static_shape
 from ember.lower.computes import exact_const as _c
-from ember.lower.computes_sampling import _pad_coord, axis_tap_exprs
+from ember.lower.computes_sampling import axis_tap_exprs, pad_coord
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
 
@@ -72,7 +72,7 @@ def _deform_coords(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorTy
                 c = o + Cast(base, F32)
             else:
                 c = Cast(Cast(o, F64) + Cast(base, F64), F32)
-            c = _pad_coord(c, dims[j], "zeros", True)
+            c = pad_coord(c, dims[j], "zeros", True)
             out = c if out is None else Select(Bin("==", ch % 2, Const(1)), c, out)
         assert out is not None
         return out
@@ -155,7 +155,7 @@ def _roi_align_bins(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
         if not half:
             extent = Select(extent > _c(1.0, dt), extent, _c(1.0, dt))
         b = extent / _c(pooled, dt)
-        g = _c(sr, dt) if sr > 0 else Call("ceil", (extent / _c(pooled, dt),), dt)
+        g = _c(sr, dt) if sr > 0 else Call("ceil", (b,), dt)
         base = start + Cast(p, dt) * b
         i0 = _window(base, b, g) if sr == 0 else _c(0.0, F64)
         vals = [Cast(base, F64), Cast(b, F64), Cast(g, F64), i0]

@@ -78,7 +78,7 @@ def _reflect(c: Expr, lo: float, hi: float) -> Expr:
     return Select(c < _c(lo), below, Select(c > _c(hi), above, c))
 
 
-def _pad_coord(c: Expr, length: int, pad: str, align: bool) -> Expr:
+def pad_coord(c: Expr, length: int, pad: str, align: bool) -> Expr:
     lo, hi = borders(length, align)
     if pad == "border":
         outside = Bin("||", c < _c(lo), c > _c(hi))
@@ -104,7 +104,7 @@ def _grid_sample_coords(attrs: dict[str, Any], ins: list[Tensor], outs: list[Ten
             c = _denormalize(g[(*i[:-1], Const(nd - 1 - j))], dims[j], align)
             if mode == "nearest":
                 c = Call("round", (c,), F32)     # half to even, as np.rint
-            c = _pad_coord(c, dims[j], pad, align)
+            c = pad_coord(c, dims[j], pad, align)
             out = c if out is None else Select(Bin("==", i[-1], Const(j)), c, out)
         assert out is not None
         return out

@@ -27,8 +27,6 @@ from ember.errors import ModelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Graph, Value
 from ember.ir.ops.control import join_type
-from ember.ir.optional import OptionalType
-from ember.ir.sequence import SequenceType
 from ember.ir.types import TensorType
 from ember.support import dtypes
 
@@ -95,16 +93,6 @@ def if_(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     return ctx.add("If", [cond, *caps], out)
 
 
-def _shape(t: object) -> object:
-    """A tensor's shape; a sequence's element shape (None: unknown); an optional's value's,
-    marked as optional."""
-    if isinstance(t, OptionalType):
-        return ("optional", _shape(t.elem))
-    if isinstance(t, SequenceType):
-        return None if t.elem is None else t.elem.shape
-    return t.shape  # type: ignore[attr-defined]
-
-
 def _generalized(types: list[TensorType], outs: list[Value], what: str) -> list[TensorType]:
     return [join_type(t, o.type, f"{what} {i}") for i, (t, o) in enumerate(zip(types, outs))]
 
@@ -120,7 +108,7 @@ def _import_body(ctx: Ctx, proto: onnx.GraphProto, before: list[TensorType],
                          f"{first_out + len(carried)} expected")
     outs = g.outputs[first_out:first_out + len(carried)]
     general = _generalized(carried, outs, f"{ctx.op_type} carried value")
-    if any(_shape(a) != _shape(b) for a, b in zip(general, carried)):
+    if general != carried:   # join_type keeps dtypes: only dims were generalized
         g, caps = _sub(ctx).body(proto, before + general + after, "body")
     return g, caps
 

@@ -29,6 +29,7 @@ import onnx
 from ember.errors import ModelError, RuntimeOperandError, UnsupportedOpError
 from ember.ir.graph import Graph, Value
 from ember.ir.ops import registry
+from ember.ir.types import TensorType
 from ember.support import dtypes
 
 Attrs = dict[str, Any]
@@ -108,20 +109,25 @@ class Ctx:
         return len(self.node.output)
 
     def add(self, op: str, inputs: Sequence[Value | None],
-            attrs: Attrs | None = None, fold: bool = True) -> list[Value]:
-        """Emit internal op ``op``; folded to constants when every input is a constant, unless
-        ``fold`` is False (ops on sequences and optionals, Specialize: values folding cannot
-        hold or must not compute)."""
+            attrs: Attrs | None = None) -> list[Value]:
+        """Emit internal op ``op``; folded to constants when every input is a constant and
+        every output a tensor (a sequence or an optional is not a constant value: the VM
+        builds it)."""
         attrs = dict(attrs or {})
         opdef = registry.get(op)
-        if fold and all(v is None or v.is_const for v in inputs):
+        if all(v is None or v.is_const for v in inputs):
             types = opdef.infer_types(attrs, [v.type if v else None for v in inputs], inputs)
+            if not all(isinstance(t, TensorType) for t in types):
+                return self._emit(op, inputs, attrs)
             arrays = opdef.run_ref(attrs, *[v.const if v is not None else None for v in inputs])
             outs = []
             for t, a in zip(types, arrays, strict=True):
                 a = np.asarray(a, dtype=t.dtype.np)
                 outs.append(Value.constant(a))
             return outs
+        return self._emit(op, inputs, attrs)
+
+    def _emit(self, op: str, inputs: Sequence[Value | None], attrs: Attrs) -> list[Value]:
         name = self.node_name if self._count == 0 else f"{self.node_name}/{self._count}"
         self._count += 1
         return self.graph.add(op, inputs, attrs, name=name).outputs
@@ -310,7 +316,6 @@ def cast_attrs(to: dtypes.DType, attrs: Attrs) -> dict[str, Any]:
     if to.name in dtypes.FLOAT8 or to.name == "float8e8m0":
         out["saturate"] = int(attrs.get("saturate", 1))
     mode = attrs.get("round_mode", "up")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     if to.name == "float8e8m0" and mode != "up":
         raise UnsupportedOpError(
             f"Cast to FLOAT8E8M0 with round_mode={mode!r} is not supported (ember implements "

@@ -64,11 +64,11 @@ def optional(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     if x is not None:
         if is_optional(x.type):
             raise ModelError("Optional of an optional value")
-        return ctx.add("Optional", [x], fold=False)
+        return ctx.add("Optional", [x])
     if "type" not in attrs:
         raise ModelError("Optional without an input needs its 'type' attribute")
     elem = value_type(attrs["type"], f"the type of Optional node {ctx.node_name!r}")
-    return ctx.add("Optional", [], {"elem": elem}, fold=False)
+    return ctx.add("Optional", [], {"elem": elem})
 
 
 @converter("OptionalHasElement", since=15)
@@ -76,7 +76,7 @@ def optional_has_element(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (o,) = ctx.inputs(ins, 1, 0)
     if o is None or not is_optional(o.type):      # no input: empty; a plain value: present
         return [ctx.const(np.array(o is not None))]
-    return ctx.add("OptionalHasElement", [o], fold=False)
+    return ctx.add("OptionalHasElement", [o])
 
 
 @converter("OptionalGetElement", since=15)
@@ -85,4 +85,4 @@ def optional_get_element(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     assert o is not None
     if not is_optional(o.type):
         return [o]
-    return ctx.add("OptionalGetElement", [o], fold=False)
+    return ctx.add("OptionalGetElement", [o])

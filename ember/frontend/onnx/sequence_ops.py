@@ -29,13 +29,13 @@ def sequence_construct(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     dts = {v.type.dtype for v in ins if v is not None}
     if len(dts) > 1:
         raise ModelError(f"SequenceConstruct of tensors of different element types {dts}")
-    return ctx.add("SequenceConstruct", ins, fold=False)
+    return ctx.add("SequenceConstruct", ins)
 
 
 @converter("SequenceEmpty", since=11)
 def sequence_empty(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     dt = onnx_dtype(int(attrs.get("dtype", 1)))
-    return ctx.add("SequenceEmpty", [], {"dtype": dt.name}, fold=False)
+    return ctx.add("SequenceEmpty", [], {"dtype": dt.name})
 
 
 @converter("SequenceInsert", since=11)
@@ -46,25 +46,25 @@ def sequence_insert(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     if x.type.dtype != s.type.dtype:
         raise ModelError(f"SequenceInsert of a {x.type.dtype.name} tensor into a sequence of "
                          f"{s.type.dtype.name}")
-    return ctx.add("SequenceInsert", [s, x, pos], fold=False)
+    return ctx.add("SequenceInsert", [s, x, pos])
 
 
 @converter("SequenceErase", since=11)
 def sequence_erase(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     seq, pos = ctx.inputs(ins, 2, 1)
-    return ctx.add("SequenceErase", [_sequence_input(ctx, seq), pos], fold=False)
+    return ctx.add("SequenceErase", [_sequence_input(ctx, seq), pos])
 
 
 @converter("SequenceAt", since=11)
 def sequence_at(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     seq, pos = ctx.inputs(ins, 2, 2)
-    return ctx.add("SequenceAt", [_sequence_input(ctx, seq), pos], fold=False)
+    return ctx.add("SequenceAt", [_sequence_input(ctx, seq), pos])
 
 
 @converter("SequenceLength", since=11)
 def sequence_length(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (seq,) = ctx.inputs(ins, 1, 1)
-    return ctx.add("SequenceLength", [_sequence_input(ctx, seq)], fold=False)
+    return ctx.add("SequenceLength", [_sequence_input(ctx, seq)])
 
 
 @converter("ConcatFromSequence", since=11)
@@ -72,7 +72,7 @@ def concat_from_sequence(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (seq,) = ctx.inputs(ins, 1, 1)
     return ctx.add("ConcatFromSequence", [_sequence_input(ctx, seq)],
                    {"axis": int(ctx.attr(attrs, "axis")),
-                    "new_axis": int(attrs.get("new_axis", 0))}, fold=False)
+                    "new_axis": int(attrs.get("new_axis", 0))})
 
 
 @converter("SplitToSequence", since=11)
@@ -87,7 +87,7 @@ def split_to_sequence(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         raise ModelError(f"SplitToSequence along the symbolic dim {x.type.shape[axis % r]} "
                          "is not supported")
     return ctx.add("SplitToSequence", [x, split],
-                   {"axis": axis % r, "keepdims": int(attrs.get("keepdims", 1))}, fold=False)
+                   {"axis": axis % r, "keepdims": int(attrs.get("keepdims", 1))})
 
 
 @converter("SequenceMap", since=17)
@@ -115,4 +115,4 @@ def sequence_map(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     body, caps = ctx.subgraphs.body(proto, types, "body")
     flags = [is_sequence(v.type) for v in ins if v is not None]
     return ctx.add("SequenceMap", [*ins, *caps],
-                   {"body": body, "is_seq": flags, "captures": len(caps)}, fold=False)
+                   {"body": body, "is_seq": flags, "captures": len(caps)})

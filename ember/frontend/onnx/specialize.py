@@ -46,7 +46,7 @@ def specialize_node(ctx: Ctx, node: onnx.NodeProto, ins: Inputs, attrs: Attrs,
         raise err
     return ctx.add("Specialize", ins, {
         "onnx_node": node, "opset": ctx.opset, "operands": [operand], "out_types": types,
-    }, fold=False)
+    })
 
 
 def _type_proto(t: TensorType) -> onnx.TypeProto:
