@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
+from ember.ir.ops.layout import conv_pads
 from ember.ir.types import TensorType
 from ember.kernel import transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
@@ -77,7 +78,8 @@ def applicable(body: Graph) -> bool:
     m = body.nodes[0]
     if m.op == "ConvNHWC":
         w = m.inputs[1]
-        return w is not None and w.is_const and w.type.shape[2] >= 2 and len(m.inputs) == 2
+        return (w is not None and w.is_const and w.type.shape[2] >= 2 and len(m.inputs) == 2
+                and not any(conv_pads(m.attrs)))   # a dense conv's padding is a Pad node
     if m.op == "MatMul":
         a, b = m.inputs
         # rows may be symbolic (the dense kernel takes their count at run time)

@@ -1,8 +1,11 @@
 """Depthwise convolution (ConvNHWC, one input channel per group, channel multiplier 1) on a
 vectorized, register-blocked kernel, with the group's element-wise epilogue fused.
 
-The input is already padded (ConvNHWC's pads are an explicit Pad node before it), so every
-tap of every output pixel lies inside the input: there is no border path and no bounds check.
+Padding is read, not materialized (ConvNHWC's ``pads``; a Pad node would be a pass over the
+whole input): an output row runs only the kernel rows inside the input (``kh0`` and ``nkh`` per
+row), and along OW the pixels whose taps all lie inside the input run the register tile below
+while the few border pixels on either side run a one-pixel tile whose column loads are guarded
+(zero outside). No load leaves the input.
 
 Schedule (the rTile hierarchy by hand, ``DwTiling``; ``build_depthwise`` takes any tiling, so
 Roller can construct it):
@@ -42,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ember.ir.graph import Graph, Node
+from ember.ir.ops.layout import conv_pads
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS
@@ -60,9 +64,10 @@ L1_INPUT_BYTES = 20 * 1024   # input a register tile reads over its channel bloc
 R_MIN = 6
 
 
-# a depthwise convolution is a ConvGeom with G = C groups of one channel (over an already
-# padded NHWC input); ``rows`` is its flattened n·OH axis
+# a depthwise convolution is a ConvGeom with G = C groups of one channel (H, W: the unpadded
+# input's; its padding is a ``Pads``); ``rows`` is its flattened n·OH axis
 DwGeom = ConvGeom
+Pads = tuple[int, int, int, int]   # (top, left, bottom, right)
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,8 @@ def _cdiv(a: int, b: int) -> int:
 def applicable(body: Graph) -> bool:
     """Is the group's master a statically shaped float32 depthwise ConvNHWC (multiplier 1)?"""
     m = body.nodes[0]
-    if m.op != "ConvNHWC" or len(m.inputs) != 2 or any(m.attrs.get("pads", ())):
-        return False   # (pads are explicit Pad nodes today; this kernel has no border path)
+    if m.op != "ConvNHWC" or len(m.inputs) != 2:
+        return False
     x, w = m.inputs
     if x is None or w is None or not w.is_const:
         return False
@@ -101,8 +106,8 @@ def applicable(body: Graph) -> bool:
     return w.type.shape[2] == 1 and m.attrs.get("group", 1) == c and w.type.shape[3] == c
 
 
-def geometry(m: Node) -> tuple[DwGeom, np.ndarray]:
-    """The geometry and the HWIO weights (KH, KW, 1, C) of the master node."""
+def geometry(m: Node) -> tuple[DwGeom, np.ndarray, Pads]:
+    """The geometry, the HWIO weights (KH, KW, 1, C) and the padding of the master node."""
     x, w = m.inputs[0], m.inputs[1]
     assert x is not None and w is not None and w.const is not None
     n, h, wd, c = static_shape(x.type)
@@ -110,7 +115,8 @@ def geometry(m: Node) -> tuple[DwGeom, np.ndarray]:
     kh, kw = int(w.type.shape[0]), int(w.type.shape[1])
     sh, sw = m.attrs["strides"]
     dh, dw = m.attrs["dilations"]
-    return ConvGeom(n, h, wd, c, oh, ow, c, kh, kw, sh, sw, dh, dw, c), w.const
+    return ConvGeom(n, h, wd, c, oh, ow, c, kh, kw, sh, sw, dh, dw, c), w.const, \
+        conv_pads(m.attrs)
 
 
 def _tile_cost(g: DwGeom, R: int, V: int) -> float:
@@ -303,13 +309,19 @@ def register_epilogue(body: Graph, m: Node, c: int,
 
 
 def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
-             epi: RegEpilogue | None) -> str:
-    """``name(xp, wq, op)``: R output pixels × ``lanes`` channels (of a block of ``nb``) from
-    input pixel ``xp``, the block's packed weights ``wq``, to output pixel ``op``."""
+             epi: RegEpilogue | None, guard: tuple[int, int] | None = None) -> str:
+    """``name(xp, wq, op, kh0, nkh, iw0)``: R output pixels × ``lanes`` channels (of a block of
+    ``nb``) to output pixel ``op``, from the block's packed weights ``wq`` and kernel rows
+    ``[kh0, kh0 + nkh)``, the first of which reads input row ``xp``: at the tile's first input
+    column, or (``guard``: a tile reaching into the padding) at column 0, where its taps'
+    columns ``iw0 + col`` are read only inside the input (zero outside); the columns in
+    ``[guard[0], guard[1])`` are inside for every tile and need no check."""
     nv = _cdiv(lanes, LANES)
     part = lanes - LANES * (nv - 1)     # lanes of the last vector
     L = [f"static inline __attribute__((always_inline)) void {name}(",
-         "    const float *xp, const float *wq, float *op) {"]
+         "    const float *xp, const float *wq, float *op, int64_t kh0, int64_t nkh,",
+         "    int64_t iw0) {",
+         "  (void)iw0;"]
     exprs = list(epi.exprs) if epi is not None else []
     base = g.KH * g.KW * nb             # the epilogue constants follow the weights
     init = "{{0}}"
@@ -320,7 +332,7 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
         init = "b{v}"
     for r in range(R):
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = {init.format(v=v)};" for v in range(nv)))
-    L += _tile_taps(g, R, nb, nv, part)
+    L += _tile_taps(g, R, nb, nv, part, guard)
     if exprs:
         L += _apply_epilogue(exprs, len(epi.consts) if epi else 0, base, nb, R, nv)
     for r in range(R):
@@ -334,19 +346,30 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
     return "\n".join(L) + "\n"
 
 
-def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int) -> list[str]:
-    """The accumulation: for each kh, the KW·V weight vectors, then each distinct input column
-    of the R pixels' taps, loaded once and multiplied into every (pixel, kw) that reads it."""
+def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int, int] | None
+               ) -> list[str]:
+    """The accumulation: for each kernel row, the KW·V weight vectors, then each distinct input
+    column of the R pixels' taps, loaded once and multiplied into every (pixel, kw) that reads
+    it (``guard``: see ``_tile_fn``)."""
 
     def load(ptr: str, v: int) -> str:
         if v == nv - 1 and part < LANES:
             return f"em_load_part({ptr} + {v * LANES}, {part})"
         return f"*(const em_v16 *)({ptr} + {v * LANES})"
 
+    def checked(col: int) -> bool:
+        return guard is not None and not guard[0] <= col < guard[1]
+
+    def column(col: int, v: int) -> str:
+        if guard is None:
+            return load(f"xk + {col * g.C}", v)
+        x = load(f"xk + (iw0 + {col}) * {g.C}", v)
+        return f"ok ? {x} : (em_v16a){{0}}" if checked(col) else x
+
     V = range(nv)
-    L = [f"  for (int64_t kh = 0; kh < {g.KH}; ++kh) {{",
+    L = ["  for (int64_t kh = 0; kh < nkh; ++kh) {",
          f"    const float *xk = xp + kh * {g.DH * g.W * g.C};",
-         f"    const float *wk = wq + kh * {g.KW * nb};"]
+         f"    const float *wk = wq + (kh0 + kh) * {g.KW * nb};"]
     for kw in range(g.KW):
         L.append("    " + " ".join(f"const em_v16a w{kw}_{v} = *(const em_v16a *)"
                                     f"(wk + {kw * nb + v * LANES});" for v in V))
@@ -355,7 +378,9 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int) -> list[str]:
         for kw in range(g.KW):
             taps.setdefault(r * g.SW + kw * g.DW, []).append((r, kw))
     for col in sorted(taps):
-        xs = " ".join(f"const em_v16a x{v} = {load(f'xk + {col * g.C}', v)};" for v in V)
+        ok = (f"const int ok = iw0 + {col} >= 0 && iw0 + {col} < {g.W}; " if checked(col)
+              else "")
+        xs = ok + " ".join(f"const em_v16a x{v} = {column(col, v)};" for v in V)
         fma = " ".join(f"a{r}_{v} += x{v} * w{kw}_{v};" for r, kw in taps[col] for v in V)
         L.append(f"    {{ {xs} {fma} }}")
     L.append("  }")
@@ -379,37 +404,79 @@ def _apply_epilogue(exprs: list[str], nconst: int, base: int, nb: int, R: int, n
     return L
 
 
-def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int, epi: RegEpilogue | None) -> str:
+def interior(g: DwGeom, pads: Pads) -> tuple[int, int]:
+    """The output columns [lo, hi) whose taps all lie inside the (unpadded) input; lo == hi
+    when there are none."""
+    lo = min(g.OW, -(-pads[1] // g.SW))
+    hi = min(g.OW, (g.W - 1 + pads[1] - (g.KW - 1) * g.DW) // g.SW + 1)
+    return lo, max(lo, hi)
+
+
+def _row_fn(name: str, g: DwGeom, pads: Pads, R: int, nb: int, bt: int,
+            epi: RegEpilogue | None) -> str:
     """``name(q, gi, out, x, w)``: output row ``q`` (of n·OH) of channel group ``gi`` (channel
-    blocks ``[gi·bt, gi·bt + bt)``), tile by tile along OW, each tile over the group's blocks."""
+    blocks ``[gi·bt, gi·bt + bt)``), tile by tile along OW, each tile over the group's blocks.
+    A tile reaching outside ``interior`` runs guarded; only kernel rows inside the input are
+    read (``_kernel_rows``)."""
     full = g.C // nb                      # whole channel blocks; then a partial one, if any
     tail = g.C - full * nb
     ng = _cdiv(_cdiv(g.C, nb), bt)
     wb = (g.KH * g.KW + (len(epi.consts) if epi else 0)) * nb   # packed floats per block
-    text = _tile_fn(name + "_full", g, R, nb, nb, epi) if full else ""
-    if tail:
-        text += _tile_fn(name + "_tail", g, R, nb, tail, epi)
-    calls = ""
-    if full:
-        calls += (f"    for (int64_t b = b0; b < b1; ++b)\n"
-                  f"      {name}_full(xo + b * {nb}, w + b * {wb}, oo + b * {nb});\n")
-    if tail:
-        calls += (f"    if (gi == {ng - 1}) "
-                  f"{name}_tail(xo + {full * nb}, w + {full * wb}, oo + {full * nb});\n")
+    lo, hi = interior(g, pads)
+    text, calls = "", {}
+    # the tap columns every tile reads inside the input (iw0 runs over [-left, last])
+    safe = (pads[1], g.W - ((g.OW - R) * g.SW - pads[1]))
+    for guard in (False, True) if (lo, hi) != (0, g.OW) else (False,):
+        fn = f"{name}_{'g' if guard else 'i'}"
+        text += _tile_fn(fn + "_full", g, R, nb, nb, epi, safe if guard else None) if full else ""
+        text += _tile_fn(fn + "_tail", g, R, nb, tail, epi, safe if guard else None) if tail else ""
+        xo = "xr" if guard else f"xr + (o * {g.SW} - {pads[1]}) * {g.C}"
+        args = f"KH0, NKH, o * {g.SW} - {pads[1]}"
+        c = ""
+        if full:
+            c += (f"    for (int64_t b = b0; b < b1; ++b)\n      {fn}_full({xo} + b * {nb}, "
+                  f"w + b * {wb}, oo + b * {nb}, {args});\n")
+        if tail:
+            c += (f"    if (gi == {ng - 1}) {fn}_tail({xo} + {full * nb}, w + {full * wb}, "
+                  f"oo + {full * nb}, {args});\n")
+        calls[guard] = c
+    inner = calls[False]
+    if True in calls:
+        inner = (f"    if (o < {lo} || o + {R} > {hi}) {{\n{calls[True]}    }} else {{\n"
+                 f"{inner}    }}\n")
+    loop = f"""  for (int64_t ow = 0; ow < {g.OW}; ow += {R}) {{
+    const int64_t o = ow + {R} <= {g.OW} ? ow : {g.OW - R};
+    float *oo = oq + o * {g.C};
+{inner}  }}
+"""
+    if pads[0] or pads[2]:   # the rows with every kernel row inside: constants (unrolled kh)
+        loop = (f"  if (nkh == {g.KH}) {{\n{loop.replace('KH0, NKH', f'0, {g.KH}')}  }} else {{\n"
+                f"{loop.replace('KH0, NKH', 'kh0, nkh')}  }}\n")
+    else:
+        loop = loop.replace("KH0, NKH", f"0, {g.KH}")
     return text + f"""
 static void {name}(int64_t q, int64_t gi, float *out, const float *x, const float *w) {{
   const int64_t n = q / {g.OH}, oh = q % {g.OH};
-  const float *xq = x + (n * {g.H} + oh * {g.SH}) * {g.W * g.C};
+{_kernel_rows(g, pads)}
+  const float *xr = x + r0 * {g.W * g.C};   /* the first kernel row's input row */
   float *oq = out + q * {g.OW * g.C};
   const int64_t b0 = gi * {bt}, b1 = b0 + {bt} < {full} ? b0 + {bt} : {full};
-  (void)b0; (void)b1;
-  for (int64_t ow = 0; ow < {g.OW}; ow += {R}) {{
-    const int64_t o = ow + {R} <= {g.OW} ? ow : {g.OW - R};
-    const float *xo = xq + o * {g.SW * g.C};
-    float *oo = oq + o * {g.C};
-{calls}  }}
-}}
+  (void)b0; (void)b1; (void)kh0; (void)nkh;
+{loop}}}
 """
+
+
+def _kernel_rows(g: DwGeom, pads: Pads) -> str:
+    """C: the kernel rows [kh0, kh0 + nkh) output row ``oh`` of image ``n`` reads inside the
+    input, and the input row ``r0`` (of n·H) of kernel row kh0."""
+    if pads[0] == pads[2] == 0:
+        return f"  const int64_t kh0 = 0, nkh = {g.KH}, r0 = n * {g.H} + oh * {g.SH};"
+    return f"""  const int64_t ih0 = oh * {g.SH} - {pads[0]};   /* kernel row 0's input row */
+  const int64_t kh0 = ih0 >= 0 ? 0 : (-ih0 + {g.DH - 1}) / {g.DH};
+  int64_t kh1 = {g.H} - ih0 > 0 ? ({g.H} - ih0 + {g.DH - 1}) / {g.DH} : 0;
+  if (kh1 > {g.KH}) kh1 = {g.KH};
+  const int64_t nkh = kh1 > kh0 ? kh1 - kh0 : 0;
+  const int64_t r0 = nkh > 0 ? n * {g.H} + ih0 + kh0 * {g.DH} : 0;"""
 
 
 def candidates(g: DwGeom, threads: int, k: int) -> list[DwTiling]:
@@ -443,14 +510,15 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     """The kernel of a group whose master is a depthwise ConvNHWC (see ``applicable``);
     with a Roller context and K > 1, the fastest measured of the top-K tilings."""
     m = body.nodes[0]
-    g, w_hwio = geometry(m)
+    g, w_hwio, pads = geometry(m)
     ctx = threads if isinstance(threads, RollerContext) else None
     nthreads = ctx.units if ctx is not None else int(threads)  # type: ignore[arg-type]
     t = tiling if tiling is not None else default_tiling(g, nthreads)
     if tiling is None and ctx is not None and ctx.topk > 1:
         cands = candidates(g, nthreads, ctx.topk)
         if len(cands) > 1:
-            t = ctx.pick(f"depthwise:{g}:units={nthreads}", cands,
+            padded = f":pads={list(pads)}" if any(pads) else ""
+            t = ctx.pick(f"depthwise:{g}{padded}:units={nthreads}", cands,
                          lambda c: build_depthwise(name, body, nthreads, c))
     if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
         raise ValueError(f"depthwise tiling {t} has a non-positive size")
@@ -461,7 +529,7 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     reg = register_epilogue(body, m, g.C) if len(body.nodes) > 1 else None
     packed = pack_weights(w_hwio, nb, reg.consts if reg else [])
     # named by what its text depends on, so kernels of one shape share one function
-    key = (g, R, nb, bt, reg.exprs if reg else None)
+    key = (g, R, nb, bt, reg.exprs if reg else None) + ((pads,) if any(pads) else ())
     fn = "em_dw_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", g.P * g.C)
     x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
@@ -475,14 +543,15 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     loop: Stmt = For(q, q0, Bin("min", Const(rows), Bin("-", Const(g.rows), q0)), seq(*row))
     loop = Let(rbv, Bin("//", task, Const(ng)), Let(gv, Bin("%", task, Const(ng)), loop))
     stmt = For(task, T0, Bin("-", T1, T0), loop, ForKind.SERIAL)
-    support = {fn: _row_fn(fn, g, R, nb, bt, reg)}
+    support = {fn: _row_fn(fn, g, pads, R, nb, bt, reg)}
     if g.C % nb:
         support["part"] = PART_HELPERS
     if reg is not None:
         support["em_dw"] = EPI_HELPERS   # sorts before the em_dw_<hash> functions using it
     flops = 2 * g.N * g.OH * g.OW * g.C * g.KH * g.KW
     doc = (f"{body.name}: depthwise N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
-           f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} tile R={R} NB={nb} "
+           f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={'x'.join(map(str, pads))} "
+           f"tile R={R} NB={nb} "
            f"rTask {rows} rows x {bt * nb} channels, epilogue={_epi_kind(body, reg)}")
     return Kernel(name, stmt, ng * rb, args, support, flops, doc, format_stmt(stmt))
 

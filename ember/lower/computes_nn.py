@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import CompileError
+from ember.ir.ops.layout import conv_pads
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.lower.computes import (
@@ -23,11 +24,12 @@ from ember.te.tensor import Tensor
 @register("ConvNHWC")
 def _conv_nhwc(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
                ) -> list[Tensor]:
-    """x: N,H,W,C (padded already); w: KH,KW,C/g,OC (HWIO)."""
+    """x: N,H,W,C; w: KH,KW,C/g,OC (HWIO); zeros outside x where ``pads`` says."""
     x, w = ins[0], ins[1]
     kh_n, kw_n, icg, oc_n = w.shape
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = conv_pads(attrs)
     ocg = oc_n // attrs.get("group", 1)
     shape = static_shape(outs[0])
     rkh, rkw = te.reduce_axis(kh_n, "kh"), te.reduce_axis(kw_n, "kw")
@@ -36,7 +38,11 @@ def _conv_nhwc(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
     def body(n: Expr, oh: Expr, ow: Expr, oc: Expr) -> Expr:
         g_base = (oc // ocg) * icg if ocg != oc_n else Const(0)
         ic = axes[2].var if icg > 1 else Const(0)
-        xv = x[n, oh * sh + rkh.var * dh, ow * sw + rkw.var * dw, g_base + ic]
+        ih, iw = oh * sh + rkh.var * dh - pt, ow * sw + rkw.var * dw - pl
+        xv: Expr = x[n, ih, iw, g_base + ic]
+        if pt or pl or pb or pr:
+            inside = all_of([ih >= 0, ih < x.shape[1], iw >= 0, iw < x.shape[2]])
+            xv = Select(inside, xv, fconst(0.0))
         return te.Reduce("sum", xv * w[rkh.var, rkw.var, ic, oc], axes)
 
     out = te.compute(shape, body, name="conv")

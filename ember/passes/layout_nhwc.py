@@ -2,9 +2,11 @@
 
 Pre: BN folded, canonicalized. Post: every 2-D Conv with constant weights is
 ``Transpose(NCHW→NHWC) → [Pad] → ConvNHWC(HWIO weights, folded at compile time) →
-Transpose(NHWC→NCHW)``, pools likewise; then transposes are sunk through layout-agnostic ops
-(element-wise, broadcast with constants, Concat, global pools as reductions) and cancelled in
-pairs, so a chain of convolutions keeps NHWC and transposes remain only at its boundaries.
+Transpose(NHWC→NCHW)`` (a depthwise one keeps its padding as ConvNHWC's ``pads``: its kernel
+reads the border itself, where a Pad would be a pass over the whole input), pools likewise;
+then transposes are sunk through layout-agnostic ops (element-wise, broadcast with constants,
+Concat, global pools as reductions) and cancelled in pairs, so a chain of convolutions keeps
+NHWC and transposes remain only at its boundaries.
 A transpose that only moves size-1 dims becomes a Reshape (a view).
 
 Profitability: a pool or a depthwise convolution that is *isolated* (no other conv or pool is
@@ -39,15 +41,17 @@ def _convert_conv(n: Node) -> list[Node] | None:
     t = _mk("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
     nodes = [t]
     cur = t.output
-    if any(pads):
+    attrs = {"strides": list(n.attrs["strides"]), "dilations": list(n.attrs["dilations"]),
+             "group": n.attrs.get("group", 1)}
+    if any(pads) and _kind(n) == "DepthwiseConv":
+        attrs["pads"] = pads   # its kernel reads the border itself (no pass over the input)
+    elif any(pads):
         p = _mk("Pad", [cur], {"pads": [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0],
                                "mode": "constant", "value": 0.0}, n.name + "_pad")
         nodes.append(p)
         cur = p.output
     whwio = Value.constant(np.ascontiguousarray(np.transpose(w.const, (2, 3, 1, 0))))
-    c = _mk("ConvNHWC", [cur, whwio], {"strides": list(n.attrs["strides"]),
-                                       "dilations": list(n.attrs["dilations"]),
-                                       "group": n.attrs.get("group", 1)}, n.name)
+    c = _mk("ConvNHWC", [cur, whwio], attrs, n.name)
     nodes.append(c)
     y = c.output
     if len(n.inputs) > 2 and n.inputs[2] is not None:  # the bias: an epilogue to fuse

@@ -167,6 +167,11 @@ def test_depthwise_forced_tilings(data: st.DataObject) -> None:
     (40, (12, 11), (3, 1), (2, 1), (1, 1), [1, 0, 0, 0], DwTiling(8, 1, 3, 2), "Sigmoid"),
     (88, (7, 10), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1], DwTiling(6, 1, 3, 4), "Sigmoid"),
     (3, (17, 6), (1, 1), (1, 1), (1, 1), [0, 0, 0, 0], DwTiling(4, 1, 5), None),
+    # border paths: no interior column (every tile guarded), output pixels with no tap inside
+    # the input (1x1 with padding: the bias alone), rows whose kernel rows are all padding
+    (16, (5, 4), (3, 3), (1, 1), (2, 2), [2, 2, 2, 2], DwTiling(8, 1, 2), "Relu"),
+    (24, (6, 9), (1, 1), (2, 2), (1, 1), [1, 1, 1, 1], DwTiling(3, 2, 2), "Clip"),
+    (40, (9, 23), (5, 5), (2, 1), (1, 1), [3, 0, 3, 3], DwTiling(6, 1, 2), "Sigmoid"),
 ])
 def test_depthwise_tricky_tilings(c: int, hw: tuple[int, int], k: tuple[int, int],
                                   s: tuple[int, int], d: tuple[int, int], pads: list[int],
@@ -213,7 +218,8 @@ def test_depthwise_epilogue_reads_conv_input(tiling: DwTiling) -> None:
 
 
 def test_mobilenet_block_shapes() -> None:
-    """MobileNetV2's depthwise layers (3x3, pad 1, bias + Clip(0, 6)) at a reduced size."""
+    """MobileNetV2's depthwise layers (3x3, pad 1, bias + Clip(0, 6)) at a reduced size; the
+    padding is read by the kernel (no Pad kernel)."""
     rng = np.random.default_rng(5)
     for c, hw, s in [(32, 20, 1), (96, 20, 2), (144, 14, 1), (960, 7, 1)]:
         x = rng.standard_normal((1, c, hw, hw)).astype(F32)
@@ -221,7 +227,8 @@ def test_mobilenet_block_shapes() -> None:
         b = rng.standard_normal((c,)).astype(F32)
         attrs = {"kernel_shape": [3, 3], "strides": [s, s], "dilations": [1, 1],
                  "pads": [1, 1, 1, 1], "group": c}
-        check_dw(x, w, b, attrs, "Clip", seed=c)
+        docs = check_dw(x, w, b, attrs, "Clip", seed=c)
+        assert "P=1x1x1x1" in docs and "Pad" not in docs, docs
 
 
 # --------------------------------------------------------------------------- selection, codegen

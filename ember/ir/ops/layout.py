@@ -1,7 +1,9 @@
 """Ember-internal operators that the layout pass introduces (NHWC variants) and ``Fused``.
 
-``ConvNHWC``: x N,H,W,C (already padded: pads are explicit Pad nodes), w KH,KW,C/g,OC (HWIO),
-optional bias OC; attrs strides, dilations, group. ``MaxPoolNHWC`` / ``AveragePoolNHWC``: the
+``ConvNHWC``: x N,H,W,C, w KH,KW,C/g,OC (HWIO), optional bias OC; attrs strides, dilations,
+group and optional ``pads`` [top, left, bottom, right] of zeros around the input (the layout
+pass sets them only on depthwise convolutions, whose kernel reads the border itself; a dense
+convolution's padding is an explicit Pad node before it). ``MaxPoolNHWC`` / ``AveragePoolNHWC``: the
 ONNX pools with the channel axis last. ``Fused``: a fused group (TVM's primitive function) whose
 ``body`` attribute is a Graph; its type relation and reference come from the body.
 """
@@ -22,6 +24,9 @@ def _conv_nhwc_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorTyp
     kh, kw, icg, oc = w.shape
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = conv_pads(attrs)
+    h = h + pt + pb if isinstance(h, int) else h
+    wd = wd + pl + pr if isinstance(wd, int) else wd
     if isinstance(c, int) and c != icg * attrs.get("group", 1):
         raise ValueError(f"input channels {c} != {icg} x group {attrs.get('group', 1)}")
     oh = (h - (kh - 1) * dh - 1) // sh + 1
@@ -29,16 +34,24 @@ def _conv_nhwc_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorTyp
     return [TensorType((n, oh, ow, oc), x.dtype)]
 
 
+def conv_pads(attrs: dict[str, Any]) -> tuple[int, int, int, int]:
+    """A ConvNHWC's (top, left, bottom, right) zero padding (none when absent)."""
+    pads = attrs.get("pads") or (0, 0, 0, 0)
+    pt, pl, pb, pr = (int(p) for p in pads)
+    return pt, pl, pb, pr
+
+
 @defop("ConvNHWC", Pattern.OUT_FUSABLE, _conv_nhwc_type)
 def conv_nhwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray,
               b: np.ndarray | None = None) -> list[np.ndarray]:
-    """2-D convolution, NHWC activations, HWIO weights, no padding (explicit Pad before)."""
+    """2-D convolution, NHWC activations, HWIO weights, optional zero padding."""
     oc = w.shape[3]
     g = attrs.get("group", 1)
     xt = np.transpose(x, (0, 3, 1, 2))
     wt = np.transpose(w, (3, 2, 0, 1))
+    pt, pl, pb, pr = conv_pads(attrs)
     a = {"strides": list(attrs["strides"]), "dilations": list(attrs["dilations"]),
-         "pads": [0, 0, 0, 0], "group": g, "kernel_shape": list(w.shape[:2])}
+         "pads": [pt, pl, pb, pr], "group": g, "kernel_shape": list(w.shape[:2])}
     (y,) = get("Conv").run_ref(a, xt, wt, b if b is not None else np.zeros(oc, x.dtype))
     return [np.ascontiguousarray(np.transpose(y, (0, 2, 3, 1)))]
 
