@@ -25,6 +25,7 @@ from ember.kernel import transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, uk_name
+from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, register_epilogue
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
 from ember.kernel.schedule import mul_extent
@@ -160,11 +161,13 @@ def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
 
 
 def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
-             rows: str | None = None) -> str:
+             rows: str | None = None, epi: RegEpilogue | None = None) -> str:
     """The C function of one rTask. ``local``: it writes its tile to ``out`` as a
     [PT][channels per task] scratch instead of at the tile's place in the [P][OC] output.
     ``rows``: a MatMul's row count as a C expression of the dims (a symbolic kernel: its
-    last row tile is the residue, dispatched by ``nr`` to the micro-kernel of that height)."""
+    last row tile is the residue, dispatched by ``nr`` to the micro-kernel of that height).
+    ``epi``: the micro-kernels apply it on the last K chunk, its constants packed in ``ke``
+    ([constant][group][block][NB]), its tensors ``t<j>`` indexed as the [P][OC] output."""
     jb = -(-g.OCg // t.NB)
     jt = -(-t.NT // t.NB)           # channel blocks per task
     tj = -(-jb // jt)               # channel tasks per group
@@ -188,10 +191,18 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     else:
         address = f"xs + {'(p + r - p0)' if one else f'({q} - f0)'} * {t.KC}"
     address = f"rows[r] = {address};"
+    tail, ts, params = "", "", ""
+    if epi is not None:
+        tail = f", c == {nc - 1}, ke + (g * {jb} + j) * {t.NB}, {g.G * jb * t.NB}, ts, {g.OC}"
+        ts = (f"const float *ts[{max(1, len(epi.tensors))}] = {{"
+              + ", ".join(f"t{i} + p * {g.OC} + g * {g.OCg} + j * {t.NB}"
+                          for i in range(len(epi.tensors))) + "};")
+        params = ", const float *ke" + "".join(f", const float *t{i}"
+                                               for i in range(len(epi.tensors)))
     cases = "\n".join(
-        f"        case {r}: {uk_name(r, t.V)}(rows, wb, {g.KH}, {g.KW}, icc, "
+        f"        case {r}: {uk_name(r, t.V, epi)}(rows, wb, {g.KH}, {g.KW}, icc, "
         f"{g.DH * g.W * pix}, {g.DW * pix}, cb + {crow}, {ldc}, c > 0, nvalid, "
-        f"{t.KC}); break;"
+        f"{t.KC}{tail}); break;"
         for r in range(t.R, 0, -1))
     rows_c = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
       const float *rows[{t.R}];
@@ -202,14 +213,14 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     block = f"""const int64_t nvalid = {left} < {t.NB} ? {left} : {t.NB};
       float *cb = out + {"(j - j0)" if local else f"g * {g.OCg} + j"} * {t.NB};
       const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};"""
-    call = f"switch (nr) {{\n{cases}\n        default: break;\n      }}"
+    call = f"{ts}\n      switch (nr) {{\n{cases}\n        default: break;\n      }}"
     outer, inner = ("j", "p") if t.order == "p" else ("p", "j")
     head = {"j": ("for (int64_t j = j0; j < j1; ++j) {", block),
             "p": (f"for (int64_t p = p0; p < p1; p += {t.R}) {{", rows_c)}
     loops = (f"{head[outer][0]}\n      {head[outer][1]}\n      {head[inner][0]}\n"
              f"      {head[inner][1]}\n      {call}\n      }}\n    }}")
     return f"""
-static void {name}(int64_t task, float *out, const float *x, const float *w) {{
+static void {name}(int64_t task, float *out, const float *x, const float *w{params}) {{
   const int64_t g = task / ({tj} * {pb}), jt = (task / {pb}) % {tj}, pc = task % {pb};
   const int64_t p0 = pc * {t.PT};
   const int64_t p1 = p0 + {t.PT} < {P} ? p0 + {t.PT} : {P};
@@ -287,8 +298,12 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     if sym is not None:
         ntasks = mul_extent(g.G * -(-g.OCg // t.NT),
                             Bin("//", Bin("+", sym, Const(t.PT - 1)), Const(t.PT)))
+    core = core_body(body)
+    reg = register_epilogue(core, m, g.OC, tensors=True) if len(core.nodes) > 1 else None
     # named by what its text depends on, so kernels of one shape share one tile function
     key = (g, t, local) if sym is None else (g, t, local, dims.c_expr(sym))
+    if reg is not None:
+        key += (reg.exprs, len(reg.consts), len(reg.tensors))
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", mul_extent(rows, g.OC))
     x_buf = Buffer(f"{name}_x", mul_extent(rows, g.C) if sym is not None
@@ -296,26 +311,54 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     w_buf = Buffer(f"{name}_w", packed.size)
     x_index = body.inputs.index(m.inputs[0])
     args: list = [(out_buf, OUTPUT), (x_buf, x_index), (w_buf, packed)]
+    extra = [] if reg is None else _register_args(name, body, m, g, t, reg, x_buf, w_buf, args)
     task = Var("task")
     if local:
         scratch = Buffer(f"{name}_tile", t.PT * _task_channels(t), scope=Scope.LOCAL)
-        epi = _transposed_epilogue(core_body(body), m, g, t, task, out_buf, scratch, x_buf,
-                                   args)
-        stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf)), epi))
+        epi = _transposed_epilogue(core if reg is None else Graph(core.inputs, [m.output], [m]),
+                                   m, g, t, task, out_buf, scratch, x_buf, args)
+        stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf, *extra)), epi))
     else:
-        call = Eval(fn, (task, out_buf, x_buf, w_buf))
-        epi_in_place = _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
+        call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra))
+        epi_in_place = None if reg is not None else \
+            _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS}
+    if reg is not None:
+        support["epi"] = EPI_HELPERS
     for r in range(1, t.R + 1):
-        support[uk_name(r, t.V)] = emit_microkernel(r, t.V)
-    support[fn] = _tile_fn(fn, g, t, local, None if sym is None else dims.c_expr(sym))
+        support[uk_name(r, t.V, reg)] = emit_microkernel(r, t.V, reg)
+    support[fn] = _tile_fn(fn, g, t, local, None if sym is None else dims.c_expr(sym), reg)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
     flops = 2 * hint_of(rows) * g.OC * g.KH * g.KW * g.ICg
     doc = f"{body.name}: {dense.describe_space(g)}; roller {t.describe()}"
+    if reg is not None:
+        doc += "; epilogue in registers"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
+
+
+def _register_args(name: str, body: Graph, m: Node, g: ConvGeom, t: DenseTile,
+                   reg: RegEpilogue, x_buf: Buffer, w_buf: Buffer, args: list) -> list[Buffer]:
+    """The tile function's buffers for the register epilogue ``reg``: its per-channel
+    constants packed [constant][group][block][NB] (zero past each group's channels; the
+    weights when it has none: never read), then each of its tensors (appended to ``args``)."""
+    extra = [w_buf]
+    if reg.consts:
+        jb = -(-g.OCg // t.NB)
+        ke = np.stack([np.pad(np.asarray(k, np.float32).reshape(g.G, g.OCg),
+                              ((0, 0), (0, jb * t.NB - g.OCg))) for k in reg.consts])
+        extra[0] = Buffer(f"{name}_ke", ke.size)
+        args.append((extra[0], np.ascontiguousarray(ke)))
+    for i, v in enumerate(reg.tensors):
+        if v is m.inputs[0]:
+            extra.append(x_buf)
+            continue
+        b = Buffer(f"{name}_t{i}", g.P * g.OC)
+        args.append((b, body.inputs.index(v)))
+        extra.append(b)
+    return extra
 
 
 def _rows_matmul(m: Node, rows: int) -> Graph:

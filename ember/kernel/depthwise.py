@@ -38,9 +38,8 @@ cuts rows so every vEU gets several rTasks of even work.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -49,6 +48,7 @@ from ember.ir.ops.layout import conv_pads
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS
+from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, apply_epilogue, register_epilogue
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import ConvGeom
 from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
@@ -211,103 +211,6 @@ def pack_weights(w_hwio: np.ndarray, nb: int, consts: Sequence[np.ndarray] = ())
     return np.ascontiguousarray(w.reshape(-1, cb, nb).transpose(1, 0, 2))
 
 
-# --------------------------------------------------------------------------- fused epilogue
-# An epilogue of per-channel affine ops and clamps is applied to the accumulators before they
-# are stored; any other runs as tensor expressions over each output row (``_te_epilogue``).
-_BINARY = {"Add": "{a} + {k}", "Sub": "{a} - {k}", "Mul": "{a} * {k}", "Div": "{a} / {k}"}
-_BINARY_REV = {"Add": "{k} + {a}", "Sub": "{k} - {a}", "Mul": "{k} * {a}", "Div": "{k} / {a}"}
-
-EPI_HELPERS = r"""
-typedef int32_t em_v16i __attribute__((vector_size(64)));
-static inline em_v16a em_vmax(em_v16a a, em_v16a b) {  /* a > b ? a : b, lane-wise */
-  const em_v16i m = a > b;
-  return (em_v16a)((m & (em_v16i)a) | (~m & (em_v16i)b));
-}
-static inline em_v16a em_vmin(em_v16a a, em_v16a b) {  /* a < b ? a : b, lane-wise */
-  const em_v16i m = a < b;
-  return (em_v16a)((m & (em_v16i)a) | (~m & (em_v16i)b));
-}
-"""
-
-
-@dataclass
-class RegEpilogue:
-    """The epilogue as C expressions over an accumulator ``{a}``; ``{k<i>}`` names the vector
-    of per-channel constant ``i`` (``consts[i]``, packed after the block's weights)."""
-
-    exprs: list[str]
-    consts: list[np.ndarray]
-
-
-def _cfloat(v: float) -> str:
-    f = float(np.float32(v))
-    return repr(f) + "f" if np.isfinite(f) else ("INFINITY" if f > 0 else "-INFINITY")
-
-
-def _per_channel(v: object, c: int) -> np.ndarray | None:
-    """A constant that varies at most along channels, as a (C,) float32 array."""
-    if not getattr(v, "is_const", False) or v.const is None:  # type: ignore[attr-defined]
-        return None
-    arr = np.asarray(v.const)  # type: ignore[attr-defined]
-    if arr.dtype != np.float32 or arr.ndim > 4 or any(d != 1 for d in arr.shape[:-1]):
-        return None
-    if arr.ndim and arr.shape[-1] not in (1, c):
-        return None
-    return np.ascontiguousarray(np.broadcast_to(arr.reshape(-1), (c,)))
-
-
-def _splat(v: float) -> str:
-    """A vector of ``v`` in every lane, as template text."""
-    return f"((em_v16a){{{{0}}}} + {_cfloat(v)})"
-
-
-def _unary_exprs(n: Node) -> list[str] | None:
-    """The expressions of a unary node over ``{a}`` (the TE computes' formulas), or None."""
-    a = n.attrs
-    if n.op == "Relu":
-        return [f"em_vmax({{a}}, {_splat(0)})"]
-    if n.op == "Clip":
-        return ([f"em_vmax({{a}}, {_splat(a['min'])})"] if "min" in a else []) + \
-               ([f"em_vmin({{a}}, {_splat(a['max'])})"] if "max" in a else [])
-    if n.op == "HardSigmoid":
-        lin = f"{{a}} * {_cfloat(a.get('alpha', 0.2))} + {_cfloat(a.get('beta', 0.5))}"
-        return [f"em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
-    if n.op == "HardSwish":
-        lin = f"{{a}} * {_cfloat(1 / 6)} + {_cfloat(0.5)}"
-        return [f"{{a}} * em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
-    return None
-
-
-def register_epilogue(body: Graph, m: Node, c: int,
-                      channel_const: Callable[[Any, int], np.ndarray | None] | None = None
-                      ) -> RegEpilogue | None:
-    """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
-    Relu, Clip, HardSigmoid, HardSwish, or Add/Sub/Mul/Div by a per-channel (or scalar)
-    constant; ``channel_const`` extracts such a constant as a (C,) array (default: NHWC's)."""
-    epi = RegEpilogue([], [])
-    cur = m.output
-    for n in body.nodes[1:]:
-        if n.output.type.dtype.name != "float32" or sum(v is cur for v in n.inputs) != 1:
-            return None
-        if tuple(n.output.type.shape) != tuple(m.output.type.shape):
-            return None
-        unary = _unary_exprs(n)
-        if unary is not None:
-            epi.exprs += unary
-        elif n.op in _BINARY and len(n.inputs) == 2:
-            other = n.inputs[1] if n.inputs[0] is cur else n.inputs[0]
-            k = (channel_const or _per_channel)(other, c)
-            if k is None:
-                return None
-            form = _BINARY if n.inputs[0] is cur else _BINARY_REV
-            epi.exprs.append(form[n.op].replace("{k}", f"{{k{len(epi.consts)}}}"))
-            epi.consts.append(k)
-        else:
-            return None
-        cur = n.output
-    return epi
-
-
 def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
              epi: RegEpilogue | None, guard: tuple[int, int] | None = None) -> str:
     """``name(xp, wq, op, kh0, nkh, iw0)``: R output pixels × ``lanes`` channels (of a block of
@@ -334,7 +237,8 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = {init.format(v=v)};" for v in range(nv)))
     L += _tile_taps(g, R, nb, nv, part, guard)
     if exprs:
-        L += _apply_epilogue(exprs, len(epi.consts) if epi else 0, base, nb, R, nv)
+        L += apply_epilogue(RegEpilogue(exprs, epi.consts if epi else []), R, nv,
+                            lambda i, v: f"wq + {base + i * nb + v * LANES}")
     for r in range(R):
         for v in range(nv):
             dst = f"op + {r * g.C + v * LANES}"
@@ -384,23 +288,6 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
         fma = " ".join(f"a{r}_{v} += x{v} * w{kw}_{v};" for r, kw in taps[col] for v in V)
         L.append(f"    {{ {xs} {fma} }}")
     L.append("  }")
-    return L
-
-
-def _apply_epilogue(exprs: list[str], nconst: int, base: int, nb: int, R: int, nv: int
-                    ) -> list[str]:
-    """C lines applying ``exprs`` to the accumulators; constant i of vector v is at
-    ``wq + base + i·nb + 16·v``."""
-    used = [i for i in range(nconst) if any(f"{{k{i}}}" in e for e in exprs)]
-    L = []
-    for i in used:
-        L.append("  " + " ".join(f"const em_v16a k{i}_{v} = *(const em_v16a *)"
-                                  f"(wq + {base + i * nb + v * LANES});" for v in range(nv)))
-    for e in exprs:
-        for v in range(nv):
-            ks = {f"k{i}": f"k{i}_{v}" for i in range(nconst)}
-            L.append("  " + " ".join(f"a{r}_{v} = {e.format(a=f'a{r}_{v}', **ks)};"
-                                      for r in range(R)))
     return L
 
 
@@ -547,7 +434,7 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     if g.C % nb:
         support["part"] = PART_HELPERS
     if reg is not None:
-        support["em_dw"] = EPI_HELPERS   # sorts before the em_dw_<hash> functions using it
+        support["epi"] = EPI_HELPERS
     flops = 2 * g.N * g.OH * g.OW * g.C * g.KH * g.KW
     doc = (f"{body.name}: depthwise N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={'x'.join(map(str, pads))} "

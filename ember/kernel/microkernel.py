@@ -6,28 +6,41 @@ convolutions (any stride, dilation, group: the caller computes the row pointers)
 matrix products (kh = kw = 1). The R·V accumulators live in vector registers; weights are
 packed so the inner loop streams them contiguously; the last channel block may be partial
 (``nvalid`` lanes are stored). ``wic`` is the packed weights' channel stride per (kh, kw).
+
+A micro-kernel with a register epilogue (``regepi``) applies it to the accumulators before the
+store when ``last`` (the final K chunk): per-channel constant i's vector v is at
+``ke + i·kld + 16·v``, tensor j's row r at ``ts[j] + r·ldt``.
 """
 
 from __future__ import annotations
 
+import hashlib
+
+from ember.kernel.regepi import RegEpilogue, apply_epilogue
+
 LANES = 16
 
 
-def uk_name(rows: int, vecs: int) -> str:
-    return f"em_uk_{rows}x{vecs}"
+def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None) -> str:
+    if epi is None:
+        return f"em_uk_{rows}x{vecs}"
+    key = repr((epi.exprs, len(epi.consts), len(epi.tensors)))
+    return f"em_uk_{rows}x{vecs}_e{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 
-def emit_microkernel(rows: int, vecs: int) -> str:
+def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None) -> str:
     nb = LANES * vecs
     R, V = range(rows), range(vecs)
     L: list[str] = []
     # not inlined: the tile function's switch over row counts inlines every height into one
     # body, where gcc spilled accumulators and weight vectors to the stack (5x4: a load per
     # FMA, 59 against 113 GFLOP/s on one core); on its own each is spill-free
-    L.append(f"static __attribute__((noinline)) void {uk_name(rows, vecs)}(")
+    L.append(f"static __attribute__((noinline)) void {uk_name(rows, vecs, epi)}(")
     L.append("    const float *const *rows, const float *w, int64_t nkh, int64_t nkw,")
     L.append("    int64_t nic, int64_t skh, int64_t skw, float *c, int64_t ldc,")
-    L.append("    int64_t acc_in, int64_t nvalid, int64_t wic) {")
+    L.append("    int64_t acc_in, int64_t nvalid, int64_t wic" + (
+        ",\n    int64_t last, const float *ke, int64_t kld, const float *const *ts, "
+        "int64_t ldt) {" if epi is not None else ") {"))
     for r in R:
         L.append(f"  const float *r{r} = rows[{r}];")
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = {{0}};" for v in V))
@@ -48,10 +61,12 @@ def emit_microkernel(rows: int, vecs: int) -> str:
     L.append("    }")
     L.append("  }")
     L.append(f"  if (nvalid == {nb}) {{")
+    L += _epilogue(epi, rows, vecs, full=True)
     for r in R:
         L.append("    " + " ".join(f"*(em_v16 *)(c + {r} * ldc + {v * LANES}) = a{r}_{v};"
                                     for v in V))
     L.append("  } else {")
+    L += _epilogue(epi, rows, vecs, full=False)
     for r in R:
         for v in V:
             L.append(f"    em_store_part(c + {r} * ldc + {v * LANES}, a{r}_{v}, "
@@ -59,6 +74,21 @@ def emit_microkernel(rows: int, vecs: int) -> str:
     L.append("  }")
     L.append("}")
     return "\n".join(L) + "\n"
+
+
+def _epilogue(epi: RegEpilogue | None, rows: int, vecs: int, full: bool) -> list[str]:
+    """The register epilogue on the final K chunk (``full``: every lane of the block valid,
+    else tensor loads stop at ``nvalid``)."""
+    if epi is None:
+        return []
+
+    def tensor(j: int, r: int, v: int) -> str:
+        at = f"ts[{j}] + {r} * ldt + {v * LANES}"
+        return f"*(const em_v16 *)({at})" if full else f"em_load_part({at}, nvalid - {v * LANES})"
+
+    body = apply_epilogue(epi, rows, vecs, lambda i, v: f"ke + {i} * kld + {v * LANES}",
+                          tensor, indent="      ")
+    return ["    if (last) {", *body, "    }"]
 
 
 def _load_c(rows: int, vecs: int) -> str:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.depthwise import EPI_HELPERS
 from ember.kernel.microkernel import LANES, PART_HELPERS
+from ember.kernel.regepi import EPI_HELPERS
 from ember.kernel.window import LOWEST, WinGeom, geometry
 from ember.loops.ir import Bin, Buffer, Const, Eval, For, ForKind, Let, Stmt, Var
 from ember.loops.transform import format_stmt
@@ -193,7 +193,7 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS, fn: _source(fn, g, V)}
     if g.kind == "max":   # em_pmax
-        support.update({"em_dw": EPI_HELPERS, "em_pool": MAX_HELPER})
+        support.update({"epi": EPI_HELPERS, "em_pool": MAX_HELPER})
     ntasks = -(-P // px)
     doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"

@@ -53,11 +53,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
-from ember.kernel import depthwise
+from ember.kernel import regepi
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.depthwise import EPI_HELPERS, RegEpilogue
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES
+from ember.kernel.regepi import EPI_HELPERS, RegEpilogue
 from ember.kernel.roller import DeviceSpec, RollerContext
 from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
 from ember.loops.transform import format_stmt, simplify
@@ -232,7 +232,7 @@ def counts(g: WinGeom) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --------------------------------------------------------------------------- epilogue
-# RegEpilogue (depthwise.py): here ``{k<i>}`` names the plane's channel's scalar of consts[i]
+# RegEpilogue (regepi.py): here ``{k<i>}`` names the plane's channel's scalar of consts[i]
 def _channel_const(v: Value | None, c: int) -> np.ndarray | None:
     """A constant broadcasting to (1, C, 1, 1) along channels only, as a (C,) array."""
     if v is None or not v.is_const or v.const is None:
@@ -248,7 +248,7 @@ def _channel_const(v: Value | None, c: int) -> np.ndarray | None:
 
 def register_epilogue(body: Graph, m: Node, c: int) -> RegEpilogue | None:
     """The depthwise kernel's register epilogue, with NCHW per-channel constants."""
-    return depthwise.register_epilogue(body, m, c, _channel_const)
+    return regepi.register_epilogue(body, m, c, _channel_const)
 
 
 # --------------------------------------------------------------------------- C text
@@ -691,7 +691,7 @@ def build_window(name: str, body: Graph, ctx: RollerContext | int = 2,
 def _support(em: _Emit, fn: str, np_: int) -> dict[str, str]:
     """The kernel's C: helpers, lane pickers of strides > 1, its row and task functions."""
     g, invh = em.g, em.g.C * np_
-    support = {"em_win": HELPERS, "em_dw": EPI_HELPERS,
+    support = {"em_win": HELPERS, "epi": EPI_HELPERS,
                fn: em.row_fn(fn + "_full", False) + em.row_fn(fn + "_clamp", True)
                + em.task_fn(fn, np_, invh, invh + g.OH)}
     if g.SW > 1 and not em.gather and not em.shift:

@@ -74,6 +74,47 @@ def test_forced_tilings_match_onnxruntime(tile: DenseTile, which: str,
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+EPILOGUES = {   # the ops after the middle conv of a 1x1 conv chain: do they run in registers?
+    "bias_relu": ([("Add", "b"), ("Relu",)], True),
+    "residual_of_input": ([("Add", "h"), ("Clip",)], True),     # the conv's own input
+    "scale_shift_residual": ([("Mul", "s"), ("Sub", "t", True), ("Add", "r")], True),
+    "sigmoid": ([("Add", "b"), ("Sigmoid",)], False),            # not a register op: TE
+}
+
+
+@pytest.mark.parametrize("tile", TILES[::3], ids=lambda t: f"R{t.R}V{t.V}KC{t.KC}")
+@pytest.mark.parametrize("name", list(EPILOGUES))
+def test_register_epilogues(tile: DenseTile, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused ops applied to the accumulators on the last K chunk: per-channel constants
+    (either operand order), a residual tensor (another conv's output, or the conv's own
+    input), on partial channel blocks (C = 40); anything else keeps the TE epilogue."""
+    from ember import driver
+
+    rng = np.random.default_rng(len(name))
+    c = 40
+    x = rng.standard_normal((1, c, 7, 9)).astype(np.float32)
+    inits = {**{w: rng.standard_normal((c, c, 1, 1)).astype(np.float32) * 0.2
+                for w in ("w0", "w", "w2", "w3")},
+             **{k: rng.standard_normal((c, 1, 1)).astype(np.float32) for k in "bst"},
+             "lo": np.array(-1, np.float32), "hi": np.array(2, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["h"]),      # the chain's NHWC tensors
+             helper.make_node("Conv", ["x", "w2"], ["r"]),
+             helper.make_node("Conv", ["h", "w"], ["y0"])]
+    y = "y0"
+    for i, (op, *rest) in enumerate(EPILOGUES[name][0]):
+        ins = [y] if not rest else [rest[0], y] if len(rest) > 1 else [y, rest[0]]
+        nodes.append(helper.make_node(op, ins + (["lo", "hi"] if op == "Clip" else []),
+                                      [f"y{i + 1}"]))
+        y = f"y{i + 1}"
+    nodes.append(helper.make_node("Conv", [y, "w3"], ["out"]))
+    model = make_model(nodes, {"x": x}, inits, ["out"])
+    monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None, spread=False: tile)
+    docs = [k.doc for k in driver.build(model, num_threads=2).kernels]
+    assert sum("epilogue in registers" in d for d in docs) == EPILOGUES[name][1], docs
+    got = ember.compile(model, num_threads=2)(x=x)
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
 def test_topk_measures_then_caches(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(7)

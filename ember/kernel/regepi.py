@@ -1,0 +1,152 @@
+"""Element-wise epilogues applied to a kernel's accumulators in registers, before the store.
+
+A fused group's ops after its master (a depthwise or dense convolution, a matrix product, a
+planar window) that are Relu, Clip, HardSigmoid, HardSwish, or Add/Sub/Mul/Div by a per-channel
+constant or (for the dense kernel) by a run-time tensor of the output's shape become C
+expressions over an accumulator vector (``RegEpilogue``): the tile is stored once, final,
+instead of being stored, read back and stored again by a separate pass over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node, Value
+
+# An epilogue of per-channel affine ops and clamps is applied to the accumulators before they
+# are stored; any other runs as tensor expressions over each output row (``_te_epilogue``).
+_BINARY = {"Add": "{a} + {k}", "Sub": "{a} - {k}", "Mul": "{a} * {k}", "Div": "{a} / {k}"}
+_BINARY_REV = {"Add": "{k} + {a}", "Sub": "{k} - {a}", "Mul": "{k} * {a}", "Div": "{k} / {a}"}
+
+EPI_HELPERS = r"""
+typedef int32_t em_v16i __attribute__((vector_size(64)));
+static inline em_v16a em_vmax(em_v16a a, em_v16a b) {  /* a > b ? a : b, lane-wise */
+  const em_v16i m = a > b;
+  return (em_v16a)((m & (em_v16i)a) | (~m & (em_v16i)b));
+}
+static inline em_v16a em_vmin(em_v16a a, em_v16a b) {  /* a < b ? a : b, lane-wise */
+  const em_v16i m = a < b;
+  return (em_v16a)((m & (em_v16i)a) | (~m & (em_v16i)b));
+}
+"""
+
+
+@dataclass
+class RegEpilogue:
+    """The epilogue as C expressions over an accumulator ``{a}``: ``{k<i>}`` names the vector
+    of per-channel constant ``i`` (``consts[i]``; where it lives is the kernel's choice),
+    ``{t<j>}`` the vector of group input ``tensors[j]`` (shaped as the output) at the
+    accumulator's element."""
+
+    exprs: list[str]
+    consts: list[np.ndarray]
+    tensors: list[Value] = field(default_factory=list)
+
+
+def _cfloat(v: float) -> str:
+    f = float(np.float32(v))
+    return repr(f) + "f" if np.isfinite(f) else ("INFINITY" if f > 0 else "-INFINITY")
+
+
+def _per_channel(v: object, c: int) -> np.ndarray | None:
+    """A constant that varies at most along channels, as a (C,) float32 array."""
+    if not getattr(v, "is_const", False) or v.const is None:  # type: ignore[attr-defined]
+        return None
+    arr = np.asarray(v.const)  # type: ignore[attr-defined]
+    if arr.dtype != np.float32 or arr.ndim > 4 or any(d != 1 for d in arr.shape[:-1]):
+        return None
+    if arr.ndim and arr.shape[-1] not in (1, c):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(arr.reshape(-1), (c,)))
+
+
+def _splat(v: float) -> str:
+    """A vector of ``v`` in every lane, as template text."""
+    return f"((em_v16a){{{{0}}}} + {_cfloat(v)})"
+
+
+def _unary_exprs(n: Node) -> list[str] | None:
+    """The expressions of a unary node over ``{a}`` (the TE computes' formulas), or None."""
+    a = n.attrs
+    if n.op == "Relu":
+        return [f"em_vmax({{a}}, {_splat(0)})"]
+    if n.op == "Clip":
+        return ([f"em_vmax({{a}}, {_splat(a['min'])})"] if "min" in a else []) + \
+               ([f"em_vmin({{a}}, {_splat(a['max'])})"] if "max" in a else [])
+    if n.op == "HardSigmoid":
+        lin = f"{{a}} * {_cfloat(a.get('alpha', 0.2))} + {_cfloat(a.get('beta', 0.5))}"
+        return [f"em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
+    if n.op == "HardSwish":
+        lin = f"{{a}} * {_cfloat(1 / 6)} + {_cfloat(0.5)}"
+        return [f"{{a}} * em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
+    return None
+
+
+def register_epilogue(body: Graph, m: Node, c: int,
+                      channel_const: Callable[[Any, int], np.ndarray | None] | None = None,
+                      tensors: bool = False) -> RegEpilogue | None:
+    """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
+    Relu, Clip, HardSigmoid, HardSwish, or Add/Sub/Mul/Div by a per-channel (or scalar)
+    constant (``channel_const`` extracts one as a (C,) array; default: NHWC's) or, with
+    ``tensors``, by a float32 group input of the output's static shape (a residual)."""
+    epi = RegEpilogue([], [])
+    cur = m.output
+    for n in body.nodes[1:]:
+        if n.output.type.dtype.name != "float32" or sum(v is cur for v in n.inputs) != 1:
+            return None
+        if tuple(n.output.type.shape) != tuple(m.output.type.shape):
+            return None
+        unary = _unary_exprs(n)
+        if unary is not None:
+            epi.exprs += unary
+        elif n.op in _BINARY and len(n.inputs) == 2:
+            other = n.inputs[1] if n.inputs[0] is cur else n.inputs[0]
+            k = (channel_const or _per_channel)(other, c)
+            form = _BINARY if n.inputs[0] is cur else _BINARY_REV
+            if k is not None:
+                epi.exprs.append(form[n.op].replace("{k}", f"{{k{len(epi.consts)}}}"))
+                epi.consts.append(k)
+            elif tensors and _full(other, m) and any(other is i for i in body.inputs):
+                epi.exprs.append(form[n.op].replace("{k}", f"{{t{len(epi.tensors)}}}"))
+                epi.tensors.append(other)
+            else:
+                return None
+        else:
+            return None
+        cur = n.output
+    return epi
+
+
+
+
+def _full(v: Value | None, m: Node) -> bool:
+    """Is ``v`` a float32 tensor computed at run time, of the master's static output type?"""
+    return (v is not None and not v.is_const and v.type.is_static
+            and v.type == m.output.type and v.type.dtype.name == "float32")
+
+
+def apply_epilogue(epi: RegEpilogue, R: int, nv: int, const_at: Callable[[int, int], str],
+                   tensor_at: Callable[[int, int, int], str] | None = None,
+                   indent: str = "  ") -> list[str]:
+    """C lines applying ``epi`` to the accumulators ``a<r>_<v>`` (R rows × nv vectors):
+    ``const_at(i, v)`` is the address of vector v of constant i, ``tensor_at(j, r, v)`` the
+    C expression loading tensor j's vector at accumulator (r, v)."""
+    nconst = len(epi.consts)
+    used = [i for i in range(nconst) if any(f"{{k{i}}}" in e for e in epi.exprs)]
+    L = []
+    for i in used:
+        L.append(indent + " ".join(f"const em_v16a k{i}_{v} = *(const em_v16a *)"
+                                    f"({const_at(i, v)});" for v in range(nv)))
+    for e in epi.exprs:
+        for v in range(nv):
+            ks = {f"k{i}": f"k{i}_{v}" for i in range(nconst)}
+            L.append(indent + " ".join(
+                f"a{r}_{v} = "
+                + e.format(a=f"a{r}_{v}", **ks, **{f"t{j}": tensor_at(j, r, v)  # type: ignore[misc]
+                                                    for j in range(len(epi.tensors))})
+                + ";" for r in range(R)))
+    return L
