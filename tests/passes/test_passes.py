@@ -123,15 +123,20 @@ def test_canonicalize_gemm_to_matmul() -> None:
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
 
 
-def test_layout_keeps_nhwc_between_convs() -> None:
-    g = conv_graph(with_bn=False)
-    x = f32(1, 8, 10, 10)
-    want = run_graph(g, {"x": x})[0]
+def _to_nhwc(g: Graph) -> None:
+    """The layout pass and the clean-up after it, then the IR verifier."""
     layout_nhwc.run(g)
     canonicalize.run(g)
     fold_constants.run(g)
     dce.run(g)
     verify(g)
+
+
+def test_layout_keeps_nhwc_between_convs() -> None:
+    g = conv_graph(with_bn=False)
+    x = f32(1, 8, 10, 10)
+    want = run_graph(g, {"x": x})[0]
+    _to_nhwc(g)
     assert structure(g) == [
         "Transpose(%in0)", "Pad(#0)", "ConvNHWC(#1, const)", "Add(#2, const)", "Relu(#3)",
         "ConvNHWC(#4, const)", "Add(#5, #4)", "Transpose(#6)"]
@@ -242,11 +247,7 @@ def test_layout_keeps_depthwise_padding_on_the_conv() -> None:
     g.outputs = [d.output]
     xv = f32(1, 8, 10, 10)
     want = run_graph(g, {"x": xv})[0]
-    layout_nhwc.run(g)
-    canonicalize.run(g)
-    fold_constants.run(g)
-    dce.run(g)
-    verify(g)
+    _to_nhwc(g)
     assert structure(g) == ["Transpose(%in0)", "ConvNHWC(#0, const)", "ConvNHWC(#1, const)",
                             "Pad(#2)", "ConvNHWC(#3, const)", "Transpose(#4)"]
     assert [n.attrs.get("pads") for n in g.nodes if n.op == "ConvNHWC"] == \
