@@ -43,12 +43,10 @@ def graph_model(nodes: list[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProt
 def make_model(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray],
                inits: dict[str, np.ndarray], outputs: Sequence[str],
                opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "test", [_tinfo(k, v) for k, v in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outputs],
-        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                             ir_version=8)
+    return graph_model(nodes, [_tinfo(k, v) for k, v in feeds.items()],
+                       [helper.make_empty_tensor_value_info(o) for o in outputs],
+                       [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+                       opset)
 
 
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -167,7 +167,8 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     ``rows``: a MatMul's row count as a C expression of the dims (a symbolic kernel: its
     last row tile is the residue, dispatched by ``nr`` to the micro-kernel of that height).
     ``epi``: the micro-kernels apply it on the last K chunk, its constants packed in ``ke``
-    ([constant][group][block][NB]), its tensors ``t<j>`` indexed as the [P][OC] output."""
+    ([constant][group][block][NB]; no such parameter without constants), its tensors
+    ``t<j>`` indexed as the [P][OC] output (no pointer array without tensors)."""
     jb = -(-g.OCg // t.NB)
     jt = -(-t.NT // t.NB)           # channel blocks per task
     tj = -(-jb // jt)               # channel tasks per group
@@ -193,12 +194,15 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     address = f"rows[r] = {address};"
     tail, ts, params = "", "", ""
     if epi is not None:
-        tail = f", c == {nc - 1}, ke + (g * {jb} + j) * {t.NB}, {g.G * jb * t.NB}, ts, {g.OC}"
-        ts = (f"const float *ts[{max(1, len(epi.tensors))}] = {{"
-              + ", ".join(f"t{i} + p * {g.OC} + g * {g.OCg} + j * {t.NB}"
-                          for i in range(len(epi.tensors))) + "};")
-        params = ", const float *ke" + "".join(f", const float *t{i}"
-                                               for i in range(len(epi.tensors)))
+        ke = f"ke + (g * {jb} + j) * {t.NB}" if epi.consts else "0"
+        tail = f", c == {nc - 1}, {ke}, {g.G * jb * t.NB}, {'ts' if epi.tensors else '0'}, {g.OC}"
+        params = ", const float *ke" if epi.consts else ""
+        if epi.tensors:
+            nt = len(epi.tensors)
+            ts = (f"const float *ts[{nt}] = {{"
+                  + ", ".join(f"t{i} + p * {g.OC} + g * {g.OCg} + j * {t.NB}" for i in range(nt))
+                  + "};")
+            params += "".join(f", const float *t{i}" for i in range(nt))
     cases = "\n".join(
         f"        case {r}: {uk_name(r, t.V, epi)}(rows, wb, {g.KH}, {g.KW}, icc, "
         f"{g.DH * g.W * pix}, {g.DW * pix}, cb + {crow}, {ldc}, c > 0, nvalid, "
@@ -303,7 +307,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     # named by what its text depends on, so kernels of one shape share one tile function
     key = (g, t, local) if sym is None else (g, t, local, dims.c_expr(sym))
     if reg is not None:
-        key += (reg.exprs, len(reg.consts), len(reg.tensors))
+        key += reg.key
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", mul_extent(rows, g.OC))
     x_buf = Buffer(f"{name}_x", mul_extent(rows, g.C) if sym is not None
@@ -311,12 +315,12 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     w_buf = Buffer(f"{name}_w", packed.size)
     x_index = body.inputs.index(m.inputs[0])
     args: list = [(out_buf, OUTPUT), (x_buf, x_index), (w_buf, packed)]
-    extra = [] if reg is None else _register_args(name, body, m, g, t, reg, x_buf, w_buf, args)
+    extra = [] if reg is None else _register_args(name, body, m, g, t, reg, x_buf, args)
     task = Var("task")
     if local:
         scratch = Buffer(f"{name}_tile", t.PT * _task_channels(t), scope=Scope.LOCAL)
-        epi = _transposed_epilogue(core if reg is None else Graph(core.inputs, [m.output], [m]),
-                                   m, g, t, task, out_buf, scratch, x_buf, args)
+        epi = _transposed_epilogue(core, m, g, t, task, out_buf, scratch, x_buf, args,
+                                   elementwise=reg is None)
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf, *extra)), epi))
     else:
         call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra))
@@ -340,16 +344,16 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
 
 
 def _register_args(name: str, body: Graph, m: Node, g: ConvGeom, t: DenseTile,
-                   reg: RegEpilogue, x_buf: Buffer, w_buf: Buffer, args: list) -> list[Buffer]:
+                   reg: RegEpilogue, x_buf: Buffer, args: list) -> list[Buffer]:
     """The tile function's buffers for the register epilogue ``reg``: its per-channel
-    constants packed [constant][group][block][NB] (zero past each group's channels; the
-    weights when it has none: never read), then each of its tensors (appended to ``args``)."""
-    extra = [w_buf]
+    constants packed [constant][group][block][NB] (zero past each group's channels), if any,
+    then each of its tensors (appended to ``args``)."""
+    extra = []
     if reg.consts:
         jb = -(-g.OCg // t.NB)
         ke = np.stack([np.pad(np.asarray(k, np.float32).reshape(g.G, g.OCg),
                               ((0, 0), (0, jb * t.NB - g.OCg))) for k in reg.consts])
-        extra[0] = Buffer(f"{name}_ke", ke.size)
+        extra.append(Buffer(f"{name}_ke", ke.size))
         args.append((extra[0], np.ascontiguousarray(ke)))
     for i, v in enumerate(reg.tensors):
         if v is m.inputs[0]:
@@ -401,15 +405,17 @@ def _task_origin(g: ConvGeom, t: DenseTile, task: Var, rows: Extent | None = Non
 
 
 def _transposed_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var,
-                         out_buf: Buffer, scratch: Buffer, x_buf: Buffer, args: list) -> Stmt:
+                         out_buf: Buffer, scratch: Buffer, x_buf: Buffer, args: list,
+                         elementwise: bool = True) -> Stmt:
     """The group's element-wise ops over the task's tile, in place in the scratch (channels
-    innermost, as the untransposed epilogue), then the tile stored transposed into the NCHW
-    output (N = 1) in 16 x 16 register-transposed blocks (``transpose_tile``)."""
+    innermost, as the untransposed epilogue; not when ``elementwise`` is off: the
+    micro-kernels applied them), then the tile stored transposed into the NCHW output (N = 1)
+    in 16 x 16 register-transposed blocks (``transpose_tile``)."""
     p0v, c0v = Var("p0"), Var("c0")
     p0, c0, p_len, c_len = _task_origin(g, t, task)
     ct = _task_channels(t)
     stmts: list[Stmt] = []
-    if len(core.nodes) > 1:
+    if elementwise and len(core.nodes) > 1:
         pv, cv = Var("p"), Var("c")
         local = Bin("+", Bin("*", Bin("-", pv, p0v), Const(ct)), Bin("-", cv, c0v))
         st, epv, ecv = element_epilogue(core, m, scratch, x_buf, args)

@@ -3,9 +3,9 @@ vectorized, register-blocked kernel, with the group's element-wise epilogue fuse
 
 Padding is read, not materialized (ConvNHWC's ``pads``; a Pad node would be a pass over the
 whole input): an output row runs only the kernel rows inside the input (``kh0`` and ``nkh`` per
-row), and along OW the pixels whose taps all lie inside the input run the register tile below
-while the few border pixels on either side run a one-pixel tile whose column loads are guarded
-(zero outside). No load leaves the input.
+row), and along OW a register tile that reaches into the padding runs a variant whose tap
+columns that may fall outside are loaded only inside (zero outside); the interior's tiles
+run unguarded. No load leaves the input.
 
 Schedule (the rTile hierarchy by hand, ``DwTiling``; ``build_depthwise`` takes any tiling, so
 Roller can construct it):
@@ -310,15 +310,20 @@ def _row_fn(name: str, g: DwGeom, pads: Pads, R: int, nb: int, bt: int,
     ng = _cdiv(_cdiv(g.C, nb), bt)
     wb = (g.KH * g.KW + (len(epi.consts) if epi else 0)) * nb   # packed floats per block
     lo, hi = interior(g, pads)
-    text, calls = "", {}
     # the tap columns every tile reads inside the input (iw0 runs over [-left, last])
     safe = (pads[1], g.W - ((g.OW - R) * g.SW - pads[1]))
-    for guard in (False, True) if (lo, hi) != (0, g.OW) else (False,):
+    guards = (False, True) if (lo, hi) != (0, g.OW) else (False,)
+    text = ""
+    for guard in guards:
         fn = f"{name}_{'g' if guard else 'i'}"
         text += _tile_fn(fn + "_full", g, R, nb, nb, epi, safe if guard else None) if full else ""
         text += _tile_fn(fn + "_tail", g, R, nb, tail, epi, safe if guard else None) if tail else ""
+
+    def calls(guard: bool, kh: str) -> str:
+        """The tile's calls over the group's blocks, ``kh`` its kernel rows (kh0, nkh)."""
+        fn = f"{name}_{'g' if guard else 'i'}"
         xo = "xr" if guard else f"xr + (o * {g.SW} - {pads[1]}) * {g.C}"
-        args = f"KH0, NKH, o * {g.SW} - {pads[1]}"
+        args = f"{kh}, o * {g.SW} - {pads[1]}"
         c = ""
         if full:
             c += (f"    for (int64_t b = b0; b < b1; ++b)\n      {fn}_full({xo} + b * {nb}, "
@@ -326,21 +331,22 @@ def _row_fn(name: str, g: DwGeom, pads: Pads, R: int, nb: int, bt: int,
         if tail:
             c += (f"    if (gi == {ng - 1}) {fn}_tail({xo} + {full * nb}, w + {full * wb}, "
                   f"oo + {full * nb}, {args});\n")
-        calls[guard] = c
-    inner = calls[False]
-    if True in calls:
-        inner = (f"    if (o < {lo} || o + {R} > {hi}) {{\n{calls[True]}    }} else {{\n"
-                 f"{inner}    }}\n")
-    loop = f"""  for (int64_t ow = 0; ow < {g.OW}; ow += {R}) {{
+        return c
+
+    def ow_loop(kh: str) -> str:
+        inner = calls(False, kh)
+        if True in guards:
+            inner = (f"    if (o < {lo} || o + {R} > {hi}) {{\n{calls(True, kh)}    }} else {{\n"
+                     f"{inner}    }}\n")
+        return f"""  for (int64_t ow = 0; ow < {g.OW}; ow += {R}) {{
     const int64_t o = ow + {R} <= {g.OW} ? ow : {g.OW - R};
     float *oo = oq + o * {g.C};
 {inner}  }}
 """
-    if pads[0] or pads[2]:   # the rows with every kernel row inside: constants (unrolled kh)
-        loop = (f"  if (nkh == {g.KH}) {{\n{loop.replace('KH0, NKH', f'0, {g.KH}')}  }} else {{\n"
-                f"{loop.replace('KH0, NKH', 'kh0, nkh')}  }}\n")
-    else:
-        loop = loop.replace("KH0, NKH", f"0, {g.KH}")
+
+    loop = ow_loop(f"0, {g.KH}")
+    if pads[0] or pads[2]:   # rows with every kernel row inside keep constants (unrolled kh)
+        loop = f"  if (nkh == {g.KH}) {{\n{loop}  }} else {{\n{ow_loop('kh0, nkh')}  }}\n"
     return text + f"""
 static void {name}(int64_t q, int64_t gi, float *out, const float *x, const float *w) {{
   const int64_t n = q / {g.OH}, oh = q % {g.OH};
@@ -348,16 +354,16 @@ static void {name}(int64_t q, int64_t gi, float *out, const float *x, const floa
   const float *xr = x + r0 * {g.W * g.C};   /* the first kernel row's input row */
   float *oq = out + q * {g.OW * g.C};
   const int64_t b0 = gi * {bt}, b1 = b0 + {bt} < {full} ? b0 + {bt} : {full};
-  (void)b0; (void)b1; (void)kh0; (void)nkh;
+  (void)b0; (void)b1;
 {loop}}}
 """
 
 
 def _kernel_rows(g: DwGeom, pads: Pads) -> str:
     """C: the kernel rows [kh0, kh0 + nkh) output row ``oh`` of image ``n`` reads inside the
-    input, and the input row ``r0`` (of n·H) of kernel row kh0."""
-    if pads[0] == pads[2] == 0:
-        return f"  const int64_t kh0 = 0, nkh = {g.KH}, r0 = n * {g.H} + oh * {g.SH};"
+    input (with vertical padding), and the input row ``r0`` (of n·H) of kernel row kh0."""
+    if pads[0] == pads[2] == 0:   # every kernel row inside: no kh0, nkh
+        return f"  const int64_t r0 = n * {g.H} + oh * {g.SH};"
     return f"""  const int64_t ih0 = oh * {g.SH} - {pads[0]};   /* kernel row 0's input row */
   const int64_t kh0 = ih0 >= 0 ? 0 : (-ih0 + {g.DH - 1}) / {g.DH};
   int64_t kh1 = {g.H} - ih0 > 0 ? ({g.H} - ih0 + {g.DH - 1}) / {g.DH} : 0;

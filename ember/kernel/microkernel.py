@@ -24,8 +24,7 @@ LANES = 16
 def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None) -> str:
     if epi is None:
         return f"em_uk_{rows}x{vecs}"
-    key = repr((epi.exprs, len(epi.consts), len(epi.tensors)))
-    return f"em_uk_{rows}x{vecs}_e{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    return f"em_uk_{rows}x{vecs}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
 
 
 def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None) -> str:

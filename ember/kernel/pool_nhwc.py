@@ -25,25 +25,18 @@ and the count recomputed per element: Inception-v3's 8×8×2048 pool took 0.92 m
 
 from __future__ import annotations
 
+import hashlib
+
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.microkernel import LANES, PART_HELPERS
-from ember.kernel.regepi import EPI_HELPERS
-from ember.kernel.window import LOWEST, WinGeom, geometry
+from ember.kernel.window import HELPERS, LOWEST, WinGeom, geometry
 from ember.loops.ir import Bin, Buffer, Const, Eval, For, ForKind, Let, Stmt, Var
 from ember.loops.transform import format_stmt
 
 OPS = {"MaxPoolNHWC": "max", "AveragePoolNHWC": "avg"}
 TASKS_PER_VEU = 64
 MAX_V = 4            # vectors of channels per register tile
-MAX_HELPER = r"""
-#if defined(__AVX512F__)
-#include <immintrin.h>
-static inline em_v16a em_pmax(em_v16a a, em_v16a b) { return _mm512_max_ps(a, b); }
-#else
-static inline em_v16a em_pmax(em_v16a a, em_v16a b) { return em_vmax(a, b); }
-#endif
-"""
 CHAINS = 8           # independent accumulators a tile keeps (the max / add latency)
 
 
@@ -83,7 +76,7 @@ def _tile(g: WinGeom, nv: int, step: str, taps: list[str] | None, part: bool = F
             ld = "em_load_part({p}, C - c)" if part else f"*(const em_v16 *)({{p}} + {v * LANES})"
             ld = ld.format(p=ptr)
             a = f"a{v}_{j}"
-            out.append(f"{a} = em_pmax({ld}, {a});" if g.kind == "max" else f"{a} += {ld};")
+            out.append(f"{a} = em_win_max({ld}, {a});" if g.kind == "max" else f"{a} += {ld};")
         return " ".join(out)
 
     if taps is None:
@@ -93,7 +86,7 @@ def _tile(g: WinGeom, nv: int, step: str, taps: list[str] | None, part: bool = F
     comb = []
     for v in range(nv):
         for j in range(1, sets):
-            comb.append(f"a{v}_0 = em_pmax(a{v}_{j}, a{v}_0);" if g.kind == "max"
+            comb.append(f"a{v}_0 = em_win_max(a{v}_{j}, a{v}_0);" if g.kind == "max"
                         else f"a{v}_0 += a{v}_{j};")
         if g.kind == "avg":
             comb.append(f"a{v}_0 *= inv;")
@@ -180,8 +173,8 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
     P = g.N * g.OH * g.OW                 # output pixels
     V = max(1, min(MAX_V, g.C // LANES))
     px = max(1, P // (TASKS_PER_VEU * units))
-    fn = (f"em_pool_{g.kind}_{g.N}_{g.H}_{g.W}_{g.C}_{g.OH}_{g.OW}_{g.KH}{g.KW}{g.SH}{g.SW}"
-          f"{g.DH}{g.DW}_{g.PT}{g.PL}{g.PB}{g.PR}{int(g.incl)}")
+    # named by its geometry, so pools of one shape share one function
+    fn = f"em_pool_{g.kind}_" + hashlib.sha1(repr((g, V)).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", P * g.C)
     x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
     x = body.nodes[0].inputs[0]
@@ -192,8 +185,8 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
                                out_buf, x_buf)))
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS, fn: _source(fn, g, V)}
-    if g.kind == "max":   # em_pmax
-        support.update({"epi": EPI_HELPERS, "em_pool": MAX_HELPER})
+    if g.kind == "max":   # em_win_max
+        support["em_win"] = HELPERS
     ntasks = -(-P // px)
     doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"

@@ -17,8 +17,6 @@ import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
 
-# An epilogue of per-channel affine ops and clamps is applied to the accumulators before they
-# are stored; any other runs as tensor expressions over each output row (``_te_epilogue``).
 _BINARY = {"Add": "{a} + {k}", "Sub": "{a} - {k}", "Mul": "{a} * {k}", "Div": "{a} / {k}"}
 _BINARY_REV = {"Add": "{k} + {a}", "Sub": "{k} - {a}", "Mul": "{k} * {a}", "Div": "{k} / {a}"}
 
@@ -45,6 +43,12 @@ class RegEpilogue:
     exprs: list[str]
     consts: list[np.ndarray]
     tensors: list[Value] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple:
+        """What the C text applying it depends on (the constants' and tensors' counts, not
+        their values)."""
+        return self.exprs, len(self.consts), len(self.tensors)
 
 
 def _cfloat(v: float) -> str:
@@ -119,8 +123,6 @@ def register_epilogue(body: Graph, m: Node, c: int,
             return None
         cur = n.output
     return epi
-
-
 
 
 def _full(v: Value | None, m: Node) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -36,30 +37,33 @@ def register(*names: str) -> Callable[[ComputeFn], ComputeFn]:
     return deco
 
 
-# the tables computes build at compile time, collected while a group is lowered
-_TABLES: list[list[tuple[np.ndarray, Tensor]]] = []
+# the tables computes build at compile time, collected while a group is lowered (per
+# context, as ``ir.types.collect_checks``: compiles in other threads keep their own)
+_TABLES: ContextVar[list[tuple[np.ndarray, Tensor]] | None] = ContextVar("ember_tables",
+                                                                        default=None)
 
 
 @contextmanager
 def collect_tables() -> Iterator[list[tuple[np.ndarray, Tensor]]]:
     """The constant tables ``const_table`` makes while the block runs (``group_to_te``)."""
     found: list[tuple[np.ndarray, Tensor]] = []
-    _TABLES.append(found)
+    token = _TABLES.set(found)
     try:
         yield found
     finally:
-        _TABLES.pop()
+        _TABLES.reset(token)
 
 
 def const_table(arr: np.ndarray, name: str) -> Tensor:
     """A table a compute works out at compile time (a resize's taps and weights...) as a
     placeholder: the kernel receives it as a constant parameter, as it does the group's
     constants."""
-    if not _TABLES:
+    tables = _TABLES.get()
+    if tables is None:
         raise CompileError(f"table {name}: constant tables exist only while a group is lowered")
     arr = np.ascontiguousarray(arr)
-    t = te.placeholder(arr.shape, arr.dtype.name, f"{name}{len(_TABLES[-1])}")
-    _TABLES[-1].append((arr, t))
+    t = te.placeholder(arr.shape, arr.dtype.name, f"{name}{len(tables)}")
+    tables.append((arr, t))
     return t
 
 

@@ -83,8 +83,11 @@ def _deform_coords(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorTy
 def _taps(c: Expr, length: int) -> list[tuple[Expr, Expr, Expr]]:
     """(clamped index, inside condition, float32 weight) of the two linear taps at ``c``
     (finite, in [-4, length + 3]): GridSample's bilinear taps with zeros padding."""
-    return [(i, ok, w) for (i, ok), w in axis_tap_exprs(c, length, "linear", "zeros", True)
-            if ok is not None and w is not None]
+    taps = []
+    for (i, ok), w in axis_tap_exprs(c, length, "linear", "zeros", True):
+        assert ok is not None and w is not None   # linear taps with zeros padding have both
+        taps.append((i, ok, w))
+    return taps
 
 
 @register("DeformIm2Col")

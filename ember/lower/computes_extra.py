@@ -169,7 +169,7 @@ def _axis_taps(attrs: dict[str, Any], c: Expr, in_len: int, scale: float,
         rnd = _ROUND[attrs.get("nearest_mode", "round_prefer_floor")]
         return [(clamp(Cast(rnd(c, scale), "int64"), 0, in_len - 1), None)]
     if mode == "linear":
-        cc = Bin("min", Bin("max", c, fconst(0.0, c.dtype)), fconst(in_len - 1, c.dtype))
+        cc = clamp(c, fconst(0.0, c.dtype), fconst(in_len - 1, c.dtype))
         fl = call("floor", cc)
         i0 = clamp(Cast(fl, "int64"), 0, in_len - 1)
         i1 = Bin("min", i0 + 1, Const(in_len - 1))

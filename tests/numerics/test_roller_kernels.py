@@ -74,11 +74,13 @@ def test_forced_tilings_match_onnxruntime(tile: DenseTile, which: str,
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-EPILOGUES = {   # the ops after the middle conv of a 1x1 conv chain: do they run in registers?
-    "bias_relu": ([("Add", "b"), ("Relu",)], True),
-    "residual_of_input": ([("Add", "h"), ("Clip",)], True),     # the conv's own input
-    "scale_shift_residual": ([("Mul", "s"), ("Sub", "t", True), ("Add", "r")], True),
-    "sigmoid": ([("Add", "b"), ("Sigmoid",)], False),            # not a register op: TE
+EPILOGUES = {   # the ops after the middle conv of a 1x1 conv chain (op, its other operand,
+    # whether that comes first): do they run in registers?
+    "bias_relu": ([("Add", "b", False), ("Relu", None, False)], True),
+    "residual_of_input": ([("Add", "h", False), ("Clip", None, False)], True),   # own input
+    "scale_shift_residual": ([("Mul", "s", False), ("Sub", "t", True), ("Add", "r", False)],
+                             True),
+    "sigmoid": ([("Add", "b", False), ("Sigmoid", None, False)], False),   # TE, not registers
 }
 
 
@@ -101,8 +103,8 @@ def test_register_epilogues(tile: DenseTile, name: str, monkeypatch: pytest.Monk
              helper.make_node("Conv", ["x", "w2"], ["r"]),
              helper.make_node("Conv", ["h", "w"], ["y0"])]
     y = "y0"
-    for i, (op, *rest) in enumerate(EPILOGUES[name][0]):
-        ins = [y] if not rest else [rest[0], y] if len(rest) > 1 else [y, rest[0]]
+    for i, (op, other, first) in enumerate(EPILOGUES[name][0]):
+        ins = [y] if other is None else [other, y] if first else [y, other]
         nodes.append(helper.make_node(op, ins + (["lo", "hi"] if op == "Clip" else []),
                                       [f"y{i + 1}"]))
         y = f"y{i + 1}"

@@ -195,11 +195,7 @@ def pad11(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     value = ctx.const_array(v, "constant_value")
     axes = ctx.const_list(ax, "axes")
     if axes is not None:
-        r = x.type.rank
-        full = [0] * (2 * r)
-        for i, a in enumerate(axes):
-            full[a % r], full[a % r + r] = pads[i], pads[i + len(axes)]
-        pads = full
+        pads = _begins_ends(pads, axes, x.type.rank, 0, 0)
     val = 0 if value is None or value.size == 0 else np.ravel(value)[0].item()
     return _pad(ctx, x, pads, attrs.get("mode", "constant"), val)
 
@@ -271,9 +267,15 @@ def _resize_roi(ctx: Ctx, x: Value, roi: Value | None, axes: list[int] | None) -
         raise ModelError(f"Resize with tf_crop_and_resize needs a roi of 2 x {len(axes)} "
                          f"entries (starts, then ends), got {got}")
     vals = [float(v) for v in np.ravel(arr).astype(np.float32)]
-    full = [0.0] * r + [1.0] * r
+    return _begins_ends(vals, axes, r, 0.0, 1.0)
+
+
+def _begins_ends(vals: list, axes: list[int], r: int, begin: float, end: float) -> list:
+    """Per-axis ``vals`` (begins for ``axes``, then ends) over all ``r`` axes (begins, then
+    ends), the others ``begin`` / ``end``."""
+    full = [begin] * r + [end] * r
     for i, a in enumerate(axes):
-        full[a], full[a + r] = vals[i], vals[i + len(axes)]
+        full[a % r], full[a % r + r] = vals[i], vals[i + len(axes)]
     return full
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.ir.ops.nn import window_out_dim
 from ember.ir.ops.registry import Pattern, ShapeMode, defop, get
 from ember.ir.types import TensorType
 
@@ -25,12 +26,10 @@ def _conv_nhwc_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorTyp
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
     pt, pl, pb, pr = conv_pads(attrs)
-    h = h + pt + pb if isinstance(h, int) else h
-    wd = wd + pl + pr if isinstance(wd, int) else wd
     if isinstance(c, int) and c != icg * attrs.get("group", 1):
         raise ValueError(f"input channels {c} != {icg} x group {attrs.get('group', 1)}")
-    oh = (h - (kh - 1) * dh - 1) // sh + 1
-    ow = (wd - (kw - 1) * dw - 1) // sw + 1
+    oh = window_out_dim(h, kh, sh, dh, pt, pb)
+    ow = window_out_dim(wd, kw, sw, dw, pl, pr)
     return [TensorType((n, oh, ow, oc), x.dtype)]
 
 

@@ -22,6 +22,7 @@ slowest wins, times the waves of tasks over units.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -120,10 +121,16 @@ def pixel(g: ConvGeom, q: int, kh: int = 0, kw: int = 0) -> int:
 def pack_span(g: ConvGeom, t: DenseTile) -> int:
     """The pixels of one rTask's panel: its rows' own pixels for a 1×1 window (any stride),
     else the most input pixels (a range of the flattened n·H·W axis) one rTask reads."""
+    return _span(g, t.PT)
+
+
+@functools.cache
+def _span(g: ConvGeom, pt: int) -> int:
+    """``pack_span`` by (geometry, rows per task): every candidate of one op asks it again."""
     if g.KH == g.KW == 1:
-        return min(t.PT, g.P)
-    return max(pixel(g, min(p0 + t.PT, g.P) - 1, g.KH - 1, g.KW - 1) + 1 - pixel(g, p0)
-               for p0 in range(0, g.P, t.PT))
+        return min(pt, g.P)
+    return max(pixel(g, min(p0 + pt, g.P) - 1, g.KH - 1, g.KW - 1) + 1 - pixel(g, p0)
+               for p0 in range(0, g.P, pt))
 
 
 def pack_bytes(g: ConvGeom, t: DenseTile) -> int:
@@ -269,8 +276,9 @@ def _l2_tiles(g: ConvGeom, R: int, V: int, spec: DeviceSpec,
 
 
 def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
-              rules: list[Rule] | None = None) -> list[DenseTile]:
-    """The top ``topk`` rPrograms for ``g`` by the performance model, best first."""
+              rules: list[Rule] | None = None, pack: bool = True) -> list[DenseTile]:
+    """The top ``topk`` rPrograms for ``g`` by the performance model, best first (``pack``
+    off: none reads a packed panel)."""
     rules = rules or default_rules(spec)
     e = g.expr()
     seen: dict[DenseTile, DenseTile] = {}   # keyed by fields (predicted is not compared)
@@ -278,6 +286,7 @@ def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
     # (measured on Inception-v3's 8x8 1x1 convs, 3.7 MB of weights: 0.84 -> 0.70 ms; on
     # MobileNetV2's L2-resident ones, splitting channels first was slower)
     big = e.bytes(e.axes) > spec.layer("L2").capacity
+    packs = (False, True) if pack else (False,)
     for R, V in register_tiles(g, spec, rules)[:6]:
         nb = spec.lanes * V
         for l2 in _l2_tiles(g, R, V, spec, rules):
@@ -287,9 +296,9 @@ def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
                                       units, {**e.axes, **floor}, MIN_WAVES, big):
                 pt = t["p"] if t["p"] >= g.P else max(R, t["p"] // R * R)
                 nt = -(-t["oc"] // nb) * nb      # whole channel blocks
-                for order, pack in ((o, p) for o in "pn" for p in (False, True)):
+                for order, packed in ((o, p) for o in "pn" for p in packs):
                     cand = DenseTile(min(R, g.P), V, min(l2["ic"], g.ICg), pt, nt,
-                                     order, spec.lanes, pack=pack)
+                                     order, spec.lanes, pack=packed)
                     if cand in seen or pack_bytes(g, cand) > PACK_BYTES:
                         continue
                     seen[cand] = replace(cand, predicted=predict(g, cand, spec, units))
@@ -325,7 +334,7 @@ def construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int,
     (the row count is static, ``geoms[0]``'s): a candidate may then read a packed panel."""
     cands: set[DenseTile] = set()   # a panel is sized for one row count: none packed
     for g in geoms:
-        cands.update(replace(c, pack=False) for c in construct(g, spec, units, topk))
+        cands.update(construct(g, spec, units, topk, pack=False))
     pred = {c: [predict(g, c, spec, units) for g in geoms] for c in cands}
     best = [min(p[i] for p in pred.values()) for i in range(len(geoms))]
 
