@@ -222,9 +222,11 @@ _FN = "EM_KERNEL_FN"
 
 
 def _support_rank(name: str) -> int:
-    """Helpers (partial vectors, register-epilogue min/max, the window kernels' vector ops)
-    before micro-kernels before the task functions that call them."""
-    return 0 if name in ("part", "epi", "em_win") else 1 if name.startswith("em_uk_") else 2
+    """Helpers (partial vectors, register-epilogue min/max, the window kernels' vector ops,
+    zero blocks) before micro-kernels before the task functions that call them."""
+    if name in ("part", "epi", "em_win") or name.startswith("em_zero"):
+        return 0
+    return 1 if name.startswith("em_uk_") else 2
 
 
 def kernel_symbol(i: int, kernel: Kernel) -> str:

@@ -55,6 +55,7 @@ from ember.lower.computes import static_shape
 
 TO_NCHW = [0, 3, 1, 2]
 SCRATCH_BYTES = 512 * 1024   # the per-task tile of a transposed-output kernel, on the stack
+TABLE_BYTES = 128 * 1024     # a padded conv task's pointer table, on the stack
 
 
 def transposed_output(body: Graph) -> bool:
@@ -79,8 +80,7 @@ def applicable(body: Graph) -> bool:
     m = body.nodes[0]
     if m.op == "ConvNHWC":
         w = m.inputs[1]
-        return (w is not None and w.is_const and w.type.shape[2] >= 2 and len(m.inputs) == 2
-                and not any(conv_pads(m.attrs)))   # a dense conv's padding is a Pad node
+        return w is not None and w.is_const and w.type.shape[2] >= 2 and len(m.inputs) == 2
     if m.op == "MatMul":
         a, b = m.inputs
         # rows may be symbolic (the dense kernel takes their count at run time)
@@ -105,8 +105,9 @@ def geometry(m: Node) -> tuple[ConvGeom, np.ndarray]:
     kh, kw = w.type.shape[0], w.type.shape[1]
     sh, sw = m.attrs["strides"]
     dh, dw = m.attrs["dilations"]
-    return ConvGeom(n_, h, wd, c, oh, ow, int(oc), int(kh), int(kw), sh, sw, dh, dw,
-                    m.attrs.get("group", 1)), w.const
+    pt, pl, pb, pr = conv_pads(m.attrs)
+    return ConvGeom(n_, h + pt + pb, wd + pl + pr, c, oh, ow, int(oc), int(kh), int(kw), sh, sw,
+                    dh, dw, m.attrs.get("group", 1), pt, pl, pb, pr), w.const
 
 
 def symbolic_rows(m: Node) -> Extent:
@@ -203,21 +204,35 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
                   + ", ".join(f"t{i} + p * {g.OC} + g * {g.OCg} + j * {t.NB}" for i in range(nt))
                   + "};")
             params += "".join(f", const float *t{i}" for i in range(nt))
-    cases = "\n".join(
-        f"        case {r}: {uk_name(r, t.V, epi)}(rows, wb, {g.KH}, {g.KW}, icc, "
-        f"{g.DH * g.W * pix}, {g.DW * pix}, cb + {crow}, {ldc}, c > 0, nvalid, "
-        f"{t.KC}{tail}); break;"
-        for r in range(t.R, 0, -1))
+    def cases(indirect: bool) -> str:
+        width = g.W if t.pack else g.IW   # a panel holds padded rows
+        strides = f"{t.R}, c * {t.KC}" if indirect else f"{g.DH * width * pix}, {g.DW * pix}"
+        rows = "tb" if indirect else "rows"
+        return "\n".join(
+            f"        case {r}: {uk_name(r, t.V, epi, indirect)}({rows}, wb, {g.KH}, {g.KW}, "
+            f"icc, {strides}, cb + {crow}, {ldc}, c > 0, nvalid, {t.KC}{tail}); break;"
+            for r in range(t.R, 0, -1))
+
     rows_c = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
       const float *rows[{t.R}];
       for (int64_t r = 0; r < nr; ++r) {{
         {address}
       }}"""
+    call = f"{ts}\n      switch (nr) {{\n{cases(False)}\n        default: break;\n      }}"
+    if g.padded and not t.pack:
+        rows_c = _border_rows(g, t)
+        call = f"""{ts}
+      if (in) switch (nr) {{
+{cases(False)}
+        default: break;
+      }} else switch (nr) {{
+{cases(True)}
+        default: break;
+      }}"""
     left = f"{g.OCg} - j * {t.NB}"
     block = f"""const int64_t nvalid = {left} < {t.NB} ? {left} : {t.NB};
       float *cb = out + {"(j - j0)" if local else f"g * {g.OCg} + j"} * {t.NB};
       const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};"""
-    call = f"{ts}\n      switch (nr) {{\n{cases}\n        default: break;\n      }}"
     outer, inner = ("j", "p") if t.order == "p" else ("p", "j")
     head = {"j": ("for (int64_t j = j0; j < j1; ++j) {", block),
             "p": (f"for (int64_t p = p0; p < p1; p += {t.R}) {{", rows_c)}
@@ -229,7 +244,7 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
   const int64_t p0 = pc * {t.PT};
   const int64_t p1 = p0 + {t.PT} < {P} ? p0 + {t.PT} : {P};
   const int64_t j0 = jt * {jt}, j1 = j0 + {jt} < {jb} ? j0 + {jt} : {jb};
-  {_pack_decl(g, t) if t.pack else ""}
+  {_pack_decl(g, t) if t.pack else _border_table(g, t) if g.padded else ""}
   for (int64_t c = 0; c < {nc}; ++c) {{
     const int64_t icc = {g.ICg} - c * {t.KC} < {t.KC} ? {g.ICg} - c * {t.KC} : {t.KC};
     {_pack_copy(g, t) if t.pack else ""}
@@ -237,6 +252,64 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
   }}
 }}
 """
+
+
+def _border_table(g: ConvGeom, t: DenseTile) -> str:
+    """C: a padded conv's pointer table for the task's rows [p0, p1), built once for all its
+    K chunks and channel blocks. Register tile i (rows p0 + i·R …) whose every window lies
+    inside the input (``inner[i]``) keeps one base pointer per row; else one pointer per
+    (tap, row), ``R`` apart, the taps outside the input pointing at the zero block. The
+    pointers are at channel 0 of the group; the micro-kernel adds the chunk's offset."""
+    ohw, taps, nt = g.OH * g.OW, g.KH * g.KW, -(-t.PT // t.R)
+    hi_h, hi_w = g.IH - 1 - (g.KH - 1) * g.DH, g.IW - 1 - (g.KW - 1) * g.DW
+    return f"""const float *tab[{nt * t.R * taps}];
+  int inner[{nt}];
+  for (int64_t i = 0; i * {t.R} < p1 - p0; ++i) {{
+    const int64_t pi = p0 + i * {t.R}, nr = p1 - pi < {t.R} ? p1 - pi : {t.R};
+    const float **tb = tab + i * {t.R * taps};
+    int64_t ih[{t.R}], iw[{t.R}], in0[{t.R}];
+    inner[i] = 1;
+    for (int64_t r = 0; r < nr; ++r) {{
+      const int64_t q = pi + r;
+      in0[r] = q / {ohw} * {g.IH};
+      ih[r] = q % {ohw} / {g.OW} * {g.SH} - {g.pad_t};
+      iw[r] = q % {g.OW} * {g.SW} - {g.pad_l};
+      inner[i] &= ih[r] >= 0 && ih[r] <= {hi_h} && iw[r] >= 0 && iw[r] <= {hi_w};
+    }}
+    const float *xg = x + g * {g.ICg};
+    if (inner[i]) {{
+      for (int64_t r = 0; r < nr; ++r) tb[r] = xg + ((in0[r] + ih[r]) * {g.IW} + iw[r]) * {g.C};
+      continue;
+    }}
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t kh = 0; kh < {g.KH}; ++kh) {{
+        const int64_t h = ih[r] + kh * {g.DH};
+        for (int64_t kw = 0; kw < {g.KW}; ++kw) {{
+          const int64_t w_ = iw[r] + kw * {g.DW};
+          tb[(kh * {g.KW} + kw) * {t.R} + r] = h >= 0 && h < {g.IH} && w_ >= 0 && w_ < {g.IW}
+              ? xg + ((in0[r] + h) * {g.IW} + w_) * {g.C} : {zero_name(g.ICg)};
+        }}
+      }}
+  }}"""
+
+
+def _border_rows(g: ConvGeom, t: DenseTile) -> str:
+    """C: a padded conv's register tile at rows [p, p + nr): its table ``tb`` and, when its
+    windows are inside the input, its row pointers at chunk c."""
+    return f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
+      const float *const *tb = tab + (p - p0) * {g.KH * g.KW};
+      const float *rows[{t.R}];
+      const int in = inner[(p - p0) / {t.R}];
+      if (in) for (int64_t r = 0; r < nr; ++r) rows[r] = tb[r] + c * {t.KC};"""
+
+
+def zero_name(n: int) -> str:
+    return f"em_zero{n}"
+
+
+def zero_block(n: int) -> str:
+    """C: ``n`` float zeros, what a padded conv's taps outside the input read."""
+    return f"static const float {zero_name(n)}[{n}] __attribute__((aligned(64)));\n"
 
 
 def _c_pixel(g: ConvGeom, q: str, kh: int = 0, kw: int = 0) -> str:
@@ -262,15 +335,39 @@ def _pack_copy(g: ConvGeom, t: DenseTile) -> str:
     """Copy chunk c of the task's input to the panel (a 1×1 window: the pixel of each of its
     rows; else the input pixels [f0, f1)): pixels KC floats apart, so a register tile's rows
     fall in distinct L1 sets (in NHWC they are C floats apart, and when C·4 is a multiple of
-    the L1 way size every row of the tile maps to one set)."""
+    the L1 way size every row of the tile maps to one set). Pixels are those of the padded
+    input: a padded conv's border pixels are zeros in the panel."""
     one = g.KH == g.KW == 1
     pixel, count = (_c_pixel(g, "(s + p0)"), "p1 - p0") if one else ("f0 + s", "f1 - f0")
-    return f"""for (int64_t s = 0; s < {count}; ++s) {{
+    copy = """int64_t i = 0;
+      for (; i + 16 <= icc; i += 16) *(em_v16 *)(dst + i) = *(const em_v16 *)(src + i);
+      for (; i < icc; ++i) dst[i] = src[i];"""
+    if not g.padded:
+        return f"""for (int64_t s = 0; s < {count}; ++s) {{
       const float *src = x + ({pixel}) * {g.C} + g * {g.ICg} + c * {t.KC};
       float *dst = xs + s * {t.KC};
-      int64_t i = 0;
-      for (; i + 16 <= icc; i += 16) *(em_v16 *)(dst + i) = *(const em_v16 *)(src + i);
-      for (; i < icc; ++i) dst[i] = src[i];
+      {copy}
+    }}"""
+    hw = g.H * g.W
+    if one:   # the rows' own pixels, strided: each located by division
+        walk, step = f"const int64_t f = {pixel}, fn = f / {hw}, fh = f % {hw} / {g.W}, " \
+            f"fw = f % {g.W};", ""
+    else:     # consecutive pixels from f0: a running (n, h, w) position
+        walk, step = "", f"if (++fw == {g.W}) {{ fw = 0; if (++fh == {g.H}) {{ fh = 0; ++fn; }} }}"
+    head = "" if one else f"int64_t fn = f0 / {hw}, fh = f0 % {hw} / {g.W}, fw = f0 % {g.W};"
+    return f"""{head}
+    for (int64_t s = 0; s < {count}; ++s) {{
+      {walk}
+      const int64_t h = fh - {g.pad_t}, w_ = fw - {g.pad_l};
+      float *dst = xs + s * {t.KC};
+      if (h >= 0 && h < {g.IH} && w_ >= 0 && w_ < {g.IW}) {{
+        const float *src = x + ((fn * {g.IH} + h) * {g.IW} + w_) * {g.C} + g * {g.ICg}
+            + c * {t.KC};
+        {copy}
+      }} else {{
+        memset(dst, 0, (size_t)icc * sizeof(float));
+      }}
+      {step}
     }}"""
 
 
@@ -297,6 +394,8 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         t = fit_scratch(t)
     if sym is not None:   # a panel is sized for a static row count
         t = replace(t, pack=False)
+    if g.padded and not t.pack:
+        t = fit_table(t, g.KH * g.KW)
     packed = pack_weights(w_hwio, g, t)
     ntasks: Extent = dense.task_count(g, t)
     if sym is not None:
@@ -311,7 +410,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", mul_extent(rows, g.OC))
     x_buf = Buffer(f"{name}_x", mul_extent(rows, g.C) if sym is not None
-                   else g.N * g.H * g.W * g.C)
+                   else g.N * g.IH * g.IW * g.C)
     w_buf = Buffer(f"{name}_w", packed.size)
     x_index = body.inputs.index(m.inputs[0])
     args: list = [(out_buf, OUTPUT), (x_buf, x_index), (w_buf, packed)]
@@ -333,6 +432,10 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         support["epi"] = EPI_HELPERS
     for r in range(1, t.R + 1):
         support[uk_name(r, t.V, reg)] = emit_microkernel(r, t.V, reg)
+        if g.padded and not t.pack:
+            support[uk_name(r, t.V, reg, True)] = emit_microkernel(r, t.V, reg, True)
+    if g.padded and not t.pack:
+        support[zero_name(g.ICg)] = zero_block(g.ICg)
     support[fn] = _tile_fn(fn, g, t, local, None if sym is None else dims.c_expr(sym), reg)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
@@ -383,6 +486,13 @@ def _task_channels(t: DenseTile) -> int:
 def fit_scratch(t: DenseTile) -> DenseTile:
     """``t`` with fewer rows per task if its tile would not fit ``SCRATCH_BYTES``."""
     rows = SCRATCH_BYTES // (4 * _task_channels(t)) // t.R * t.R
+    return t if t.PT <= rows else replace(t, PT=max(t.R, rows))
+
+
+def fit_table(t: DenseTile, taps: int) -> DenseTile:
+    """``t`` with fewer rows per task if a padded conv's pointer table (a pointer per row and
+    tap) would not fit ``TABLE_BYTES``."""
+    rows = TABLE_BYTES // (8 * taps) // t.R * t.R
     return t if t.PT <= rows else replace(t, PT=max(t.R, rows))
 
 

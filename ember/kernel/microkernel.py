@@ -7,6 +7,11 @@ matrix products (kh = kw = 1). The R·V accumulators live in vector registers; w
 packed so the inner loop streams them contiguously; the last channel block may be partial
 (``nvalid`` lanes are stored). ``wic`` is the packed weights' channel stride per (kh, kw).
 
+An *indirect* micro-kernel (``indirect``; XNNPACK's indirection buffer) takes, instead of
+one base pointer per row, a table of ``tr`` pointers per window tap (``tab[(kh·nkw + kw)·tr +
+r] + koff``): a padded convolution's border rows point the taps that fall outside the input at
+a block of zeros, so no Pad pass copies the input.
+
 A micro-kernel with a register epilogue (``regepi``) applies it to the accumulators before the
 store when ``last`` (the final K chunk): per-channel constant i's vector v is at
 ``ke + i·kld + 16·v``, tensor j's row r at ``ts[j] + r·ldt``.
@@ -21,35 +26,43 @@ from ember.kernel.regepi import RegEpilogue, apply_epilogue
 LANES = 16
 
 
-def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None) -> str:
+def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None,
+            indirect: bool = False) -> str:
+    base = f"em_uk_{rows}x{vecs}{'i' if indirect else ''}"
     if epi is None:
-        return f"em_uk_{rows}x{vecs}"
-    return f"em_uk_{rows}x{vecs}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
+        return base
+    return f"{base}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
 
 
-def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None) -> str:
+def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
+                     indirect: bool = False) -> str:
     nb = LANES * vecs
     R, V = range(rows), range(vecs)
     L: list[str] = []
     # not inlined: the tile function's switch over row counts inlines every height into one
     # body, where gcc spilled accumulators and weight vectors to the stack (5x4: a load per
     # FMA, 59 against 113 GFLOP/s on one core); on its own each is spill-free
-    L.append(f"static __attribute__((noinline)) void {uk_name(rows, vecs, epi)}(")
+    L.append(f"static __attribute__((noinline)) void {uk_name(rows, vecs, epi, indirect)}(")
     L.append("    const float *const *rows, const float *w, int64_t nkh, int64_t nkw,")
-    L.append("    int64_t nic, int64_t skh, int64_t skw, float *c, int64_t ldc,")
+    L.append("    int64_t nic, int64_t " + ("tr, int64_t koff" if indirect else "skh, int64_t skw")
+             + ", float *c, int64_t ldc,")
     L.append("    int64_t acc_in, int64_t nvalid, int64_t wic" + (
         ",\n    int64_t last, const float *ke, int64_t kld, const float *const *ts, "
         "int64_t ldt) {" if epi is not None else ") {"))
     for r in R:
-        L.append(f"  const float *r{r} = rows[{r}];")
+        if not indirect:
+            L.append(f"  const float *r{r} = rows[{r}];")
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = {{0}};" for v in V))
     L.append(f"  if (acc_in) {{ {_load_c(rows, vecs)} }}")
     L.append("  for (int64_t kh = 0; kh < nkh; ++kh) {")
     L.append("    for (int64_t kw = 0; kw < nkw; ++kw) {")
-    L.append("      const int64_t off = kh * skh + kw * skw;")
+    if indirect:
+        L.append("      const float *const *tap = rows + (kh * nkw + kw) * tr;")
+    else:
+        L.append("      const int64_t off = kh * skh + kw * skw;")
     L.append(f"      const float *wk = w + (kh * nkw + kw) * wic * {nb};")
     for r in R:
-        L.append(f"      const float *q{r} = r{r} + off;")
+        L.append(f"      const float *q{r} = {f'tap[{r}] + koff' if indirect else f'r{r} + off'};")
     L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
     for v in V:
         L.append(f"        const em_v16a w{v} = *(const em_v16a *)(wk + ic * {nb} + {v * LANES});")

@@ -41,11 +41,12 @@ def _conv_model(rng: np.random.Generator, group: int = 1, batch: int = 1) -> tup
     return make_model(nodes, {"x": x}, {"w": w, "b": b}, ["y"]), {"x": x}
 
 
-def _pointwise_model(rng: np.random.Generator) -> tuple:
-    """A strided 1x1 convolution: a packed task gathers its rows' pixels."""
+def _pointwise_model(rng: np.random.Generator, pads: tuple = (0, 0, 0, 0)) -> tuple:
+    """A strided 1x1 convolution: a packed task gathers its rows' pixels (padded: some of
+    them zeros)."""
     x = rng.standard_normal((1, 40, 9, 11)).astype(np.float32)
     w = rng.standard_normal((36, 40, 1, 1)).astype(np.float32) * 0.2
-    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 3])]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 3], pads=list(pads))]
     return make_model(nodes, {"x": x}, {"w": w}, ["y"]), {"x": x}
 
 
@@ -60,12 +61,16 @@ def _matmul_model(rng: np.random.Generator) -> tuple:
 
 @pytest.mark.parametrize("tile", TILES,
                          ids=lambda t: f"R{t.R}V{t.V}KC{t.KC}PT{t.PT}{t.order}{'P' * t.pack}")
-@pytest.mark.parametrize("which", ["conv", "grouped", "batch2", "pointwise", "matmul"])
+@pytest.mark.parametrize("which", ["conv", "grouped", "batch2", "pointwise", "padded_pointwise",
+                                   "matmul"])
 def test_forced_tilings_match_onnxruntime(tile: DenseTile, which: str,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Convs with 48 channels per group read their padding themselves (from the input, or
+    into a packed panel), with 12 a Pad node does."""
     rng = np.random.default_rng(hash((tile, which)) % 2**32)
     model, feeds = (_matmul_model(rng) if which == "matmul"
                     else _pointwise_model(rng) if which == "pointwise"
+                    else _pointwise_model(rng, (1, 0, 2, 1)) if which == "padded_pointwise"
                     else _conv_model(rng, 4 if which == "grouped" else 1,
                                      2 if which == "batch2" else 1))
     monkeypatch.setattr(conv, "choose_tiling", lambda g, ctx, build=None, spread=False: tile)

@@ -234,24 +234,26 @@ def test_layout_keeps_isolated_pool_and_depthwise_nchw() -> None:
     np.testing.assert_allclose(run_graph(lone, {"x": xv})[0], want, rtol=1e-5, atol=1e-6)
 
 
-def test_layout_keeps_depthwise_padding_on_the_conv() -> None:
-    """A depthwise conv's padding stays on its ConvNHWC (its kernel reads the border); a
-    dense conv's is a Pad node."""
-    x = Value(TensorType((1, 8, 10, 10)), "x")
+def test_layout_keeps_padding_on_the_conv() -> None:
+    """A conv's padding stays on its ConvNHWC where its kernel reads the border: depthwise,
+    or dense with 16 channels per group; a dense conv over fewer channels gets a Pad node."""
+    x = Value(TensorType((1, 16, 10, 10)), "x")
     g = Graph([x], name="dw")
     attrs = {"strides": [1, 1], "pads": [1, 2, 0, 1], "dilations": [1, 1], "kernel_shape": [3, 3]}
-    c = g.add("Conv", [x, Value.constant(f32(8, 8, 1, 1))],
+    c = g.add("Conv", [x, Value.constant(f32(16, 16, 1, 1))],
               dict(attrs, pads=[0, 0, 0, 0], kernel_shape=[1, 1]))
-    dw = g.add("Conv", [c.output, Value.constant(f32(8, 1, 3, 3))], dict(attrs, group=8))
-    d = g.add("Conv", [dw.output, Value.constant(f32(8, 8, 3, 3))], attrs)
-    g.outputs = [d.output]
-    xv = f32(1, 8, 10, 10)
+    dw = g.add("Conv", [c.output, Value.constant(f32(16, 1, 3, 3))], dict(attrs, group=16))
+    d = g.add("Conv", [dw.output, Value.constant(f32(16, 16, 3, 3))], attrs)
+    e = g.add("Conv", [d.output, Value.constant(f32(8, 8, 3, 3))], dict(attrs, group=2))
+    g.outputs = [e.output]
+    xv = f32(1, 16, 10, 10)
     want = run_graph(g, {"x": xv})[0]
     _to_nhwc(g)
     assert structure(g) == ["Transpose(%in0)", "ConvNHWC(#0, const)", "ConvNHWC(#1, const)",
-                            "Pad(#2)", "ConvNHWC(#3, const)", "Transpose(#4)"]
+                            "ConvNHWC(#2, const)", "Pad(#3)", "ConvNHWC(#4, const)",
+                            "Transpose(#5)"]
     assert [n.attrs.get("pads") for n in g.nodes if n.op == "ConvNHWC"] == \
-        [None, [1, 2, 0, 1], None]
+        [None, [1, 2, 0, 1], [1, 2, 0, 1], None]
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-4, atol=1e-4)
 
 

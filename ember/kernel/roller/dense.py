@@ -60,6 +60,24 @@ class ConvGeom:
     DH: int
     DW: int
     G: int
+    # zero padding folded into the conv: H and W above are the padded input's (the model and
+    # the packed panels see the padded input); the tensor itself is IH x IW
+    pad_t: int = 0
+    pad_l: int = 0
+    pad_b: int = 0
+    pad_r: int = 0
+
+    @property
+    def padded(self) -> bool:
+        return bool(self.pad_t or self.pad_l or self.pad_b or self.pad_r)
+
+    @property
+    def IH(self) -> int:
+        return self.H - self.pad_t - self.pad_b
+
+    @property
+    def IW(self) -> int:
+        return self.W - self.pad_l - self.pad_r
 
     @property
     def P(self) -> int:
@@ -112,7 +130,8 @@ class DenseTile:
 
 
 def pixel(g: ConvGeom, q: int, kh: int = 0, kw: int = 0) -> int:
-    """The input pixel (of the flattened n·H·W axis) output row ``q`` reads at tap (kh, kw)."""
+    """The input pixel (of the flattened n·H·W axis, padded) output row ``q`` reads at tap
+    (kh, kw)."""
     ohw = g.OH * g.OW
     n, oh, ow = q // ohw, q % ohw // g.OW, q % g.OW
     return (n * g.H + oh * g.SH + kh * g.DH) * g.W + ow * g.SW + kw * g.DW
@@ -318,7 +337,7 @@ def diverse(ranked: list[DenseTile], k: int) -> list[DenseTile]:
 
 def describe_space(g: ConvGeom) -> str:
     return (f"P={g.P} OC={g.OC} K={g.KH}x{g.KW}x{g.ICg} G={g.G} "
-            f"({g.flops / 1e9:.3f} GFLOP, {math.prod((g.N, g.H, g.W, g.C)) * 4 >> 10} KiB in)")
+            f"({g.flops / 1e9:.3f} GFLOP, {math.prod((g.N, g.IH, g.IW, g.C)) * 4 >> 10} KiB in)")
 
 
 SPREAD = (4, 8, 16, 32, 64, 128, 256, 512)   # the sizes a symbolic row count is evaluated at
