@@ -122,6 +122,13 @@ def test_conv_uses_register_blocked_microkernel_and_one_parallel_region() -> Non
     assert f"a{r - 1}_{v - 1} += b * w{v - 1};" in src    # R rows x V vectors of accumulators
     assert f"a{r - 1}_{v - 1} = em_vmax(a{r - 1}_{v - 1}, " in src
     assert "epilogue in registers" in src
+    # the padding read in place (no Pad kernel): unless the tiling packs panels, border
+    # register tiles call the indirect variant, off a pointer table with a block of zeros
+    assert "Pad" not in re.findall(r"/\* (\w+):", src)
+    if "packed" not in src:
+        assert re.search(rf"void em_uk_{r}x{v}i_e\w+\(", src)
+        assert f"const float *q{r - 1} = tap[{r - 1}] + koff;" in src
+        assert "static const float em_zero32[32]" in src
     assert src.count("#pragma omp parallel") == 1        # one parallel region per model
     assert "em_wait(" in src and "em_signal(" in src     # barrier rTasks
 
