@@ -223,8 +223,8 @@ _FN = "EM_KERNEL_FN"
 
 def _support_rank(name: str) -> int:
     """Helpers (partial vectors, register-epilogue min/max, the window kernels' vector ops,
-    zero blocks) before micro-kernels before the task functions that call them."""
-    if name in ("part", "epi", "em_win") or name.startswith("em_zero"):
+    zero blocks, row copies) before micro-kernels before the task functions that call them."""
+    if name in ("part", "epi", "em_win", "em_concat") or name.startswith("em_zero"):
         return 0
     return 1 if name.startswith("em_uk_") else 2
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ember.ir.graph import Node
 from ember.kernel import (
     batched,
+    concat,
     conv,
     depthwise,
     layernorm,
@@ -30,6 +31,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return softmax.build_softmax(name, body)
     if lstm.applicable(body):
         return lstm.build_lstm_step(name, body)
+    if concat.applicable(body):
+        return concat.build_concat(name, body, threads)
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
     if scatter.applicable(body):
