@@ -181,43 +181,19 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     chunk = g.KH * g.KW * t.KC * t.NB
     ldc = jt * t.NB if local else g.OC
     crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
-    # a packed task reads its chunk from a panel: xs[row - p0][KC] for a 1x1 window, else
-    # xs[input pixel - f0][KC] (``_pack_decl``)
-    one = g.KH == g.KW == 1
     pix = t.KC if t.pack else g.C
-    q = _c_pixel(g, "(p + r)")
-    if rows is not None:   # a MatMul: row q starts at q * K
-        address = f"x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC}"
-    elif not t.pack:
-        address = f"x + {q} * {g.C} + g * {g.ICg} + c * {t.KC}"
-    else:
-        address = f"xs + {'(p + r - p0)' if one else f'({q} - f0)'} * {t.KC}"
-    address = f"rows[r] = {address};"
-    tail, ts, params = "", "", ""
-    if epi is not None:
-        ke = f"ke + (g * {jb} + j) * {t.NB}" if epi.consts else "0"
-        tail = f", c == {nc - 1}, {ke}, {g.G * jb * t.NB}, {'ts' if epi.tensors else '0'}, {g.OC}"
-        params = ", const float *ke" if epi.consts else ""
-        if epi.tensors:
-            nt = len(epi.tensors)
-            ts = (f"const float *ts[{nt}] = {{"
-                  + ", ".join(f"t{i} + p * {g.OC} + g * {g.OCg} + j * {t.NB}" for i in range(nt))
-                  + "};")
-            params += "".join(f", const float *t{i}" for i in range(nt))
+    tail, ts, params = _epilogue_args(g, t, epi)
+
     def cases(indirect: bool) -> str:
         width = g.W if t.pack else g.IW   # a panel holds padded rows
         strides = f"{t.R}, c * {t.KC}" if indirect else f"{g.DH * width * pix}, {g.DW * pix}"
-        rows = "tb" if indirect else "rows"
+        table = "tb" if indirect else "rows"
         return "\n".join(
-            f"        case {r}: {uk_name(r, t.V, epi, indirect)}({rows}, wb, {g.KH}, {g.KW}, "
+            f"        case {r}: {uk_name(r, t.V, epi, indirect)}({table}, wb, {g.KH}, {g.KW}, "
             f"icc, {strides}, cb + {crow}, {ldc}, c > 0, nvalid, {t.KC}{tail}); break;"
             for r in range(t.R, 0, -1))
 
-    rows_c = f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
-      const float *rows[{t.R}];
-      for (int64_t r = 0; r < nr; ++r) {{
-        {address}
-      }}"""
+    rows_c = _row_pointers(g, t, rows)
     call = f"{ts}\n      switch (nr) {{\n{cases(False)}\n        default: break;\n      }}"
     if g.padded and not t.pack:
         rows_c = _border_rows(g, t)
@@ -252,6 +228,43 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
   }}
 }}
 """
+
+
+def _row_pointers(g: ConvGeom, t: DenseTile, rows: str | None) -> str:
+    """C: the row pointers of the register tile at rows [p, p + nr) at chunk c, unpadded
+    (``rows``: a MatMul's symbolic row count). A packed task reads its chunk from a panel:
+    xs[row - p0][KC] for a 1x1 window, else xs[input pixel - f0][KC] (``_pack_decl``)."""
+    q = _c_pixel(g, "(p + r)")
+    if rows is not None:   # a MatMul: row q starts at q * K
+        address = f"x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC}"
+    elif not t.pack:
+        address = f"x + {q} * {g.C} + g * {g.ICg} + c * {t.KC}"
+    else:
+        address = f"xs + {'(p + r - p0)' if g.KH == g.KW == 1 else f'({q} - f0)'} * {t.KC}"
+    return f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
+      const float *rows[{t.R}];
+      for (int64_t r = 0; r < nr; ++r) {{
+        rows[r] = {address};
+      }}"""
+
+
+def _epilogue_args(g: ConvGeom, t: DenseTile, epi: RegEpilogue | None) -> tuple[str, str, str]:
+    """C for a register epilogue: the micro-kernel call's trailing arguments, the tensor
+    pointer array's declaration, and the tile function's extra parameters."""
+    if epi is None:
+        return "", "", ""
+    jb, nc = -(-g.OCg // t.NB), -(-g.ICg // t.KC)
+    ke = f"ke + (g * {jb} + j) * {t.NB}" if epi.consts else "0"
+    tail = f", c == {nc - 1}, {ke}, {g.G * jb * t.NB}, {'ts' if epi.tensors else '0'}, {g.OC}"
+    params = ", const float *ke" if epi.consts else ""
+    ts = ""
+    if epi.tensors:
+        nt = len(epi.tensors)
+        ts = (f"const float *ts[{nt}] = {{"
+              + ", ".join(f"t{i} + p * {g.OC} + g * {g.OCg} + j * {t.NB}" for i in range(nt))
+              + "};")
+        params += "".join(f", const float *t{i}" for i in range(nt))
+    return tail, ts, params
 
 
 def _border_table(g: ConvGeom, t: DenseTile) -> str:
@@ -427,15 +440,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
             _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    support = {"part": PART_HELPERS}
-    if reg is not None:
-        support["epi"] = EPI_HELPERS
-    for r in range(1, t.R + 1):
-        support[uk_name(r, t.V, reg)] = emit_microkernel(r, t.V, reg)
-        if g.padded and not t.pack:
-            support[uk_name(r, t.V, reg, True)] = emit_microkernel(r, t.V, reg, True)
-    if g.padded and not t.pack:
-        support[zero_name(g.ICg)] = zero_block(g.ICg)
+    support = _helpers(g, t, reg)
     support[fn] = _tile_fn(fn, g, t, local, None if sym is None else dims.c_expr(sym), reg)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
@@ -444,6 +449,23 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     if reg is not None:
         doc += "; epilogue in registers"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
+
+
+def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None) -> dict[str, str]:
+    """The C helpers a tile function calls: partial vectors, the epilogue's ops, the
+    micro-kernel of each height (and its indirect variant and zero block, for a padded
+    conv's border)."""
+    support = {"part": PART_HELPERS}
+    if reg is not None:
+        support["epi"] = EPI_HELPERS
+    border = g.padded and not t.pack
+    for r in range(1, t.R + 1):
+        support[uk_name(r, t.V, reg)] = emit_microkernel(r, t.V, reg)
+        if border:
+            support[uk_name(r, t.V, reg, True)] = emit_microkernel(r, t.V, reg, True)
+    if border:
+        support[zero_name(g.ICg)] = zero_block(g.ICg)
+    return support
 
 
 def _register_args(name: str, body: Graph, m: Node, g: ConvGeom, t: DenseTile,
