@@ -212,7 +212,7 @@ def _recursive(c: _VMCompiler, name: str, params: list[str], at_zero) -> None:  
 
 
 # --------------------------------------------------------------------------- split packed functions
-def _split(split: np.ndarray) -> np.ndarray | None:
+def _split_operand(split: np.ndarray) -> np.ndarray | None:
     """The split operand, None where absent (an empty 1-d split stands for "absent")."""
     return None if split.ndim == 1 and split.size == 0 else split
 
@@ -220,7 +220,7 @@ def _split(split: np.ndarray) -> np.ndarray | None:
 def _piece(x: np.ndarray, split: np.ndarray, i: int, axis: int,
            keepdims: bool) -> tuple[int, int, list[int]]:
     """Piece i's start, length and shape."""
-    start, size = split_span(x.shape[axis], _split(split), i)
+    start, size = split_span(x.shape[axis], _split_operand(split), i)
     shape = list(x.shape)
     shape[axis] = size
     if split.size == 0 and not keepdims:
@@ -230,7 +230,7 @@ def _piece(x: np.ndarray, split: np.ndarray, i: int, axis: int,
 
 def split_count(axis: int) -> PackedFunc:
     def fn(args: Sequence[Any]) -> None:
-        args[2][...] = len(split_sizes(args[0].shape[axis], _split(args[1])))
+        args[2][...] = len(split_sizes(args[0].shape[axis], _split_operand(args[1])))
     return fn
 
 

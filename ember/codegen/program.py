@@ -24,6 +24,7 @@ order), its start and end time in nanoseconds (CLOCK_MONOTONIC) at ``buf[2e]``, 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,7 +174,7 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int 
     support: dict[str, str] = {}
     for bk in kernels:
         support.update(bk.kernel.support)
-    for _, text in sorted(support.items(), key=lambda kv: (_support_rank(kv[0]), kv[0])):
+    for text in support_order(support):
         for line in text.splitlines():
             out.line(line)
     shared: dict[str, str] = {}
@@ -221,12 +222,35 @@ def _emit_shared(bk: BoundKernel, shared: dict[str, str], out: TextBuffer) -> tu
 _FN = "EM_KERNEL_FN"
 
 
-def _support_rank(name: str) -> int:
-    """Helpers (partial vectors, register-epilogue min/max, the window kernels' vector ops,
-    zero blocks, row copies) before micro-kernels before the task functions that call them."""
-    if name in ("part", "epi", "em_win", "em_concat") or name.startswith("em_zero"):
-        return 0
-    return 1 if name.startswith("em_uk_") else 2
+_DEFINES = re.compile(r"^(?:static|typedef)\b.*?\b(\w+)\s*(?:\[|\(|;|__attribute__)"
+                      r"|^#define\s+(\w+)", re.M)
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+_ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)\s*")
+
+
+def support_order(support: dict[str, str]) -> list[str]:
+    """The kernels' C helpers (micro-kernels, task functions, helper bundles), each after the
+    entries that define what it uses (ties by name, so the text is deterministic). What an
+    entry defines: the functions, arrays and types it declares ``static`` or ``typedef``, and
+    its macros."""
+    owner: dict[str, str] = {}
+    for key, text in support.items():
+        for m in _DEFINES.finditer(_ATTRIBUTE.sub("", text)):
+            owner.setdefault(m.group(1) or m.group(2), key)
+    done: set[str] = set()
+    out: list[str] = []
+
+    def visit(key: str) -> None:
+        if key in done:
+            return
+        done.add(key)
+        for dep in sorted({owner[w] for w in _WORD.findall(support[key]) if w in owner}):
+            visit(dep)
+        out.append(support[key])
+
+    for key in sorted(support):
+        visit(key)
+    return out
 
 
 def kernel_symbol(i: int, kernel: Kernel) -> str:

@@ -19,9 +19,8 @@ from ember.loops.ir import Bin, Buffer, Eval, For, ForKind, Var
 from ember.loops.transform import format_stmt
 
 TASK_BYTES = 32 * 1024
-MAX_INPUTS = 256   # one C parameter per input
-DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
-          "uint64", "uint32", "uint16", "uint8", "bool"}   # whole bytes per element
+MAX_INPUTS = 256   # one C parameter per input (any dtype: buffers hold whole bytes per
+# element, the sub-byte types one each, ``support/dtypes.py``)
 
 
 def applicable(body: Graph) -> bool:
@@ -31,7 +30,6 @@ def applicable(body: Graph) -> bool:
     m = body.nodes[0]
     vals = [*m.inputs, m.output]
     return (0 < len(m.inputs) <= MAX_INPUTS and all(v is not None for v in m.inputs)
-            and m.output.type.dtype.name in DTYPES
             and all(v.type.is_static for v in vals if v is not None)
             and len({id(v) for v in m.inputs}) == len(m.inputs))
 

@@ -193,9 +193,10 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
             f"icc, {strides}, cb + {crow}, {ldc}, c > 0, nvalid, {t.KC}{tail}); break;"
             for r in range(t.R, 0, -1))
 
-    rows_c = _row_pointers(g, t, rows)
-    call = f"{ts}\n      switch (nr) {{\n{cases(False)}\n        default: break;\n      }}"
-    if g.padded and not t.pack:
+    if not g.padded or t.pack:
+        rows_c = _row_pointers(g, t, rows)
+        call = f"{ts}\n      switch (nr) {{\n{cases(False)}\n        default: break;\n      }}"
+    else:   # border tiles read through the task's pointer table
         rows_c = _border_rows(g, t)
         call = f"""{ts}
       if (in) switch (nr) {{

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.ir.graph import Graph, Node
-from ember.ir.ops.layout import conv_pads
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.conv import geometry as conv_geometry
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS
 from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, apply_epilogue, register_epilogue
@@ -53,7 +53,6 @@ from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import ConvGeom
 from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
 from ember.loops.transform import format_stmt, simplify
-from ember.lower.computes import static_shape
 
 VEC_REGS = 30       # of the 32 vector registers: accumulators + weights + input columns
 ACC_REGS = 24       # at most this many accumulators
@@ -64,10 +63,9 @@ L1_INPUT_BYTES = 20 * 1024   # input a register tile reads over its channel bloc
 R_MIN = 6
 
 
-# a depthwise convolution is a ConvGeom with G = C groups of one channel (H, W: the unpadded
-# input's; its padding is a ``Pads``); ``rows`` is its flattened n·OH axis
+# a depthwise convolution is a ConvGeom with G = C groups of one channel (H, W the padded
+# input's, IH, IW the tensor's, as ``conv.geometry`` gives it); ``rows`` is its n·OH axis
 DwGeom = ConvGeom
-Pads = tuple[int, int, int, int]   # (top, left, bottom, right)
 
 
 @dataclass(frozen=True)
@@ -104,19 +102,6 @@ def applicable(body: Graph) -> bool:
         return False
     c = x.type.shape[3]
     return w.type.shape[2] == 1 and m.attrs.get("group", 1) == c and w.type.shape[3] == c
-
-
-def geometry(m: Node) -> tuple[DwGeom, np.ndarray, Pads]:
-    """The geometry, the HWIO weights (KH, KW, 1, C) and the padding of the master node."""
-    x, w = m.inputs[0], m.inputs[1]
-    assert x is not None and w is not None and w.const is not None
-    n, h, wd, c = static_shape(x.type)
-    _, oh, ow, _ = static_shape(m.output.type)
-    kh, kw = int(w.type.shape[0]), int(w.type.shape[1])
-    sh, sw = m.attrs["strides"]
-    dh, dw = m.attrs["dilations"]
-    return ConvGeom(n, h, wd, c, oh, ow, c, kh, kw, sh, sw, dh, dw, c), w.const, \
-        conv_pads(m.attrs)
 
 
 def _tile_cost(g: DwGeom, R: int, V: int) -> float:
@@ -237,7 +222,8 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = {init.format(v=v)};" for v in range(nv)))
     L += _tile_taps(g, R, nb, nv, part, guard)
     if exprs:
-        L += apply_epilogue(RegEpilogue(exprs, epi.consts if epi else []), R, nv,
+        assert epi is not None   # exprs are the epilogue's
+        L += apply_epilogue(RegEpilogue(exprs, epi.consts), R, nv,
                             lambda i, v: f"wq + {base + i * nb + v * LANES}")
     for r in range(R):
         for v in range(nv):
@@ -272,7 +258,7 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
 
     V = range(nv)
     L = ["  for (int64_t kh = 0; kh < nkh; ++kh) {",
-         f"    const float *xk = xp + kh * {g.DH * g.W * g.C};",
+         f"    const float *xk = xp + kh * {g.DH * g.IW * g.C};",
          f"    const float *wk = wq + (kh0 + kh) * {g.KW * nb};"]
     for kw in range(g.KW):
         L.append("    " + " ".join(f"const em_v16a w{kw}_{v} = *(const em_v16a *)"
@@ -282,7 +268,7 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
         for kw in range(g.KW):
             taps.setdefault(r * g.SW + kw * g.DW, []).append((r, kw))
     for col in sorted(taps):
-        ok = (f"const int ok = iw0 + {col} >= 0 && iw0 + {col} < {g.W}; " if checked(col)
+        ok = (f"const int ok = iw0 + {col} >= 0 && iw0 + {col} < {g.IW}; " if checked(col)
               else "")
         xs = ok + " ".join(f"const em_v16a x{v} = {column(col, v)};" for v in V)
         fma = " ".join(f"a{r}_{v} += x{v} * w{kw}_{v};" for r, kw in taps[col] for v in V)
@@ -291,15 +277,15 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
     return L
 
 
-def interior(g: DwGeom, pads: Pads) -> tuple[int, int]:
+def interior(g: DwGeom) -> tuple[int, int]:
     """The output columns [lo, hi) whose taps all lie inside the (unpadded) input; lo == hi
     when there are none."""
-    lo = min(g.OW, -(-pads[1] // g.SW))
-    hi = min(g.OW, (g.W - 1 + pads[1] - (g.KW - 1) * g.DW) // g.SW + 1)
+    lo = min(g.OW, -(-g.pad_l // g.SW))
+    hi = min(g.OW, (g.IW - 1 + g.pad_l - (g.KW - 1) * g.DW) // g.SW + 1)
     return lo, max(lo, hi)
 
 
-def _row_fn(name: str, g: DwGeom, pads: Pads, R: int, nb: int, bt: int,
+def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
             epi: RegEpilogue | None) -> str:
     """``name(q, gi, out, x, w)``: output row ``q`` (of n·OH) of channel group ``gi`` (channel
     blocks ``[gi·bt, gi·bt + bt)``), tile by tile along OW, each tile over the group's blocks.
@@ -309,9 +295,9 @@ def _row_fn(name: str, g: DwGeom, pads: Pads, R: int, nb: int, bt: int,
     tail = g.C - full * nb
     ng = _cdiv(_cdiv(g.C, nb), bt)
     wb = (g.KH * g.KW + (len(epi.consts) if epi else 0)) * nb   # packed floats per block
-    lo, hi = interior(g, pads)
+    lo, hi = interior(g)
     # the tap columns every tile reads inside the input (iw0 runs over [-left, last])
-    safe = (pads[1], g.W - ((g.OW - R) * g.SW - pads[1]))
+    safe = (g.pad_l, g.IW - ((g.OW - R) * g.SW - g.pad_l))
     guards = (False, True) if (lo, hi) != (0, g.OW) else (False,)
     text = ""
     for guard in guards:
@@ -322,8 +308,8 @@ def _row_fn(name: str, g: DwGeom, pads: Pads, R: int, nb: int, bt: int,
     def calls(guard: bool, kh: str) -> str:
         """The tile's calls over the group's blocks, ``kh`` its kernel rows (kh0, nkh)."""
         fn = f"{name}_{'g' if guard else 'i'}"
-        xo = "xr" if guard else f"xr + (o * {g.SW} - {pads[1]}) * {g.C}"
-        args = f"{kh}, o * {g.SW} - {pads[1]}"
+        xo = "xr" if guard else f"xr + (o * {g.SW} - {g.pad_l}) * {g.C}"
+        args = f"{kh}, o * {g.SW} - {g.pad_l}"
         c = ""
         if full:
             c += (f"    for (int64_t b = b0; b < b1; ++b)\n      {fn}_full({xo} + b * {nb}, "
@@ -345,13 +331,13 @@ def _row_fn(name: str, g: DwGeom, pads: Pads, R: int, nb: int, bt: int,
 """
 
     loop = ow_loop(f"0, {g.KH}")
-    if pads[0] or pads[2]:   # rows with every kernel row inside keep constants (unrolled kh)
+    if g.pad_t or g.pad_b:   # rows with every kernel row inside keep constants (unrolled kh)
         loop = f"  if (nkh == {g.KH}) {{\n{loop}  }} else {{\n{ow_loop('kh0, nkh')}  }}\n"
     return text + f"""
 static void {name}(int64_t q, int64_t gi, float *out, const float *x, const float *w) {{
   const int64_t n = q / {g.OH}, oh = q % {g.OH};
-{_kernel_rows(g, pads)}
-  const float *xr = x + r0 * {g.W * g.C};   /* the first kernel row's input row */
+{_kernel_rows(g)}
+  const float *xr = x + r0 * {g.IW * g.C};   /* the first kernel row's input row */
   float *oq = out + q * {g.OW * g.C};
   const int64_t b0 = gi * {bt}, b1 = b0 + {bt} < {full} ? b0 + {bt} : {full};
   (void)b0; (void)b1;
@@ -359,17 +345,17 @@ static void {name}(int64_t q, int64_t gi, float *out, const float *x, const floa
 """
 
 
-def _kernel_rows(g: DwGeom, pads: Pads) -> str:
+def _kernel_rows(g: DwGeom) -> str:
     """C: the kernel rows [kh0, kh0 + nkh) output row ``oh`` of image ``n`` reads inside the
     input (with vertical padding), and the input row ``r0`` (of n·H) of kernel row kh0."""
-    if pads[0] == pads[2] == 0:   # every kernel row inside: no kh0, nkh
-        return f"  const int64_t r0 = n * {g.H} + oh * {g.SH};"
-    return f"""  const int64_t ih0 = oh * {g.SH} - {pads[0]};   /* kernel row 0's input row */
+    if g.pad_t == g.pad_b == 0:   # every kernel row inside: no kh0, nkh
+        return f"  const int64_t r0 = n * {g.IH} + oh * {g.SH};"
+    return f"""  const int64_t ih0 = oh * {g.SH} - {g.pad_t};   /* kernel row 0's input row */
   const int64_t kh0 = ih0 >= 0 ? 0 : (-ih0 + {g.DH - 1}) / {g.DH};
-  int64_t kh1 = {g.H} - ih0 > 0 ? ({g.H} - ih0 + {g.DH - 1}) / {g.DH} : 0;
+  int64_t kh1 = {g.IH} - ih0 > 0 ? ({g.IH} - ih0 + {g.DH - 1}) / {g.DH} : 0;
   if (kh1 > {g.KH}) kh1 = {g.KH};
   const int64_t nkh = kh1 > kh0 ? kh1 - kh0 : 0;
-  const int64_t r0 = nkh > 0 ? n * {g.H} + ih0 + kh0 * {g.DH} : 0;"""
+  const int64_t r0 = nkh > 0 ? n * {g.IH} + ih0 + kh0 * {g.DH} : 0;"""
 
 
 def candidates(g: DwGeom, threads: int, k: int) -> list[DwTiling]:
@@ -403,15 +389,14 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     """The kernel of a group whose master is a depthwise ConvNHWC (see ``applicable``);
     with a Roller context and K > 1, the fastest measured of the top-K tilings."""
     m = body.nodes[0]
-    g, w_hwio, pads = geometry(m)
+    g, w_hwio = conv_geometry(m)
     ctx = threads if isinstance(threads, RollerContext) else None
     nthreads = ctx.units if ctx is not None else int(threads)  # type: ignore[arg-type]
     t = tiling if tiling is not None else default_tiling(g, nthreads)
     if tiling is None and ctx is not None and ctx.topk > 1:
         cands = candidates(g, nthreads, ctx.topk)
         if len(cands) > 1:
-            padded = f":pads={list(pads)}" if any(pads) else ""
-            t = ctx.pick(f"depthwise:{g}{padded}:units={nthreads}", cands,
+            t = ctx.pick(f"depthwise:{g}:units={nthreads}", cands,
                          lambda c: build_depthwise(name, body, nthreads, c))
     if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
         raise ValueError(f"depthwise tiling {t} has a non-positive size")
@@ -422,10 +407,10 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     reg = register_epilogue(body, m, g.C) if len(body.nodes) > 1 else None
     packed = pack_weights(w_hwio, nb, reg.consts if reg else [])
     # named by what its text depends on, so kernels of one shape share one function
-    key = (g, R, nb, bt, reg.exprs if reg else None) + ((pads,) if any(pads) else ())
+    key = (g, R, nb, bt, reg.key if reg else None)
     fn = "em_dw_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", g.P * g.C)
-    x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
+    x_buf = Buffer(f"{name}_x", g.N * g.IH * g.IW * g.C)
     w_buf = Buffer(f"{name}_w", packed.size)
     args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(m.inputs[0])), (w_buf, packed)]
     task, rbv, gv, q = Var("task"), Var("rb"), Var("gi"), Var("q")
@@ -436,13 +421,14 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     loop: Stmt = For(q, q0, Bin("min", Const(rows), Bin("-", Const(g.rows), q0)), seq(*row))
     loop = Let(rbv, Bin("//", task, Const(ng)), Let(gv, Bin("%", task, Const(ng)), loop))
     stmt = For(task, T0, Bin("-", T1, T0), loop, ForKind.SERIAL)
-    support = {fn: _row_fn(fn, g, pads, R, nb, bt, reg)}
+    support = {fn: _row_fn(fn, g, R, nb, bt, reg)}
     if g.C % nb:
         support["part"] = PART_HELPERS
     if reg is not None:
         support["epi"] = EPI_HELPERS
     flops = 2 * g.N * g.OH * g.OW * g.C * g.KH * g.KW
-    doc = (f"{body.name}: depthwise N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
+    pads = (g.pad_t, g.pad_l, g.pad_b, g.pad_r)
+    doc = (f"{body.name}: depthwise N={g.N} {g.IH}x{g.IW}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={'x'.join(map(str, pads))} "
            f"tile R={R} NB={nb} "
            f"rTask {rows} rows x {bt * nb} channels, epilogue={_epi_kind(body, reg)}")

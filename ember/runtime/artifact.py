@@ -252,7 +252,7 @@ def _read(source: Path | io.BytesIO, path: Path) -> Artifact:
         raise ArtifactError(f"{path} is not an ember artifact (not a zip archive: {e})") from e
     with zf:
         missing = [m for m in _REQUIRED if m not in zf.namelist()]
-        if missing and META in zf.namelist() and _kind(zf) == "vm":
+        if missing and _kind(zf) == "vm":   # None without (readable) metadata
             raise ArtifactError(f"{path} holds a model that runs on the VM; load it with "
                                 "ember.load")
         if missing:

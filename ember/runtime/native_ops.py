@@ -224,7 +224,7 @@ int64_t ember_nonzero(const uint8_t *x, int64_t n, int64_t elem, int kind, int r
 }
 """
 
-@functools.cache   # the typed function, built and typed on the first call only
+@functools.cache   # native_function caches the function; this skips the argtypes list per call
 def _kernel() -> Any:
     return native_function(SOURCE, "ember_nonzero", ctypes.c_int64, [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,

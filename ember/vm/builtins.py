@@ -244,8 +244,12 @@ def is_negative(args: Sequence[Any]) -> None:
 
 
 def seq_len(args: Sequence[Any]) -> None:
-    """``(list, out)``: the number of elements of a sequence."""
-    args[1][...] = len(forward(args[0]))
+    """``(list, out)``: the number of elements of a sequence (its cells counted, no list of
+    them built)."""
+    n, lst = 0, args[0]
+    while isinstance(lst, ADT) and lst.fields:
+        n, lst = n + 1, lst.fields[1]
+    args[1][...] = n
 
 
 def seq_pos(end_ok: bool) -> PackedFunc:

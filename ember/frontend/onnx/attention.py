@@ -298,6 +298,14 @@ def _masked_rows(ctx: Ctx, bias: Value | None) -> Value | None:
 
 
 # --------------------------------------------------------------------------- Attention
+def softmax_keys(ctx: Ctx, s: Value) -> Value:
+    """Softmax over the keys (the last axis); a float16 one in the reference's steps
+    (``softmax_half``)."""
+    if s.type.dtype.name == "float16":
+        return softmax_half(ctx, s)
+    return ctx.add1("Softmax", [s], {"axis": -1})
+
+
 def softmax_half(ctx: Ctx, s: Value) -> Value:
     """Float16 softmax in the steps of the ONNX reference, each rounded to float16: exp(s -
     max), its row sum (accumulated in float32), the quotient. (One float32 softmax rounded
@@ -321,10 +329,7 @@ def _softmax(ctx: Ctx, s: Value, attrs: Attrs) -> Value:
         if not dt.is_float:
             raise ModelError(f"softmax_precision {dt.name} is not a float type")
     x = s if dt == s.type.dtype else ctx.add1("Cast", [s], {"to": dt.name})
-    if dt.name == "float16":
-        p = softmax_half(ctx, x)
-    else:
-        p = ctx.add1("Softmax", [x], {"axis": -1})
+    p = softmax_keys(ctx, x)
     return p if dt == s.type.dtype else ctx.add1("Cast", [p], {"to": s.type.dtype.name})
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from ember.errors import ModelError, UnsupportedOpError
-from ember.frontend.onnx.attention import i64, softmax_half
+from ember.frontend.onnx.attention import i64, softmax_keys
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.ir.graph import Value
 from ember.support import dtypes
@@ -131,14 +131,6 @@ def _regroup(ctx: Ctx, x: Value, g: _Geo, grouped: bool) -> Value:
     return ctx.add1("Reshape", [x, i64(ctx, shape)])
 
 
-def _softmax(ctx: Ctx, s: Value) -> Value:
-    """Softmax over the keys; float16 in the reference's steps, each rounded to float16 (the
-    row sum accumulated in float32)."""
-    if s.type.dtype.name != "float16":
-        return ctx.add1("Softmax", [s], {"axis": -1})
-    return softmax_half(ctx, s)
-
-
 @converter("FlexAttention", since=1)
 def flex_attention(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     """Y [B, Hq, L, Ev] (see the module docstring)."""
@@ -155,7 +147,7 @@ def flex_attention(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         s = _regroup(ctx, s, g, grouped=False)
     if score_mod is not None:
         s = _modified(ctx, score_mod, s, "score_mod")
-    p = _softmax(ctx, s)
+    p = softmax_keys(ctx, s)
     if prob_mod is not None:
         p = _modified(ctx, prob_mod, p, "prob_mod")
     if mods:

@@ -354,6 +354,7 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> Non
             if not ctx.specialize:
                 raise
             del ctx.graph.nodes[first:]
+            ctx.begin(node, name)   # the Specialize node takes the node's own name
             converted = specialize.specialize_node(ctx, node, ins, attrs, e)
         outs = symbolic.propagate(ctx, node.op_type, ins, attrs, converted, first)
     except RuntimeOperandError as e:

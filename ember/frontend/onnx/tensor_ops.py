@@ -260,7 +260,7 @@ def _resize_roi(ctx: Ctx, x: Value, roi: Value | None, axes: list[int] | None) -
     reference's coordinate arithmetic takes them) from the roi input, which holds them for
     ``axes`` (default all); the other axes get [0, 1]."""
     r = x.type.rank
-    axes = list(range(r)) if axes is None else [a % r for a in axes]
+    axes = list(range(r)) if axes is None else axes   # negative ones: ``_begins_ends``
     arr = ctx.const_array(roi, "roi")
     if arr is None or arr.size != 2 * len(axes):
         got = "none" if arr is None else f"{arr.size} entries"
@@ -271,8 +271,8 @@ def _resize_roi(ctx: Ctx, x: Value, roi: Value | None, axes: list[int] | None) -
 
 
 def _begins_ends(vals: list, axes: list[int], r: int, begin: float, end: float) -> list:
-    """Per-axis ``vals`` (begins for ``axes``, then ends) over all ``r`` axes (begins, then
-    ends), the others ``begin`` / ``end``."""
+    """Per-axis ``vals`` (begins for ``axes``, negative ones counted from the end, then
+    ends) over all ``r`` axes (begins, then ends), the others ``begin`` / ``end``."""
     full = [begin] * r + [end] * r
     for i, a in enumerate(axes):
         full[a % r], full[a % r + r] = vals[i], vals[i + len(axes)]

@@ -2,10 +2,11 @@
 
 ``ConvNHWC``: x N,H,W,C, w KH,KW,C/g,OC (HWIO), optional bias OC; attrs strides, dilations,
 group and optional ``pads`` [top, left, bottom, right] of zeros around the input (the layout
-pass sets them only on depthwise convolutions, whose kernel reads the border itself; a dense
-convolution's padding is an explicit Pad node before it). ``MaxPoolNHWC`` / ``AveragePoolNHWC``: the
-ONNX pools with the channel axis last. ``Fused``: a fused group (TVM's primitive function) whose
-``body`` attribute is a Graph; its type relation and reference come from the body.
+pass sets them where the kernel reads the border itself, ``layout_nhwc._reads_border``:
+depthwise, or 16 or more channels per group; otherwise a Pad node comes before the conv).
+``MaxPoolNHWC`` / ``AveragePoolNHWC``: the ONNX pools with the channel axis last. ``Fused``: a
+fused group (TVM's primitive function) whose ``body`` attribute is a Graph; its type relation
+and reference come from the body.
 """
 
 from __future__ import annotations
