@@ -13,6 +13,7 @@ from ember.kernel import (
     pool_nhwc,
     scatter,
     softmax,
+    transpose,
     window,
 )
 from ember.kernel.base import Kernel
@@ -33,6 +34,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return lstm.build_lstm_step(name, body)
     if concat.applicable(body):
         return concat.build_concat(name, body, threads)
+    if transpose.applicable(body):
+        return transpose.build_transpose(name, body, threads)
     if layernorm.applicable(body):
         return layernorm.build_layernorm(name, body)
     if scatter.applicable(body):

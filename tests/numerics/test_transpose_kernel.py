@@ -1,0 +1,131 @@
+"""The Transpose kernel (``kernel/transpose.py``): any permutation that swaps two adjacent axis
+groups, with size-1 axes anywhere, any item size, few and many rows, the 16 x 16 register path,
+runs of several items, and a constant Pad of the transposed B axes; other permutations keep
+the element-wise kernel."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+import ember
+from ember import driver
+from ember.ir.graph import Graph
+from ember.kernel import transpose
+from tests.modelkit import make_model
+
+DTYPES = [np.float32, np.int64, np.uint8, np.float16, np.int32]
+
+
+def _run(x: np.ndarray, perm: list[int], pads: list[int] | None = None, value: float = 0.0
+         ) -> tuple[np.ndarray, list[str]]:
+    nodes = [helper.make_node("Transpose", ["x"], ["t" if pads else "y"], perm=perm)]
+    inits = {}
+    if pads is not None:
+        inits = {"pads": np.array(pads, np.int64), "v": np.array(value, x.dtype)}
+        nodes.append(helper.make_node("Pad", ["t", "pads", "v"], ["y"], mode="constant"))
+    model = make_model(nodes, {"x": x}, inits, ["y"])
+    docs = [k.doc for k in driver.build(model, num_threads=2).kernels]
+    return ember.compile(model, num_threads=2)(x=x), docs
+
+
+def _swaps(rank: int) -> list[list[int]]:
+    """Every permutation [0..b) + [j..k) + [b..j) + [k..n)."""
+    out = []
+    for b, j, k in itertools.combinations(range(rank + 1), 3):
+        out.append(list(range(b)) + list(range(j, k)) + list(range(b, j)) + list(range(k, rank)))
+    return out
+
+
+def _draw(data: st.DataObject, shape: list[int], dtype: type) -> np.ndarray:
+    seed = data.draw(st.integers(0, 2**31 - 1))
+    return (np.random.default_rng(seed).standard_normal(shape) * 50).astype(dtype)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_transpose_swaps_axis_groups(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(2, 5))
+    perm = data.draw(st.sampled_from(_swaps(rank)))
+    shape = data.draw(st.lists(st.sampled_from([1, 2, 3, 5, 17, 33]), min_size=rank,
+                               max_size=rank))
+    dtype = data.draw(st.sampled_from(DTYPES))
+    x = _draw(data, shape, dtype)
+    got, docs = _run(x, perm)
+    np.testing.assert_array_equal(got, np.transpose(x, perm))
+    moved = [a for a in perm if shape[a] != 1]    # the axes that move data
+    if moved != sorted(moved):
+        assert any("transpose [" in d for d in docs), docs
+
+
+@pytest.mark.parametrize("shape,perm", [
+    ((1, 3, 224, 224), [0, 2, 3, 1]),     # an image's input transpose (A = 3)
+    ((2, 64, 9, 11), [0, 2, 3, 1]),       # 16 x 16 register blocks and their edges
+    ((1, 40, 7, 7), [0, 2, 3, 1]),
+    ((1, 7, 7, 40), [0, 3, 1, 2]),        # NHWC -> NCHW
+    ((1, 128, 12, 64), [0, 2, 1, 3]),     # BERT's head split (runs of 64)
+    ((3, 5, 7), [2, 0, 1]),
+])
+def test_transpose_shapes(shape: tuple[int, ...], perm: list[int]) -> None:
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    got, docs = _run(x, perm)
+    np.testing.assert_array_equal(got, np.transpose(x, perm))
+    assert any("transpose [" in d for d in docs), docs
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_transpose_then_pad(data: st.DataObject) -> None:
+    """NCHW -> NHWC with the spatial axes padded (the stem conv's border), any channels."""
+    c = data.draw(st.sampled_from([1, 3, 16, 20]))
+    h, w = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 40))
+    p = [data.draw(st.integers(0, 3)) for _ in range(4)]
+    value = data.draw(st.sampled_from([0.0, -1.5]))
+    x = _draw(data, [2, c, h, w], np.float32)
+    pads = [0, p[0], p[1], 0, 0, p[2], p[3], 0]
+    got, docs = _run(x, [0, 2, 3, 1], pads, value)
+    want = np.pad(np.transpose(x, [0, 2, 3, 1]), [(0, 0), (p[0], p[2]), (p[1], p[3]), (0, 0)],
+                  constant_values=value)
+    np.testing.assert_array_equal(got, want)
+    if c > 1 and h * w > 1:     # else the transpose moves nothing (a reshape)
+        assert any("transpose [" in d for d in docs), docs
+
+
+def test_transpose_then_pad_three_axes() -> None:
+    """NCDHW -> NDHWC with D, H and W padded: the row's input offset over two outer axes."""
+    x = np.random.default_rng(3).standard_normal((1, 5, 3, 4, 6)).astype(np.float32)
+    pads = [0, 1, 2, 0, 0, 0, 2, 1, 1, 0]
+    got, docs = _run(x, [0, 2, 3, 4, 1], pads)
+    want = np.pad(np.transpose(x, [0, 2, 3, 4, 1]), [(0, 0), (1, 2), (2, 1), (0, 1), (0, 0)])
+    np.testing.assert_array_equal(got, want)
+    assert any("padded [1, 2, 0]/[2, 1, 1]" in d for d in docs), docs
+
+
+def test_pad_of_other_axes_and_other_perms_keep_the_elementwise_kernel() -> None:
+    x = np.random.default_rng(2).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    got, docs = _run(x, [0, 2, 3, 1], [0, 0, 0, 1, 0, 0, 0, 1])   # pads the channels
+    np.testing.assert_array_equal(got, np.pad(np.transpose(x, [0, 2, 3, 1]),
+                                              [(0, 0), (0, 0), (0, 0), (1, 1)]))
+    assert not any("transpose [" in d for d in docs), docs
+    got, docs = _run(x, [3, 1, 0, 2])                              # not two groups swapped
+    np.testing.assert_array_equal(got, np.transpose(x, [3, 1, 0, 2]))
+    assert not any("transpose [" in d for d in docs), docs
+
+
+def test_layout_and_tasks() -> None:
+    """The decomposition of an image's transpose + pad, and its rows split into tasks."""
+    x = np.zeros((1, 3, 224, 224), np.float32)
+    model = make_model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+                        helper.make_node("Pad", ["t", "p"], ["y"], mode="constant")],
+                       {"x": x}, {"p": np.array([0, 3, 3, 0, 0, 3, 3, 0], np.int64)}, ["y"])
+    ks = driver.build(model, num_threads=2).kernels
+    assert len(ks) == 1 and "padded [3, 3]/[3, 3]" in ks[0].doc
+    body: Graph = next(iter(driver.build(model, num_threads=2).graph.nodes)).attrs["body"]
+    lay = transpose.layout(body)
+    assert lay == transpose.Layout(1, 3, (224, 224), 1, 4, (3, 3), (3, 3))
+    assert lay.rows == 230 and lay.width == 230 and ks[0].ntasks >= 2
