@@ -3,7 +3,10 @@
 Pre: a typed graph. Post: no Identity / Dropout nodes (their outputs are their inputs unless
 the value is a graph output); ``Gemm`` with a constant B becomes ``MatMul`` (+ ``Add`` for C and
 ``Mul`` for alpha) so all dense products take one kernel path; 2-D ``MatMul`` stays as is;
-a ``Split`` with static shapes becomes one ``Slice`` per output (a kernel writes one tensor).
+a ``Split`` with static shapes becomes one ``Slice`` per output (a kernel writes one tensor);
+a ``Concat`` takes the inputs of a ``Concat`` input along the same axis that nothing else uses
+(Inception-v3's branch of two concatenated convs inside its block's concat), so one copy
+kernel writes the whole output; the inner one is left dead for ``dce``.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from ember.ir.types import TensorType
 
 def run(g: Graph) -> Graph:
     outputs = {v.uid for v in g.outputs}
+    users = g.users()
     keep: list[Node] = []
     for n in g.nodes:
+        if n.op == "Concat":
+            _flatten_concat(n, users, outputs)
         if n.op in ("Identity", "Dropout") and n.inputs[0] is not None \
                 and n.outputs[0].uid not in outputs:
             g.replace_uses(n.outputs[0], n.inputs[0])
@@ -32,6 +38,20 @@ def run(g: Graph) -> Graph:
         keep.append(n)
     g.nodes = keep
     return g
+
+
+def _flatten_concat(n: Node, users: dict[Value, list[Node]], outputs: set[int]) -> None:
+    rank = n.output.type.rank
+    axis = n.attrs.get("axis", 0) % rank
+    flat: list[Value | None] = []
+    for v in n.inputs:
+        p = v.producer if v is not None else None
+        if (p is not None and p.op == "Concat" and v.uid not in outputs
+                and len(users.get(v, [])) == 1 and p.attrs.get("axis", 0) % rank == axis):
+            flat += p.inputs
+        else:
+            flat.append(v)
+    n.inputs = flat
 
 
 def _split_to_slices(n: Node) -> list[Node]:

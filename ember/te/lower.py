@@ -5,7 +5,10 @@ placeholders (bound to buffers). At most one producer (or the output itself) is 
 read by the consumers at exactly the output's indices (an epilogue).
 Post: a ``LoopNest`` over the output's spatial axes. A reduction is lowered with a cache-written
 accumulator: ``acc[T]`` over the innermost output axis tile (vectorizable), the reduction loops
-outside the tile loop, and the epilogue applied when the accumulator is stored. An arg
+outside the tile loop, and the epilogue applied when the accumulator is stored. An innermost
+axis longer than ``TILE_SPLIT`` is cut into tiles (a divisor of it), each its own output
+point: a global pool over NHWC (``[1, 7, 7, 2048] -> 2048``) runs 8 vectorized tiles, not
+2048 scalar sums down a 8 KB stride. An arg
 reduction (argmax / argmin) keeps a second accumulator, the extreme value beside its position.
 """
 
@@ -40,6 +43,7 @@ from ember.support.dtypes import is_float_name
 from ember.te.tensor import ARG_COMBINERS, ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead
 
 MAX_TILE = 1024
+TILE_SPLIT = 256   # the longest accumulator tile an innermost axis is cut into
 
 
 def flat_index(shape: tuple[Extent, ...], idx: tuple[Expr, ...]) -> Expr:
@@ -164,9 +168,19 @@ def _lane_split(rop: Reduce) -> bool:
 
 
 def _reduction_tile(output: Tensor) -> int:
-    """How many output elements along the innermost axis share one accumulator tile."""
+    """How many output elements along the innermost axis share one accumulator tile: the
+    whole axis up to ``TILE_SPLIT``, else its largest divisor of at most that many (a multiple
+    of 16 if one exists), else the whole axis up to ``MAX_TILE``; 1 when none fits."""
     inner_n = static_value(output.shape[-1]) if output.shape else 1
-    return inner_n if inner_n is not None and 1 < inner_n <= MAX_TILE else 1
+    if inner_n is None or inner_n <= 1:
+        return 1
+    if inner_n <= TILE_SPLIT:
+        return inner_n
+    divs = [d for d in range(TILE_SPLIT, 15, -1) if inner_n % d == 0]
+    best = next((d for d in divs if d % 16 == 0), divs[0] if divs else None)
+    if best is not None:
+        return best
+    return inner_n if inner_n <= MAX_TILE else 1
 
 
 _COMBINE = {"sum": lambda a, b: Bin("+", a, b), "prod": lambda a, b: Bin("*", a, b),
@@ -187,11 +201,18 @@ def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]
     raxes = red.op.axes
     acc = Buffer(f"acc_{red.name}", tile, red.dtype, Scope.LOCAL)
     t = Var("t")
+    shape = list(output.shape)
     if tile > 1:
-        spatial = axes[:-1]
+        spatial, shape = axes[:-1], shape[:-1]
         acc_idx: Expr = t
-        sub: dict[Var, Expr] = {axes[-1]: t}
-        rsub: dict[Var, Expr] = {raxes[-1]: t}
+        pos: Expr = t
+        n = static_value(output.shape[-1])
+        if n is not None and tile != n:     # the axis cut into tiles: one loop over them
+            tv = Var(f"{axes[-1].name}_tile")
+            spatial, shape = [*spatial, tv], [*shape, n // tile]
+            pos = Bin("+", Bin("*", tv, Const(tile)), t)
+        sub: dict[Var, Expr] = {axes[-1]: pos}
+        rsub: dict[Var, Expr] = {raxes[-1]: pos}
     else:
         spatial = axes
         acc_idx = Const(0)
@@ -222,7 +243,7 @@ def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]
     body: Stmt = seq(init, update, fin)
     for b in locals_:
         body = Alloc(b, body)
-    return LoopNest([Loop(v, n) for v, n in zip(spatial, output.shape)], body)
+    return LoopNest([Loop(v, n) for v, n in zip(spatial, shape, strict=True)], body)
 
 
 def _arg_steps(rop: Reduce, pos: Buffer, best: Buffer, at: Expr, value: Expr,

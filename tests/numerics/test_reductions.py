@@ -57,3 +57,37 @@ def test_contiguous_reduction_is_lane_split_and_vectorized() -> None:
     body = src[src.index("static void em_kernel0"):]
     assert "acc_" in body and "[16]" in body
     assert body.count("#pragma omp simd") >= 2      # the init and the main lane loop
+
+
+TILED = [  # reductions over outer axes whose kept innermost axis is long (``_reduction_tile``)
+    ("ReduceMean", (1, 7, 7, 2048), [1, 2], 1),    # a global pool over NHWC: tiles of 256
+    ("ReduceSum", (1, 256, 3136), [1], 1),          # tiles of 224
+    ("ReduceMax", (3, 1000), [0], 0),               # 1000: tiles of 250 (no multiple of 16)
+    ("ReduceMin", (2, 5, 1031), [1], 0),            # prime > MAX_TILE: one element at a time
+    ("ReduceL2", (4, 997), [0], 1),                 # prime <= MAX_TILE: one tile of 997
+]
+
+
+@pytest.mark.parametrize("op,shape,axes,keepdims", TILED)
+def test_tiled_reduction_matches_onnxruntime(op, shape, axes, keepdims) -> None:
+    test_lane_split_reduction_matches_onnxruntime(op, shape, axes, keepdims)
+
+
+def test_long_kept_axis_is_cut_into_tiles() -> None:
+    """[1, 7, 7, 2048] -> 2048: 8 rTasks of a 256-wide vectorized accumulator."""
+    comp = driver.build(model("ReduceMean", (1, 7, 7, 2048), [1, 2], 1), num_threads=2)
+    assert [k.ntasks for k in comp.kernels] == [8]
+    body = comp.source[comp.source.index("static void em_kernel0"):]
+    assert "[256]" in body and "#pragma omp simd" in body
+
+
+def test_arg_reduction_over_tiles() -> None:
+    x = np.random.default_rng(5).standard_normal((6, 2048)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("ArgMax", ["x"], ["y"], axis=0, keepdims=0)], "argmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    np.testing.assert_array_equal(ember.compile(m, num_threads=2).run({"x": x})["y"],
+                                  np.argmax(x, axis=0))

@@ -123,6 +123,31 @@ def test_canonicalize_gemm_to_matmul() -> None:
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
 
 
+def test_canonicalize_flattens_nested_concats() -> None:
+    """A Concat takes the inputs of a Concat input along its axis that nothing else reads;
+    one read elsewhere, or along another axis, stays."""
+    a, b, c = (Value(TensorType((2, k, 3)), n) for k, n in ((1, "a"), (2, "b"), (3, "c")))
+    g = Graph([a, b, c])
+    inner = g.add("Concat", [a, b], {"axis": 1})
+    deep = g.add("Concat", [inner.output, c], {"axis": -2})
+    top = g.add("Concat", [c, deep.output], {"axis": 1})
+    side = g.add("Concat", [a, b], {"axis": 1})
+    other = g.add("Concat", [side.output, c], {"axis": 2})   # another axis: kept
+    used = g.add("Concat", [a, c], {"axis": 1})
+    g.add("Concat", [used.output, b], {"axis": 1})
+    g.outputs = [top.output, other.output, used.output, g.nodes[-1].output]
+    feeds = {"a": f32(2, 1, 3), "b": f32(2, 2, 3), "c": f32(2, 3, 3)}
+    want = run_graph(g, feeds)
+    canonicalize.run(g)
+    dce.run(g)
+    verify(g)
+    assert structure(g) == [
+        "Concat(%in2, %in0, %in1, %in2)", "Concat(%in0, %in1)", "Concat(#1, %in2)",
+        "Concat(%in0, %in2)", "Concat(#3, %in1)"]
+    for got, w in zip(run_graph(g, feeds), want, strict=True):
+        np.testing.assert_array_equal(got, w)
+
+
 def _to_nhwc(g: Graph) -> None:
     """The layout pass and the clean-up after it, then the IR verifier."""
     layout_nhwc.run(g)
