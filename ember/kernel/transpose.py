@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.kernel import transpose_tile
@@ -32,6 +33,7 @@ from ember.loops.transform import format_stmt
 TASK_BYTES = 32 * 1024
 BLOCK = 16           # A at or above this: 16 x 16 register transposes
 PIECE = 128          # the fewest pixels of a row one task stores (runs of 512 bytes and more)
+PIECE_BYTES = 4096   # with runs of R > 1 items: the fewest bytes of a row one task stores
 RUN_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 
 
@@ -88,7 +90,8 @@ def layout(body: Graph) -> Layout | None:
     t = nodes[0]
     x = t.inputs[0]
     pad = nodes[1] if len(nodes) == 2 else None
-    if x is None or not x.type.is_static or not t.output.type.is_static:
+    if (x is None or x.is_const or not any(x is v for v in body.inputs)
+            or not x.type.is_static or not t.output.type.is_static):
         return None
     item = x.type.dtype.itemsize
     shape = [int(d) for d in x.type.shape]
@@ -124,35 +127,45 @@ def _pads(pad: Node | None, t: Node, perm: list[int]
     if pad is None:
         return [0] * n, [0] * n, 0.0
     pads = pad.attrs.get("pads")
-    if (pad.inputs[0] is not t.output or pad.attrs.get("mode", "constant") != "constant"
+    if (pad.op != "Pad" or pad.inputs[0] is not t.output
+            or pad.attrs.get("mode", "constant") != "constant"
             or pads is None or len(pads) != 2 * n or min(pads) < 0
             or pad.output.type.dtype.name not in ("float32", "float64")):
         return None
     lo, hi = [0] * n, [0] * n
     for o, a in enumerate(perm):          # output axis o holds input axis a
         lo[a], hi[a] = int(pads[o]), int(pads[o + n])
-    return lo, hi, float(pad.attrs.get("value", 0.0) or 0.0)
+    value = pad.attrs.get("value")
+    return lo, hi, 0.0 if value is None else float(value)
 
 
 def applicable(body: Graph) -> bool:
+    """A group this kernel runs: a Transpose of a group input that swaps two axis groups,
+    static shapes, maybe a constant float Pad of the moved-to-middle axes after it."""
     return layout(body) is not None
 
 
-def _ctype(L: Layout, dtype: str) -> str:
-    if L.value != 0.0:
-        return "double" if dtype == "float64" else "float"
-    return RUN_TYPES[L.item]
+def _ctype(dtype: str, item: int) -> str:
+    """The C element type: the float types for floats (``em_transpose_store`` reads floats),
+    an unsigned integer of the item's size otherwise (values are only moved)."""
+    return {"float32": "float", "float64": "double"}.get(dtype, RUN_TYPES[item])
 
 
-def _fill(L: Layout, dtype: str) -> str:
-    if L.value == 0.0:
+def _fill(value: float, dtype: str) -> str:
+    """A C literal of the Pad value in ``dtype`` (a float type; integers are never padded)."""
+    if dtype not in ("float32", "float64"):
         return "0"
-    if dtype == "float64":
-        return f"{L.value.hex()}"
-    return f"{struct.unpack('f', struct.pack('f', L.value))[0].hex()}f"
+    f = "f" if dtype == "float32" else ""
+    with np.errstate(over="ignore"):     # a value past float32's range is its infinity
+        v = float(np.asarray(value, dtype))
+    if math.isnan(v):
+        return f'__builtin_nan{f}("")'
+    if math.isinf(v):
+        return f"{'-' if v < 0 else ''}__builtin_inf{f}()"
+    return v.hex() + f
 
 
-def _row_body(L: Layout, ty: str, fill: str) -> str:
+def _row_body(L: Layout, fill: str, block: bool) -> str:
     """C: output columns ``[c0, c1)`` of the row at ``o`` from the input pixels at ``s``
     (``s[a·AS + w]`` is pixel ``w``'s item of ``a``; its padding stored too)."""
     P, A, R, lo, W = L.pixel, L.A, L.R, L.lo[-1], L.B[-1]
@@ -165,20 +178,21 @@ def _row_body(L: Layout, ty: str, fill: str) -> str:
         lines.append(f"    for (int64_t w = w0; w < w1; ++w) for (int64_t a = 0; a < {A}; ++a) "
                      f"__builtin_memcpy(o + (w * {A} + a) * {R}, s + a * {AS} + (w - {lo}) * {R}, "
                      f"{R * L.item});")
-    elif A >= BLOCK and L.item == 4:
+    elif block:
         # 16 input rows at a time: 16 read streams along the row, not A of them
         lines.append(f"    if (w1 > w0) for (int64_t p = 0; p < {A}; p += 16) em_transpose_store("
                      f"(const float *)(s + p * {AS} + w0 - {lo}), {AS}, "
                      f"(float *)(o + w0 * {A} + p), 0, {A}, {A} - p < 16 ? {A} - p : 16, w1 - w0);")
     else:
-        lines.append(f"    for (int64_t w = w0; w < w1; ++w) for (int a = 0; a < {A}; ++a) "
+        lines.append(f"    for (int64_t w = w0; w < w1; ++w) for (int64_t a = 0; a < {A}; ++a) "
                      f"o[w * {A} + a] = s[a * {AS} + w - {lo}];")
     lines.append(f"    for (int64_t i = (c0 > {lo + W} ? c0 : {lo + W}) * {P}; i < c1 * {P}; ++i) "
                  f"o[i] = {fill};")
     return "\n".join(lines)
 
 
-def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int) -> str:
+def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int,
+            block: bool) -> str:
     """C: task q's output rows (``rows_per`` whole rows, or one ``per_row``-th of a row)."""
     outer = [b + lo + hi for b, lo, hi in zip(L.B[:-1], L.lo[:-1], L.hi[:-1])]
     # decode an output row into t and the padded outer B indices; the input pixel row
@@ -200,37 +214,40 @@ def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int)
     lines += [f"    if (!inside) {{ for (int64_t i = c0 * {L.pixel}; i < c1 * {L.pixel}; ++i) "
               f"o[i] = {fill}; continue; }}",
               f"    const {ty} *s = in + rest * {L.A * math.prod(L.B) * L.R} + src * {L.R};",
-              _row_body(L, ty, fill), "  }", "}"]
+              _row_body(L, fill, block), "  }", "}"]
     return "\n".join(lines) + "\n"
 
 
 def build_transpose(name: str, body: Graph, threads: int) -> Kernel:
+    """The kernel of an ``applicable`` group: one rTask per ``TASK_BYTES`` of output (at least
+    one per unit), whole output rows or, with few rows, pieces of a row."""
     L = layout(body)
-    assert L is not None
-    out_v = body.nodes[-1].output
-    dtype = out_v.type.dtype.name
-    ty, fill = _ctype(L, dtype), _fill(L, dtype)
-    row_bytes = L.width * L.pixel * L.item
-    want = max(threads, -(-L.rows * row_bytes // TASK_BYTES))
-    if L.rows >= want:        # whole rows per task
-        per_row, rows_per = 1, -(-L.rows // want)
-    else:                     # rows split into column pieces (PIECE pixels at least)
-        per_row, rows_per = max(1, min(-(-want // L.rows), -(-L.width // PIECE))), 1
-    ntasks = -(-L.rows // rows_per) * per_row
-    key = repr((L, ty, fill, per_row, rows_per))
-    fn = "em_transpose_" + hashlib.sha1(key.encode()).hexdigest()[:12]
-    helpers = {fn: _source(fn, L, ty, fill, per_row, rows_per)}
-    if L.R == 1 and L.A >= BLOCK and L.item == 4:
-        helpers = {transpose_tile.NAME: transpose_tile.C_SOURCE, **helpers}
+    assert L is not None, "build_transpose needs an applicable group"
     x = body.nodes[0].inputs[0]
     assert x is not None
-    n_out = L.rows * L.width * L.pixel
-    out = Buffer(f"{name}_out", n_out, dtype)
-    inp = Buffer(f"{name}_in", L.T * L.A * math.prod(L.B) * L.R, x.type.dtype.name)
+    dtype = x.type.dtype.name
+    ty, fill = _ctype(dtype, L.item), _fill(L.value, dtype)
+    block = L.R == 1 and L.A >= BLOCK and dtype == "float32"
+    row_bytes = L.width * L.pixel * L.item
+    want = max(threads, -(-L.rows * row_bytes // TASK_BYTES))
+    least = PIECE if L.R == 1 else max(1, PIECE_BYTES // (L.pixel * L.item))
+    if L.rows >= want:        # whole rows per task
+        per_row, rows_per = 1, -(-L.rows // want)
+    else:                     # rows split into column pieces (``least`` pixels at least)
+        per_row, rows_per = max(1, min(-(-want // L.rows), -(-L.width // least))), 1
+    ntasks = -(-L.rows // rows_per) * per_row
+    key = repr((L, ty, fill, per_row, rows_per, block))
+    fn = "em_transpose_" + hashlib.sha1(key.encode()).hexdigest()[:12]
+    helpers = {fn: _source(fn, L, ty, fill, per_row, rows_per, block)}
+    if block:
+        helpers = {transpose_tile.NAME: transpose_tile.C_SOURCE, **helpers}
+    out = Buffer(f"{name}_out", L.rows * L.width * L.pixel, dtype)
+    inp = Buffer(f"{name}_in", L.T * L.A * math.prod(L.B) * L.R, dtype)
     task = Var("task")
     stmt = For(task, T0, Bin("-", T1, T0), Eval(fn, (task, out, inp)), ForKind.SERIAL)
     pad = f", padded {list(L.lo)}/{list(L.hi)}" if any(L.lo) or any(L.hi) else ""
     doc = (f"{body.name}: transpose [{L.T}, {L.A}, {'x'.join(map(str, L.B))}, {L.R}] -> "
            f"[T, B, A, R]{pad}, by rows")
-    return Kernel(name, stmt, ntasks, [(out, OUTPUT), (inp, body.inputs.index(x))], helpers, 0,
-                  doc, format_stmt(stmt))
+    index = next(i for i, v in enumerate(body.inputs) if v is x)
+    return Kernel(name, stmt, ntasks, [(out, OUTPUT), (inp, index)], helpers, 0, doc,
+                  format_stmt(stmt))

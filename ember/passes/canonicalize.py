@@ -40,7 +40,13 @@ def run(g: Graph) -> Graph:
     return g
 
 
+FLAT_CONCAT_MAX = 256   # inputs of a flattened Concat (the copy kernel's parameter bound)
+
+
 def _flatten_concat(n: Node, users: dict[Value, list[Node]], outputs: set[int]) -> None:
+    """``Concat(Concat(a, b), c)`` along one axis -> ``Concat(a, b, c)`` when the inner one
+    has no other reader and is no graph output; not when that would repeat an input (the
+    copy kernel takes distinct inputs) or exceed ``FLAT_CONCAT_MAX``."""
     rank = n.output.type.rank
     axis = n.attrs.get("axis", 0) % rank
     flat: list[Value | None] = []
@@ -51,7 +57,9 @@ def _flatten_concat(n: Node, users: dict[Value, list[Node]], outputs: set[int]) 
             flat += p.inputs
         else:
             flat.append(v)
-    n.inputs = flat
+    distinct = len({id(v) for v in flat}) == len(flat)
+    if len(flat) != len(n.inputs) and distinct and len(flat) <= FLAT_CONCAT_MAX:
+        n.inputs = flat
 
 
 def _split_to_slices(n: Node) -> list[Node]:

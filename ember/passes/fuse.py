@@ -7,7 +7,8 @@ input (``view_offset``). A group has one master (the most complex node), grows a
 single-consumer edges, and has exactly one output value.
 
 ``legal`` answers whether the kernel generators can compute the merged group correctly;
-``profitable`` whether it pays. Both must hold.
+``profitable`` whether it pays (not past ``MAX_GROUP`` nodes; a windowed reduction takes no
+transcendental producer, and a pool no Concat that the copy kernel would run). Both must hold.
 """
 
 from __future__ import annotations
@@ -116,6 +117,14 @@ def transposed_store(group: Group, n: Node) -> bool:
 POOLS = ("MaxPool", "AveragePool", "LpPool", "MaxPoolNHWC", "AveragePoolNHWC")
 
 
+def _copies_in_place(m: Node) -> bool:
+    """A Concat that ``kernel/concat.py`` runs as run copies: static shapes, distinct inputs
+    (else it stays element-wise, and fused into a pool it is no slower)."""
+    vals = [*m.inputs, m.output]
+    return (m.op == "Concat" and all(v is not None and v.type.is_static for v in vals)
+            and len({id(v) for v in m.inputs}) == len(m.inputs))
+
+
 def profitable(group: Group, n: Node) -> bool:
     if len(group.nodes) >= MAX_GROUP:
         return False
@@ -127,7 +136,7 @@ def profitable(group: Group, n: Node) -> bool:
     # a pool reading through a Concat selects the input per element and window tap; the
     # Concat's own kernel copies runs (SqueezeNet's 55x55x128: 23 µs, then a 30 µs pool,
     # where the fused pool took 74; a global pool, one read per element, stays fused)
-    if n.op in POOLS and any(m.op == "Concat" for m in group.nodes):
+    if n.op in POOLS and any(_copies_in_place(m) for m in group.nodes):
         return False
     return True
 

@@ -170,14 +170,17 @@ def _lane_split(rop: Reduce) -> bool:
 def _reduction_tile(output: Tensor) -> int:
     """How many output elements along the innermost axis share one accumulator tile: the
     whole axis up to ``TILE_SPLIT``, else its largest divisor of at most that many (a multiple
-    of 16 if one exists), else the whole axis up to ``MAX_TILE``; 1 when none fits."""
+    of 16 if one exists, else one of at least 64), else the whole axis up to ``MAX_TILE``;
+    1 when none fits."""
     inner_n = static_value(output.shape[-1]) if output.shape else 1
     if inner_n is None or inner_n <= 1:
         return 1
     if inner_n <= TILE_SPLIT:
         return inner_n
     divs = [d for d in range(TILE_SPLIT, 15, -1) if inner_n % d == 0]
-    best = next((d for d in divs if d % 16 == 0), divs[0] if divs else None)
+    best = next((d for d in divs if d % 16 == 0), None)
+    if best is None and divs and (divs[0] >= 64 or inner_n > MAX_TILE):
+        best = divs[0]    # 1000 -> 250; but 289 stays one tile, not 17 of 17
     if best is not None:
         return best
     return inner_n if inner_n <= MAX_TILE else 1

@@ -65,6 +65,7 @@ TILED = [  # reductions over outer axes whose kept innermost axis is long (``_re
     ("ReduceMax", (3, 1000), [0], 0),               # 1000: tiles of 250 (no multiple of 16)
     ("ReduceMin", (2, 5, 1031), [1], 0),            # prime > MAX_TILE: one element at a time
     ("ReduceL2", (4, 997), [0], 1),                 # prime <= MAX_TILE: one tile of 997
+    ("ReduceSum", (2, 3, 289), [1], 1),             # 289 = 17 x 17: one tile, not 17 of 17
 ]
 
 
@@ -91,3 +92,23 @@ def test_arg_reduction_over_tiles() -> None:
     m.ir_version = 8
     np.testing.assert_array_equal(ember.compile(m, num_threads=2).run({"x": x})["y"],
                                   np.argmax(x, axis=0))
+
+
+def test_tiled_reduction_epilogue_reads_along_the_tiles() -> None:
+    """A per-channel bias added after a global pool over NHWC: the epilogue's read of the
+    bias follows the tile index (2048 = 8 tiles of 256)."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 5, 5, 2048)).astype(np.float32)
+    bias = rng.standard_normal((1, 1, 1, 2048)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x", "axes"], ["r"], keepdims=1),
+         helper.make_node("Add", ["r", "bias"], ["y"])], "pool_bias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("axes", TensorProto.INT64, [2], [1, 2]),
+         helper.make_tensor("bias", TensorProto.FLOAT, list(bias.shape), bias.ravel())])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    got = ember.compile(m, num_threads=2).run({"x": x})["y"]
+    np.testing.assert_allclose(got, x.mean(axis=(1, 2), keepdims=True) + bias, rtol=1e-5,
+                               atol=1e-6)

@@ -19,7 +19,7 @@ from ember.ir.graph import Graph
 from ember.kernel import transpose
 from tests.modelkit import make_model
 
-DTYPES = [np.float32, np.int64, np.uint8, np.float16, np.int32]
+DTYPES = [np.float32, np.int64, np.uint8, np.float16, np.int32, np.bool_]
 
 
 def _run(x: np.ndarray, perm: list[int], pads: list[int] | None = None, value: float = 0.0
@@ -44,7 +44,8 @@ def _swaps(rank: int) -> list[list[int]]:
 
 def _draw(data: st.DataObject, shape: list[int], dtype: type) -> np.ndarray:
     seed = data.draw(st.integers(0, 2**31 - 1))
-    return (np.random.default_rng(seed).standard_normal(shape) * 50).astype(dtype)
+    x = np.random.default_rng(seed).standard_normal(shape) * 50
+    return (x > 0) if dtype is np.bool_ else x.astype(dtype)
 
 
 @settings(max_examples=30, deadline=None)
@@ -53,7 +54,7 @@ def test_transpose_swaps_axis_groups(data: st.DataObject) -> None:
     rank = data.draw(st.integers(2, 5))
     perm = data.draw(st.sampled_from(_swaps(rank)))
     shape = data.draw(st.lists(st.sampled_from([1, 2, 3, 5, 17, 33]), min_size=rank,
-                               max_size=rank))
+                               max_size=rank).filter(lambda s: np.prod(s) <= 200_000))
     dtype = data.draw(st.sampled_from(DTYPES))
     x = _draw(data, shape, dtype)
     got, docs = _run(x, perm)
@@ -106,6 +107,40 @@ def test_transpose_then_pad_three_axes() -> None:
     assert any("padded [1, 2, 0]/[2, 1, 1]" in d for d in docs), docs
 
 
+@pytest.mark.parametrize("shape,pads,value,dtype", [
+    ((1, 3, 2, 3000), [0, 1, 2, 0, 0, 0, 5, 0], 0.0, np.float32),   # a row in column pieces
+    ((1, 40, 3, 700), [0, 0, 3, 0, 0, 2, 1, 0], 2.5, np.float32),   # pieces on the 16x16 path
+    ((2, 4, 5, 6), [0, 1, 1, 0, 0, 1, 1, 0], -0.0, np.float64),
+    ((1, 3, 4, 5), [0, 1, 0, 0, 0, 0, 1, 0], float("inf"), np.float32),
+    ((1, 3, 4, 5), [0, 0, 1, 0, 0, 1, 0, 0], float("-inf"), np.float64),
+    ((1, 3, 4, 5), [0, 2, 2, 0, 0, 2, 2, 0], float("nan"), np.float32),
+])
+def test_transpose_then_pad_values_and_pieces(shape, pads, value, dtype) -> None:
+    x = np.random.default_rng(4).standard_normal(shape).astype(dtype)
+    got, docs = _run(x, [0, 2, 3, 1], pads, value)
+    n = len(shape)
+    want = np.pad(np.transpose(x, [0, 2, 3, 1]), list(zip(pads[:n], pads[n:])),
+                  constant_values=value)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))      # -0.0 stays negative
+    assert any("transpose [" in d for d in docs), docs
+
+
+def test_transpose_runs_then_pad_and_split_rows() -> None:
+    """Runs of R > 1 items with padding; BERT's head split spread over tasks (one row)."""
+    x = np.random.default_rng(6).standard_normal((1, 6, 5, 4, 8)).astype(np.float32)
+    pads = [0, 1, 0, 0, 0, 0, 2, 0, 0, 0]
+    got, docs = _run(x, [0, 2, 1, 3, 4], pads, 1.0)
+    want = np.pad(np.transpose(x, [0, 2, 1, 3, 4]), list(zip(pads[:5], pads[5:])),
+                  constant_values=1.0)
+    np.testing.assert_array_equal(got, want)
+    assert any("transpose [1, 6, 5, 32]" in d for d in docs), docs
+    heads = np.random.default_rng(7).standard_normal((1, 128, 12, 64)).astype(np.float32)
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1, 3])],
+                       {"x": heads}, {}, ["y"])
+    assert driver.build(model, num_threads=2).kernels[0].ntasks >= 2
+
+
 def test_pad_of_other_axes_and_other_perms_keep_the_elementwise_kernel() -> None:
     x = np.random.default_rng(2).standard_normal((2, 3, 4, 5)).astype(np.float32)
     got, docs = _run(x, [0, 2, 3, 1], [0, 0, 0, 1, 0, 0, 0, 1])   # pads the channels
@@ -115,6 +150,9 @@ def test_pad_of_other_axes_and_other_perms_keep_the_elementwise_kernel() -> None
     got, docs = _run(x, [3, 1, 0, 2])                              # not two groups swapped
     np.testing.assert_array_equal(got, np.transpose(x, [3, 1, 0, 2]))
     assert not any("transpose [" in d for d in docs), docs
+    got, docs = _run(x, [0, 2, 3, 1], [0, 0, -1, 0, 0, 0, 0, 0])  # a crop
+    np.testing.assert_array_equal(got, np.transpose(x, [0, 2, 3, 1])[:, :, 1:])
+    assert not any("transpose [" in d for d in docs), docs
 
 
 def test_layout_and_tasks() -> None:
@@ -123,9 +161,10 @@ def test_layout_and_tasks() -> None:
     model = make_model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
                         helper.make_node("Pad", ["t", "p"], ["y"], mode="constant")],
                        {"x": x}, {"p": np.array([0, 3, 3, 0, 0, 3, 3, 0], np.int64)}, ["y"])
-    ks = driver.build(model, num_threads=2).kernels
+    comp = driver.build(model, num_threads=2)
+    ks = comp.kernels
     assert len(ks) == 1 and "padded [3, 3]/[3, 3]" in ks[0].doc
-    body: Graph = next(iter(driver.build(model, num_threads=2).graph.nodes)).attrs["body"]
+    body: Graph = next(iter(comp.graph.nodes)).attrs["body"]
     lay = transpose.layout(body)
     assert lay == transpose.Layout(1, 3, (224, 224), 1, 4, (3, 3), (3, 3))
     assert lay.rows == 230 and lay.width == 230 and ks[0].ntasks >= 2

@@ -134,16 +134,24 @@ def test_canonicalize_flattens_nested_concats() -> None:
     side = g.add("Concat", [a, b], {"axis": 1})
     other = g.add("Concat", [side.output, c], {"axis": 2})   # another axis: kept
     used = g.add("Concat", [a, c], {"axis": 1})
-    g.add("Concat", [used.output, b], {"axis": 1})
-    g.outputs = [top.output, other.output, used.output, g.nodes[-1].output]
+    g.add("Concat", [used.output, b], {"axis": 1})             # its inner one is an output
+    twice = g.add("Concat", [b, c], {"axis": 1})
+    g.add("Concat", [twice.output, a], {"axis": 1})
+    g.add("Concat", [a, twice.output], {"axis": 1})            # read by two Concats: kept
+    rep = g.add("Concat", [a, b], {"axis": 1})
+    g.add("Concat", [rep.output, a], {"axis": 1})              # flat would repeat a: kept
+    g.outputs = [top.output, other.output, used.output] + [g.nodes[i].output
+                                                         for i in (6, 8, 9, 11)]
     feeds = {"a": f32(2, 1, 3), "b": f32(2, 2, 3), "c": f32(2, 3, 3)}
     want = run_graph(g, feeds)
     canonicalize.run(g)
     dce.run(g)
     verify(g)
     assert structure(g) == [
-        "Concat(%in2, %in0, %in1, %in2)", "Concat(%in0, %in1)", "Concat(#1, %in2)",
-        "Concat(%in0, %in2)", "Concat(#3, %in1)"]
+        "Concat(%in0, %in1, %in2)", "Concat(%in2, #0)",   # (c, a, b, c) would repeat c
+        "Concat(%in0, %in1)", "Concat(#2, %in2)",
+        "Concat(%in0, %in2)", "Concat(#4, %in1)", "Concat(%in1, %in2)", "Concat(#6, %in0)",
+        "Concat(%in0, #6)", "Concat(%in0, %in1)", "Concat(#9, %in0)"]
     for got, w in zip(run_graph(g, feeds), want, strict=True):
         np.testing.assert_array_equal(got, w)
 
@@ -188,6 +196,20 @@ def test_fusion_legal_rejects_multi_consumer_and_broadcast_growth() -> None:
     groups = fuse.partition(g)
     assert [[n.op for n in grp.nodes] for grp in groups] == [["Exp"], ["Relu", "Add"], ["Neg"]] \
         or [[n.op for n in grp.nodes] for grp in groups] == [["Exp"], ["Relu"], ["Neg", "Add"]]
+
+
+def test_fusion_keeps_a_copied_concat_out_of_a_pool() -> None:
+    """A pool after a Concat the copy kernel runs: two groups (the pool would select the
+    input per element and tap); with a repeated input (element-wise anyway) one group."""
+    a, b = Value(TensorType((1, 6, 6, 4)), "a"), Value(TensorType((1, 6, 6, 4)), "b")
+    pool = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 0, 0]}
+    for ins, want in (((a, b), [["Concat"], ["MaxPoolNHWC"]]),
+                      ((a, a), [["Concat", "MaxPoolNHWC"]])):
+        g = Graph([a, b])
+        c = g.add("Concat", list(ins), {"axis": 3})
+        p = g.add("MaxPoolNHWC", [c.output], pool)
+        g.outputs = [p.output]
+        assert [[n.op for n in grp.nodes] for grp in fuse.partition(g)] == want
 
 
 def test_memory_plan_reuses_and_goes_in_place() -> None:
