@@ -29,7 +29,8 @@ def applicable(body: Graph) -> bool:
         return False
     m = body.nodes[0]
     vals = [*m.inputs, m.output]
-    return (0 < len(m.inputs) <= MAX_INPUTS and all(v is not None for v in m.inputs)
+    return (0 < len(m.inputs) <= MAX_INPUTS
+            and all(v is not None and any(v is b for b in body.inputs) for v in m.inputs)
             and all(v.type.is_static for v in vals if v is not None)
             and len({id(v) for v in m.inputs}) == len(m.inputs))
 

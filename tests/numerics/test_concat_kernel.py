@@ -68,3 +68,13 @@ def test_concat_of_many_steps_and_rows_split_over_tasks() -> None:
     assert len(kernels) == 1 and kernels[0].ntasks >= 37 * 3005 * 4 // concat.TASK_BYTES
     got = ember.compile(model, num_threads=2)(a=wide[0], b=wide[1])
     np.testing.assert_array_equal(got, np.concatenate(wide, axis=1))
+
+
+def test_concat_with_a_constant_input() -> None:
+    """A constant operand stays inside the group: the element-wise kernel reads it."""
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    c = np.arange(8, dtype=np.float32).reshape(2, 4)
+    model = make_model([helper.make_node("Concat", ["x", "c"], ["y"], axis=1)], {"x": x},
+                       {"c": c}, ["y"])
+    got = ember.compile(model, num_threads=2)(x=x)
+    np.testing.assert_array_equal(got, np.concatenate([x, c], axis=1))
