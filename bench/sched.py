@@ -36,6 +36,10 @@ from ember.tuning import device_spec
 MODELS = ["lstm_tc", "resnext29_16x64d", "randwire", "inception_v3", "squeezenet1_1",
           "mobilenet_v2"]
 PICTURES = ("lstm_tc", "inception_v3")
+# idle seconds before each engine's turn in a round: onnxruntime's worker threads keep spinning
+# after its runs, and the plan timed right after it (sequential, first in the round) lost to
+# them: MobileNetV2's sequential plan read 7.0-7.2 ms against 4.8 alone (1.44-1.55x "gains")
+PAUSE = 0.05
 
 
 def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
@@ -64,7 +68,7 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
 
     engines = {p: (switch(plan), lambda: cm.run(feeds)) for p, plan in plans.items()}
     engines["onnxruntime"] = (lambda: None, lambda: sess.run(None, feeds))
-    samples = interleaved(engines)
+    samples = interleaved(engines, pause=PAUSE)
     med = {k: float(np.median(v)) for k, v in samples.items()}
     best = min(autosched.POLICIES, key=lambda p: med[p])
     out = {"model": name, "kernels": len(comp.kernels), "compile_s": round(compile_s, 2),

@@ -3,12 +3,14 @@
 For each model: build it (a zoo name) or load it (an ONNX path), draw random inputs with a fixed
 seed, prepare every requested engine (compile time measured), run each once and compare its
 outputs with onnxruntime's (max abs difference over all outputs), then time the engines
-*interleaved in rounds*: in each round every engine that still needs runs does one discarded
-warm-up run (so that the spinning worker threads of the engine before it have gone quiet) and
-then timed runs for about ``block`` seconds; an engine slower than 0.1 s a run does one timed
-run per round and no discarded one. An engine is done when it has ``min_runs`` runs and
-``min_time`` seconds of timed runs, or ``max_time`` seconds with at least 3 runs. Reported:
-median and p90 latency. After timing, ember's kernels are profiled for the roofline.
+*interleaved in rounds*: in each round every engine that still needs runs waits ``pause``
+seconds (the engine before it leaves worker threads spinning: after onnxruntime's turn, a plan
+of MobileNetV2 timed without the pause read 7.0 ms against 4.8 with it), does one discarded
+warm-up run and then timed runs for about ``block`` seconds; an engine slower than 0.1 s a
+run does one timed run per round and no discarded one. An engine is done when it has
+``min_runs`` runs and ``min_time`` seconds of timed runs, or ``max_time`` seconds with at
+least 3 runs. Reported: median and p90 latency. After timing, ember's kernels are profiled
+for the roofline.
 
 A peer that is not installed is skipped with a note; a peer that fails to prepare or run is a
 reported result (its error), never a crash of the benchmark.
@@ -80,6 +82,7 @@ class Settings:
     min_time: float = 3.0
     max_time: float = 20.0
     block: float = 0.3
+    pause: float = 0.05      # idle seconds before each engine's turn (see the module docstring)
     seed: int = 0
     profile: bool = True
     verbose: bool = False
@@ -239,6 +242,8 @@ def measure(ready: dict[str, Prepared], res: ModelResult, s: Settings, bar: Prog
     while live:
         for name, p in list(live.items()):
             bar.show(f"{res.model}: timing {name} ({len(samples[name])} runs)")
+            if s.pause:
+                time.sleep(s.pause)
             try:
                 _block(p, samples[name], s.block, warm=last[name] < SLOW_RUN)
             except Exception as e:
