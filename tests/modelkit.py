@@ -4,7 +4,7 @@ Shared by the compiled-op test files: ``make_model`` (opset 17 unless given, ``i
 which the installed onnxruntime accepts), ``graph_model`` (the same from declared value infos:
 sequences and optionals too), ``compare`` (outputs, dtypes and shapes against the oracle; rtol
 1e-4, atol 1e-5 by default) and ``check`` (one node plus an optional element-wise epilogue
-that fusion merges into it).
+that fusion merges into it), ``draw_array`` (a hypothesis-drawn random array of a dtype).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 import pytest
+from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 import ember
@@ -24,6 +25,13 @@ ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(4)
 
 F32 = np.float32
+
+
+def draw_array(data: st.DataObject, shape: Sequence[int], dtype: type) -> np.ndarray:
+    """Normal values x 50 from a drawn seed (booleans: their sign), cast to ``dtype``."""
+    seed = data.draw(st.integers(0, 2**31 - 1))
+    x = np.random.default_rng(seed).standard_normal(list(shape)) * 50
+    return (x > 0) if dtype is np.bool_ else x.astype(dtype)
 
 
 def _tinfo(name: str, a: np.ndarray) -> onnx.ValueInfoProto:

@@ -12,7 +12,7 @@ from onnx import helper
 import ember
 from ember import driver
 from ember.kernel import concat
-from tests.modelkit import make_model
+from tests.modelkit import draw_array, make_model
 
 DTYPES = [np.float32, np.int64, np.bool_, np.float64, np.uint8]
 
@@ -24,12 +24,6 @@ def _run(xs: list[np.ndarray], axis: int) -> tuple[np.ndarray, list[str]]:
     docs = [k.doc for k in driver.build(model, num_threads=2).kernels]
     got = ember.compile(model, num_threads=2)(**dict(zip(names, xs)))
     return got, docs
-
-
-def _draw(data: st.DataObject, shape: list[int], dtype: type) -> np.ndarray:
-    seed = data.draw(st.integers(0, 2**31 - 1))
-    x = np.random.default_rng(seed).standard_normal(shape) * 50
-    return (x > 0) if dtype is np.bool_ else x.astype(dtype)
 
 
 @settings(max_examples=25, deadline=None)
@@ -45,7 +39,7 @@ def test_concat_copies_runs_into_place(data: st.DataObject) -> None:
     for _ in range(n):
         s = list(shape)
         s[axis] = data.draw(st.integers(lo, 6))
-        xs.append(_draw(data, s, dtype))
+        xs.append(draw_array(data, s, dtype))
     got, docs = _run(xs, axis)
     np.testing.assert_array_equal(got, np.concatenate(xs, axis=axis))
     assert any("copied in place" in d for d in docs), docs

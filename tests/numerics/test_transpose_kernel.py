@@ -17,7 +17,7 @@ import ember
 from ember import driver
 from ember.ir.graph import Graph
 from ember.kernel import transpose
-from tests.modelkit import make_model
+from tests.modelkit import draw_array, make_model
 
 DTYPES = [np.float32, np.int64, np.uint8, np.float16, np.int32, np.bool_]
 
@@ -42,12 +42,6 @@ def _swaps(rank: int) -> list[list[int]]:
     return out
 
 
-def _draw(data: st.DataObject, shape: list[int], dtype: type) -> np.ndarray:
-    seed = data.draw(st.integers(0, 2**31 - 1))
-    x = np.random.default_rng(seed).standard_normal(shape) * 50
-    return (x > 0) if dtype is np.bool_ else x.astype(dtype)
-
-
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_transpose_swaps_axis_groups(data: st.DataObject) -> None:
@@ -56,7 +50,7 @@ def test_transpose_swaps_axis_groups(data: st.DataObject) -> None:
     shape = data.draw(st.lists(st.sampled_from([1, 2, 3, 5, 17, 33]), min_size=rank,
                                max_size=rank).filter(lambda s: np.prod(s) <= 200_000))
     dtype = data.draw(st.sampled_from(DTYPES))
-    x = _draw(data, shape, dtype)
+    x = draw_array(data, shape, dtype)
     got, docs = _run(x, perm)
     np.testing.assert_array_equal(got, np.transpose(x, perm))
     moved = [a for a in perm if shape[a] != 1]    # the axes that move data
@@ -87,7 +81,7 @@ def test_transpose_then_pad(data: st.DataObject) -> None:
     h, w = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 40))
     p = [data.draw(st.integers(0, 3)) for _ in range(4)]
     value = data.draw(st.sampled_from([0.0, -1.5]))
-    x = _draw(data, [2, c, h, w], np.float32)
+    x = draw_array(data, [2, c, h, w], np.float32)
     pads = [0, p[0], p[1], 0, 0, p[2], p[3], 0]
     got, docs = _run(x, [0, 2, 3, 1], pads, value)
     want = np.pad(np.transpose(x, [0, 2, 3, 1]), [(0, 0), (p[0], p[2]), (p[1], p[3]), (0, 0)],
