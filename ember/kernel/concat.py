@@ -14,13 +14,13 @@ from __future__ import annotations
 import hashlib
 
 from ember.ir.graph import Graph
+from ember.ir.ops.tensor import concat_copy_inputs
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.loops.ir import Bin, Buffer, Eval, For, ForKind, Var
 from ember.loops.transform import format_stmt
 
-TASK_BYTES = 32 * 1024
-MAX_INPUTS = 256   # one C parameter per input (any dtype: buffers hold whole bytes per
-# element, the sub-byte types one each, ``support/dtypes.py``)
+TASK_BYTES = 32 * 1024   # any dtype: buffers hold whole bytes per element, the sub-byte
+# types one each (``support/dtypes.py``)
 
 
 def applicable(body: Graph) -> bool:
@@ -29,10 +29,9 @@ def applicable(body: Graph) -> bool:
         return False
     m = body.nodes[0]
     vals = [*m.inputs, m.output]
-    return (0 < len(m.inputs) <= MAX_INPUTS
-            and all(v is not None and any(v is b for b in body.inputs) for v in m.inputs)
-            and all(v.type.is_static for v in vals if v is not None)
-            and len({id(v) for v in m.inputs}) == len(m.inputs))
+    return (concat_copy_inputs(m.inputs)
+            and all(any(v is b for b in body.inputs) for v in m.inputs)
+            and all(v.type.is_static for v in vals if v is not None))
 
 
 def _layout(body: Graph) -> tuple[int, list[int], int]:

@@ -51,6 +51,7 @@ from ember.kernel.microkernel import LANES, PART_HELPERS
 from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, apply_epilogue, register_epilogue
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import ConvGeom
+from ember.kernel.window import inside_span, kernel_rows_c
 from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
 from ember.loops.transform import format_stmt, simplify
 
@@ -280,9 +281,7 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
 def interior(g: DwGeom) -> tuple[int, int]:
     """The output columns [lo, hi) whose taps all lie inside the (unpadded) input; lo == hi
     when there are none."""
-    lo = min(g.OW, -(-g.pad_l // g.SW))
-    hi = min(g.OW, (g.IW - 1 + g.pad_l - (g.KW - 1) * g.DW) // g.SW + 1)
-    return lo, max(lo, hi)
+    return inside_span(g.IW, g.KW, g.SW, g.DW, g.pad_l, g.OW)
 
 
 def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
@@ -351,9 +350,7 @@ def _kernel_rows(g: DwGeom) -> str:
     if g.pad_t == g.pad_b == 0:   # every kernel row inside: no kh0, nkh
         return f"  const int64_t r0 = n * {g.IH} + oh * {g.SH};"
     return f"""  const int64_t ih0 = oh * {g.SH} - {g.pad_t};   /* kernel row 0's input row */
-  const int64_t kh0 = ih0 >= 0 ? 0 : (-ih0 + {g.DH - 1}) / {g.DH};
-  int64_t kh1 = {g.IH} - ih0 > 0 ? ({g.IH} - ih0 + {g.DH - 1}) / {g.DH} : 0;
-  if (kh1 > {g.KH}) kh1 = {g.KH};
+  {kernel_rows_c("ih0", g.IH, g.DH, g.KH, "kh0", "kh1")}
   const int64_t nkh = kh1 > kh0 ? kh1 - kh0 : 0;
   const int64_t r0 = nkh > 0 ? n * {g.IH} + ih0 + kh0 * {g.DH} : 0;"""
 

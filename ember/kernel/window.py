@@ -211,11 +211,25 @@ def column_plan(g: WinGeom, gather: bool = False, shift: bool = False) -> tuple[
     return inner[0], inner[-1] + 1
 
 
+def inside_span(size: int, k: int, s: int, d: int, pad: int, out: int) -> tuple[int, int]:
+    """Along one axis: the outputs [lo, hi) whose ``k`` taps (stride ``s``, dilation ``d``,
+    ``pad`` before the input) all lie inside the input's ``size``; lo == hi when none."""
+    lo = min(out, _cdiv(pad, s))
+    hi = min(out, (size - 1 - (k - 1) * d + pad) // s + 1)
+    return lo, max(lo, hi)
+
+
+def kernel_rows_c(ih0: str, size: int, d: int, k: int, lo: str, hi: str) -> str:
+    """C: the kernel rows [lo, hi) (``hi`` may fall at or below ``lo``: none) that read inside
+    the input's ``size`` rows, kernel row 0 reading input row ``ih0`` (dilation ``d``)."""
+    return (f"const int64_t {lo} = {ih0} < 0 ? ({d - 1} - {ih0}) / {d} : 0;\n"
+            f"  int64_t {hi} = {ih0} < {size} ? ({size + d - 1} - {ih0}) / {d} : 0;\n"
+            f"  if ({hi} > {k}) {hi} = {k};")
+
+
 def row_plan(g: WinGeom) -> tuple[int, int]:
     """[r0, r1): the output rows whose KH kernel rows all lie inside the input."""
-    r0 = _cdiv(g.PT, g.SH)
-    r1 = (g.H - 1 - (g.KH - 1) * g.DH + g.PT) // g.SH + 1
-    r1 = min(r1, g.OH)
+    r0, r1 = inside_span(g.H, g.KH, g.SH, g.DH, g.PT, g.OH)
     return (r0, r1) if r1 > r0 else (0, 0)
 
 
@@ -480,10 +494,8 @@ class _Emit:
         r0, r1 = row_plan(g)
         rs = f"w[{invh} + oh]" if g.kind == "avg" else "1.0f"
         bias = {"none": "0.0f", "const": f"pc[{g.KH * g.KW}]", "input": f"b[p % {g.C}]"}
-        clamped = (f"{{ const int64_t ih0 = oh * {g.SH} - {g.PT};\n"
-                   f"      const int64_t lo = ih0 < 0 ? ({g.DH - 1} - ih0) / {g.DH} : 0;\n"
-                   f"      int64_t hi = ih0 < {g.H} ? ({g.H + g.DH - 1} - ih0) / {g.DH} : 0;\n"
-                   f"      if (hi > {g.KH}) hi = {g.KH};\n"
+        rows = kernel_rows_c("ih0", g.H, g.DH, g.KH, "lo", "hi").replace("\n  ", "\n      ")
+        clamped = (f"{{ const int64_t ih0 = oh * {g.SH} - {g.PT};\n      {rows}\n"
                    f"      {name}_clamp(op + oh * {g.OW}, xp, ih0, lo, hi, pc, iw, {rs}, bias); }}")
         extra = ", const float *restrict b" if self.bias == "input" else ""
         return f"""

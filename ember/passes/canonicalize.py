@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
+from ember.ir.ops.tensor import concat_copy_inputs
 from ember.ir.types import TensorType
 
 
@@ -40,13 +41,10 @@ def run(g: Graph) -> Graph:
     return g
 
 
-FLAT_CONCAT_MAX = 256   # inputs of a flattened Concat (the copy kernel's parameter bound)
-
-
 def _flatten_concat(n: Node, users: dict[Value, list[Node]], outputs: set[int]) -> None:
     """``Concat(Concat(a, b), c)`` along one axis -> ``Concat(a, b, c)`` when the inner one
-    has no other reader and is no graph output; not when that would repeat an input (the
-    copy kernel takes distinct inputs) or exceed ``FLAT_CONCAT_MAX``."""
+    has no other reader and is no graph output; not when the copy kernel would not take the
+    flat inputs (``concat_copy_inputs``: a repeat, or too many)."""
     rank = n.output.type.rank
     axis = n.attrs.get("axis", 0) % rank
     flat: list[Value | None] = []
@@ -57,8 +55,7 @@ def _flatten_concat(n: Node, users: dict[Value, list[Node]], outputs: set[int]) 
             flat += p.inputs
         else:
             flat.append(v)
-    distinct = len({id(v) for v in flat}) == len(flat)
-    if len(flat) != len(n.inputs) and distinct and len(flat) <= FLAT_CONCAT_MAX:
+    if len(flat) != len(n.inputs) and concat_copy_inputs(flat):
         n.inputs = flat
 
 

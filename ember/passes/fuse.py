@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops import registry
 from ember.ir.ops.registry import Pattern
-from ember.ir.ops.tensor import slice_params, slice_range
+from ember.ir.ops.tensor import concat_copy_inputs, slice_params, slice_range
 from ember.passes.layout_nhwc import TO_NCHW
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
@@ -118,11 +118,10 @@ POOLS = ("MaxPool", "AveragePool", "LpPool", "MaxPoolNHWC", "AveragePoolNHWC")
 
 
 def _copies_in_place(m: Node) -> bool:
-    """A Concat that ``kernel/concat.py`` runs as run copies: static shapes, distinct inputs
+    """A Concat that ``kernel/concat.py`` runs as run copies: inputs it takes, static shapes
     (else it stays element-wise, and fused into a pool it is no slower)."""
-    vals = [*m.inputs, m.output]
-    return (m.op == "Concat" and all(v is not None and v.type.is_static for v in vals)
-            and len({id(v) for v in m.inputs}) == len(m.inputs))
+    return (m.op == "Concat" and concat_copy_inputs(m.inputs)
+            and all(v.type.is_static for v in (*m.inputs, m.output)))
 
 
 def profitable(group: Group, n: Node) -> bool:

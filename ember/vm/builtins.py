@@ -17,7 +17,7 @@ Every builtin is rebuilt from its recipe (``from_recipe``) when a saved model lo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,13 +43,16 @@ def write_shapes(args: Sequence[Any], k: int, shapes: Sequence[Sequence[int]],
         put_shape(args, k + 2 * j, shape, size)
 
 
+def cells(lst: Any) -> Iterator[np.ndarray]:
+    """A list's tensors from its head on, one cons cell at a time."""
+    while isinstance(lst, ADT) and lst.fields:
+        yield lst.fields[0]
+        lst = lst.fields[1]
+
+
 def forward(lst: Any) -> list[np.ndarray]:
     """A list's tensors from its head on (a sequence: first element first)."""
-    out: list[np.ndarray] = []
-    while isinstance(lst, ADT) and lst.fields:
-        out.append(lst.fields[0])
-        lst = lst.fields[1]
-    return out
+    return list(cells(lst))
 
 
 def _flag(x: np.ndarray) -> bool:
@@ -246,10 +249,7 @@ def is_negative(args: Sequence[Any]) -> None:
 def seq_len(args: Sequence[Any]) -> None:
     """``(list, out)``: the number of elements of a sequence (its cells counted, no list of
     them built)."""
-    n, lst = 0, args[0]
-    while isinstance(lst, ADT) and lst.fields:
-        n, lst = n + 1, lst.fields[1]
-    args[1][...] = n
+    args[1][...] = sum(1 for _ in cells(args[0]))
 
 
 def seq_pos(end_ok: bool) -> PackedFunc:

@@ -72,6 +72,17 @@ def _concat_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     return [TensorType(tuple(out), first.dtype)]
 
 
+CONCAT_COPY_MAX = 256   # inputs of a Concat that runs as copies (one C parameter each)
+
+
+def concat_copy_inputs(inputs: list[Any]) -> bool:
+    """Can a Concat of ``inputs`` run as run copies (``kernel/concat.py``) as far as its
+    inputs go: all present and distinct, at most ``CONCAT_COPY_MAX``. Fusion and Concat
+    flattening keep to it too."""
+    return (0 < len(inputs) <= CONCAT_COPY_MAX and all(v is not None for v in inputs)
+            and len({id(v) for v in inputs}) == len(inputs))
+
+
 @defop("Concat", INJ, _concat_infer)
 def concat(attrs: Attrs, *xs: np.ndarray | None) -> list[np.ndarray]:
     """Concatenate along ``axis``."""
