@@ -4,14 +4,14 @@
                           [--pictures docs]
 
 For every model (the project's zoo, random weights, batch 1), in one process and on the same
-random inputs: ember compiles it once (``schedule="sequential"``, so the library holds the
-sequential plan), profiles its rTasks, builds the Rammer and IOS plans from those costs and
-swaps each plan into the same library; onnxruntime runs it with the same thread count. Timing
-is interleaved rounds (each round: every engine switches to its plan, untimed, makes a discarded
-run, then timed runs for ~0.1 s);
-medians are reported with ratios to onnxruntime and to ember's sequential plan. ``auto`` is
-the plan ``schedule="auto"`` would keep: the fastest of the three in these rounds. Outputs of
-every plan are compared with onnxruntime's. Scheduling time is profiling + building the plans.
+random inputs: ember compiles it once (with the operators' efficient rKernels, and the
+sequential plan compiled in), profiles its rTasks, builds the Rammer and IOS plans from those
+costs and swaps each plan into the same library; onnxruntime runs it with the same thread
+count. Timing is interleaved rounds (each round: every engine switches to its plan, untimed,
+makes a discarded run, then timed runs for ~0.1 s); medians are reported with ratios to
+onnxruntime and to ember's sequential plan. ``auto`` is the plan ``schedule="auto"`` would
+keep: the fastest of the three in these rounds. Outputs of every plan are compared with
+onnxruntime's. Scheduling time is profiling + building the plans.
 
 ``--pictures DIR`` draws the Gantt chart (predicted and measured) of the fastest plan of
 ``lstm_tc`` and ``inception_v3`` to ``DIR/schedule_<model>.png``.
@@ -30,7 +30,6 @@ import numpy as np
 import ember
 from ember import autosched, driver, zoo
 from ember.bench.rounds import interleaved, ort_session
-from ember.passes.memplan import kernel_dependencies
 from ember.tuning import device_spec
 
 MODELS = ["lstm_tc", "resnext29_16x64d", "randwire", "inception_v3", "squeezenet1_1",
@@ -48,14 +47,15 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
     sess = ort_session(model, threads)
     want = sess.run(None, feeds)
     t = time.perf_counter()
-    comp, cm = driver.compile_full(model, num_threads=threads, schedule="sequential")
+    comp = driver.build(model, num_threads=threads, variants=True)
+    cm = driver.to_model(comp)
     compile_s = time.perf_counter() - t
     t = time.perf_counter()
-    fused = [n for n in comp.graph.nodes if n.op == "Fused"]
-    plans, infos = autosched.build_plans(cm, fused, comp.kernels,
-                                         kernel_dependencies(comp.graph),
-                                         device_spec(threads), autosched.POLICIES)
+    plans, infos = autosched.build_plans(cm, comp, device_spec(threads), autosched.POLICIES)
     sched_s = time.perf_counter() - t
+    nops = len(comp.kernels)
+    efficient = {p: len({op for _, k, _, _ in plan.entries() if k >= nops
+                         for op in [comp.op_of[k]]}) for p, plan in plans.items()}
     errs = {}
     for p, plan in plans.items():
         cm.use_plan(plan.to_json())
@@ -73,7 +73,8 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
     best = min(autosched.POLICIES, key=lambda p: med[p])
     out = {"model": name, "kernels": len(comp.kernels), "compile_s": round(compile_s, 2),
            "schedule_s": round(sched_s, 2), "median_ms": {k: v * 1e3 for k, v in med.items()},
-           "auto": best, "max_abs_diff": errs}
+           "auto": best, "max_abs_diff": errs, "variants": len(comp.variants),
+           "efficient_ops": efficient}
     if pictures is not None and name in PICTURES:
         cm.use_plan(plans[best].to_json())
         comp.plan = plans[best]
@@ -83,13 +84,15 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| model | kernels | ORT ms | sequential ms | rammer ms | ios ms | auto | "
-            "auto/ORT | best/sequential | schedule s |")
-    lines = [head, "|" + "---|" * 10]
+    head = ("| model | kernels | efficient rKernels (rammer / ios use) | ORT ms | sequential ms | "
+            "rammer ms | ios ms | auto | auto/ORT | best/sequential | schedule s |")
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         m = r["median_ms"]
         auto = m[r["auto"]]
-        lines.append(f"| {r['model']} | {r['kernels']} | {m['onnxruntime']:.2f} | "
+        eff = r.get("efficient_ops", {})
+        lines.append(f"| {r['model']} | {r['kernels']} | {r.get('variants', 0)} "
+                     f"({eff.get('rammer', 0)} / {eff.get('ios', 0)}) | {m['onnxruntime']:.2f} | "
                      f"{m['sequential']:.2f} | {m['rammer']:.2f} | {m['ios']:.2f} | {r['auto']} | "
                      f"{auto / m['onnxruntime']:.2f} | {m['sequential'] / auto:.2f}x | "
                      f"{r['schedule_s']:.1f} |")

@@ -4,10 +4,13 @@ The driver compiles a model once with the sequential plan compiled in. For ``sch
 than ``"sequential"`` this module then
 
 1. profiles the library (``CompiledModel.profile``: start/end of every rTask over a few runs)
-   and turns it into seconds per rTask for each kernel — or, with ``profile=False``, predicts
-   them from each kernel's flops and bytes on the device spec (roofline);
-2. builds the plans of the requested schedulers over the kernels' dependencies (the memory
-   plan's byte hazards included, ``memplan.kernel_dependencies``) on a vDevice;
+   and turns it into seconds per rTask for each kernel — the operators' own kernels under the
+   sequential plan, their efficient rKernels (``Compilation.variants``) under a sequential
+   plan over those — or, with ``profile=False``, predicts them from each kernel's flops and
+   bytes on the device spec (roofline);
+2. builds the plans of the requested schedulers over the operators' dependencies (the memory
+   plan's byte hazards included, ``memplan.kernel_dependencies``) on a vDevice; a plan runs
+   one rKernel per operator;
 3. swaps each plan into the same library (``use_plan``: plans are data) and times whole runs in
    interleaved rounds; ``"auto"`` keeps the fastest, a named policy keeps its own plan.
 
@@ -29,14 +32,14 @@ import numpy as np
 
 from ember.errors import EmberError
 from ember.ir.graph import Node
-from ember.kernel.base import Kernel
 from ember.kernel.cost import kernel_cost
 from ember.kernel.roller.hal import DeviceSpec
+from ember.passes.memplan import kernel_dependencies
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import cache_dir
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import ExecutionPlan
-from ember.sched.vdevice import KernelInfo, VDevice, makespan, simulate
+from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan, simulate, task_costs
 
 if TYPE_CHECKING:
     from ember.driver import Compilation
@@ -45,13 +48,14 @@ POLICIES = ("sequential", "rammer", "ios")
 TASK_OVERHEAD_S = 2e-7     # a predicted rTask's fixed cost on top of its roofline time
 
 
-def predicted_task_s(fused: Sequence[Node], kernels: Sequence[Kernel], spec: DeviceSpec
-                     ) -> list[float]:
-    """Roofline seconds of one rTask of each kernel on one vEU (compute at 70 % of peak)."""
+def predicted_task_s(comp: Compilation, spec: DeviceSpec) -> list[float]:
+    """Roofline seconds of one rTask of every program kernel on one vEU (compute at 70 % of
+    peak)."""
     out = []
     dram = spec.bandwidth(spec.layers[-1].name, 1) * 1e9
-    for n, k in zip(fused, kernels):
-        flops, nbytes = kernel_cost(n, k)
+    fused = _fused(comp)
+    for op, k in zip(comp.op_of, comp.program_kernels):
+        flops, nbytes = kernel_cost(fused[op], k)
         t = max(flops / (spec.peak_gflops * 0.7e9), nbytes / max(dram, 1.0))
         out.append(t / max(k.ntasks, 1) + TASK_OVERHEAD_S)
     return out
@@ -59,13 +63,50 @@ def predicted_task_s(fused: Sequence[Node], kernels: Sequence[Kernel], spec: Dev
 
 def profiled_task_s(cm: CompiledModel, feeds: dict[str, np.ndarray], nkernels: int,
                     runs: int = 10) -> list[float]:
-    """Median seconds of one rTask of each kernel, from the library's profile hooks."""
+    """Median seconds of one rTask of each kernel that the plan ``cm`` runs, from the
+    library's profile hooks (``TASK_OVERHEAD_S`` for kernels it does not run)."""
     prof = cm.profile(feeds, runs)
     per: list[list[float]] = [[] for _ in range(nkernels)]
     for i, (_v, k, b, e) in enumerate(prof.entries):
         dur = prof.times[:, i, 1] - prof.times[:, i, 0]
         per[k].append(float(np.median(dur)) / max(e - b, 1))
     return [float(np.mean(p)) if p else TASK_OVERHEAD_S for p in per]
+
+
+def measured_task_s(cm: CompiledModel, comp: Compilation, feeds: dict[str, np.ndarray],
+                    runs: int = 10) -> list[float]:
+    """``profiled_task_s`` of every program kernel: the operators' own kernels under the
+    sequential plan, then their other rKernels under a sequential plan that runs those."""
+    nk = len(comp.program_kernels)
+    cm.use_plan(sequential_plan(comp).to_json())
+    out = profiled_task_s(cm, feeds, nk, runs)
+    if comp.variants:
+        cm.use_plan(sequential_plan(comp, variants=True).to_json())
+        other = profiled_task_s(cm, feeds, nk, runs)
+        for k in range(len(comp.kernels), nk):
+            out[k] = other[k]
+        cm.use_plan(sequential_plan(comp).to_json())
+    return out
+
+
+def sequential_plan(comp: Compilation, variants: bool = False) -> ExecutionPlan:
+    """The sequential plan over the operators' own kernels, or (``variants``) over their other
+    rKernels where they have one."""
+    run = list(range(len(comp.kernels)))
+    if variants:
+        for j, (op, _k) in enumerate(comp.variants):
+            run[op] = len(comp.kernels) + j
+    ks = comp.program_kernels
+    return sequential.schedule([ks[k].ntasks for k in run], _threads(comp), run)
+
+
+def _fused(comp: Compilation) -> list[Node]:
+    return [n for n in comp.graph.nodes if n.op == "Fused"]
+
+
+def _threads(comp: Compilation) -> int:
+    assert comp.plan is not None
+    return comp.plan.num_veus
 
 
 def make_plan(policy: str, infos: Sequence[KernelInfo], dev: VDevice) -> ExecutionPlan:
@@ -102,32 +143,37 @@ def time_plans(cm: CompiledModel, plans: dict[str, ExecutionPlan],
     return {p: float(np.median(s)) for p, s in samples.items()}
 
 
-def kernel_infos(kernels: Sequence[Kernel], deps: Sequence[Sequence[int]],
-                 task_s: Sequence[float]) -> list[KernelInfo]:
-    """The kernels as the schedulers see them."""
-    return [KernelInfo(k.name, k.ntasks, tuple(d), t)
-            for k, d, t in zip(kernels, deps, task_s, strict=True)]
+def kernel_infos(comp: Compilation, task_s: Sequence[float]) -> list[KernelInfo]:
+    """The operators as the schedulers see them: their own kernels' costs, their dependencies
+    (the memory plan's byte hazards included) and their efficient rKernels."""
+    ks = comp.program_kernels
+    if len(task_s) != len(ks):
+        raise EmberError(f"{len(task_s)} rTask costs for {len(ks)} kernels")
+    eff = {op: Variant(len(comp.kernels) + j, int(k.ntasks), task_s[len(comp.kernels) + j])
+           for j, (op, k) in enumerate(comp.variants)}
+    deps = kernel_dependencies(comp.graph)
+    return [KernelInfo(k.name, int(k.ntasks), tuple(d), t, eff.get(i))
+            for i, (k, d, t) in enumerate(zip(comp.kernels, deps, task_s, strict=False))]
 
 
-def build_plans(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
-                deps: Sequence[Sequence[int]], spec: DeviceSpec, names: Sequence[str],
+def build_plans(cm: CompiledModel, comp: Compilation, spec: DeviceSpec, names: Sequence[str],
                 task_s: Sequence[float] | None = None, profile: bool = True
                 ) -> tuple[dict[str, ExecutionPlan], list[KernelInfo]]:
-    """The validated plans of ``names`` over the kernels of ``cm``, and the kernels as the
-    schedulers saw them (costs profiled on ``cm``, predicted, or given as ``task_s``)."""
+    """The validated plans of ``names`` over the operators of ``comp`` (compiled as ``cm``),
+    and the operators as the schedulers saw them (costs profiled on ``cm``, predicted, or given
+    as ``task_s``, one per program kernel)."""
     if task_s is None:
-        task_s = (profiled_task_s(cm, random_feeds(cm), len(kernels)) if profile
-                  else predicted_task_s(fused, kernels, spec))
-    infos = kernel_infos(kernels, deps, task_s)
+        task_s = (measured_task_s(cm, comp, random_feeds(cm)) if profile
+                  else predicted_task_s(comp, spec))
+    infos = kernel_infos(comp, task_s)
     dev = VDevice(cm.num_threads)
     plans = {p: make_plan(p, infos, dev) for p in names}
     for p in plans.values():
-        p.validate([k.ntasks for k in kernels])
+        p.validate([k.ntasks for k in comp.program_kernels], comp.op_of)
     return plans, infos
 
 
-def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
-           deps: Sequence[Sequence[int]], spec: DeviceSpec, policy: str,
+def choose(cm: CompiledModel, comp: Compilation, spec: DeviceSpec, policy: str,
            profile: bool = True) -> tuple[ExecutionPlan, dict[str, Any]]:
     """Put the plan of ``policy`` (or, for ``"auto"``, the fastest) into ``cm``; returns it
     and the report stored in the model's metadata under ``"schedule"``."""
@@ -136,9 +182,9 @@ def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
     key = f"{cm.meta.get('source_sha256', '')}-{cm.num_threads}-{policy}-{int(profile)}"
     cached = _cache_read(key)
     task_s = None
-    if cached and len(cached.get("task_s", ())) == len(kernels):
+    if cached and len(cached.get("task_s", ())) == len(comp.program_kernels):
         task_s = [float(t) for t in cached["task_s"]]
-    plans, infos = build_plans(cm, fused, kernels, deps, spec, names, task_s, profile)
+    plans, infos = build_plans(cm, comp, spec, names, task_s, profile)
     dev = VDevice(cm.num_threads)
     predicted = {p: makespan(plan, infos, dev) for p, plan in plans.items()}
     if cached and cached.get("chosen") in plans and "measured_s" in cached:
@@ -149,10 +195,14 @@ def choose(cm: CompiledModel, fused: Sequence[Node], kernels: Sequence[Kernel],
         measured = {}
     chosen = min(measured, key=lambda p: measured[p]) if measured else names[0]
     cm.use_plan(plans[chosen].to_json())
+    nops = len(comp.kernels)
     report = {"policy": policy, "chosen": chosen, "profiled": profile,
               "predicted_s": predicted, "measured_s": measured,
+              "efficient_rtasks": {p: sum(e[1] >= nops for e in plan.entries())
+                                   for p, plan in plans.items()},
               "seconds": round(time.perf_counter() - t0, 3)}
-    _cache_write(key, {**report, "task_s": [k.task_s for k in infos]})
+    costs = task_costs(infos)
+    _cache_write(key, {**report, "task_s": [costs[k] for k in range(len(comp.program_kernels))]})
     return plans[chosen], report
 
 
@@ -185,18 +235,17 @@ def schedule_picture(comp: Compilation, cm: CompiledModel, path: Path) -> Path:
     """The Gantt chart of the plan ``cm`` runs: predicted (the plan replayed on per-rTask
     costs profiled now) above measured (the median run of a profile), waits marked."""
     from ember.bench.plots import gantt
-    from ember.passes.memplan import kernel_dependencies
 
     plan = comp.plan
     assert plan is not None
     feeds = random_feeds(cm)
-    infos = kernel_infos(comp.kernels, kernel_dependencies(comp.graph),
-                         profiled_task_s(cm, feeds, len(comp.kernels)))
+    infos = kernel_infos(comp, profiled_task_s(cm, feeds, len(comp.program_kernels)))
     predicted = simulate(plan, infos, VDevice(plan.num_veus))
     prof = cm.profile(feeds, 10)
     run = int(np.argsort(prof.run_seconds)[len(prof.run_seconds) // 2])
     measured = [(float(a), float(b)) for a, b in prof.times[run]]
-    labels = [n.attrs["master"] for n in comp.graph.nodes if n.op == "Fused"]
+    fused = _fused(comp)
+    labels = [fused[op].attrs["master"] for op in comp.op_of]
     name = Path(str(comp.graph.name or "model")).name
     return gantt(plan.entries(), labels, {f"predicted ({plan.policy})": predicted,
                                           f"measured ({plan.policy})": measured},

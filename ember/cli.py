@@ -119,6 +119,9 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         print(f"  k{k}: [{ops}] -> {n.output.type}  ({kern.ntasks} rTasks) {kern.doc}")
         if a.kernels:
             print("    " + (kern.loops or format_stmt(kern.body)).replace("\n", "\n    "))
+    for j, (op, kern) in enumerate(comp.variants):
+        print(f"  k{len(fused) + j}: efficient rKernel of k{op} ({kern.ntasks} rTasks) "
+              f"{kern.doc}")
     print("\n==== memory plan ====")
     mp = comp.memory_plan
     print(f"  {mp.summary()}")
@@ -128,7 +131,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
             print(f"  %{v.name}: {s.kind}[{s.index}] {s.nbytes} B")
     assert comp.plan is not None
     print("\n==== execution plan ====")
-    print(comp.plan.format([f"k{i}" for i in range(len(comp.kernels))]))
+    print(comp.plan.format([f"k{i}" for i in range(len(comp.program_kernels))]))
     if cm is not None and "schedule" in cm.meta:
         r = cm.meta["schedule"]
         times = ", ".join(f"{p} {t * 1e3:.3f} ms" for p, t in r["measured_s"].items())

@@ -6,7 +6,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan
+from ember.sched.vdevice import levels
 from ember.tuning import TopK, device_spec
 from ember.vm.model import VMModel
 
@@ -58,10 +59,23 @@ class Compilation:
     roller: list[dict[str, Any]] = field(default_factory=list)   # top-K records per kernel
     symbols: dims.SymbolTable | None = None    # a symbolic program's dims (None: static)
     checks: list[Any] = field(default_factory=list)   # the type relations' run-time checks
+    # other rKernels of operators (Rammer's efficient ones): (operator index, kernel); the
+    # program holds them after the operators' own kernels, and a plan runs one per operator
+    variants: list[tuple[int, Kernel]] = field(default_factory=list)
 
     @property
     def memory_plan(self) -> MemoryPlan:
         return self.graph.memory_plan  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def program_kernels(self) -> list[Kernel]:
+        """Every kernel of the program: operator ``i``'s own kernel at ``i``, then variants."""
+        return self.kernels + [k for _, k in self.variants]
+
+    @property
+    def op_of(self) -> list[int]:
+        """The operator each program kernel runs."""
+        return list(range(len(self.kernels))) + [i for i, _ in self.variants]
 
 
 def default_threads() -> int:
@@ -86,20 +100,22 @@ def build(model: onnx.ModelProto | str | os.PathLike | Graph,
           input_shapes: dict[str, Any] | None = None, *, num_threads: int | None = None,
           dump: Callable[[str, Graph], None] | None = None,
           verify_each: bool = False, topk: int | None = None,
-          dim_hints: dict[str, int] | None = None) -> Compilation:
+          dim_hints: dict[str, int] | None = None, variants: bool = False) -> Compilation:
     """Compile ``model`` to C. Inputs with symbolic dims (``dim_param``) left open by
     ``input_shapes`` make a symbolic program: compiled once, run at any value of the symbols
-    (``dim_hints``: the representative sizes its kernels are scheduled for, default 128)."""
+    (``dim_hints``: the representative sizes its kernels are scheduled for, default 128).
+    ``variants``: a static program also holds each operator's efficient rKernel (built for
+    one vEU), where it has fewer rTasks than its own, for the schedulers to choose from."""
     t = time.perf_counter()
     g = model if isinstance(model, Graph) else import_model(model, input_shapes)
     return build_graph(g, num_threads=num_threads, dump=dump, verify_each=verify_each,
-                       topk=topk, dim_hints=dim_hints, t_start=t)
+                       topk=topk, dim_hints=dim_hints, t_start=t, variants=variants)
 
 
 def build_graph(g: Graph, *, num_threads: int | None = None,
                 dump: Callable[[str, Graph], None] | None = None, verify_each: bool = False,
                 topk: int | None = None, dim_hints: dict[str, int] | None = None,
-                t_start: float | None = None) -> Compilation:
+                t_start: float | None = None, variants: bool = False) -> Compilation:
     """``build`` of an imported graph (the VM compiles its segments with this)."""
     t = time.perf_counter() if t_start is None else t_start
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
@@ -125,29 +141,72 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     threads = num_threads or default_threads()
     picker = TopK(threads, device_spec(threads), default_topk() if topk is None else topk)
     ctx = picker.context()
-    built: dict[tuple, Kernel] = {}
+    one = TopK(1, picker.spec, picker.topk)     # the efficient rKernels' picker: one vEU
+    ctx1 = one.context()
     with dims.symbols(table or dims.SymbolTable()):
-        for i, n in enumerate(fused):
-            if len(fused) > 20 and i % 20 == 0:
-                _progress(f"kernels {i}/{len(fused)}")
-            key = _body_key(n)
-            if key not in built:
-                built[key] = _build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx,
-                                           table is not None)
-            comp.kernels.append(built[key])
+        comp.kernels = _build_kernels(fused, ctx, table is not None)
+        if variants and table is None and threads > 1:
+            comp.variants = _efficient_variants(fused, comp.kernels, ctx1,
+                                                _side_by_side(kernel_dependencies(g)))
     if table is None:
         comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
-        comp.plan.validate([k.ntasks for k in comp.kernels])
+        comp.plan.validate([k.ntasks for k in comp.program_kernels], comp.op_of)
     else:
         comp.plan = symbolic_template(len(comp.kernels), threads)
-    bound, comp.params = _bind(g, fused, comp.kernels)
+    bound, comp.params = _bind(g, [(fused[i], k) for i, k in zip(comp.op_of,
+                                                                 comp.program_kernels)])
     slots = len(comp.memory_plan.slot_types)
-    comp.source = emit_program(bound, comp.plan, len(table.names) if table else 0, slots)
-    comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s
-    comp.timings["construct"] = ctx.construct_s
-    comp.timings["profile_topk"] = picker.measure_s
+    comp.source = emit_program(bound, comp.plan, len(table.names) if table else 0, slots,
+                               num_ops=len(comp.kernels))
+    comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s - one.measure_s
+    comp.timings["construct"] = ctx.construct_s + ctx1.construct_s
+    comp.timings["profile_topk"] = picker.measure_s + one.measure_s
     comp.roller = ctx.log
     return comp
+
+
+def _build_kernels(fused: list[Node], ctx: Any, symbolic: bool) -> list[Kernel]:
+    """Each fused node's kernel; nodes with equal bodies share one."""
+    built: dict[tuple, Kernel] = {}
+    out = []
+    for i, n in enumerate(fused):
+        if len(fused) > 20 and i % 20 == 0:
+            _progress(f"kernels {i}/{len(fused)}")
+        key = _body_key(n)
+        if key not in built:
+            built[key] = _build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx, symbolic)
+        out.append(built[key])
+    return out
+
+
+def _efficient_variants(fused: list[Node], kernels: list[Kernel], ctx: Any,
+                        ops: set[int]) -> list[tuple[int, Kernel]]:
+    """Rammer's efficient rKernels of the operators ``ops``: each one's kernel constructed for
+    one vEU (``ctx``), kept where it has fewer rTasks than its own (the same kernel otherwise)."""
+    built: dict[tuple, Kernel | None] = {}
+    out = []
+    for i, (n, k) in enumerate(zip(fused, kernels)):
+        if i not in ops:
+            continue
+        key = _body_key(n)
+        if key not in built:
+            e = build_kernel(f"{n.attrs['master'].lower()}{i}e", n, ctx)
+            built[key] = e if int(e.ntasks) < int(k.ntasks) else None
+        var = built[key]
+        if var is not None:
+            out.append((i, var))
+    return out
+
+
+def _side_by_side(deps: Sequence[Sequence[int]]) -> set[int]:
+    """The operators whose wave (the BFS fringe of the dependency graph: operators of equal
+    longest path from the inputs) has other operators, which they could run beside; only
+    there do Rammer's efficient rKernels pay, so only those are built."""
+    level = levels(deps)
+    count: dict[int, int] = {}
+    for lv in level:
+        count[lv] = count.get(lv, 0) + 1
+    return {i for i, lv in enumerate(level) if count[lv] > 1}
 
 
 def _symbol_table(g: Graph, hints: dict[str, int]) -> dims.SymbolTable | None:
@@ -268,7 +327,8 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
     if policy not in ("auto",) + autosched.POLICIES:
         raise EmberError(f"unknown schedule {policy!r}; choose one of auto, "
                          f"{', '.join(autosched.POLICIES)}")
-    comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints)
+    comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints,
+                 variants=policy != "sequential")
     t = time.perf_counter()
     _progress(f"compiling {len(comp.source) // 1024} KiB of C")
     lib = compile_shared(comp.source)
@@ -277,10 +337,8 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
     if policy != "sequential" and cm.num_threads > 1 and comp.symbols is None:
         t = time.perf_counter()
         _progress(f"scheduling ({policy})")
-        fused = [n for n in comp.graph.nodes if n.op == "Fused"]
-        comp.plan, report = autosched.choose(cm, fused, comp.kernels,
-                                             kernel_dependencies(comp.graph),
-                                             device_spec(cm.num_threads), policy, profile)
+        comp.plan, report = autosched.choose(cm, comp, device_spec(cm.num_threads), policy,
+                                             profile)
         comp.timings["schedule"] = time.perf_counter() - t
         cm.annotate("schedule", report)
         cm.annotate("timings", {k: round(v, 4) for k, v in comp.timings.items()})
@@ -340,7 +398,8 @@ def _profile_meta(comp: Compilation) -> dict[str, Any]:
     a symbolic program's costs depend on its dims and are left at 0."""
     fused = [n for n in comp.graph.nodes if n.op == "Fused"]
     kernels = []
-    for i, (n, k) in enumerate(zip(fused, comp.kernels)):
+    for i, (op, k) in enumerate(zip(comp.op_of, comp.program_kernels)):
+        n = fused[op]
         flops, nbytes = kernel_cost(n, k) if comp.symbols is None else (0, 0)
         kernels.append({"name": kernel_symbol(i, k), "op": n.attrs["master"], "flops": flops,
                         "bytes": nbytes})
@@ -384,8 +443,9 @@ def _copy_outputs(g: Graph) -> None:
         fuse_run(g)
 
 
-def _bind(g: Graph, fused: list[Node], kernels: list[Kernel]
-          ) -> tuple[list[BoundKernel], np.ndarray]:
+def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel], np.ndarray]:
+    """Each kernel's buffers bound to the tensors of its fused node (a variant to its
+    operator's), and the parameter blob of the constants."""
     plan: MemoryPlan = g.memory_plan  # type: ignore[attr-defined]
     blob = ParamBlob()
 
@@ -403,7 +463,7 @@ def _bind(g: Graph, fused: list[Node], kernels: list[Kernel]
         return f"g_ws + {s.index + s.offset}"
 
     bound = []
-    for n, k in zip(fused, kernels):
+    for n, k in pairs:
         addrs = {}
         for buf, src in k.args:
             if isinstance(src, np.ndarray):

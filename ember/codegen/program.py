@@ -158,13 +158,15 @@ class ParamBlob:
 
 
 def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 0,
-                 num_slots: int = 0) -> str:
-    """The program's C source. ``num_dims`` > 0 makes it symbolic (Nimble §3.5): kernels read
-    their symbolic dims from ``g_dims``, the workspace addresses of ``num_slots`` buffers come
-    from ``g_off`` (the memory plan is laid out at run time), rTask counts are computed from
-    the dims, and the plan's rTask ranges are scaled to them (``plan`` is a template whose
-    kernel ``k`` has ``num_veus`` rTasks, see ``symbolic_template``); ``ember_set_dims(dims,
-    offsets)`` sets all of it before a run."""
+                 num_slots: int = 0, num_ops: int | None = None) -> str:
+    """The program's C source. The first ``num_ops`` kernels (default all) are the operators'
+    own, in order; kernels after them are other rKernels of those operators, which only a plan
+    runs (the one-thread fallback runs the operators' own). ``num_dims`` > 0 makes it symbolic
+    (Nimble §3.5): kernels read their symbolic dims from ``g_dims``, the workspace addresses of
+    ``num_slots`` buffers come from ``g_off`` (the memory plan is laid out at run time), rTask
+    counts are computed from the dims, and the plan's rTask ranges are scaled to them (``plan``
+    is a template whose kernel ``k`` has ``num_veus`` rTasks, see ``symbolic_template``);
+    ``ember_set_dims(dims, offsets)`` sets all of it before a run."""
     out = TextBuffer()
     for line in PRELUDE.splitlines():
         out.line(line)
@@ -183,7 +185,7 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int 
         out.line(f"/* {bk.kernel.doc} ({bk.kernel.ntasks} rTasks) */")
         out.line(f"static void {_kname(i, bk)}(int64_t t0, int64_t t1) {{ {fn}(t0, t1{args}); }}")
     out.line()
-    _emit_tables(kernels, out, num_dims > 0)
+    _emit_tables(kernels, out, num_dims > 0, len(kernels) if num_ops is None else num_ops)
     T = plan.num_veus
     if T > 1:
         for line in SYNC.replace("%(T)d", str(T)).splitlines():
@@ -262,10 +264,12 @@ def _kname(i: int, bk: BoundKernel) -> str:
     return kernel_symbol(i, bk.kernel)
 
 
-def _emit_tables(kernels: list[BoundKernel], out: TextBuffer, symbolic: bool) -> None:
+def _emit_tables(kernels: list[BoundKernel], out: TextBuffer, symbolic: bool,
+                 num_ops: int) -> None:
     names = ", ".join(_kname(i, bk) for i, bk in enumerate(kernels))
     out.line("typedef void (*em_task_fn)(int64_t, int64_t);")
     out.line(f"#define EM_NK {len(kernels)}")
+    out.line(f"#define EM_NOPS {num_ops}")
     out.line(f"static em_task_fn const em_kernels[EM_NK] = {{{names}}};")
     if symbolic:   # rTask counts are expressions of the dims: ``em_count_tasks`` sets them
         out.line("static int64_t em_ntasks[EM_NK];")
@@ -276,7 +280,7 @@ def _emit_tables(kernels: list[BoundKernel], out: TextBuffer, symbolic: bool) ->
         counts = ", ".join(str(bk.kernel.ntasks) for bk in kernels)
         out.line(f"static const int64_t em_ntasks[EM_NK] = {{{counts}}};")
     with out.indented("static void em_sequential(void) {", "}"):
-        out.line("for (int k = 0; k < EM_NK; ++k) em_kernels[k](0, em_ntasks[k]);")
+        out.line("for (int k = 0; k < EM_NOPS; ++k) em_kernels[k](0, em_ntasks[k]);")
 
 
 def _emit_plan(plan: ExecutionPlan, out: TextBuffer, symbolic: bool = False) -> None:
@@ -331,7 +335,7 @@ PARALLEL_C = r"""
 {
   int v = omp_get_thread_num();
   if (omp_get_num_threads() != %(T)d) {
-    if (v == 0) em_sequential();      /* fewer threads than vEUs: every kernel in order */
+    if (v == 0) em_sequential();      /* fewer threads than vEUs: every operator in order */
   } else if (v == 0) {
     cpu_set_t saved; int moved;
     em_caller_enter(&saved, &moved);

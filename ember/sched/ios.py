@@ -14,7 +14,9 @@ the vDevice costs (profiled per rTask), not from a compiled stage per candidate.
 The graph is cut into blocks wherever every dependency crossing a point of the topological order
 comes from a single kernel (IOS schedules Inception block by block the same way); a block
 with more than ``max_block`` kernels is cut into windows of that size, which bounds the state
-space. IOS's operator merge (stacking same-input convolutions) is not implemented.
+space. A group's operator runs the rKernel (fastest or efficient, ``KernelInfo.efficient``) that
+is quicker on the vEUs its group has. IOS's operator merge (stacking same-input convolutions)
+is not implemented.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from functools import cache
 
 from ember.sched.plan import ExecutionPlan, PlanBuilder
 from ember.sched.rammer import water_fill
-from ember.sched.vdevice import KernelInfo, VDevice
+from ember.sched.vdevice import KernelInfo, Variant, VDevice
 
 Stage = list[list[int]]    # groups of kernel ids; each group runs in order on its vEUs
 
@@ -141,10 +143,22 @@ def _group_s(members: Sequence[int], block: list[int], kernels: Sequence[KernelI
              veus: int, dev: VDevice) -> float:
     t = 0.0
     for j in members:
-        k = kernels[block[j]]
-        per = -(-k.ntasks // max(veus, 1)) if k.ntasks >= veus else 1
-        t += per * k.task_s + dev.task_overhead_s + (dev.wait_s if veus > 1 else 0.0)
+        t += _run_s(pick(kernels, block[j], veus), veus) + dev.task_overhead_s
+        t += dev.wait_s if veus > 1 else 0.0
     return t + dev.wait_s
+
+
+def _run_s(var: Variant, veus: int) -> float:
+    """Seconds ``var``'s rTasks take spread over ``veus`` vEUs."""
+    per = -(-var.ntasks // max(veus, 1)) if var.ntasks >= veus else 1
+    return per * var.task_s
+
+
+def pick(kernels: Sequence[KernelInfo], k: int, veus: int) -> Variant:
+    """The rKernel of operator ``k`` that finishes first on ``veus`` vEUs."""
+    fast = kernels[k].fastest(k)
+    eff = kernels[k].efficient
+    return eff if eff is not None and _run_s(eff, veus) < _run_s(fast, veus) else fast
 
 
 def emit(kernels: Sequence[KernelInfo], stages: list[Stage], dev: VDevice) -> ExecutionPlan:
@@ -156,10 +170,11 @@ def emit(kernels: Sequence[KernelInfo], stages: list[Stage], dev: VDevice) -> Ex
         for g, group in enumerate(stage):
             veus = list(range(g * share, V if g == len(stage) - 1 else (g + 1) * share))
             for k in group:
-                counts = water_fill(kernels[k].ntasks, kernels[k].task_s, [0.0] * len(veus))
+                var = pick(kernels, k, len(veus))
+                counts = water_fill(var.ntasks, var.task_s, [0.0] * len(veus))
                 begin = 0
                 for v, c in zip(veus, counts):
                     if c:
-                        builder.place(k, v, begin, begin + c)
+                        builder.place(k, v, begin, begin + c, var.kernel)
                         begin += c
     return builder.plan

@@ -40,12 +40,15 @@ class ExecutionPlan:
     programs: list[list[Entry]] = field(default_factory=list)
     policy: str = "sequential"
 
-    def validate(self, ntasks: Sequence[int]) -> None:
-        """Every task of every kernel runs exactly once, every wait names another vEU and a
-        step it reaches, and the plan cannot deadlock; raises CompileError otherwise."""
+    def validate(self, ntasks: Sequence[int], op_of: Sequence[int] | None = None) -> None:
+        """Every operator runs exactly once — all tasks of exactly one of its kernels, each
+        once — every wait names another vEU and a step it reaches, and the plan cannot
+        deadlock; raises CompileError otherwise. ``op_of[k]`` is kernel ``k``'s operator
+        (default: one kernel per operator); an operator's other rKernels run no task."""
         if len(self.programs) != self.num_veus:
             raise CompileError(f"plan has {len(self.programs)} programs for "
                                f"{self.num_veus} vEUs")
+        op_of = list(range(len(ntasks))) if op_of is None else list(op_of)
         seen: dict[int, list[tuple[int, int]]] = {}
         for prog in self.programs:
             for e in prog:
@@ -53,15 +56,26 @@ class ExecutionPlan:
                     if not 0 <= e.kernel < len(ntasks):
                         raise CompileError(f"plan runs kernel {e.kernel} of {len(ntasks)}")
                     seen.setdefault(e.kernel, []).append((e.begin, e.end))
-        for k, n in enumerate(ntasks):
-            pos = 0
-            for b, e in sorted(seen.get(k, [])):
-                if b != pos or e <= b:
-                    raise CompileError(f"kernel {k}: tasks [{pos}, {b}) not covered once")
-                pos = e
-            if pos != n:
-                raise CompileError(f"kernel {k}: the plan covers {pos} of {n} tasks")
+        ran: dict[int, list[int]] = {}
+        for k in seen:
+            ran.setdefault(op_of[k], []).append(k)
+        for op in sorted(set(op_of)):
+            ks = ran.get(op, [op_of.index(op)])
+            if len(ks) > 1:
+                raise CompileError(f"operator {op} runs {len(ks)} of its rKernels "
+                                   f"({', '.join(map(str, sorted(ks)))}); it must run one")
+            self._check_cover(ks[0], ntasks[ks[0]], seen.get(ks[0], []))
         self._check_progress()
+
+    @staticmethod
+    def _check_cover(k: int, n: int, ranges: list[tuple[int, int]]) -> None:
+        pos = 0
+        for b, e in sorted(ranges):
+            if b != pos or e <= b:
+                raise CompileError(f"kernel {k}: tasks [{pos}, {b}) not covered once")
+            pos = e
+        if pos != n:
+            raise CompileError(f"kernel {k}: the plan covers {pos} of {n} tasks")
 
     def _check_progress(self) -> None:
         """Every wait names another vEU and a step it reaches; every vEU reaches its end."""
@@ -172,8 +186,9 @@ class ExecutionPlan:
 class PlanBuilder:
     """Appends rTasks to vEU programs with the fewest waits their dependencies need.
 
-    ``place(k, v, b, e)`` puts tasks [b, e) of kernel ``k`` on vEU ``v`` after whatever ``v``
-    already runs; ``deps[k]`` are the kernels all of whose rTasks must be complete first. A
+    ``place(k, v, b, e)`` puts tasks [b, e) of operator ``k`` on vEU ``v`` after whatever
+    ``v`` already runs — of its own kernel ``k``, or of the program kernel ``kernel`` (another
+    rKernel of it); ``deps[k]`` are the operators all of whose rTasks must be complete first. A
     wait is emitted only for the last rTask of a dependency on each other vEU, and not at all
     where ``v`` already knows that vEU got that far — directly or through a vEU it waited for
     (each step records what its vEU knew then). Rammer's ``Wait``/``Append`` on step counters.
@@ -186,7 +201,7 @@ class PlanBuilder:
         self.know = [[0] * num_veus for _ in range(num_veus)]
         self.history: list[list[list[int]]] = [[[0] * num_veus] for _ in range(num_veus)]
 
-    def place(self, k: int, v: int, begin: int, end: int) -> None:
+    def place(self, k: int, v: int, begin: int, end: int, kernel: int | None = None) -> None:
         need: dict[int, int] = {}
         for p in self.deps[k]:
             for u, s in self.last.get(p, {}).items():
@@ -199,7 +214,7 @@ class PlanBuilder:
             self.plan.programs[v].append(Barrier(tuple(sorted(need.items()))))
             for u, s in need.items():
                 self.know[v] = [max(a, b) for a, b in zip(self.know[v], self.history[u][s])]
-        self.plan.programs[v].append(RTask(k, begin, end))
+        self.plan.programs[v].append(RTask(k if kernel is None else kernel, begin, end))
         step = len(self.history[v])          # this rTask's step on v
         self.know[v][v] = step
         self.history[v].append(list(self.know[v]))

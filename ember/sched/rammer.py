@@ -1,8 +1,9 @@
 """Rammer's policy (OSDI'20, Algorithm 1) on a vDevice: waves of rTasks with fine barriers.
 
 Pre: kernels in a topological order with their dependencies and per-rTask costs (profiled or
-predicted). Post: an ``ExecutionPlan`` that runs every rTask once, in which a kernel's rTasks
-wait only for the last rTask, on each other vEU, of the kernels it depends on.
+predicted). Post: an ``ExecutionPlan`` that runs every operator once (all rTasks of one of its
+rKernels), in which an operator's rTasks wait only for the last rTask, on each other vEU, of the
+operators it depends on.
 
 The waves are the BFS fringe of the data-flow graph (kernels grouped by their longest
 dependency path). Within a wave the most expensive kernel is placed first; a kernel's rTasks
@@ -13,48 +14,86 @@ independent small kernels of one wave run side by side instead of each leaving t
 idle at a barrier, and a many-task kernel spreads over every vEU. Placing a whole wave before
 the next one is Rammer's ``Append``; the fine barriers are its ``Wait``.
 
-Rammer's ``SelectRKernels`` (the fastest rKernel unless a wave cannot fill the vEUs, then the
-most efficient one) needs several kernels per operator; ember builds one per operator today, so
-each kernel is its own only rKernel.
+``SelectRKernels``: a wave runs its operators' fastest rKernels where their rTasks together
+cannot occupy every vEU; otherwise also their efficient rKernels (fewer, larger rTasks; operators
+without one keep the fastest) are placed, and the set whose wave finishes first by the profiled
+rTask costs is kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ember.sched.plan import ExecutionPlan, PlanBuilder
-from ember.sched.vdevice import KernelInfo, VDevice, levels
+from ember.sched.vdevice import KernelInfo, Variant, VDevice, levels
 
 
-def schedule(kernels: Sequence[KernelInfo], dev: VDevice) -> ExecutionPlan:
+@dataclass
+class _Wave:
+    """Where one wave's rTasks go: (operator, kernel, vEU, begin, end), and the vEUs' times."""
+    places: list[tuple[int, int, int, int, int]]
+    avail: list[float]
+    finish: dict[int, float]
+    ran_on: dict[int, set[int]]
+
+    @property
+    def end(self) -> float:
+        return max(self.finish.values(), default=0.0)
+
+
+def schedule(kernels: Sequence[KernelInfo], dev: VDevice, select: bool = True
+             ) -> ExecutionPlan:
     V = dev.num_veus
     builder = PlanBuilder(V, [k.deps for k in kernels], "rammer")
-    lv = levels(kernels)
     waves: dict[int, list[int]] = {}
-    for i, level in enumerate(lv):
+    for i, level in enumerate(levels([k.deps for k in kernels])):
         waves.setdefault(level, []).append(i)
     avail = [0.0] * V
     finish = [0.0] * len(kernels)
     ran_on: list[set[int]] = [set() for _ in kernels]
     for level in sorted(waves):
-        wave = sorted(waves[level], key=lambda i: (-kernels[i].ntasks * kernels[i].task_s, i))
+        wave = waves[level]
+        fastest = {i: kernels[i].fastest(i) for i in wave}
+        best = _place_wave(kernels, fastest, avail, finish, ran_on, dev)
+        if select and sum(f.ntasks for f in fastest.values()) >= V and any(
+                kernels[i].efficient for i in wave):
+            efficient = {i: kernels[i].efficient or fastest[i] for i in wave}
+            other = _place_wave(kernels, efficient, avail, finish, ran_on, dev)
+            if other.end < best.end:
+                best = other
+        for i, kern, v, b, e in best.places:
+            builder.place(i, v, b, e, kern)
+        avail = best.avail
         for i in wave:
-            k = kernels[i]
-            starts = []
-            for v in range(V):
-                ready = max((finish[p] + (0.0 if ran_on[p] <= {v} else dev.wait_s)
-                             for p in k.deps), default=0.0)
-                starts.append(max(avail[v], ready))
-            counts = water_fill(k.ntasks, k.task_s, starts)
-            begin = 0
-            for v in range(V):
-                if counts[v]:
-                    builder.place(i, v, begin, begin + counts[v])
-                    begin += counts[v]
-                    avail[v] = starts[v] + counts[v] * k.task_s + dev.task_overhead_s
-                    ran_on[i].add(v)
-                    finish[i] = max(finish[i], avail[v])
+            finish[i], ran_on[i] = best.finish[i], best.ran_on[i]
     return builder.plan
+
+
+def _place_wave(kernels: Sequence[KernelInfo], chosen: dict[int, Variant],
+                avail: Sequence[float], finish: Sequence[float], ran_on: Sequence[set[int]],
+                dev: VDevice) -> _Wave:
+    """``SelectvEU`` for the wave's operators running the ``chosen`` rKernels, most expensive
+    first: each one's rTasks water-filled over the vEUs by when they can start them."""
+    V = dev.num_veus
+    out = _Wave([], list(avail), {}, {})
+    for i in sorted(chosen, key=lambda i: (-chosen[i].work_s, i)):
+        var = chosen[i]
+        starts = []
+        for v in range(V):
+            ready = max((finish[p] + (0.0 if ran_on[p] <= {v} else dev.wait_s)
+                         for p in kernels[i].deps), default=0.0)
+            starts.append(max(out.avail[v], ready))
+        counts = water_fill(var.ntasks, var.task_s, starts)
+        begin, out.finish[i], out.ran_on[i] = 0, 0.0, set()
+        for v in range(V):
+            if counts[v]:
+                out.places.append((i, var.kernel, v, begin, begin + counts[v]))
+                begin += counts[v]
+                out.avail[v] = starts[v] + counts[v] * var.task_s + dev.task_overhead_s
+                out.ran_on[i].add(v)
+                out.finish[i] = max(out.finish[i], out.avail[v])
+    return out
 
 
 def water_fill(n: int, cost: float, starts: Sequence[float]) -> list[int]:

@@ -10,23 +10,44 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from ember import driver
+from ember import autosched, driver
 from ember.errors import CompileError, EmberError
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import Barrier, ExecutionPlan, PlanBuilder, RTask
-from ember.sched.vdevice import KernelInfo, VDevice, makespan, simulate
+from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan, simulate
+from ember.tuning import device_spec
+
+
+def op_of(kernels: list[KernelInfo]) -> list[int]:
+    """The operator of every program kernel: operator i's own at i, then efficient ones."""
+    out = list(range(len(kernels)))
+    for i, k in enumerate(kernels):
+        if k.efficient is not None:
+            out += [-1] * (k.efficient.kernel + 1 - len(out))
+            out[k.efficient.kernel] = i
+    return out
+
+
+def ntasks(kernels: list[KernelInfo]) -> list[int]:
+    out = [k.ntasks for k in kernels]
+    for k in kernels:
+        if k.efficient is not None:
+            out += [0] * (k.efficient.kernel + 1 - len(out))
+            out[k.efficient.kernel] = k.efficient.ntasks
+    return out
 
 
 def respects(plan: ExecutionPlan, kernels: list[KernelInfo]) -> bool:
     """Every rTask starts only when its vEU knows every rTask of its dependencies is done."""
     V = plan.num_veus
-    where: dict[int, dict[int, int]] = {}     # kernel -> vEU -> last step running it
+    ops = op_of(kernels)
+    where: dict[int, dict[int, int]] = {}     # operator -> vEU -> last step running it
     for v, prog in enumerate(plan.programs):
         step = 0
         for e in prog:
             if isinstance(e, RTask):
                 step += 1
-                where.setdefault(e.kernel, {})[v] = step
+                where.setdefault(ops[e.kernel], {})[v] = step
     hist = [[[0] * V] for _ in range(V)]      # vEU -> step -> what it knew then
     know = [[0] * V for _ in range(V)]
     for v, e in plan.walk():
@@ -34,7 +55,7 @@ def respects(plan: ExecutionPlan, kernels: list[KernelInfo]) -> bool:
             for u, s in e.waits:
                 know[v] = [max(a, b) for a, b in zip(know[v], hist[u][s])]
             continue
-        for p in kernels[e.kernel].deps:
+        for p in kernels[ops[e.kernel]].deps:
             if any(u != v and know[v][u] < s for u, s in where[p].items()):
                 return False
         know[v][v] = len(hist[v])
@@ -44,12 +65,21 @@ def respects(plan: ExecutionPlan, kernels: list[KernelInfo]) -> bool:
 
 @st.composite
 def dags(draw: st.DrawFn) -> list[KernelInfo]:
+    """Random operator DAGs; some operators also have an efficient rKernel (fewer rTasks, each
+    dearer), numbered after the operators' own kernels."""
     n = draw(st.integers(1, 14))
     out = []
+    extra = n
     for i in range(n):
         deps = draw(st.sets(st.integers(0, i - 1), max_size=3)) if i else set()
-        out.append(KernelInfo(f"k{i}", draw(st.integers(1, 9)), tuple(sorted(deps)),
-                              draw(st.sampled_from([1e-6, 5e-6, 2e-5]))))
+        nt = draw(st.integers(1, 9))
+        cost = draw(st.sampled_from([1e-6, 5e-6, 2e-5]))
+        eff = None
+        if nt > 1 and draw(st.booleans()):
+            ne = draw(st.integers(1, nt - 1))
+            eff = Variant(extra, ne, cost * nt / ne * draw(st.sampled_from([0.6, 0.9, 1.3])))
+            extra += 1
+        out.append(KernelInfo(f"k{i}", nt, tuple(sorted(deps)), cost, eff))
     return out
 
 
@@ -58,9 +88,54 @@ def dags(draw: st.DrawFn) -> list[KernelInfo]:
 def test_every_policy_covers_and_respects_dependencies(kernels: list[KernelInfo],
                                                        veus: int) -> None:
     dev = VDevice(veus)
-    for plan in (rammer.schedule(kernels, dev), ios.schedule(kernels, dev)):
-        plan.validate([k.ntasks for k in kernels])
-        assert respects(plan, kernels), plan.format([k.name for k in kernels])
+    for plan in (rammer.schedule(kernels, dev), ios.schedule(kernels, dev),
+                 rammer.schedule(kernels, dev, select=False)):
+        plan.validate(ntasks(kernels), op_of(kernels))
+        assert respects(plan, kernels), plan.format([str(k) for k in range(len(op_of(kernels)))])
+        assert len(simulate(plan, kernels, dev)) == len(plan.entries())
+
+
+def test_rammer_selects_efficient_rkernels_for_a_wave_that_fills_the_veus() -> None:
+    # two independent operators of 2 rTasks (1 ms each) fill both vEUs: 2 ms. Their efficient
+    # rKernels (1 rTask of 1.5 ms) side by side take 1.5 ms, so the wave runs those.
+    ks = [KernelInfo("a", 2, (), 1e-3, Variant(2, 1, 1.5e-3)),
+          KernelInfo("b", 2, (), 1e-3, Variant(3, 1, 1.5e-3))]
+    dev = VDevice(2, wait_s=0.0, task_overhead_s=0.0)
+    plan = rammer.schedule(ks, dev)
+    plan.validate([2, 2, 1, 1], [0, 1, 0, 1])
+    assert sorted(e[1] for e in plan.entries()) == [2, 3]
+    assert makespan(plan, ks, dev) == pytest.approx(1.5e-3)
+    fast = rammer.schedule(ks, dev, select=False)
+    assert {e[1] for e in fast.entries()} == {0, 1}
+    assert makespan(fast, ks, dev) == pytest.approx(2e-3)
+    # dearer efficient rKernels (1 rTask of 2.5 ms) lose to the fastest ones
+    slow = [KernelInfo(k.name, 2, (), 1e-3, Variant(k.efficient.kernel, 1, 2.5e-3))
+            for k in ks]
+    assert {e[1] for e in rammer.schedule(slow, dev).entries()} == {0, 1}
+
+
+def test_rammer_keeps_the_fastest_rkernel_where_the_wave_cannot_fill_the_veus() -> None:
+    # one operator of one rTask leaves a vEU idle whatever it runs: the fastest stays
+    ks = [KernelInfo("a", 1, (), 1e-3, Variant(1, 1, 0.5e-3))]
+    plan = rammer.schedule(ks, VDevice(2, wait_s=0.0, task_overhead_s=0.0))
+    assert [e[1] for e in plan.entries()] == [0]
+
+
+def test_ios_runs_the_rkernel_that_is_quicker_on_its_groups_veus() -> None:
+    k = KernelInfo("a", 4, (), 1e-3, Variant(1, 1, 3e-3))
+    assert ios.pick([k], 0, 1).kernel == 1        # alone on one vEU: 3 ms against 4
+    assert ios.pick([k], 0, 2).kernel == 0        # on two: 2 ms against 3
+
+
+def test_validate_rejects_an_operator_run_by_two_rkernels_or_none() -> None:
+    both = ExecutionPlan(2, [[RTask(0, 0, 2)], [RTask(1, 0, 1)]])
+    with pytest.raises(CompileError, match="runs 2 of its rKernels"):
+        both.validate([2, 1], [0, 0])
+    ExecutionPlan(2, [[RTask(1, 0, 1)], []]).validate([2, 1], [0, 0])
+    with pytest.raises(CompileError, match="covers 0 of 2"):
+        ExecutionPlan(2, [[], []]).validate([2, 1], [0, 0])
+    with pytest.raises(CompileError, match="covers 1 of 2"):
+        ExecutionPlan(2, [[RTask(0, 0, 1)], []]).validate([2, 1], [0, 0])
 
 
 @settings(max_examples=50, deadline=None, derandomize=True)
@@ -151,17 +226,62 @@ def test_compiled_policies_match_onnxruntime(policy: str, tmp_path, monkeypatch)
     comp, cm = driver.compile_full(m, num_threads=2, schedule=policy)
     np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
     assert cm.plan is not None
+    assert f"#define EM_NOPS {len(comp.kernels)}" in comp.source
     if policy != "sequential":
         report = cm.meta["schedule"]
         assert report["chosen"] in ("sequential", "rammer", "ios")
         assert report["chosen"] == cm.plan["policy"]
-    # every plan over the same library gives the same answer
-    for other in ("rammer", "ios", "sequential"):
-        plan = driver.compile_full(m, num_threads=2, schedule=other)[1].plan
-        cm.use_plan(plan)
+    # every plan over the same library gives the same answer, the efficient rKernels' too
+    plans, _ = autosched.build_plans(cm, comp, device_spec(2), autosched.POLICIES)
+    if policy != "sequential":
+        plans["variants"] = autosched.sequential_plan(comp, variants=True)
+    for plan in plans.values():
+        cm.use_plan(plan.to_json())
         np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
+    cm.use_plan(plans[report["chosen"] if policy != "sequential" else "sequential"].to_json())
     path = cm.save(tmp_path / "m.ember")
     assert driver.load(path).plan == cm.plan
+
+
+def _two_branch_model():
+    """y = Concat(Relu(x @ w0), Tanh(x @ w1)): two independent products side by side."""
+    rng = np.random.default_rng(0)
+    ws = [helper.make_tensor(f"w{i}", TensorProto.FLOAT, (64, 64),
+                             rng.standard_normal(64 * 64).astype("f4")) for i in range(2)]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["a"]),
+             helper.make_node("Relu", ["a"], ["ra"]),
+             helper.make_node("MatMul", ["x", "w1"], ["b"]),
+             helper.make_node("Tanh", ["b"], ["tb"]),
+             helper.make_node("Concat", ["ra", "tb"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "two",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, (8, 64))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], ws)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_efficient_rkernels_are_built_for_side_by_side_operators_and_run() -> None:
+    ort = pytest.importorskip("onnxruntime")
+    m = _two_branch_model()
+    x = np.random.default_rng(2).standard_normal((8, 64)).astype("f4")
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    comp = driver.build(m, num_threads=2, variants=True)
+    # the two products share a wave: each gets a one-vEU rKernel with fewer rTasks; the Concat
+    # after them, alone in its wave, gets none
+    assert [i for i, _ in comp.variants] == [0, 1]
+    assert all(k.ntasks < comp.kernels[i].ntasks for i, k in comp.variants)
+    assert driver.build(m, num_threads=2).variants == []
+    cm = driver.to_model(comp)
+    np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
+    # costs that make the efficient pair (one rTask each, side by side) win the wave
+    nk = len(comp.program_kernels)
+    task_s = [1e-5] * len(comp.kernels) + [1.5e-5] * (nk - len(comp.kernels))
+    plans, infos = autosched.build_plans(cm, comp, device_spec(2), autosched.POLICIES, task_s)
+    assert {e[1] for e in plans["rammer"].entries()} >= {3, 4}
+    assert infos[0].efficient is not None and infos[2].efficient is None
+    for plan in [*plans.values(), autosched.sequential_plan(comp, variants=True)]:
+        cm.use_plan(plan.to_json())
+        np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
 
 
 def test_use_plan_rejects_plans_of_another_library() -> None:
@@ -220,3 +340,19 @@ def test_dependencies_cover_data_edges_and_reused_bytes() -> None:
                       if v.uid in plan.storage]
             if any(a[:2] == b[:2] and a[2] < b[3] and b[2] < a[3] for a in mine for b in theirs):
                 assert j in reach[k], (j, k)
+
+
+def test_inspect_prints_the_efficient_rkernels_and_draws_the_schedule(tmp_path, capsys,
+                                                                      monkeypatch) -> None:
+    from ember.cli import main as cli_main
+
+    monkeypatch.setenv("EMBER_SCHED_CACHE", "0")
+    path = tmp_path / "two.onnx"
+    path.write_bytes(_two_branch_model().SerializeToString())
+    png = tmp_path / "gantt.png"
+    assert cli_main(["inspect", str(path), "--threads", "2", "--schedule", "rammer",
+                     "--schedule-picture", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "efficient rKernel of k" in out
+    assert "plan (rammer, 2 vEUs)" in out and "schedule rammer: chose rammer" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
