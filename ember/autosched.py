@@ -12,7 +12,9 @@ than ``"sequential"`` this module then
    plan's byte hazards included, ``memplan.kernel_dependencies``) on a vDevice; a plan runs
    one rKernel per operator;
 3. swaps each plan into the same library (``use_plan``: plans are data) and times whole runs in
-   interleaved rounds; ``"auto"`` keeps the fastest, a named policy keeps its own plan.
+   interleaved rounds; ``"auto"`` keeps the fastest, a named policy keeps its own plan. The
+   driver then compiles the program again without the efficient rKernels that plan does not
+   run (``driver._drop_unused_variants``).
 
 Profiled costs and choices are cached per (program source, threads, policy) under
 ``cache_dir()/sched``, so a warm compile does not profile again. Random inputs drive the runs:
@@ -153,7 +155,8 @@ def kernel_infos(comp: Compilation, task_s: Sequence[float]) -> list[KernelInfo]
            for j, (op, k) in enumerate(comp.variants)}
     deps = kernel_dependencies(comp.graph)
     return [KernelInfo(k.name, int(k.ntasks), tuple(d), t, eff.get(i))
-            for i, (k, d, t) in enumerate(zip(comp.kernels, deps, task_s, strict=False))]
+            for i, (k, d, t) in enumerate(zip(comp.kernels, deps, task_s[:len(comp.kernels)],
+                                              strict=True))]
 
 
 def build_plans(cm: CompiledModel, comp: Compilation, spec: DeviceSpec, names: Sequence[str],
@@ -198,8 +201,8 @@ def choose(cm: CompiledModel, comp: Compilation, spec: DeviceSpec, policy: str,
     nops = len(comp.kernels)
     report = {"policy": policy, "chosen": chosen, "profiled": profile,
               "predicted_s": predicted, "measured_s": measured,
-              "efficient_rtasks": {p: sum(e[1] >= nops for e in plan.entries())
-                                   for p, plan in plans.items()},
+              "efficient_ops": {p: len({e[1] for e in plan.entries() if e[1] >= nops})
+                                for p, plan in plans.items()},
               "seconds": round(time.perf_counter() - t0, 3)}
     costs = task_costs(infos)
     _cache_write(key, {**report, "task_s": [costs[k] for k in range(len(comp.program_kernels))]})

@@ -36,7 +36,7 @@ from ember.passes.memplan import MemoryPlan, kernel_dependencies
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
-from ember.sched.plan import ExecutionPlan
+from ember.sched.plan import ExecutionPlan, RTask
 from ember.sched.vdevice import levels
 from ember.tuning import TopK, device_spec
 from ember.vm.model import VMModel
@@ -153,16 +153,25 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
         comp.plan.validate([k.ntasks for k in comp.program_kernels], comp.op_of)
     else:
         comp.plan = symbolic_template(len(comp.kernels), threads)
-    bound, comp.params = _bind(g, [(fused[i], k) for i, k in zip(comp.op_of,
-                                                                 comp.program_kernels)])
-    slots = len(comp.memory_plan.slot_types)
-    comp.source = emit_program(bound, comp.plan, len(table.names) if table else 0, slots,
-                               num_ops=len(comp.kernels))
+    _emit(comp)
     comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s - one.measure_s
     comp.timings["construct"] = ctx.construct_s + ctx1.construct_s
     comp.timings["profile_topk"] = picker.measure_s + one.measure_s
     comp.roller = ctx.log
     return comp
+
+
+def _emit(comp: Compilation) -> None:
+    """``comp.source`` and ``comp.params``: the C program of every kernel bound to its
+    operator's tensors, with ``comp.plan`` compiled in."""
+    assert comp.plan is not None
+    g = comp.graph
+    fused = [n for n in g.nodes if n.op == "Fused"]
+    bound, comp.params = _bind(g, [(fused[i], k) for i, k in zip(comp.op_of,
+                                                                 comp.program_kernels)])
+    slots = len(comp.memory_plan.slot_types)
+    comp.source = emit_program(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
+                               slots, num_ops=len(comp.kernels))
 
 
 def _build_kernels(fused: list[Node], ctx: Any, symbolic: bool) -> list[Kernel]:
@@ -190,8 +199,11 @@ def _efficient_variants(fused: list[Node], kernels: list[Kernel], ctx: Any,
             continue
         key = _body_key(n)
         if key not in built:
-            e = build_kernel(f"{n.attrs['master'].lower()}{i}e", n, ctx)
-            built[key] = e if int(e.ntasks) < int(k.ntasks) else None
+            try:
+                e: Kernel | None = build_kernel(f"{n.attrs['master'].lower()}{i}e", n, ctx)
+            except (CompileError, TypeError, ValueError):   # optional: the operator's own runs
+                e = None
+            built[key] = e if e is not None and int(e.ntasks) < int(k.ntasks) else None
         var = built[key]
         if var is not None:
             out.append((i, var))
@@ -339,10 +351,33 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
         _progress(f"scheduling ({policy})")
         comp.plan, report = autosched.choose(cm, comp, device_spec(cm.num_threads), policy,
                                              profile)
+        if _drop_unused_variants(comp):    # the library keeps only the rKernels its plan runs
+            cm = CompiledModel(compile_shared(comp.source), comp.params, _meta(comp),
+                               comp.source)
         comp.timings["schedule"] = time.perf_counter() - t
         cm.annotate("schedule", report)
         cm.annotate("timings", {k: round(v, 4) for k, v in comp.timings.items()})
     return comp, cm
+
+
+def _drop_unused_variants(comp: Compilation) -> bool:
+    """Drop the efficient rKernels ``comp.plan`` does not run (they would only take space: each
+    packs its own weights) and renumber the plan's kernels; re-emits the program. False when
+    the plan runs all of them."""
+    assert comp.plan is not None
+    nops = len(comp.kernels)
+    used = sorted({k for _, k, _, _ in comp.plan.entries() if k >= nops})
+    if len(used) == len(comp.variants):
+        return False
+    renumber = {k: nops + j for j, k in enumerate(used)}
+    comp.variants = [comp.variants[k - nops] for k in used]
+    plan = comp.plan
+    comp.plan = ExecutionPlan(plan.num_veus, [
+        [RTask(renumber.get(e.kernel, e.kernel), e.begin, e.end) if isinstance(e, RTask) else e
+         for e in prog] for prog in plan.programs], plan.policy)
+    comp.plan.validate([k.ntasks for k in comp.program_kernels], comp.op_of)
+    _emit(comp)
+    return True
 
 
 def _meta(comp: Compilation) -> dict[str, Any]:

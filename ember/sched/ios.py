@@ -115,8 +115,8 @@ def _stage_options(E: int, m: int, preds: list[int], succs: list[int], block: li
         opts.append(((tuple(members),), _group_s(members, block, kernels, dev.num_veus, dev)))
     comps = _components(members, preds, succs, E)
     if 1 < len(comps) <= s and all(len(c) <= r for c in comps):
-        share = dev.num_veus // len(comps)
-        lat = max(_group_s(c, block, kernels, share, dev) for c in comps)
+        lat = max(_group_s(c, block, kernels, len(veus), dev)
+                  for c, veus in zip(comps, shares(dev.num_veus, len(comps))))
         opts.append((tuple(tuple(c) for c in comps), lat))
     return opts
 
@@ -161,14 +161,20 @@ def pick(kernels: Sequence[KernelInfo], k: int, veus: int) -> Variant:
     return eff if eff is not None and _run_s(eff, veus) < _run_s(fast, veus) else fast
 
 
+def shares(num_veus: int, groups: int) -> list[list[int]]:
+    """The vEUs of each of a stage's ``groups`` groups: equal shares, the last one also takes
+    what is left over (the cost model and the emitted plan both use this)."""
+    share = max(num_veus // groups, 1)
+    return [list(range(g * share, num_veus if g == groups - 1 else (g + 1) * share))
+            for g in range(groups)]
+
+
 def emit(kernels: Sequence[KernelInfo], stages: list[Stage], dev: VDevice) -> ExecutionPlan:
     """Stages to vEU programs: group g of a stage with G groups runs on its share of vEUs."""
     V = dev.num_veus
     builder = PlanBuilder(V, [k.deps for k in kernels], "ios")
     for stage in stages:
-        share = max(V // len(stage), 1)
-        for g, group in enumerate(stage):
-            veus = list(range(g * share, V if g == len(stage) - 1 else (g + 1) * share))
+        for group, veus in zip(stage, shares(V, len(stage))):
             for k in group:
                 var = pick(kernels, k, len(veus))
                 counts = water_fill(var.ntasks, var.task_s, [0.0] * len(veus))

@@ -49,6 +49,11 @@ class ExecutionPlan:
             raise CompileError(f"plan has {len(self.programs)} programs for "
                                f"{self.num_veus} vEUs")
         op_of = list(range(len(ntasks))) if op_of is None else list(op_of)
+        nops = len(set(op_of))
+        if len(op_of) != len(ntasks) or op_of[:nops] != list(range(nops)) or \
+                not set(op_of) <= set(range(nops)):
+            raise CompileError(f"{len(ntasks)} kernels with operators {op_of}: kernel i < "
+                               "operators must be operator i's own, the rest other rKernels")
         seen: dict[int, list[tuple[int, int]]] = {}
         for prog in self.programs:
             for e in prog:
@@ -59,8 +64,8 @@ class ExecutionPlan:
         ran: dict[int, list[int]] = {}
         for k in seen:
             ran.setdefault(op_of[k], []).append(k)
-        for op in sorted(set(op_of)):
-            ks = ran.get(op, [op_of.index(op)])
+        for op in range(nops):
+            ks = ran.get(op) or [op]
             if len(ks) > 1:
                 raise CompileError(f"operator {op} runs {len(ks)} of its rKernels "
                                    f"({', '.join(map(str, sorted(ks)))}); it must run one")

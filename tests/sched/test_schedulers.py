@@ -136,6 +136,11 @@ def test_validate_rejects_an_operator_run_by_two_rkernels_or_none() -> None:
         ExecutionPlan(2, [[], []]).validate([2, 1], [0, 0])
     with pytest.raises(CompileError, match="covers 1 of 2"):
         ExecutionPlan(2, [[RTask(0, 0, 1)], []]).validate([2, 1], [0, 0])
+    # kernels i < operators are operator i's own; every other kernel names one of them
+    for n, op_of in (([2, 1], [0]), ([2, 1], [0, 2]), ([2, 1], [1, 0]),
+                     ([2, 1, 1], [0, 0, 2])):
+        with pytest.raises(CompileError, match="must be operator i's own"):
+            ExecutionPlan(2, [[RTask(0, 0, 2)], []]).validate(n, op_of)
 
 
 @settings(max_examples=50, deadline=None, derandomize=True)
@@ -284,6 +289,37 @@ def test_efficient_rkernels_are_built_for_side_by_side_operators_and_run() -> No
         np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
 
 
+def test_the_library_keeps_only_the_rkernels_its_plan_runs() -> None:
+    m = _two_branch_model()
+    comp = driver.build(m, num_threads=2, variants=True)
+    nops = len(comp.kernels)
+    # a plan that runs no efficient rKernel: the program is the one built without them
+    comp.plan = autosched.sequential_plan(comp)
+    assert driver._drop_unused_variants(comp)
+    assert comp.variants == [] and comp.source == driver.build(m, num_threads=2).source
+    # a plan that runs operator 1's: it alone stays, renumbered after the operators' own
+    comp = driver.build(m, num_threads=2, variants=True)
+    plan = autosched.sequential_plan(comp, variants=True)
+    comp.plan = ExecutionPlan(2, [[e if not isinstance(e, RTask) or e.kernel != nops else
+                                   RTask(0, 0, comp.kernels[0].ntasks) for e in prog
+                                   if not isinstance(e, RTask) or e.kernel != nops or
+                                   e.begin == 0] for prog in plan.programs], "test")
+    assert driver._drop_unused_variants(comp)
+    assert [i for i, _ in comp.variants] == [1]
+    assert {e[1] for e in comp.plan.entries()} == {0, nops, 2}
+    assert f"#define EM_NK {nops + 1}" in comp.source
+    x = np.random.default_rng(3).standard_normal((8, 64)).astype("f4")
+    np.testing.assert_allclose(driver.to_model(comp)(x),
+                               driver.compile_full(m, num_threads=2,
+                                                   schedule="sequential")[1](x), rtol=1e-5)
+    # compile_full: every rKernel the saved library holds is one its plan runs
+    comp, cm = driver.compile_full(m, num_threads=2, schedule="rammer")
+    assert {e[1] for e in comp.plan.entries() if e[1] >= nops} == \
+        set(range(nops, nops + len(comp.variants)))
+    np.testing.assert_allclose(cm(x), driver.to_model(driver.build(m, num_threads=2))(x),
+                               rtol=1e-5)
+
+
 def test_use_plan_rejects_plans_of_another_library() -> None:
     cm = driver.compile(_branchy_model(), num_threads=2, schedule="sequential")
     with pytest.raises(EmberError, match="rejected"):
@@ -342,7 +378,7 @@ def test_dependencies_cover_data_edges_and_reused_bytes() -> None:
                 assert j in reach[k], (j, k)
 
 
-def test_inspect_prints_the_efficient_rkernels_and_draws_the_schedule(tmp_path, capsys,
+def test_inspect_prints_and_draws_the_schedule(tmp_path, capsys,
                                                                       monkeypatch) -> None:
     from ember.cli import main as cli_main
 
@@ -353,6 +389,5 @@ def test_inspect_prints_the_efficient_rkernels_and_draws_the_schedule(tmp_path, 
     assert cli_main(["inspect", str(path), "--threads", "2", "--schedule", "rammer",
                      "--schedule-picture", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "efficient rKernel of k" in out
     assert "plan (rammer, 2 vEUs)" in out and "schedule rammer: chose rammer" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
