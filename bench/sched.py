@@ -54,8 +54,7 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
     plans, infos = autosched.build_plans(cm, comp, device_spec(threads), autosched.POLICIES)
     sched_s = time.perf_counter() - t
     nops = len(comp.kernels)
-    efficient = {p: len({k for _, k, _, _ in plan.entries() if k >= nops})
-                 for p, plan in plans.items()}
+    efficient = {p: sum(k >= nops for k in plan.kernels()) for p, plan in plans.items()}
     errs = {}
     for p, plan in plans.items():
         cm.use_plan(plan.to_json())

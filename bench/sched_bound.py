@@ -35,12 +35,8 @@ MODELS = ["lstm_tc", "resnext29_16x64d", "randwire", "inception_v3", "squeezenet
 
 def one_veu(comp: driver.Compilation, threads: int, variants: bool) -> ExecutionPlan:
     """Every operator on vEU 0 (its efficient rKernel where it has one, with ``variants``)."""
-    run = list(range(len(comp.kernels)))
-    if variants:
-        for j, (op, _k) in enumerate(comp.variants):
-            run[op] = len(comp.kernels) + j
     ks = comp.program_kernels
-    progs: list[list] = [[RTask(k, 0, int(ks[k].ntasks)) for k in run]]
+    progs: list[list] = [[RTask(k, 0, int(ks[k].ntasks)) for k in comp.op_kernels(variants)]]
     return ExecutionPlan(threads, progs + [[] for _ in range(threads - 1)], "one vEU")
 
 

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.errors import EmberError
-from ember.ir.graph import Node
 from ember.kernel.cost import kernel_cost
 from ember.kernel.roller.hal import DeviceSpec
 from ember.passes.memplan import kernel_dependencies
@@ -55,7 +54,7 @@ def predicted_task_s(comp: Compilation, spec: DeviceSpec) -> list[float]:
     peak)."""
     out = []
     dram = spec.bandwidth(spec.layers[-1].name, 1) * 1e9
-    fused = _fused(comp)
+    fused = comp.fused
     for op, k in zip(comp.op_of, comp.program_kernels):
         flops, nbytes = kernel_cost(fused[op], k)
         t = max(flops / (spec.peak_gflops * 0.7e9), nbytes / max(dram, 1.0))
@@ -94,21 +93,10 @@ def measured_task_s(cm: CompiledModel, comp: Compilation, feeds: dict[str, np.nd
 def sequential_plan(comp: Compilation, variants: bool = False) -> ExecutionPlan:
     """The sequential plan over the operators' own kernels, or (``variants``) over their other
     rKernels where they have one."""
-    run = list(range(len(comp.kernels)))
-    if variants:
-        for j, (op, _k) in enumerate(comp.variants):
-            run[op] = len(comp.kernels) + j
-    ks = comp.program_kernels
-    return sequential.schedule([ks[k].ntasks for k in run], _threads(comp), run)
-
-
-def _fused(comp: Compilation) -> list[Node]:
-    return [n for n in comp.graph.nodes if n.op == "Fused"]
-
-
-def _threads(comp: Compilation) -> int:
     assert comp.plan is not None
-    return comp.plan.num_veus
+    run = comp.op_kernels(variants)
+    ks = comp.program_kernels
+    return sequential.schedule([ks[k].ntasks for k in run], comp.plan.num_veus, run)
 
 
 def make_plan(policy: str, infos: Sequence[KernelInfo], dev: VDevice) -> ExecutionPlan:
@@ -201,7 +189,7 @@ def choose(cm: CompiledModel, comp: Compilation, spec: DeviceSpec, policy: str,
     nops = len(comp.kernels)
     report = {"policy": policy, "chosen": chosen, "profiled": profile,
               "predicted_s": predicted, "measured_s": measured,
-              "efficient_ops": {p: len({e[1] for e in plan.entries() if e[1] >= nops})
+              "efficient_ops": {p: sum(k >= nops for k in plan.kernels())
                                 for p, plan in plans.items()},
               "seconds": round(time.perf_counter() - t0, 3)}
     costs = task_costs(infos)
@@ -247,7 +235,7 @@ def schedule_picture(comp: Compilation, cm: CompiledModel, path: Path) -> Path:
     prof = cm.profile(feeds, 10)
     run = int(np.argsort(prof.run_seconds)[len(prof.run_seconds) // 2])
     measured = [(float(a), float(b)) for a, b in prof.times[run]]
-    fused = _fused(comp)
+    fused = comp.fused
     labels = [fused[op].attrs["master"] for op in comp.op_of]
     name = Path(str(comp.graph.name or "model")).name
     return gantt(plan.entries(), labels, {f"predicted ({plan.policy})": predicted,

@@ -112,7 +112,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     g = comp.graph
     print(f"==== graph after passes ====\n{g}\n")
     print("==== fused groups ====")
-    fused = [n for n in g.nodes if n.op == "Fused"]
+    fused = comp.fused
     for k, (n, kern) in enumerate(zip(fused, comp.kernels)):
         body = n.attrs["body"]
         ops = " -> ".join(m.op for m in body.nodes)

@@ -68,6 +68,20 @@ class Compilation:
         return self.graph.memory_plan  # type: ignore[attr-defined,no-any-return]
 
     @property
+    def fused(self) -> list[Node]:
+        """The graph's fused nodes: operator ``i`` is the ``i``-th."""
+        return [n for n in self.graph.nodes if n.op == "Fused"]
+
+    def op_kernels(self, efficient: bool = False) -> list[int]:
+        """The program kernel each operator runs: its own, or (``efficient``) its efficient
+        rKernel where it has one."""
+        run = list(range(len(self.kernels)))
+        if efficient:
+            for j, (op, _k) in enumerate(self.variants):
+                run[op] = len(self.kernels) + j
+        return run
+
+    @property
     def program_kernels(self) -> list[Kernel]:
         """Every kernel of the program: operator ``i``'s own kernel at ``i``, then variants."""
         return self.kernels + [k for _, k in self.variants]
@@ -137,7 +151,7 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     comp.symbols = table
     comp.timings["passes"] = time.perf_counter() - t
     t = time.perf_counter()
-    fused = [n for n in g.nodes if n.op == "Fused"]
+    fused = comp.fused
     threads = num_threads or default_threads()
     picker = TopK(threads, device_spec(threads), default_topk() if topk is None else topk)
     ctx = picker.context()
@@ -165,10 +179,9 @@ def _emit(comp: Compilation) -> None:
     """``comp.source`` and ``comp.params``: the C program of every kernel bound to its
     operator's tensors, with ``comp.plan`` compiled in."""
     assert comp.plan is not None
-    g = comp.graph
-    fused = [n for n in g.nodes if n.op == "Fused"]
-    bound, comp.params = _bind(g, [(fused[i], k) for i, k in zip(comp.op_of,
-                                                                 comp.program_kernels)])
+    fused = comp.fused
+    bound, comp.params = _bind(comp.graph, [(fused[i], k) for i, k in zip(comp.op_of,
+                                                                          comp.program_kernels)])
     slots = len(comp.memory_plan.slot_types)
     comp.source = emit_program(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
                                slots, num_ops=len(comp.kernels))
@@ -366,7 +379,7 @@ def _drop_unused_variants(comp: Compilation) -> bool:
     the plan runs all of them."""
     assert comp.plan is not None
     nops = len(comp.kernels)
-    used = sorted({k for _, k, _, _ in comp.plan.entries() if k >= nops})
+    used = sorted(k for k in comp.plan.kernels() if k >= nops)
     if len(used) == len(comp.variants):
         return False
     renumber = {k: nops + j for j, k in enumerate(used)}
@@ -431,7 +444,7 @@ def _nbytes_text(t: Any, table: dims.SymbolTable) -> int | str:
 def _profile_meta(comp: Compilation) -> dict[str, Any]:
     """Each kernel's name, operator, flops and bytes (the rTask entries come from the plan);
     a symbolic program's costs depend on its dims and are left at 0."""
-    fused = [n for n in comp.graph.nodes if n.op == "Fused"]
+    fused = comp.fused
     kernels = []
     for i, (op, k) in enumerate(zip(comp.op_of, comp.program_kernels)):
         n = fused[op]

@@ -131,6 +131,10 @@ class ExecutionPlan:
                 i += 1
         return out
 
+    def kernels(self) -> set[int]:
+        """The program kernels this plan runs."""
+        return {e.kernel for prog in self.programs for e in prog if isinstance(e, RTask)}
+
     def entries(self) -> list[tuple[int, int, int, int]]:
         """(vEU, kernel, begin, end) of every rTask, vEU by vEU in program order: the
         numbering of the library's profile entries."""
