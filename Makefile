@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench bench-ops conformance lint clean
+.PHONY: demo test bench bench-ops conformance fuzz sanitize lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,21 @@ bench-ops: $(VENV)/.installed-bench
 
 conformance: $(VENV)/.installed-test
 	$(BIN)/python -m ember.conformance --out bench/results/conformance.json
+
+# differential fuzzing against onnxruntime: `make fuzz N=2000 SEED=1` (see tests/fuzz)
+N ?= 2000
+SEED ?= 1
+FUZZ_OUT ?= bench/results/fuzz.json
+
+fuzz: $(VENV)/.installed-test
+	$(BIN)/python -m tests.fuzz -n $(N) --seed $(SEED) --out $(FUZZ_OUT)
+
+# every numeric op test and the small compiled models with ASan/UBSan in the generated code
+sanitize: $(VENV)/.installed-test
+	EMBER_SANITIZE=address,undefined LD_PRELOAD=$$(cc -print-file-name=libasan.so) \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/numerics tests/unit/test_reliability.py \
+	tests/models/test_light_compiled.py
 
 lint: $(VENV)/.installed-test
 	$(BIN)/pip install -q ruff

@@ -15,7 +15,7 @@ __all__ = ["compile", "load", "CompiledModel", "EmberError", "__version__"]
 
 def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None,  # noqa: A001
             schedule=None, profile=True, dim_hints=None):
-    """Compile an ONNX model (path or ModelProto) for ``target``; returns a CompiledModel (a
+    """Compile an ONNX model (path, ModelProto, bytes) for ``target``; returns a CompiledModel (a
     ``VMModel`` when shapes depend on values computed at run time).
 
     Inputs whose dims stay symbolic (a ``dim_param`` not fixed by ``input_shapes``) give a

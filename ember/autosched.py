@@ -18,7 +18,9 @@ than ``"sequential"`` this module then
 
 Profiled costs and choices are cached per (program source, threads, policy) under
 ``cache_dir()/sched``, so a warm compile does not profile again. Random inputs drive the runs:
-floats normal, integers zero (index inputs must stay in range).
+floats normal, integers zero (index inputs stay in range); a fault the kernels find on them
+(a zero integer divisor) does not stop the runs (``CompiledModel.synthetic``), and inputs too
+large to allocate (``FEED_LIMIT``) leave the costs predicted and the plans untimed.
 """
 
 from __future__ import annotations
@@ -109,7 +111,16 @@ def make_plan(policy: str, infos: Sequence[KernelInfo], dev: VDevice) -> Executi
     raise EmberError(f"unknown schedule {policy!r}; choose one of auto, {', '.join(POLICIES)}")
 
 
-def random_feeds(cm: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
+FEED_LIMIT = 1 << 28    # bytes of synthetic inputs the profiling may allocate
+
+
+def random_feeds(cm: CompiledModel, seed: int = 0) -> dict[str, np.ndarray] | None:
+    """Synthetic inputs for profiling and timing: floats normal, integers zero (an index input
+    stays in range; a zero divisor is a fault the runs tolerate, ``CompiledModel.synthetic``);
+    None when they would take more than ``FEED_LIMIT`` bytes (then nothing is measured)."""
+    total = sum(int(np.prod(s.shape, dtype=np.float64)) * s.dtype.itemsize for s in cm.inputs)
+    if total > FEED_LIMIT:
+        return None
     rng = np.random.default_rng(seed)
     return {s.name: (rng.standard_normal(s.shape).astype(s.dtype) if s.dtype.kind == "f"
                      else np.zeros(s.shape, s.dtype)) for s in cm.inputs}
@@ -153,9 +164,13 @@ def build_plans(cm: CompiledModel, comp: Compilation, spec: DeviceSpec, names: S
     """The validated plans of ``names`` over the operators of ``comp`` (compiled as ``cm``),
     and the operators as the schedulers saw them (costs profiled on ``cm``, predicted, or given
     as ``task_s``, one per program kernel)."""
+    feeds = random_feeds(cm) if task_s is None and profile else None
     if task_s is None:
-        task_s = (measured_task_s(cm, comp, random_feeds(cm)) if profile
-                  else predicted_task_s(comp, spec))
+        if feeds is not None:
+            with cm.synthetic():
+                task_s = measured_task_s(cm, comp, feeds)
+        else:
+            task_s = predicted_task_s(comp, spec)
     infos = kernel_infos(comp, task_s)
     dev = VDevice(cm.num_threads)
     plans = {p: make_plan(p, infos, dev) for p in names}
@@ -180,8 +195,9 @@ def choose(cm: CompiledModel, comp: Compilation, spec: DeviceSpec, policy: str,
     predicted = {p: makespan(plan, infos, dev) for p, plan in plans.items()}
     if cached and cached.get("chosen") in plans and "measured_s" in cached:
         measured = {p: float(s) for p, s in cached["measured_s"].items()}
-    elif len(plans) > 1:
-        measured = time_plans(cm, plans, random_feeds(cm))
+    elif len(plans) > 1 and (feeds := random_feeds(cm)) is not None:
+        with cm.synthetic():
+            measured = time_plans(cm, plans, feeds)
     else:
         measured = {}
     chosen = min(measured, key=lambda p: measured[p]) if measured else names[0]
@@ -230,9 +246,12 @@ def schedule_picture(comp: Compilation, cm: CompiledModel, path: Path) -> Path:
     plan = comp.plan
     assert plan is not None
     feeds = random_feeds(cm)
-    infos = kernel_infos(comp, profiled_task_s(cm, feeds, len(comp.program_kernels)))
+    if feeds is None:
+        raise EmberError("the model's inputs are too large to profile for a schedule picture")
+    with cm.synthetic():
+        infos = kernel_infos(comp, profiled_task_s(cm, feeds, len(comp.program_kernels)))
+        prof = cm.profile(feeds, 10)
     predicted = simulate(plan, infos, VDevice(plan.num_veus))
-    prof = cm.profile(feeds, 10)
     run = int(np.argsort(prof.run_seconds)[len(prof.run_seconds) // 2])
     measured = [(float(a), float(b)) for a, b in prof.times[run]]
     fused = comp.fused

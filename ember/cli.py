@@ -37,7 +37,9 @@ def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
 
 def cmd_compile(a: argparse.Namespace) -> int:
     import ember
+    from ember.runtime.artifact import check_destination
 
+    check_destination(a.output)        # before the compile, not after it
     t = time.perf_counter()
     cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads,
                        topk=a.topk)
@@ -98,6 +100,10 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     from ember import dynamic
     from ember.frontend.onnx.importer import import_model
 
+    if a.schedule_picture:            # before the compile, not after it
+        from ember.bench.plots import require_matplotlib
+
+        require_matplotlib()
     if dynamic.needs_vm(import_model(a.model, _shapes(a.shape))):   # the VM's bytecode
         vm = driver.compile(a.model, _shapes(a.shape), num_threads=a.threads, topk=a.topk)
         print(f"==== VM bytecode ({len(vm.programs)} compiled programs) ====\n{vm.bytecode}")

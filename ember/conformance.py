@@ -19,7 +19,9 @@ The cases are the ones ``onnx.backend.test.BackendTest`` runs:
 
 Every case runs in a process of its own (forked from a clean fork server: a process that has
 run OpenMP code cannot fork safely) with a time limit, so a crash or a hang in one case is
-recorded as an error and the run goes on. Outputs are compared with onnx's own
+recorded as an error and the run goes on. ``--in-process`` runs every case in this interpreter
+instead, one after another, as a user's program would: the check that no case kills or hangs
+the caller (a crash ends that run). Outputs are compared with onnx's own
 ``Runner.assert_similar_outputs`` at the case's tolerances (node cases: rtol 1e-3, atol 1e-7;
 real cases: their ``data.json``; ``BackendTest`` has no per-case overrides unless given
 ``test_kwargs``). Each case ends as one of:
@@ -334,6 +336,33 @@ def _child(runner: Runner, case: Case, threads: int, conn: Any, quiet: bool) -> 
     conn.close()
 
 
+def run_in_process(cases: Sequence[Case], threads: int = 1,
+                   progress: Callable[[int, dict[str, Any]], None] | None = None
+                   ) -> list[dict[str, Any]]:
+    """Run ``cases`` one after another in this interpreter, as a user's program would: no
+    process isolation, so a signal, an abort or a hang in any case ends the whole run (the
+    check that none does). Excluded and skipped cases are not run."""
+    results = []
+    done = 0
+    for case in cases:
+        why = excluded(case.name)
+        if why or case.skip:
+            status = "excluded" if why else "skipped"
+            results.append(_record(case, {"status": status, "reason": why or case.skip,
+                                          "message": ""}))
+            continue
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rec = _record(case, run_case(case, threads))
+        rec["seconds"] = round(time.perf_counter() - t, 3)
+        results.append(rec)
+        done += 1
+        if progress is not None:
+            progress(done, rec)
+    return results
+
+
 def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 300.0, threads: int = 1,
               quiet: bool = True,
               progress: Callable[[int, dict[str, Any]], None] | None = None,
@@ -528,6 +557,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
                    help=f"comma-separated case kinds among {','.join(ALL_KINDS)}")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"JSON record (default {DEFAULT_OUT})")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every case in this interpreter, one after another, without "
+                        "isolation (a crash or hang in any case ends the run)")
     p.add_argument("--verbose", action="store_true",
                    help="keep the cases' own stdout/stderr and print every case")
     return p.parse_args(argv)
@@ -555,7 +587,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif done % 100 == 0 or done == n_run:
             print(f"[{done}/{n_run}]", file=sys.stderr, flush=True)
 
-    results = run_cases(cases, args.jobs, args.timeout, args.threads, not args.verbose, progress)
+    if args.in_process:
+        results = run_in_process(cases, args.threads, progress)
+    else:
+        results = run_cases(cases, args.jobs, args.timeout, args.threads, not args.verbose,
+                            progress)
     wall = time.perf_counter() - t0
     summary = summarize(results)
     print(format_table(summary, results))
@@ -564,7 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": "python -m ember.conformance " + " ".join(sys.argv[1:] if argv is None
                                                                  else argv),
             "jobs": args.jobs, "threads": args.threads, "timeout_s": args.timeout,
-            "filter": args.filter, "kinds": args.kinds, "wall_s": round(wall, 1)}
+            "filter": args.filter, "kinds": args.kinds, "in_process": args.in_process,
+            "wall_s": round(wall, 1)}
     out = write_json(args.out, summary, results, meta)
     print(f"\nwall {wall:.0f} s; wrote {out}")
     return 0

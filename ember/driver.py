@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ from ember.passes import pipeline
 from ember.passes.cse import attr_key
 from ember.passes.memplan import MemoryPlan, kernel_dependencies
 from ember.runtime.compiled import CompiledModel
-from ember.runtime.toolchain import compile_shared
+from ember.runtime.toolchain import compile_shared, isa_features
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan, RTask
 from ember.sched.vdevice import levels
@@ -93,10 +94,44 @@ class Compilation:
 
 
 def default_threads() -> int:
+    """``OMP_NUM_THREADS`` (at most the CPUs this process may use), else those CPUs."""
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.strip().isdigit() and int(env) > 0:
-        return int(env)
+        return min(int(env), available_cpus())
+    return available_cpus()
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_threads(num_threads: Any) -> int | None:
+    """``num_threads`` as given by a user: None (the default), or a whole number from 1 to
+    the CPUs this process may use (vEUs are pinned threads that spin at barriers: more of them
+    than CPUs only take turns, 64 on 2 CPUs ran 40x slower)."""
+    if num_threads is None:
+        return None
+    if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)):
+        raise EmberError(f"num_threads must be a whole number of threads, got "
+                         f"{num_threads!r} ({type(num_threads).__name__})")
+    n, cpus = int(num_threads), available_cpus()
+    if n < 1:
+        raise EmberError(f"num_threads must be at least 1, got {n}")
+    if n > cpus:
+        raise EmberError(f"num_threads={n} exceeds the {cpus} CPU(s) this process may use: "
+                         f"ember pins one thread per CPU; use num_threads <= {cpus}")
+    return n
+
+
+def check_topk(topk: Any) -> int | None:
+    """``topk`` as given by a user: None (the default) or a whole number >= 1."""
+    if topk is None:
+        return None
+    if isinstance(topk, bool) or not isinstance(topk, (int, np.integer)) or topk < 1:
+        raise EmberError(f"topk must be a whole number >= 1 (how many of Roller's kernels "
+                         f"per operator to time; 1 times none), got {topk!r}")
+    return int(topk)
 
 
 def default_topk() -> int:
@@ -152,7 +187,8 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     comp.timings["passes"] = time.perf_counter() - t
     t = time.perf_counter()
     fused = comp.fused
-    threads = num_threads or default_threads()
+    threads = check_threads(num_threads) or default_threads()
+    topk = check_topk(topk)
     picker = TopK(threads, device_spec(threads), default_topk() if topk is None else topk)
     ctx = picker.context()
     one = TopK(1, picker.spec, picker.topk)     # the efficient rKernels' picker: one vEU
@@ -184,7 +220,7 @@ def _emit(comp: Compilation) -> None:
                                                                           comp.program_kernels)])
     slots = len(comp.memory_plan.slot_types)
     comp.source = emit_program(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
-                               slots, num_ops=len(comp.kernels))
+                               slots, num_ops=len(comp.kernels), op_of=comp.op_of)
 
 
 def _build_kernels(fused: list[Node], ctx: Any, symbolic: bool) -> list[Kernel]:
@@ -327,6 +363,7 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
 
     if target != "cpu":
         raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
+    num_threads, topk = check_threads(num_threads), check_topk(topk)
     g = import_model(model, input_shapes)
     if dynamic.needs_vm(g):
         return dynamic.compile_vm(g, num_threads=num_threads, topk=topk, dim_hints=dim_hints)
@@ -414,6 +451,7 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         "profile": _profile_meta(comp),
         "timings": {k: round(v, 4) for k, v in comp.timings.items()},
         "roller": comp.roller,
+        "isa": {"machine": platform.machine(), "features": list(isa_features())},
     }
     if table is None:
         meta["plan"] = comp.plan.to_json()
@@ -442,15 +480,18 @@ def _nbytes_text(t: Any, table: dims.SymbolTable) -> int | str:
 
 
 def _profile_meta(comp: Compilation) -> dict[str, Any]:
-    """Each kernel's name, operator, flops and bytes (the rTask entries come from the plan);
+    """Each kernel's name, operator, flops and bytes, and the nodes it runs ([name, op]: what
+    a run-time fault names; the rTask entries come from the plan);
     a symbolic program's costs depend on its dims and are left at 0."""
     fused = comp.fused
     kernels = []
     for i, (op, k) in enumerate(zip(comp.op_of, comp.program_kernels)):
         n = fused[op]
         flops, nbytes = kernel_cost(n, k) if comp.symbols is None else (0, 0)
+        body = n.attrs.get("body")
+        nodes = [[m.name, m.op] for m in body.nodes] if isinstance(body, Graph) else []
         kernels.append({"name": kernel_symbol(i, k), "op": n.attrs["master"], "flops": flops,
-                        "bytes": nbytes})
+                        "bytes": nbytes, "nodes": nodes})
     return {"kernels": kernels}
 
 

@@ -44,6 +44,12 @@ class InputError(EmberError):
     """Wrong inputs at run time: count, name, shape or dtype."""
 
 
+class DataError(InputError):
+    """An input's values are invalid for an op, found by the generated code while it ran: an
+    integer division by zero, an index out of range. Names the node; the outputs of that call
+    are not returned."""
+
+
 class ArtifactError(EmberError):
     """A saved model could not be loaded: missing file, bad checksum, wrong version."""
 

@@ -59,18 +59,19 @@ def device_spec(threads: int, probe: bool = True) -> DeviceSpec:
     from ember.runtime.probe import probe as run_probe
 
     pk = run_probe(threads)
-    uk = microkernel_peaks(base.vector_regs) if base.lanes == LANES else {}
+    uk = microkernel_peaks(base.vector_regs, split=base.vector_split) \
+        if base.lanes == LANES else {}
     return with_measurements(base, pk.fma_gflops_1, pk.read_gbs_1, pk.read_gbs, uk)
 
 
-UK_FORMAT = 3     # 2: the operand splat is one broadcast (em_bcast); 3: not inlined
+UK_FORMAT = 4     # 2: the splat is one broadcast (em_bcast); 3: not inlined; 4: AVX2 halves
 UK_K = 256          # reduction steps per micro-kernel call: operands stay in L1
 
 
-def _uk_tiles(regs: int) -> list[tuple[int, int]]:
+def _uk_tiles(regs: int, split: int = 1) -> list[tuple[int, int]]:
     """Every register tile ``dense.register_tiles`` may construct."""
     return [(r, v) for v in range(1, 5) for r in range(1, MAX_ROWS + 1)
-            if fits_registers(r, v, regs)]
+            if fits_registers(r, v, regs, split)]
 
 
 def _uk_source(tiles: list[tuple[int, int]]) -> str:
@@ -96,15 +97,15 @@ double ember_uk(int which, int64_t calls) {{
     return "\n".join(parts)
 
 
-def microkernel_peaks(regs: int, force: bool = False) -> dict[str, float]:
+def microkernel_peaks(regs: int, force: bool = False, split: int = 1) -> dict[str, float]:
     """GFLOP/s of every register tile's micro-kernel on one core with its operands in L1
     (Roller's ``max_compute_perf`` per rTile), measured once per host and cached."""
-    path = cache_dir() / f"uk-{host_id()}-r{regs}.json"
+    path = cache_dir() / f"uk-{host_id()}-r{regs}{f's{split}' if split > 1 else ''}.json"
     if not force:
         data = _read_json(path)
         if data is not None and data.get("format") == UK_FORMAT:
             return {k: float(v) for k, v in data["gflops"].items()}
-    tiles = _uk_tiles(regs)
+    tiles = _uk_tiles(regs, split)
     lib = ctypes.CDLL(str(compile_shared(_uk_source(tiles))))
     lib.ember_uk.restype = ctypes.c_double
     lib.ember_uk.argtypes = [ctypes.c_int, ctypes.c_int64]

@@ -16,10 +16,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from ember.bench.harness import REFERENCE, ModelResult
+from ember.errors import EmberError
 from ember.runtime.probe import MachinePeak
 
 
+def require_matplotlib() -> None:
+    """Raise an EmberError saying how to install matplotlib when it is missing (checked
+    before the work whose picture is asked for)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise EmberError("pictures need matplotlib, which is not installed: "
+                         "pip install matplotlib (or ember[bench])")
+
+
 def _plt():  # noqa: ANN202
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ember.codegen.cmath import FUNCTIONS, NARROW_FLOATS, NARROW_INTS, SATURATING
+from ember.codegen.cmath import FUNCTIONS, MINMAX, NARROW_FLOATS, NARROW_INTS, SATURATING
 from ember.errors import CompileError
 from ember.loops.ir import (
     Alloc,
@@ -196,6 +196,8 @@ class CEmitter:
     def _bin(self, e: Bin) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in ("min", "max"):
+            if is_float_name(e.a.dtype):   # NaN in either operand wins (cmath.MINMAX)
+                return f"{MINMAX[e.op, ctype(e.a.dtype, compute=True)]}({a}, {b})"
             cmp = "<" if e.op == "min" else ">"
             return f"EM_SEL2({a}, {b}, {cmp})"
         op = {"//": "/"}.get(e.op, e.op)  # index arithmetic is non-negative

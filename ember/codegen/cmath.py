@@ -11,6 +11,8 @@ tanh 1.3 ulp, erf 3 ulp (absolute error < 2e-7), log 1 ulp; NaN propagates, exp 
 to inf and underflows through the denormals to 0, log(0) = -inf, log(x < 0) = NaN. expm1 and
 log1p keep their relative accuracy near 0 (Kahan's and Goldberg's corrections of exp and log).
 These are used for float32 and float16 (computed in float32) only; float64 calls libm.
+``em_maxf`` / ``em_minf`` (``em_maxd`` / ``em_mind``: double) are the loop IR's float ``max`` /
+``min`` (``MINMAX``): a NaN in either operand gives NaN, as onnxruntime's Max, Min, Relu, Clip.
 
 ``NARROW_C`` (part of ``MATH_C``) converts ONNX's narrow storage types (``ember.support.dtypes``)
 to and from float32: ``em_from_<t>`` widens a stored byte (bfloat16: 16 bits) exactly,
@@ -25,6 +27,26 @@ MATH_C = r"""/* Vectorizable float32 math (branch-free, inlined): gcc turns a lo
    gives 0 / denormals. */
 static inline float em_bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t em_f2bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+/* max / min where a NaN in either operand wins (numpy's maximum, onnxruntime's Max, Min, Relu,
+   Clip). `a > b ? a : b` is x86's maxps, which gives its second operand where either is NaN:
+   with the operands both ways round one of the two is the NaN, and or-ing their bits keeps
+   it (a NaN or-ed with anything is a NaN); otherwise both are the max, or +-0 (giving -0).
+   Three vector ops (max, max, or) where a compare-and-blend form takes four; with a
+   constant b (Relu's 0) gcc folds it to a compare and an and. */
+static inline float em_maxf(float a, float b) {
+  return em_bits2f(em_f2bits(a > b ? a : b) | em_f2bits(b > a ? b : a));
+}
+static inline float em_minf(float a, float b) {
+  return em_bits2f(em_f2bits(a < b ? a : b) | em_f2bits(b < a ? b : a));
+}
+static inline uint64_t em_d2bits(double f) { uint64_t u; memcpy(&u, &f, 8); return u; }
+static inline double em_bits2d(uint64_t u) { double f; memcpy(&f, &u, 8); return f; }
+static inline double em_maxd(double a, double b) {
+  return em_bits2d(em_d2bits(a > b ? a : b) | em_d2bits(b > a ? b : a));
+}
+static inline double em_mind(double a, double b) {
+  return em_bits2d(em_d2bits(a < b ? a : b) | em_d2bits(b < a ? b : a));
+}
 static inline float em_expf(float x) {
   /* exp(x) = 2^n · exp(r), n = round(x / ln 2), |r| <= ln2 / 2 (Cody-Waite), Cephes poly */
   float xc = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
@@ -245,3 +267,7 @@ MATH_C = MATH_C + NARROW_C
 FUNCTIONS = {"exp": "em_expf", "tanh": "em_tanhf", "erf": "em_erff", "log": "em_logf",
              "expm1": "em_expm1f", "log1p": "em_log1pf"}
 """libm name -> ember's vectorizable float32 version."""
+
+MINMAX = {("max", "float"): "em_maxf", ("min", "float"): "em_minf",
+          ("max", "double"): "em_maxd", ("min", "double"): "em_mind"}
+"""(loop IR op, C compute type) -> the NaN-propagating max / min of floats."""

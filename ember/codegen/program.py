@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.codegen.c import BufferBinding, CEmitter
+from ember.codegen.checks import CHECKS_C
 from ember.codegen.cmath import MATH_C
 from ember.kernel.base import T0, T1, Kernel
 from ember.loops.ir import Buffer, Scope
@@ -59,6 +60,22 @@ typedef float em_v16a __attribute__((vector_size(64)));
 static inline em_v16a em_bcast(float x) {
   return (em_v16a){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
 }
+/* Without AVX-512 a 64-byte vector has no register: gcc keeps em_v16 variables in memory
+   (a load and a store around every FMA). Hot loops keep their values in halves (em_v8, one
+   AVX register each) where EM_SPLIT8 is set, and join them after (by value: a join through
+   memory put the halves in memory too). */
+#if defined(__AVX__) && !defined(__AVX512F__) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define EM_SPLIT8 1
+#define EM_JOIN8(lo, hi) __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, \
+                                                 12, 13, 14, 15)
+#define EM_LO8(x) __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7)
+#define EM_HI8(x) __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15)
+#endif
+#endif
+typedef float em_v8 __attribute__((vector_size(32), aligned(4)));
+typedef float em_v8a __attribute__((vector_size(32)));
+static inline em_v8a em_bcast8(float x) { return (em_v8a){x, x, x, x, x, x, x, x}; }
 static char *g_ws;
 static const char *g_params;
 static void *const *g_in;
@@ -72,7 +89,7 @@ static inline int64_t em_now(void) {
 #define EM_TASK(e, call) do { if (__builtin_expect(g_prof != 0, 0)) { \
     int64_t t_ = em_now(); call; g_prof[2 * (e)] = t_; g_prof[2 * (e) + 1] = em_now(); \
   } else { call; } } while (0)
-""" + MATH_C
+""" + MATH_C + CHECKS_C
 
 SYNC = r"""
 static int64_t em_steps[%(T)d * 16] __attribute__((aligned(64)));
@@ -158,10 +175,12 @@ class ParamBlob:
 
 
 def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 0,
-                 num_slots: int = 0, num_ops: int | None = None) -> str:
+                 num_slots: int = 0, num_ops: int | None = None,
+                 op_of: list[int] | None = None) -> str:
     """The program's C source. The first ``num_ops`` kernels (default all) are the operators'
-    own, in order; kernels after them are other rKernels of those operators, which only a plan
-    runs (the one-thread fallback runs the operators' own). ``num_dims`` > 0 makes it symbolic
+    own, in order; kernels after them are other rKernels of those operators (``op_of[k]``:
+    kernel k's operator), which only a plan runs (the one-thread fallback runs the operators'
+    own). ``num_dims`` > 0 makes it symbolic
     (Nimble §3.5): kernels read their symbolic dims from ``g_dims``, the workspace addresses of
     ``num_slots`` buffers come from ``g_off`` (the memory plan is laid out at run time), rTask
     counts are computed from the dims, and the plan's rTask ranges are scaled to them (``plan``
@@ -185,7 +204,9 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int 
         out.line(f"/* {bk.kernel.doc} ({bk.kernel.ntasks} rTasks) */")
         out.line(f"static void {_kname(i, bk)}(int64_t t0, int64_t t1) {{ {fn}(t0, t1{args}); }}")
     out.line()
-    _emit_tables(kernels, out, num_dims > 0, len(kernels) if num_ops is None else num_ops)
+    nops = len(kernels) if num_ops is None else num_ops
+    _emit_tables(kernels, out, num_dims > 0, nops,
+                 list(range(nops)) + [0] * (len(kernels) - nops) if op_of is None else op_of)
     T = plan.num_veus
     if T > 1:
         for line in SYNC.replace("%(T)d", str(T)).splitlines():
@@ -265,12 +286,13 @@ def _kname(i: int, bk: BoundKernel) -> str:
 
 
 def _emit_tables(kernels: list[BoundKernel], out: TextBuffer, symbolic: bool,
-                 num_ops: int) -> None:
+                 num_ops: int, op_of: list[int]) -> None:
     names = ", ".join(_kname(i, bk) for i, bk in enumerate(kernels))
     out.line("typedef void (*em_task_fn)(int64_t, int64_t);")
     out.line(f"#define EM_NK {len(kernels)}")
     out.line(f"#define EM_NOPS {num_ops}")
     out.line(f"static em_task_fn const em_kernels[EM_NK] = {{{names}}};")
+    out.line(f"static const int64_t em_op_of[EM_NK] = {{{', '.join(map(str, op_of))}}};")
     if symbolic:   # rTask counts are expressions of the dims: ``em_count_tasks`` sets them
         out.line("static int64_t em_ntasks[EM_NK];")
         with out.indented("static void em_count_tasks(void) {", "}"):
@@ -280,7 +302,10 @@ def _emit_tables(kernels: list[BoundKernel], out: TextBuffer, symbolic: bool,
         counts = ", ".join(str(bk.kernel.ntasks) for bk in kernels)
         out.line(f"static const int64_t em_ntasks[EM_NK] = {{{counts}}};")
     with out.indented("static void em_sequential(void) {", "}"):
-        out.line("for (int k = 0; k < EM_NOPS; ++k) em_kernels[k](0, em_ntasks[k]);")
+        out.line("for (int k = 0; k < EM_NOPS; ++k) {")
+        out.line("  em_cur = k;")
+        out.line("  em_kernels[k](0, em_ntasks[k]);")
+        out.line("}")
 
 
 def _emit_plan(plan: ExecutionPlan, out: TextBuffer, symbolic: bool = False) -> None:
@@ -314,16 +339,58 @@ static void em_count_entries(void) {
   }
   g_entries = e;
 }
+/* Whether a plan can run to its end and computes every operator once: every vEU reaches the
+   end of its program (waits only for steps their vEU reaches, no circular wait), each
+   operator runs exactly one of its kernels (em_op_of) and that kernel's rTasks exactly once
+   (ranges disjoint, covering [0, ntasks)). A plan that fails would spin forever or leave
+   outputs unwritten. */
+static int em_plan_ok(const int64_t *const *progs, const int64_t *lens) {
+  int64_t pos[%(T)d] = {0}, step[%(T)d] = {0};
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int v = 0; v < %(T)d; ++v)
+      while (pos[v] < lens[v]) {
+        const int64_t *t = progs[v] + 3 * pos[v];
+        if (t[0] < 0 && step[-1 - t[0]] < t[1]) break;
+        if (t[0] >= 0) ++step[v];
+        ++pos[v]; moved = 1;
+      }
+  }
+  for (int v = 0; v < %(T)d; ++v) if (pos[v] != lens[v]) return 0;
+  int64_t runs[EM_NK] = {0}, used[EM_NOPS] = {0};
+  for (int k = 0; k < EM_NK; ++k) {
+    for (int v = 0; v < %(T)d; ++v)
+      for (int64_t i = 0; i < lens[v]; ++i) {
+        const int64_t *t = progs[v] + 3 * i;
+        if (t[0] != k) continue;
+        runs[k] += t[2] - t[1];
+        for (int u = v; u < %(T)d; ++u)          /* no other range of k overlaps this one */
+          for (int64_t j = u == v ? i + 1 : 0; j < lens[u]; ++j) {
+            const int64_t *o = progs[u] + 3 * j;
+            if (o[0] == k && o[1] < t[2] && t[1] < o[2]) return 0;
+          }
+      }
+    if (runs[k] != 0 && runs[k] != em_ntasks[k]) return 0;
+    if (runs[k] != 0 || em_ntasks[k] == 0) ++used[em_op_of[k]];
+  }
+  for (int k = 0; k < EM_NOPS; ++k)   /* an operator without rTasks may show as any kernel */
+    if (used[k] != 1 && !(used[k] > 1 && em_ntasks[k] == 0)) return 0;
+  return 1;
+}
 /* Another plan over the same kernels: progs[v] holds lens[v] triples. The arrays must outlive
-   every run that uses them. Returns 0, or -1 (plan unchanged) when a triple is malformed. */
+   every run that uses them. Returns 0, or -1 (plan unchanged) when a triple is malformed or
+   the plan would not run every operator once to its end (em_plan_ok). */
 int ember_set_plan(const int64_t *const *progs, const int64_t *lens) {
-  for (int v = 0; v < %(T)d; ++v)
+  for (int v = 0; v < %(T)d; ++v) {
+    if (lens[v] < 0) return -1;
     for (int64_t i = 0; i < lens[v]; ++i) {
       const int64_t *t = progs[v] + 3 * i;
       if (t[0] >= EM_NK) return -1;
       if (t[0] >= 0 && !(0 <= t[1] && t[1] <= t[2] && t[2] <= em_ntasks[t[0]])) return -1;
       if (t[0] < 0 && (-1 - t[0] >= %(T)d || -1 - t[0] == v)) return -1;
     }
+  }
+  if (!em_plan_ok(progs, lens)) return -1;
   for (int v = 0; v < %(T)d; ++v) { g_prog[v] = progs[v]; g_len[v] = lens[v]; }
   em_count_entries();
   return 0;
@@ -355,6 +422,7 @@ static void em_run_veu(int v) {
   int64_t e = g_base[v], step = 0;
   for (int64_t i = 0; i < g_len[v]; ++i, p += 3) {
     if (p[0] >= 0) {
+      em_cur = p[0];
       EM_TASK(e, em_kernels[p[0]](p[1], p[2]));
       ++e;
       EM_SIGNAL(v, ++step);
@@ -426,13 +494,14 @@ def _emit_entry(plan: ExecutionPlan, out: TextBuffer) -> None:
     with out.indented("int ember_run(void *const *inputs, void *const *outputs, void *ws) {",
                       "}"):
         out.line("g_in = inputs; g_out = outputs; g_ws = (char *)ws;")
+        out.line("__atomic_store_n(&g_fault, 0, __ATOMIC_RELAXED);")
         out.line("if (g_entries < 0) em_count_entries();")
         if T == 1:
             out.line("em_run_veu(0);")
-            out.line("return 0;")
+            out.line("return __atomic_load_n(&g_fault, __ATOMIC_ACQUIRE);")
             return
         out.line(f"for (int v = 0; v < {T}; ++v) em_steps[v * 16] = 0;")
         out.line(f"#pragma omp parallel num_threads({T})")
         for line in PARALLEL_C.replace("%(T)d", str(T)).strip("\n").splitlines():
             out.line(line)
-        out.line("return 0;")
+        out.line("return __atomic_load_n(&g_fault, __ATOMIC_ACQUIRE);")

@@ -78,6 +78,8 @@ def core_body(body: Graph) -> Graph:
 
 def applicable(body: Graph) -> bool:
     m = body.nodes[0]
+    if body.outputs[0].type.dtype.name != "float32":
+        return False       # the tile and its epilogue are stored as float32, in place
     if m.op == "ConvNHWC":
         w = m.inputs[1]
         return w is not None and w.is_const and w.type.shape[2] >= 2 and len(m.inputs) == 2

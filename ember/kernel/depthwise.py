@@ -96,6 +96,8 @@ def applicable(body: Graph) -> bool:
     m = body.nodes[0]
     if m.op != "ConvNHWC" or len(m.inputs) != 2:
         return False
+    if body.outputs[0].type.dtype.name != "float32":
+        return False       # the tile and its epilogue are stored as float32, in place
     x, w = m.inputs
     if x is None or w is None or not w.is_const:
         return False

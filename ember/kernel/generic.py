@@ -16,7 +16,7 @@ from ember.kernel.schedule import (
     numel,
     transpose_schedule,
 )
-from ember.loops.ir import Buffer, Store, hint_of
+from ember.loops.ir import Bin, Buffer, If, Store, hint_of
 from ember.loops.transform import format_stmt
 from ember.lower.group import group_to_te
 from ember.support.dtypes import dtype
@@ -55,6 +55,10 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
     par = nest.parallel_loop()
     ntasks = par.extent if par is not None else 1
     stmt = nest.to_stmt((T0, T1) if par is not None else None)
+    if par is None:
+        # one rTask: it runs only in a range that holds it (a symbolic program's plan hands
+        # every vEU a range of every kernel, empty ones too; in place, a second run is wrong)
+        stmt = If(Bin("<", T0, T1), stmt)
     return Kernel(name, stmt, ntasks, args, doc=body.name, loops=format_stmt(stmt))
 
 

@@ -5,7 +5,11 @@ its own base pointer and k runs over (kh, kw, ic) with given strides, so one mic
 convolutions (any stride, dilation, group: the caller computes the row pointers) and dense
 matrix products (kh = kw = 1). The R·V accumulators live in vector registers; weights are
 packed so the inner loop streams them contiguously; the last channel block may be partial
-(``nvalid`` lanes are stored). ``wic`` is the packed weights' channel stride per (kh, kw).
+(``nvalid`` lanes are stored). Without AVX-512 (``EM_SPLIT8``, AVX/AVX2) the accumulators,
+weights and broadcasts are 8-lane halves, each in one register: gcc keeps a 16-lane vector
+variable in memory there (a load and a store around every FMA, 7 against 100 GFLOP/s); the
+halves are combined into 16-lane values for the epilogue and the store. ``wic`` is the packed
+weights' channel stride per (kh, kw).
 
 An *indirect* micro-kernel (``indirect``; XNNPACK's indirection buffer) takes, instead of
 one base pointer per row, a table of ``tr`` pointers per window tap (``tab[(kh·nkw + kw)·tr +
@@ -52,26 +56,22 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     for r in R:
         if not indirect:
             L.append(f"  const float *r{r} = rows[{r}];")
-        L.append("  " + " ".join(f"em_v16a a{r}_{v} = {{0}};" for v in V))
-    L.append(f"  if (acc_in) {{ {_load_c(rows, vecs)} }}")
-    L.append("  for (int64_t kh = 0; kh < nkh; ++kh) {")
-    L.append("    for (int64_t kw = 0; kw < nkw; ++kw) {")
-    if indirect:
-        L.append("      const float *const *tap = rows + (kh * nkw + kw) * tr;")
-    else:
-        L.append("      const int64_t off = kh * skh + kw * skw;")
-    L.append(f"      const float *wk = w + (kh * nkw + kw) * wic * {nb};")
+    # AVX/AVX2: the accumulators in 8-lane halves (registers); AVX-512: 16-lane vectors
+    L.append("#ifdef EM_SPLIT8")
+    L += _k_loop(rows, vecs, indirect, halves=True)
+    if epi is None:     # a whole block without epilogue: store the halves as they are
+        L.append(f"  if (nvalid == {nb}) {{")
+        for r in R:
+            L.append("    " + " ".join(f"*(em_v8 *)(c + {r} * ldc + {v * LANES + o}) = "
+                                        f"a{r}_{v}_{h};" for v in V for h, o in ((0, 0), (1, 8))))
+        L.append("    return;")
+        L.append("  }")
     for r in R:
-        L.append(f"      const float *q{r} = {f'tap[{r}] + koff' if indirect else f'r{r} + off'};")
-    L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
-    for v in V:
-        L.append(f"        const em_v16a w{v} = *(const em_v16a *)(wk + ic * {nb} + {v * LANES});")
-    for r in R:
-        L.append(f"        {{ const em_v16a b = em_bcast(q{r}[ic]); "
-                 + " ".join(f"a{r}_{v} += b * w{v};" for v in V) + " }")
-    L.append("      }")
-    L.append("    }")
-    L.append("  }")
+        L.append("  " + " ".join(f"em_v16a a{r}_{v} = EM_JOIN8(a{r}_{v}_0, a{r}_{v}_1);"
+                                 for v in V))
+    L.append("#else")
+    L += _k_loop(rows, vecs, indirect, halves=False)
+    L.append("#endif")
     L.append(f"  if (nvalid == {nb}) {{")
     L += _epilogue(epi, rows, vecs, full=True)
     for r in R:
@@ -86,6 +86,48 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     L.append("  }")
     L.append("}")
     return "\n".join(L) + "\n"
+
+
+def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool) -> list[str]:
+    """The accumulators (``halves``: each 16-lane one as two 8-lane ``a{r}_{v}_{h}``), their
+    load when ``acc_in``, and the loop over (kh, kw, ic) of broadcasts and FMAs."""
+    nb = LANES * vecs
+    R, V = range(rows), range(vecs)
+    parts = [(f"_{h}", h * 8) for h in range(2)] if halves else [("", 0)]
+    vt, bc = ("em_v8a", "em_bcast8") if halves else ("em_v16a", "em_bcast")
+    L = []
+    for r in R:
+        L.append("  " + " ".join(f"{vt} a{r}_{v}{p} = {{0}};" for v in V for p, _ in parts))
+    if halves:
+        full = " ".join(f"a{r}_{v}{p} = *(const em_v8 *)(c + {r} * ldc + {v * LANES + o});"
+                        for r in R for v in V for p, o in parts)
+        part = " ".join(f"{{ const em_v16a t = em_load_part(c + {r} * ldc + {v * LANES}, "
+                        f"nvalid - {v * LANES}); a{r}_{v}_0 = EM_LO8(t); a{r}_{v}_1 = EM_HI8(t); }}"
+                        for r in R for v in V)
+        L.append(f"  if (acc_in) {{ if (nvalid == {nb}) {{ {full} }} else {{ {part} }} }}")
+    else:
+        L.append(f"  if (acc_in) {{ {_load_c(rows, vecs)} }}")
+    L.append("  for (int64_t kh = 0; kh < nkh; ++kh) {")
+    L.append("    for (int64_t kw = 0; kw < nkw; ++kw) {")
+    if indirect:
+        L.append("      const float *const *tap = rows + (kh * nkw + kw) * tr;")
+    else:
+        L.append("      const int64_t off = kh * skh + kw * skw;")
+    L.append(f"      const float *wk = w + (kh * nkw + kw) * wic * {nb};")
+    for r in R:
+        L.append(f"      const float *q{r} = {f'tap[{r}] + koff' if indirect else f'r{r} + off'};")
+    L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
+    for v in V:
+        for p, o in parts:
+            L.append(f"        const {vt} w{v}{p} = *(const {vt} *)(wk + ic * {nb} + "
+                     f"{v * LANES + o});")
+    for r in R:
+        L.append(f"        {{ const {vt} b = {bc}(q{r}[ic]); "
+                 + " ".join(f"a{r}_{v}{p} += b * w{v}{p};" for v in V for p, _ in parts) + " }")
+    L.append("      }")
+    L.append("    }")
+    L.append("  }")
+    return L
 
 
 def _epilogue(epi: RegEpilogue | None, rows: int, vecs: int, full: bool) -> list[str]:

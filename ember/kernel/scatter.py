@@ -6,7 +6,8 @@ Scatters: the output is split into ``T`` contiguous ranges, one per rTask. A tas
 range of the data, then walks every update in order and applies those that land in its range,
 so each output element is written by one task only and in the updates' order (duplicates
 resolve as in the reference: the last write wins, or the reduction combines them all). An index
-still out of range after wrapping a negative one skips its update: no write leaves the output.
+still out of range after wrapping a negative one skips its update (no write leaves the output)
+and fails the run with an error that names the node.
 
 Scans: an rTask is one row along the axis (a block of up to ``SCAN_BLOCK`` neighbouring rows
 when the axis is not innermost, scanned together in a vector loop over contiguous memory). A
@@ -33,6 +34,7 @@ from ember.loops.ir import (
     Alloc,
     Bin,
     Buffer,
+    Call,
     Cast,
     Const,
     Expr,
@@ -86,8 +88,10 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
 
 
 def _wrapped(raw: Expr, n: int) -> Expr:
+    """The index wrapped once if negative; outside ``[-n, n)`` -1 (the update is skipped) and
+    the run fails with an error naming the node (``em_idx_w``, ``codegen/checks.py``)."""
     k = raw if raw.dtype == "int64" else Cast(raw, "int64")
-    return Select(k < 0, k + n, k)
+    return Call("em_idx_w", (k, Const(n)), "int64")
 
 
 def _in_axis(k: Expr, n: int) -> Expr:

@@ -21,8 +21,12 @@ Schedule (``WinTiling``; every tiling with R, ROWS >= 1 is correct for every sha
   one at a time; they load unmasked, with no guard.
 - Rows whose kernel rows all lie inside the input run the kernel's KH rows unrolled (weights
   as loop-invariant scalars); the few top/bottom rows clamp the kh range instead (padding
-  contributes nothing). A window with no valid tap gives -FLT_MAX (max), the bias (conv) or
-  0 (average), as onnxruntime does.
+  contributes nothing to sums). A window with no valid tap gives -FLT_MAX (max), the bias
+  (conv) or 0 (average), as onnxruntime does.
+- Max: padding taps count as -FLT_MAX (masked lanes load it; a clamped row starts from it),
+  as in the generic kernel, and the accumulators of full rows start at -inf, so a window of
+  -inf inside the input gives -inf (as onnxruntime). A NaN tap makes the window's result NaN
+  (``em_win_max``: NaN in either operand wins, as numpy's max and onnxruntime's Max).
 - Stride 1 loads each tap's 16 contiguous floats, or (``SHIFT``) loads R + ceil((KW-1)·DW/16)
   contiguous vectors per kernel row once and forms the taps by lane shifts
   (``__builtin_shufflevector``). Stride S > 1 loads the 16·S floats under 16 outputs' taps
@@ -64,7 +68,7 @@ from ember.loops.transform import format_stmt, simplify
 from ember.lower.computes import static_shape
 
 POOLS = {"MaxPool": "max", "AveragePool": "avg"}
-LOWEST = "-3.40282347e+38f"   # -FLT_MAX: what a max over padding only gives (as onnxruntime)
+LOWEST = "-3.40282347e+38f"   # -FLT_MAX: a max's padding value (as onnxruntime's)
 MAX_R = 8                     # interior vectors per register block, at most
 TASKS_PER_VEU = 8             # rTasks per vEU the row blocks aim at
 OP_LATENCY = 2.0              # cycles of one accumulation on its chain, net of the overlap
@@ -136,6 +140,8 @@ def applicable(body: Graph) -> bool:
         return False
     if not (x.type.is_static and m.output.type.is_static) or x not in body.inputs:
         return False
+    if body.outputs[0].type.dtype.name != "float32":
+        return False       # rows and their epilogue are stored as float32, in place
     if m.op in POOLS:
         return len(m.attrs.get("kernel_shape", ())) == 2
     if m.op != "Conv" or len(m.inputs) < 2:
@@ -275,8 +281,10 @@ static inline em_v16a em_win_mload(const float *p, unsigned m, float fill) {
 static inline void em_win_mstore(float *p, em_v16a v, unsigned m) {
   _mm512_mask_storeu_ps(p, (__mmask16)m, (__m512)v);
 }
-static inline em_v16a em_win_max(em_v16a a, em_v16a b) {
-  return (em_v16a)_mm512_max_ps((__m512)a, (__m512)b);
+static inline em_v16a em_win_max(em_v16a a, em_v16a b) {  /* NaN in either wins */
+  /* maxps(b, a) gives a where either is NaN; lanes where b is NaN keep b */
+  const __mmask16 ord = _mm512_cmp_ps_mask((__m512)b, (__m512)b, _CMP_ORD_Q);
+  return (em_v16a)_mm512_mask_max_ps((__m512)b, ord, (__m512)b, (__m512)a);
 }
 static inline em_v16a em_win_gather(const float *p, int s, unsigned m, float fill) {
   const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
@@ -292,11 +300,24 @@ static inline em_v16a em_win_mload(const float *p, unsigned m, float fill) {
 static inline void em_win_mstore(float *p, em_v16a v, unsigned m) {
   for (int i = 0; i < 16; ++i) if ((m >> i) & 1u) p[i] = v[i];
 }
-static inline em_v16a em_win_max(em_v16a a, em_v16a b) {
+#ifdef EM_SPLIT8
+#include <immintrin.h>
+/* AVX/AVX2: per 8-lane half, maxps(b, a) (a where either is NaN), then b where b is NaN
+   (gcc scalarizes compares of 64-byte vectors) */
+static inline em_v8a em_win_max8(em_v8a a, em_v8a b) {
+  const __m256 nan = _mm256_cmp_ps((__m256)b, (__m256)b, _CMP_UNORD_Q);
+  return (em_v8a)_mm256_blendv_ps(_mm256_max_ps((__m256)b, (__m256)a), (__m256)b, nan);
+}
+static inline em_v16a em_win_max(em_v16a a, em_v16a b) {  /* NaN in either wins */
+  return EM_JOIN8(em_win_max8(EM_LO8(a), EM_LO8(b)), em_win_max8(EM_HI8(a), EM_HI8(b)));
+}
+#else
+static inline em_v16a em_win_max(em_v16a a, em_v16a b) {  /* NaN in either wins */
   em_v16a r;
-  for (int i = 0; i < 16; ++i) r[i] = a[i] > b[i] ? a[i] : b[i];
+  for (int i = 0; i < 16; ++i) r[i] = (a[i] < b[i] || b[i] != b[i]) ? b[i] : a[i];
   return r;
 }
+#endif
 static inline em_v16a em_win_gather(const float *p, int s, unsigned m, float fill) {
   em_v16a r;
   for (int i = 0; i < 16; ++i) r[i] = (m >> i) & 1u ? p[i * s] : fill;
@@ -420,9 +441,11 @@ class _Emit:
 
     def block(self, R: int, jx: str, jc: int | None, kh: tuple[str, str]) -> list[str]:
         """R output vectors from vector ``jx`` of the row (``jc``: its constant index, for a
-        border vector), over kernel rows ``kh``: accumulate, finish, store."""
+        border vector), over kernel rows ``kh``: accumulate, finish, store. A max starts at
+        -inf, or in a clamped row (``kh`` not from 0: rows in the padding) at -FLT_MAX."""
         g = self.g
-        init = {"max": _splat(LOWEST), "avg": "((em_v16a){0})", "dw": _splat("bias")}[g.kind]
+        lowest = LOWEST if kh[0] != "0" else "-INFINITY"
+        init = {"max": _splat(lowest), "avg": "((em_v16a){0})", "dw": _splat("bias")}[g.kind]
         L = ["{", "  " + " ".join(f"em_v16a a{r} = {init};" for r in range(R))]
         if kh[0] == "0":
             L.append("  _Pragma(\"GCC unroll 16\")")

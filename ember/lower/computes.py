@@ -18,6 +18,7 @@ import numpy as np
 from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Extent, Select, all_of, as_expr
+from ember.loops.transform import same_expr, simplify
 from ember.lower import dims
 from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
@@ -80,11 +81,49 @@ def fconst(v: float, dtype: str = "float32") -> Const:
     return Const(float(v), dtype) if is_float_name(dtype) else Const(int(v), dtype)
 
 
-def bcast_read(t: Tensor, out_idx: tuple[Expr, ...]) -> Expr:
-    """Read ``t`` at the output index under numpy broadcasting."""
-    r = len(out_idx) - t.ndim
-    idx = tuple(Const(0) if d == 1 else out_idx[r + k] for k, d in enumerate(t.shape))
-    return t[idx] if t.ndim else t[()]
+def bcast_index(shape: tuple[Extent, ...], out_idx: tuple[Expr, ...],
+                out_shape: tuple[Extent, ...] | None = None) -> tuple[Expr, ...]:
+    """The index of an operand of ``shape`` (its trailing axes aligned with the output's)
+    read at the output index ``out_idx`` under numpy broadcasting. A dim of 1 reads 0; a
+    static dim, or a symbolic one equal to the output's dim (``out_shape``), reads the output
+    index. Any other symbolic dim may be 1 at run time (Nimble's ``Any`` broadcast: the type
+    relation's ``broadcast`` check lets it be 1 or the output's dim), so it reads
+    ``min(i, d - 1)``: 0 when it is 1 (a stride-0 read), ``i`` when it is the output's dim."""
+    r = len(out_idx) - len(shape)
+    idx: list[Expr] = []
+    for k, d in enumerate(shape):
+        i = out_idx[r + k]
+        if isinstance(d, int):
+            idx.append(Const(0) if d == 1 else i)
+        elif out_shape is not None and _same_extent(d, out_shape[r + k]):
+            idx.append(i)
+        else:
+            idx.append(Bin("min", i, simplify(Bin("-", d, Const(1)))))
+    return tuple(idx)
+
+
+def _same_extent(a: Extent, b: Extent) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    return same_expr(a, b)
+
+
+def bcast_read(t: Tensor, out_idx: tuple[Expr, ...],
+               out_shape: tuple[Extent, ...] | None = None) -> Expr:
+    """Read ``t`` at the output index (of an output of ``out_shape``) under numpy
+    broadcasting (``bcast_index``)."""
+    return t[bcast_index(t.shape, out_idx, out_shape)] if t.ndim else t[()]
+
+
+def may_exceed(last: Extent, size: Extent, pad_end: int, ceil_mode: int) -> bool:
+    """Whether a pooling window's last tap (``last``, an input position) may lie past the
+    input (``size``). With symbolic sizes the comparison may have no value at compile time: in
+    floor mode the output length makes the last window end at most ``pad_end`` taps past the
+    input, so it fits when there is no end padding; in ceil mode it may not fit."""
+    try:
+        return bool(last >= size)
+    except TypeError:
+        return bool(ceil_mode or pad_end)
 
 
 def call(fn: str, *args: Expr) -> Expr:
@@ -150,9 +189,25 @@ def _gelu(approximate: str, x: Expr) -> Expr:
     return k(0.5) * x * (k(1.0) + call("tanh", inner))
 
 
+_C_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def int_division(kind: str, a: Expr, b: Expr) -> Expr:
+    """Integer ``div``, ``mod`` (ONNX Mod: the divisor's sign) or ``fmod`` as the checked C
+    helper of ``codegen/checks.py``: a zero divisor is a run-time fault that names the node,
+    ``INT_MIN / -1`` wraps (C's ``/`` and ``%`` trap there). Narrow integers compute in 32 bits."""
+    dt = a.dtype
+    name = dt if dt in _C_INTS else ("uint32" if dt.startswith("u") else "int32")
+    return Call(f"em_{kind}_{name}", (a, b), dt)
+
+
+def _div(a: Expr, b: Expr) -> Expr:
+    return a / b if is_float_name(a.dtype) else int_division("div", a, b)
+
+
 _BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
     "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
-    "Div": lambda a, b: a / b, "Pow": lambda a, b: call("pow", a, b),
+    "Div": _div, "Pow": lambda a, b: call("pow", a, b),
     "PRelu": lambda a, b: _sel(a >= fconst(0, a.dtype), a, a * b),
     "Sum": lambda a, b: a + b, "Max": _mx, "Min": _mn,
     "Equal": lambda a, b: Bin("==", a, b), "Less": lambda a, b: Bin("<", a, b),
@@ -177,9 +232,9 @@ def _nary_compute(op: str) -> ComputeFn:
         shape = static_shape(outs[0])
 
         def body(*i: Expr) -> Expr:
-            acc = bcast_read(ins[0], i)
+            acc = bcast_read(ins[0], i, shape)
             for t in ins[1:]:
-                acc = f(acc, bcast_read(t, i))
+                acc = f(acc, bcast_read(t, i, shape))
             return acc
 
         out_dt = outs[0].dtype.name
@@ -201,8 +256,10 @@ for _op in _BINARY:
 def _where(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     c, a, b = ins
     shape = static_shape(outs[0])
-    return [te.compute(shape, lambda *i: Select(Bin("!=", bcast_read(c, i), Const(0, c.dtype)),
-                                                 bcast_read(a, i), bcast_read(b, i)))]
+    return [te.compute(shape, lambda *i: Select(Bin("!=", bcast_read(c, i, shape),
+                                                        Const(0, c.dtype)),
+                                                 bcast_read(a, i, shape),
+                                                 bcast_read(b, i, shape)))]
 
 
 @register("Not")
@@ -329,7 +386,7 @@ def _slice_params(attrs: dict[str, Any], shape: tuple[int, ...]) -> tuple[list[i
 def _expand(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x = ins[0]
     shape = static_shape(outs[0])
-    return [te.compute(shape, lambda *i: bcast_read(x, i), name="expand")]
+    return [te.compute(shape, lambda *i: bcast_read(x, i, shape), name="expand")]
 
 
 @register("Pad")
@@ -365,6 +422,13 @@ def _pad(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> li
     return [te.compute(shape, body, name="pad")]
 
 
+def checked_index(v: Expr, n: Extent) -> Expr:
+    """A data index into an axis of ``n`` (negative counts from the end) through ``em_idx``:
+    outside ``[-n, n)`` the run fails with an error naming the node, and the read stays at 0."""
+    k = v if v.dtype == "int64" else Cast(v, "int64")
+    return Call("em_idx", (k, as_expr(n)), "int64")
+
+
 @register("Gather")
 def _gather(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x, ind = ins
@@ -374,9 +438,7 @@ def _gather(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
 
     def body(*i: Expr) -> Expr:
         k = ind[i[axis:axis + q]] if q else ind[()]
-        k = Cast(k, "int64")
-        k = Select(k < 0, k + x.shape[axis], k)
-        k = clamp(k, 0, x.shape[axis] - 1)  # never read out of bounds
+        k = checked_index(k, x.shape[axis])   # out of range: a fault naming the node
         return x[i[:axis] + (k,) + i[axis + q:]]
 
     return [te.compute(shape, body, name="gather")]
@@ -420,6 +482,10 @@ def _reduce(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     n = 1
     for a in axes:
         n *= x.shape[a]
+    if not is_float_name(x.dtype):   # as onnxruntime: a double sum, the quotient truncated
+        d = reduce_compute(x, axes, "sum", keep, pre=lambda e: Cast(e, "float64"))
+        return [te.compute(d.shape, lambda *i: Cast(d[i] / fconst(n, "float64"), x.dtype),
+                           name="mean")]
     s = reduce_compute(x, axes, "sum", keep)
     return [te.compute(s.shape, lambda *i: s[i] * fconst(1.0 / n, s.dtype), name="mean")]
 

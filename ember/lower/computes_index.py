@@ -4,8 +4,10 @@ ReverseSequence and Einsum (one sum-of-products reduction).
 
 Index arithmetic mirrors the references in ``ember.ir.ops.indexing``. A data-dependent index
 (gathers, TensorScatter's write position, ReverseSequence's lengths) is wrapped once if
-negative and then clamped into its axis, so no input is read out of bounds whatever the index
-tensor holds; in-range indices give exactly the reference's result.
+negative; a gather's index outside its axis fails the run with an error that names the node
+(``checked_index``: one compare per index, the read stays inside), as onnxruntime's
+INVALID_ARGUMENT does; TensorScatter's write position and ReverseSequence's lengths are clamped
+into their axis (the spec leaves them open).
 
 The scatters, the scans and TopK's selection write data-dependent positions or carry state
 along an axis: they are dedicated kernels (``ember.kernel.scatter``), not computes.
@@ -19,7 +21,7 @@ from ember.errors import CompileError
 from ember.ir.ops.indexing import einsum_extents, einsum_terms
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Cast, Const, Expr, Select, as_expr
-from ember.lower.computes import clamp, fconst, register, static_shape
+from ember.lower.computes import checked_index, clamp, fconst, register, static_shape
 from ember.support import dtypes
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
@@ -28,10 +30,9 @@ Attrs = dict[str, Any]
 
 
 def index_at(v: Expr, n: int) -> Expr:
-    """A data index into an axis of ``n``: negative counts from the end, then clamped."""
-    k = v if v.dtype == "int64" else Cast(v, "int64")
-    k = Select(k < 0, k + n, k)
-    return clamp(k, 0, max(n - 1, 0))
+    """A data index into an axis of ``n``: negative counts from the end; out of range, the
+    run fails with an error naming the node (``checked_index``)."""
+    return checked_index(v, n)
 
 
 def scalar_read(t: Tensor) -> Expr:

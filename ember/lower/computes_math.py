@@ -17,7 +17,7 @@ import numpy as np
 
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
-from ember.lower.computes import bcast_read, register, static_shape
+from ember.lower.computes import bcast_read, int_division, register, static_shape
 from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
@@ -82,9 +82,9 @@ def nary(*names: str) -> Callable[[BinaryFn], BinaryFn]:
             name = attrs["_op"].lower()
 
             def body(*i: Expr) -> Expr:
-                acc = bcast_read(ins[0], i)
+                acc = bcast_read(ins[0], i, shape)
                 for t in ins[1:]:
-                    acc = f(attrs, acc, bcast_read(t, i))
+                    acc = f(attrs, acc, bcast_read(t, i, shape))
                 return acc
 
             return [_finish(te.compute(shape, body, name=name), outs[0], name)]
@@ -155,14 +155,7 @@ def _mod(attrs: Attrs, a: Expr, b: Expr) -> Expr:
             return r
         flip: Expr = Bin("!=", Bin("<", r, c(0, r)), Bin("<", b, c(0, b)))
         return Select(Bin("!=", r, c(0, r)), Select(flip, r + b, r), fn("copysign", c(0, r), b))
-    zero = Bin("==", b, c(0, b))
-    bad = Bin("||", zero, Bin("==", b, c(-1, b))) if _is_signed(b.dtype) else zero
-    r = Bin("%", a, Select(bad, c(1, b), b))  # C's truncated remainder, never by 0 or -1
-    if not fmod and _is_signed(a.dtype):
-        flip = _and(Bin("!=", r, c(0, r)),
-                    Bin("!=", Bin("<", r, c(0, r)), Bin("<", b, c(0, b))))
-        r = Select(flip, r + b, r)
-    return Select(bad, c(0, a), r)
+    return int_division("fmod" if fmod else "mod", a, b)
 
 
 @unary("Sign")
@@ -184,9 +177,9 @@ def _mean(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tenso
     shape = static_shape(outs[0])
 
     def body(*i: Expr) -> Expr:
-        acc = bcast_read(ins[0], i)
+        acc = bcast_read(ins[0], i, shape)
         for t in ins[1:]:
-            acc = acc + bcast_read(t, i)
+            acc = acc + bcast_read(t, i, shape)
         return acc / c(len(ins), acc)
 
     return [_finish(te.compute(shape, body, name="mean"), outs[0], "mean")]

@@ -11,8 +11,10 @@ from ember.ir.ops.layout import conv_pads
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.lower.computes import (
+    bcast_index,
     bcast_read,
     fconst,
+    may_exceed,
     reduce_compute,
     register,
     static_shape,
@@ -93,17 +95,11 @@ def _matmul(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
 
     def body(*i: Expr) -> Expr:
         bi = i[:-2]
-        ai = bcast_batch(a, bi) + (i[-2], rk.var)
-        bj = bcast_batch(b, bi) + (rk.var, i[-1])
+        ai = bcast_index(a.shape[:-2], bi, shape[:-2]) + (i[-2], rk.var)
+        bj = bcast_index(b.shape[:-2], bi, shape[:-2]) + (rk.var, i[-1])
         return te.Reduce("sum", a[ai] * b[bj], (rk,))
 
     return [te.compute(shape, body, name="matmul")]
-
-
-def bcast_batch(t: Tensor, batch_idx: tuple[Expr, ...]) -> tuple[Expr, ...]:
-    nb = t.ndim - 2
-    r = len(batch_idx) - nb
-    return tuple(Const(0) if t.shape[k] == 1 else batch_idx[r + k] for k in range(nb))
 
 
 @register("Gemm")
@@ -127,7 +123,7 @@ def _gemm(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
     def epi(m: Expr, n: Expr) -> Expr:
         v = out[m, n] * fconst(alpha) if alpha != 1.0 else out[m, n]
         if c is not None:
-            cv = bcast_read(c, (m, n))
+            cv = bcast_read(c, (m, n), shape)
             v = v + (cv * fconst(beta) if beta != 1.0 else cv)
         return v
 
@@ -156,16 +152,6 @@ def _pool_geometry(attrs: dict[str, Any]) -> tuple[list[int], list[int], list[in
     return k, s, d, p
 
 
-def _may_exceed(last: Any, size: Any, ceil_mode: int) -> bool:
-    """Whether the last window's last tap (``last``) may lie past the input (``size``). With
-    symbolic sizes the comparison may have no value at compile time: in floor mode without
-    padding the output length makes the last window fit; in ceil mode it may not."""
-    try:
-        return bool(last >= size)
-    except TypeError:
-        return bool(ceil_mode)
-
-
 @register("MaxPool", "AveragePool", "MaxPoolNHWC", "AveragePoolNHWC")
 def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x = ins[0]
@@ -183,8 +169,8 @@ def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
         conds = []
         for j, a in enumerate(sp):
             src[a] = i[a] * s[j] + rs[j].var * d[j] - p[j]
-            if p[j] or _may_exceed((shape[a] - 1) * s[j] + (k[j] - 1) * d[j], x.shape[a],
-                                   attrs.get("ceil_mode", 0)):
+            if p[j] or may_exceed((shape[a] - 1) * s[j] + (k[j] - 1) * d[j],
+                                   x.shape[a], p[j + nd], attrs.get("ceil_mode", 0)):
                 conds += [src[a] >= 0, src[a] < x.shape[a]]
         return src, all_of(conds)
 

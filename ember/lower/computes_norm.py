@@ -18,7 +18,7 @@ from typing import Any
 from ember.errors import CompileError
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
-from ember.lower.computes import bcast_read, clamp, fconst, register, static_shape
+from ember.lower.computes import bcast_read, fconst, may_exceed, register, static_shape
 from ember.support.dtypes import is_float_name
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
@@ -32,12 +32,19 @@ def _abs_fn(dtype: str) -> str:
 
 
 # --------------------------------------------------------------------------- NLL
-def _class_index(target: Tensor, idx: tuple[Expr, ...], classes: int) -> tuple[Expr, Expr]:
-    """(the raw int64 target at ``idx``, the target clamped into [0, classes))."""
+def _class_index(attrs: Attrs, target: Tensor, idx: tuple[Expr, ...],
+                 classes: int) -> tuple[Expr, Expr]:
+    """(the raw int64 target at ``idx``, the class it reads): a target outside [0, classes)
+    that is not ``ignore_index`` fails the run with an error naming the node (``em_idx_nn``),
+    as onnxruntime rejects it."""
     raw: Expr = target[idx] if target.ndim else target[()]
     if raw.dtype != "int64":
         raw = Cast(raw, "int64")
-    return raw, clamp(raw, 0, classes - 1)
+    c: Expr = Call("em_idx_nn", (raw, Const(classes, "int64")), "int64")
+    ii = attrs.get("ignore_index")
+    if ii is not None:
+        c = Select(Bin("==", raw, Const(int(ii), "int64")), Const(0, "int64"), c)
+    return raw, c
 
 
 def _ignored(attrs: Attrs, raw: Expr, value: Expr) -> Expr:
@@ -49,14 +56,14 @@ def _ignored(attrs: Attrs, raw: Expr, value: Expr) -> Expr:
 
 @register("NllLoss")
 def _nll_loss(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
-    """loss[n, d...] = -x[n, clamp(t), d...] * w[clamp(t)], 0 where t == ignore_index."""
+    """loss[n, d...] = -x[n, t, d...] * w[t], 0 where t == ignore_index."""
     x, target = ins[0], ins[1]
     w = ins[2] if len(ins) > 2 else None
     shape = static_shape(outs[0])
     classes = x.shape[1]
 
     def body(*i: Expr) -> Expr:
-        raw, c = _class_index(target, i, classes)
+        raw, c = _class_index(attrs, target, i, classes)
         v = -x[(i[0], c, *i[1:])]
         if w is not None:  # type inference made len(w) == C
             v = v * w[(c,)]
@@ -67,12 +74,12 @@ def _nll_loss(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[T
 
 @register("NllWeight")
 def _nll_weight(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
-    """w[clamp(t)] per target element, 0 where t == ignore_index."""
+    """w[t] per target element, 0 where t == ignore_index."""
     target, w = ins
     shape = static_shape(outs[0])
 
     def body(*i: Expr) -> Expr:
-        raw, c = _class_index(target, i, w.shape[0])
+        raw, c = _class_index(attrs, target, i, w.shape[0])
         return _ignored(attrs, raw, w[(c,)])
 
     return [te.compute(shape, body, name="nll_weight")]
@@ -114,7 +121,8 @@ def _lp_pool(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Te
             src.append(pos)
             if p[j]:
                 conds.append(pos >= 0)
-            if (shape[2 + j] - 1) * s[j] + (k[j] - 1) * d[j] - p[j] >= x.shape[2 + j]:
+            if may_exceed((shape[2 + j] - 1) * s[j] + (k[j] - 1) * d[j] - p[j], x.shape[2 + j],
+                          p[j + nd], attrs.get("ceil_mode", 0)):
                 conds.append(pos < x.shape[2 + j])
         inside = all_of(conds)
         v = power(x[tuple(src)])
@@ -134,8 +142,8 @@ def _div_no_nan(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list
     shape = static_shape(outs[0])
 
     def body(*i: Expr) -> Expr:
-        bv = bcast_read(b, i)
+        bv = bcast_read(b, i, shape)
         zero = fconst(0.0, bv.dtype)
-        return Select(Bin("==", bv, zero), zero, bcast_read(a, i) / bv)
+        return Select(Bin("==", bv, zero), zero, bcast_read(a, i, shape) / bv)
 
     return [te.compute(shape, body, name="div_no_nan")]

@@ -3,7 +3,8 @@
 Pre: a typed graph. Post: no Identity / Dropout nodes (their outputs are their inputs unless
 the value is a graph output); ``Gemm`` with a constant B becomes ``MatMul`` (+ ``Add`` for C and
 ``Mul`` for alpha) so all dense products take one kernel path; 2-D ``MatMul`` stays as is;
-a ``Split`` with static shapes becomes one ``Slice`` per output (a kernel writes one tensor);
+a ``Split`` whose parts have static sizes along its axis becomes one ``Slice`` per output (a
+kernel writes one tensor; other dims may be symbolic);
 a ``Concat`` takes the inputs of a ``Concat`` input along the same axis that nothing else uses
 (Inception-v3's branch of two concatenated convs inside its block's concat), so one copy
 kernel writes the whole output; the inner one is left dead for ``dce``.
@@ -29,7 +30,7 @@ def run(g: Graph) -> Graph:
                 and n.outputs[0].uid not in outputs:
             g.replace_uses(n.outputs[0], n.inputs[0])
             continue
-        if n.op == "Split" and n.inputs[0] is not None and n.inputs[0].type.is_static:
+        if n.op == "Split" and n.inputs[0] is not None and _static_parts(n):
             keep += _split_to_slices(n)
             continue
         if n.op == "Gemm" and n.inputs[1] is not None and n.inputs[1].is_const \
@@ -57,6 +58,15 @@ def _flatten_concat(n: Node, users: dict[Value, list[Node]], outputs: set[int]) 
             flat.append(v)
     if len(flat) != len(n.inputs) and concat_copy_inputs(flat):
         n.inputs = flat
+
+
+def _static_parts(n: Node) -> bool:
+    """Whether the parts of Split ``n`` have static sizes along its axis (then static offsets:
+    Slices express them, whatever the other dims)."""
+    x = n.inputs[0]
+    assert x is not None
+    axis = n.attrs.get("axis", 0) % x.type.rank
+    return all(isinstance(o.type.shape[axis], int) for o in n.outputs)
 
 
 def _split_to_slices(n: Node) -> list[Node]:

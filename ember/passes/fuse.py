@@ -4,7 +4,8 @@ Pre: layout-transformed, canonical graph. Post: every compute node sits inside a
 (one kernel each), except views that the memory planner turns into aliases: Reshape / Flatten /
 Squeeze / Unsqueeze, and a ``Slice`` that selects one contiguous range of its statically shaped
 input (``view_offset``). A group has one master (the most complex node), grows along
-single-consumer edges, and has exactly one output value.
+single-consumer edges, and has exactly one output value. A node of several outputs (a Split
+whose parts have symbolic sizes) is a group of its own, one ``Fused`` node per output read.
 
 ``legal`` answers whether the kernel generators can compute the merged group correctly;
 ``profitable`` whether it pays (not past ``MAX_GROUP`` nodes; a windowed reduction takes no
@@ -86,8 +87,8 @@ def legal(group: Group, n: Node, via: Value) -> bool:
     p = pattern_of(n)
     if len(n.outputs) != 1 or is_view(n) or p is Pattern.OPAQUE:
         return False
-    if group.pattern is Pattern.OPAQUE:
-        return False
+    if group.pattern is Pattern.OPAQUE or len(group.nodes[-1].outputs) != 1:
+        return False       # a node of several outputs keeps a group of its own (see run)
     same_shape = n.output.type.shape == via.type.shape
     if group.nodes[-1].op == "Transpose" and group.pattern is Pattern.OUT_FUSABLE:
         return False       # a transposed store closes a dense group
@@ -95,12 +96,23 @@ def legal(group: Group, n: Node, via: Value) -> bool:
         return transposed_store(group, n)
     if group.pattern in (Pattern.OUT_FUSABLE, Pattern.REDUCTION):
         # element-wise epilogue, read at the master's output index
-        return p <= Pattern.BROADCAST and same_shape and \
+        return p <= Pattern.BROADCAST and same_shape and keeps_dtype(group, n, via) and \
             all(v is None or v is via or v.type.rank <= n.output.type.rank for v in n.inputs) \
             and sum(1 for v in n.inputs if v is via) == 1
     if group.pattern <= Pattern.INJECTIVE:
         return p <= Pattern.REDUCTION
     return False
+
+
+def keeps_dtype(group: Group, n: Node, via: Value) -> bool:
+    """An epilogue of a dense product, a convolution or a pool keeps the master's dtype: their
+    kernels (``kernel/conv.py``, ``depthwise.py``, ``window.py``, ``batched.py``) store float32
+    tiles into the group's output and apply the epilogue there, in place, so a Cast (or a
+    comparison) to another dtype runs as a kernel of its own. A reduction's TE epilogue
+    stores in any dtype."""
+    if group.pattern is Pattern.OUT_FUSABLE or group.master.op in POOLS:
+        return n.output.type.dtype == via.type.dtype
+    return True
 
 
 def transposed_store(group: Group, n: Node) -> bool:
@@ -170,18 +182,22 @@ def run(g: Graph) -> Graph:
     groups = partition(g)
     fused_of = {id(grp.nodes[-1]): grp for grp in groups}
     in_group = {id(n) for grp in groups for n in grp.nodes}
+    users, outputs = g.users(), {v.uid for v in g.outputs}
     out: list[Node] = []
     for n in g.nodes:
         if id(n) not in in_group:
             out.append(n)
+        elif len(n.outputs) > 1:   # a Split of symbolic parts: one kernel per output read
+            out += [_make_fused(fused_of[id(n)], o, f"_{k}") for k, o in enumerate(n.outputs)
+                    if o in users or o.uid in outputs]
         elif id(n) in fused_of:
-            out.append(_make_fused(fused_of[id(n)]))
+            out.append(_make_fused(fused_of[id(n)], fused_of[id(n)].output))
     g.nodes = out
     g.toposort()
     return g
 
 
-def _make_fused(grp: Group) -> Node:
+def _make_fused(grp: Group, out_v: Value, suffix: str = "") -> Node:
     inner = {id(o) for n in grp.nodes for o in n.outputs}
     ext: list[Value] = []
     for n in grp.nodes:
@@ -197,9 +213,8 @@ def _make_fused(grp: Group) -> Node:
         for o, o2 in zip(n.outputs, outs):
             mapping[id(o)] = o2
         body_nodes.append(Node(n.op, ins, outs, n.attrs, n.name))
-    out_v = grp.output
     body = Graph([mapping[id(v)] for v in ext], [mapping[id(out_v)]], body_nodes,
                  name="_".join(n.op for n in grp.nodes))
     return Node("Fused", ext, [out_v], {"body": body, "pattern": int(grp.pattern),
                                         "master": grp.master.op},
-                name=f"fused_{grp.nodes[0].name}")
+                name=f"fused_{grp.nodes[0].name}{suffix}")

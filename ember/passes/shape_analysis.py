@@ -6,13 +6,14 @@ one value. This pass solves each ``equal`` check for one of its atoms (``t = s``
 ``?3 = 12*s``; an atom appearing alone, with coefficient +-1 or dividing exactly) and replaces
 that atom everywhere by its solution, then re-infers every node's types.
 
-* Two inputs declared ``[b, s]`` and ``[b, t]`` added together: ``t := s``; the inputs become
-  ``[b, s]`` and ``[b, s]``, and the check is enforced once, where the program binds its
-  symbols from the input shapes (one symbol, one value: ``types.bind_dims``).
-* Two symbolic dims broadcast together (``broadcast`` check with no static operand) are taken
-  as equal too (``broadcast_equal=True``, the default): models broadcast a symbolic dim
-  against 1, hardly against another symbol that happens to be 1 at run time; a run with such
-  shapes then fails at the input binding, with an InputError naming the symbol.
+* Two inputs declared ``[b, s]`` and ``[t, 5]`` multiplied (MatMul: the inner dims must
+  be equal): ``t := s``; the inputs become ``[b, s]`` and ``[s, 5]``, and the check is enforced
+  once, where the program binds its symbols from the input shapes (one symbol, one value:
+  ``types.bind_dims``).
+* Two symbolic dims broadcast together (``broadcast`` check with no static operand) prove
+  nothing: either may be 1 at run time (Nimble's ``Any`` broadcast), so the output
+  keeps ``max(s, t)`` and the kernels decide the broadcast at run time. ``broadcast_equal=True``
+  (not the default: it refuses valid feeds) takes them as equal instead.
 * A symbol required equal to a static dim (a MatMul's inner dim against a weight of 768) is
   replaced by the dim: false dynamism removed. A symbol broadcast against a static dim proves
   nothing (it may be 1): that check stays.
@@ -49,7 +50,7 @@ from ember.ir.types import (
 MAX_ROUNDS = 16
 
 
-def run(g: Graph, *, broadcast_equal: bool = True) -> Graph:
+def run(g: Graph, *, broadcast_equal: bool = False) -> Graph:
     for _ in range(MAX_ROUNDS):
         mapping = _solve(g, broadcast_equal)
         if not mapping:

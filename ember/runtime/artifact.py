@@ -155,15 +155,37 @@ def artifact_bytes(lib_path: str | os.PathLike[str], params: np.ndarray,
     return buf.getvalue()
 
 
+def check_destination(path: str | os.PathLike[str]) -> Path:
+    """Where an artifact will be written, checked before the work that produces it: not a
+    directory, and its folder creatable and writable. Raises ArtifactError saying which."""
+    path = Path(path)
+    if path.is_dir():
+        raise ArtifactError(f"cannot save to {path}: it is a directory; give a file name "
+                            f"such as {path / 'model.ember'}")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ArtifactError(f"cannot save to {path}: {parent} is not a writable directory")
+    return path
+
+
 def _write_zip(path: Path, members: Mapping[str, bytes | memoryview]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    check_destination(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    except OSError as e:
+        raise ArtifactError(f"cannot save to {path}: {e}") from e
     try:
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as zf:
             for name, data in members.items():
                 _write_member(zf, name, data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise ArtifactError(f"cannot save to {path}: {e}") from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

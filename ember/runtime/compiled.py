@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import os
+import platform
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import EmberError, InputError
+from ember.errors import ArtifactError, DataError, EmberError, InputError
 from ember.runtime.artifact import (
     ARTIFACT_FORMAT,
     artifact_bytes,
@@ -43,7 +44,15 @@ from ember.runtime.artifact import (
     save_artifact,
     validate_meta,
 )
-from ember.runtime.module import ALIGNMENT, NativeModule, address, aligned_empty, is_aligned
+from ember.runtime.module import (
+    ALIGNMENT,
+    NativeModule,
+    address,
+    aligned_empty,
+    host_bytes,
+    is_aligned,
+)
+from ember.runtime.toolchain import isa_features
 from ember.support import dimexpr
 from ember.support.arena import replay
 from ember.support.dtypes import dtype as ember_dtype
@@ -115,7 +124,9 @@ class CompiledModel:
         if not self._dim_names:
             self._out_layout, self._out_bytes = _output_layout(self._outputs)
         self._lock = threading.Lock()
+        self._synthetic = False   # runs on synthetic data: kernel faults do not raise
         self._module = NativeModule(self._lib_path)
+        self._module.kernels = meta.get("profile", {}).get("kernels")
         self._module.init(self._params)
         if "plan" in meta:
             self._module.set_plan(meta["plan"]["programs"])
@@ -216,7 +227,7 @@ class CompiledModel:
         sizes = self._bind_dims([a.shape for a in inputs]) if self._dim_names else None
         layout, out_bytes = (sizes.out_layout, sizes.out_bytes) if sizes else \
             (self._out_layout, self._out_bytes)
-        raw = np.empty(out_bytes + ALIGNMENT, dtype=np.uint8)
+        raw = host_bytes(out_bytes + ALIGNMENT)
         addr = raw.ctypes.data
         shift = -addr % ALIGNMENT
         base = addr + shift
@@ -233,7 +244,22 @@ class CompiledModel:
         with self._lock:
             if sizes is not None:
                 self._prepare(sizes)
-            self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
+            try:
+                self._module.run_addresses(in_addrs, out_addrs, self._workspace_addr)
+            except DataError:
+                if not self._synthetic:
+                    raise
+
+    @contextmanager
+    def synthetic(self) -> Iterator[None]:
+        """Runs inside are on synthetic data (timing and profiling at compile time): a fault
+        the kernels find (a zero integer divisor, an index out of range) does not raise; the
+        kernels finish on safe values, so their time is still what it measures."""
+        self._synthetic = True
+        try:
+            yield
+        finally:
+            self._synthetic = False
 
     @contextmanager
     def bound(self, input_shapes: Sequence[tuple[int, ...]]) -> Iterator[tuple[int, int]]:
@@ -314,6 +340,11 @@ class CompiledModel:
             self._module.set_dims(sizes.dims, sizes.offsets)
             self._dims_set = sizes.dims
 
+    def fault_error(self, rc: int, context: str = "") -> EmberError:
+        """The error of a native call of this program's entry that returned ``rc`` != 0 (a
+        loop runtime calls it by address): names the node whose kernel found bad data."""
+        return self._module.fault_error(rc, context)
+
     @property
     def plan(self) -> dict[str, Any] | None:
         """The execution plan it runs (``ExecutionPlan.to_json`` form), when recorded."""
@@ -327,9 +358,14 @@ class CompiledModel:
 
     def use_plan(self, plan: Mapping[str, Any]) -> None:
         """Run another plan over the same kernels from now on (``ExecutionPlan.to_json`` of a
-        validated plan); ``save`` keeps it."""
+        validated plan); ``save`` keeps it. The library checks it before taking it (every
+        operator once, every wait reachable): a plan that would hang or skip work raises."""
+        programs = plan.get("programs") if isinstance(plan, Mapping) else None
+        if not isinstance(programs, Sequence):
+            raise EmberError("use_plan takes ExecutionPlan.to_json()'s dict: "
+                             "{'programs': [[kernel, begin, end, ...] per vEU], ...}")
         with self._lock:
-            self._module.set_plan(plan["programs"])
+            self._module.set_plan(programs)
             self._meta["plan"] = copy.deepcopy(dict(plan))
 
     def profile(self, feeds: Mapping[str, Any], runs: int = 10) -> Any:
@@ -423,6 +459,26 @@ def _check_meta(meta: dict[str, Any]) -> None:
     target = meta.setdefault("target", "cpu")
     if target != "cpu":
         raise EmberError(f"this runtime runs target 'cpu' models; the model targets {target!r}")
+    check_isa(meta.get("isa"))
+
+
+def check_isa(isa: Mapping[str, Any] | None) -> None:
+    """A library built with ``-march=native`` runs only where the CPU has every instruction
+    set it was built with (else the first such instruction kills the process with SIGILL):
+    refuse, saying what is missing, before it is loaded. ``isa`` is ``meta["isa"]``
+    (models saved before it was recorded are not checked)."""
+    if not isa:
+        return
+    machine = isa.get("machine")
+    if machine and machine != platform.machine():
+        raise ArtifactError(f"the model was compiled for {machine}; this machine is "
+                            f"{platform.machine()}: compile it again here (ember compile)")
+    missing = sorted(set(isa.get("features", ())) - set(isa_features()))
+    if missing:
+        raise ArtifactError(
+            f"the model was compiled for a CPU with {', '.join(missing)}, which this CPU lacks "
+            f"(its code would stop with SIGILL): compile the model again on this machine "
+            f"(ember compile / ember.compile); the kernel cache makes that quick")
 
 
 def _output_layout(

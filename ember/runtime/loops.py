@@ -168,7 +168,7 @@ class CompiledLoop(_NativeLoop):
                 self.n_caps, _ptrs(caps), self.n_scan, self._scan, _ptrs(scan_out),
                 ctypes.byref(done))
         if rc != 0:
-            raise EmberError(f"the loop body failed with code {rc} at trip {done.value}")
+            raise self.body.fault_error(rc, f"in the loop body, trip {done.value}")
         return int(done.value)
 
 
@@ -202,4 +202,4 @@ class CompiledScan(_NativeLoop):
                 self.n_caps, _ptrs(caps), self.n_scan, self._scan, _ptrs(scan_out),
                 self._out_rev)
         if rc != 0:
-            raise EmberError(f"the scan body failed with code {rc}")
+            raise self.body.fault_error(rc, "in the scan body")

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ember.errors import EmberError
+from ember.errors import DataError, EmberError
+from ember.support import faults
 
 ALIGNMENT = 64
 """Byte alignment of the params blob, the workspace and the outputs that ember allocates."""
@@ -39,9 +40,19 @@ def aligned_empty(shape: int | Sequence[int], dtype: object = np.uint8) -> np.nd
     dt = np.dtype(dtype)
     shape_t = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
     nbytes = int(np.prod(shape_t, dtype=np.int64)) * dt.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    raw = host_bytes(nbytes + ALIGNMENT)
     offset = -raw.ctypes.data % ALIGNMENT
     return raw[offset : offset + nbytes].view(dt).reshape(shape_t)
+
+
+def host_bytes(nbytes: int) -> np.ndarray:
+    """``np.empty(nbytes, uint8)``; an allocation the machine cannot make raises EmberError
+    (the model's tensors are larger than the memory: give smaller input shapes)."""
+    try:
+        return np.empty(nbytes, dtype=np.uint8)
+    except (MemoryError, ValueError) as e:
+        raise EmberError(f"cannot allocate {nbytes / 2**30:.1f} GiB for the model's tensors "
+                         f"({type(e).__name__}): use smaller input shapes") from e
 
 
 def address(array: np.ndarray) -> int:
@@ -167,6 +178,11 @@ class NativeModule:
         if hasattr(lib, "ember_set_dims"):   # a symbolic program
             self._set_dims = _bind(lib, "ember_set_dims", ctypes.c_int,
                                    [ctypes.c_void_p, ctypes.c_void_p])
+        self._fault = None
+        if hasattr(lib, "ember_fault"):     # libraries built before fault checks lack it
+            self._fault = _bind(lib, "ember_fault", ctypes.c_int, [ctypes.c_void_p])
+        # the program's kernel records (meta["profile"]["kernels"]): what a fault names
+        self.kernels: list[dict] | None = None
         self._dims_arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._plan_arrays: list[np.ndarray] = []
         self._params: np.ndarray | None = None
@@ -199,15 +215,19 @@ class NativeModule:
         if len(programs) != self.num_threads():
             raise EmberError(f"plan has {len(programs)} vEU programs; the library runs "
                              f"{self.num_threads()} threads")
-        arrays = [np.ascontiguousarray(np.asarray(p, dtype=np.int64).reshape(-1))
-                  for p in programs]
+        try:
+            arrays = [np.ascontiguousarray(np.asarray(p, dtype=np.int64).reshape(-1))
+                      for p in programs]
+        except (TypeError, ValueError, OverflowError) as e:
+            raise EmberError(f"a plan program is a flat list of integer triples: {e}") from e
         if any(a.size % 3 for a in arrays):
             raise EmberError("a plan program is a flat list of (a, b, c) triples")
         ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         lens = np.array([a.size // 3 for a in arrays], dtype=np.int64)
         if self._set_plan(ptrs, lens.ctypes.data) != 0:
             raise EmberError("the library rejected the plan: it names a kernel, task range "
-                             "or vEU that the library does not have")
+                             "or vEU that the library does not have, waits for a step that "
+                             "never comes, or does not run every operator's tasks exactly once")
         self._plan_arrays = arrays
 
     def set_dims(self, dims: Sequence[int], offsets: Sequence[int]) -> None:
@@ -261,10 +281,19 @@ class NativeModule:
         outs[:] = outputs
         rc = self._run(ins, outs, workspace)
         if rc != 0:
-            raise EmberError(
-                f"ember_run in {self.lib_path.name} failed with code {rc}; "
-                "the outputs of this call are not valid"
-            )
+            raise self.fault_error(rc)
+
+    def fault_error(self, rc: int, context: str = "") -> EmberError:
+        """The error of a run that returned ``rc`` != 0: a ``DataError`` naming the node when
+        the library recorded a fault (``ember_fault``), a plain ``EmberError`` otherwise."""
+        info = np.zeros(3, np.int64)
+        kind = self._fault(info.ctypes.data) if self._fault is not None else 0
+        suffix = f" ({context})" if context else ""
+        if kind:
+            kernel, value, bound = (int(x) for x in info)
+            return DataError(faults.describe(kind, kernel, value, bound, self.kernels) + suffix)
+        return EmberError(f"ember_run in {self.lib_path.name} failed with code {rc}{suffix}; "
+                          "the outputs of this call are not valid")
 
     def __repr__(self) -> str:
         state = "initialized" if self._params is not None else "not initialized"

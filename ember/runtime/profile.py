@@ -66,9 +66,11 @@ def profile_model(module: NativeModule, meta: dict[str, Any] | None, run: Callab
     """Profile the library ``module`` (``meta``: its kernels and its plan's rTask entries)
     over ``runs`` calls of ``run``, which runs one inference on it."""
     n = module.profile_entries()
-    if not meta or n == 0 or n != len(meta.get("entries", ())):
+    if not meta or "entries" not in meta or n != len(meta["entries"]):
         raise EmberError("this compiled model has no profiling data; recompile it with this "
                          "version of ember")
+    if n == 0:   # a plan with no rTasks (every kernel's work is empty: a dim of size 0)
+        return Profile([], [], np.zeros((runs, 0, 2)), [0.0] * runs)
     for _ in range(warmup):
         run()
     buf = np.zeros((runs, n, 2), dtype=np.int64)

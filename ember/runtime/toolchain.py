@@ -25,6 +25,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -49,6 +50,26 @@ DEFAULT_FLAGS: tuple[str, ...] = (
     "-lm",
 )
 """Flags used when ``flags`` is not given. ``-lm`` is placed after the source file."""
+
+SANITIZERS = ("address", "undefined")
+"""What ``EMBER_SANITIZE`` may name (comma-separated): generated code is then built with
+``-fsanitize=...`` and stops at the first report (``-fno-sanitize-recover=all``). ASan in a
+library that Python loads needs the runtime preloaded: ``LD_PRELOAD=$(cc
+-print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0`` (``tests/test_sanitizers.py``)."""
+
+
+def default_flags() -> tuple[str, ...]:
+    """``DEFAULT_FLAGS``, with the sanitizers ``EMBER_SANITIZE`` names."""
+    names = [n.strip() for n in os.environ.get("EMBER_SANITIZE", "").split(",") if n.strip()]
+    bad = [n for n in names if n not in SANITIZERS]
+    if bad:
+        raise CompileError(f"EMBER_SANITIZE names {', '.join(bad)}; it takes a comma-separated "
+                           f"list of {', '.join(SANITIZERS)}")
+    if not names:
+        return DEFAULT_FLAGS
+    return (*DEFAULT_FLAGS[:-1], f"-fsanitize={','.join(names)}", "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer", "-g", DEFAULT_FLAGS[-1])
+
 
 CACHE_FORMAT = 1
 """Bump when the layout or the meaning of cached libraries changes: old entries are ignored."""
@@ -213,6 +234,26 @@ def host_fingerprint() -> str:
     return "\n".join(f"{k}={v}" for k, v in parts.items())
 
 
+_ISA = re.compile(r"^(sse|ssse|avx|fma|f16c|bmi|amx|popcnt|abm|movbe|adx|sha_ni|vaes|vpclmul|"
+                  r"gfni|asimd|sve|fphp|bf16|i8mm|dotprod)")
+
+
+@functools.lru_cache(maxsize=1)
+def isa_features() -> tuple[str, ...]:
+    """The instruction-set extensions of this CPU that ``-march=native`` code may use (the
+    ``/proc/cpuinfo`` flags of SIMD and bit-manipulation extensions), sorted. A library built
+    here needs them all; ``runtime.compiled`` checks them before loading one."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return tuple(sorted(f for f in value.split() if _ISA.match(f)))
+    return ()
+
+
 def host_id() -> str:
     """A short stable name of this host's fingerprint, for per-machine cache files."""
     return hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
@@ -249,7 +290,7 @@ def compile_shared(
     the path of a kept copy of the source (also on the exception as ``source_path``).
     """
     argv = resolve_cc(cc)
-    flags_t = tuple(DEFAULT_FLAGS if flags is None else flags)
+    flags_t = tuple(default_flags() if flags is None else flags)
     key = cache_key(source, flags_t, argv)
     return _lookup_or_build(source, flags_t, argv, key)
 
@@ -362,7 +403,7 @@ def compile_many(
     build has finished; with ``True`` failing entries hold their CompileError instead.
     """
     argv = resolve_cc(cc)
-    flags_t = tuple(DEFAULT_FLAGS if flags is None else flags)
+    flags_t = tuple(default_flags() if flags is None else flags)
     keys = [cache_key(s, flags_t, argv) for s in sources]
     unique = dict(zip(keys, sources, strict=True))
     results: dict[str, Path | CompileError] = {}

@@ -61,7 +61,9 @@ ARG_COMBINERS = ("argmax", "argmin")
 class Reduce(Expr):
     """``combiner`` over ``axes`` of ``body``; combiner in sum / max / min / prod, or argmax /
     argmin: the int64 position (row-major over ``axes``) of the first extreme value of ``body``
-    (``init`` unused)."""
+    (``init`` unused). A float max / min is NaN when a NaN is reduced (the loop IR's float
+    ``max`` / ``min`` propagate NaN: ``codegen/cmath.py``), as numpy's; argmax / argmin give
+    the first NaN's position."""
 
     combiner: str
     body: Expr

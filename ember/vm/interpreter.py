@@ -170,7 +170,10 @@ class VirtualMachine:
             self.stats.instructions += n
 
     def _located(self, err: Exception, fidx: int, pc: int,
-                 stack: list[tuple[Any, ...]]) -> VMError:
+                 stack: list[tuple[Any, ...]]) -> EmberError:
+        """``err`` as an error naming the VM location: a VMError, except for an error in the
+        caller's input data (an InputError, e.g. a kernel's DataError), which keeps its class
+        so callers can tell bad data from a broken program."""
         funcs = self.executable.functions
         func = funcs[fidx]
         ins = func.instructions[pc] if 0 <= pc < len(func.instructions) else None
@@ -180,6 +183,8 @@ class VirtualMachine:
             calls = [f"{funcs[f].name}:{p}" for _, _, p, f in stack[-4:]]
             more = f"{len(stack) - 4} more < " if len(stack) > 4 else ""
             where += f" [called from {more}{' < '.join(reversed(calls))}]"
+        if isinstance(err, InputError):
+            return type(err)(f"{err} [at {where}]")
         if ins is not None and ins.op == Op.INVOKE_PACKED and not isinstance(err, VMError):
             name = self.executable.packed[ins.packed_index]  # type: ignore[attr-defined]
             return VMError(f"{where}: packed function {name!r} raised "

@@ -130,18 +130,20 @@ def test_attention_pieces_with_symbolic_sequence() -> None:
 
 
 def test_unified_symbols_and_run_time_checks() -> None:
-    """``[s, 8] + [t, 8]``: shape analysis unifies t := s (one symbol, bound once); a MatMul
-    whose inner dims are two symbols keeps a run-time check that names the node."""
-    add = _model([helper.make_node("Add", ["x", "y"], ["z"])],
+    """``[s, 8] + [t, 8]``: either symbol may be 1 (Nimble's Any broadcast), so both stay and
+    a run-time check names the node; a MatMul whose inner dims are two symbols unifies them
+    (j := k: one symbol, bound once)."""
+    add = _model([helper.make_node("Add", ["x", "y"], ["z"], name="add")],
                  [("x", ["s", 8]), ("y", ["t", 8])], ["z"], {})
     cm = ember.compile(add)
-    assert len(cm.meta["dims"]) == 1
-    _against_ort(add, [{"x": _f32(n, 8), "y": _f32(n, 8)} for n in (2, 9)])
-    with pytest.raises(InputError):
+    assert len(cm.meta["dims"]) == 2
+    _against_ort(add, [{"x": _f32(n, 8), "y": _f32(m, 8)} for n, m in ((2, 2), (9, 9), (1, 5))])
+    with pytest.raises(InputError, match="'add'"):
         cm(_f32(3, 8), _f32(4, 8))
     mm = _model([helper.make_node("MatMul", ["a", "b"], ["c"], name="mm")],
                 [("a", [4, "k"]), ("b", ["j", 5])], ["c"], {})
     cm = ember.compile(mm)
+    assert len(cm.meta["dims"]) == 1
     _against_ort(mm, [{"a": _f32(4, n), "b": _f32(n, 5)} for n in (1, 7)])
     with pytest.raises(InputError):
         cm(_f32(4, 3), _f32(2, 5))

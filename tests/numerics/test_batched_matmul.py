@@ -35,14 +35,20 @@ def test_batched_against_ort(m: int, k: int, n: int, layout: str, epilogue: bool
 
 
 def test_group_with_a_wider_or_narrower_output_is_not_batched() -> None:
-    """A group that casts the product (to float64 for a softmax, to float16) writes another
-    element size: the batched kernel (float32 stores) must not take it."""
+    """A cast of the product (to float64 for a softmax, to float16) writes another element
+    size: fusion keeps it out of the product's group (``passes/fuse.keeps_dtype``), so the
+    batched kernel (float32 stores) runs the product alone and the cast is a kernel of its
+    own."""
     feeds = {"a": rng.standard_normal((2, 5, 8)).astype(np.float32),
              "b": rng.standard_normal((2, 8, 7)).astype(np.float32)}
     for to in (onnx_dtype("float64"), onnx_dtype("float16")):
         model = make_model([helper.make_node("MatMul", ["a", "b"], ["t"]),
                             helper.make_node("Cast", ["t"], ["y"], to=to)], feeds, {}, ["y"])
-        assert "em_bmm_" not in driver.build(model).source
+        built = driver.build(model)
+        bodies = [[n.op for n in f.attrs["body"].nodes] for f in built.graph.nodes
+                  if f.op == "Fused"]
+        assert ["MatMul"] in bodies and ["Cast"] in bodies, bodies
+        assert "em_bmm_" in built.source
         compare(model, feeds, rtol=1e-3, atol=1e-3)
 
 

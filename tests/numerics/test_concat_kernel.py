@@ -42,7 +42,8 @@ def test_concat_copies_runs_into_place(data: st.DataObject) -> None:
         xs.append(draw_array(data, s, dtype))
     got, docs = _run(xs, axis)
     np.testing.assert_array_equal(got, np.concatenate(xs, axis=axis))
-    assert any("copied in place" in d for d in docs), docs
+    if got.size:        # an empty output is a constant: nothing is copied
+        assert any("copied in place" in d for d in docs), docs
 
 
 def test_concat_of_many_steps_and_rows_split_over_tasks() -> None:

@@ -8,8 +8,8 @@ are drawn by hypothesis (derandomized, few examples: each compiles C); data is r
 random integers (ties on purpose where tie-breaking matters). Several nodes share one model
 where they can, to keep the number of C compiles small.
 
-Also: out-of-range indices keep the compiled code inside its buffers (gathers clamp, scatters
-skip), and bad models raise the EmberError that names the problem.
+Also: out-of-range indices fail the run with a DataError naming the node (the compiled code
+stays inside its buffers), and bad models raise the EmberError that names the problem.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from onnx import helper
 
 import ember
 from ember.codegen.program import BoundKernel, emit_program
-from ember.errors import ModelError, TypeInferenceError, UnsupportedOpError
+from ember.errors import DataError, ModelError, TypeInferenceError, UnsupportedOpError
 from ember.kernel import schedule as S
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.loops.ir import Buffer
@@ -392,30 +392,35 @@ def test_constant_only_ops() -> None:
 
 
 # --------------------------------------------------------------------------- bounds
-def test_out_of_range_indices_stay_in_bounds() -> None:
-    """Indices outside [-n, n): compiled gathers clamp into the axis, compiled scatters skip
-    the update (the references reject them; nothing is read or written out of bounds)."""
+@pytest.mark.parametrize("case", ["GatherElements", "ScatterElements", "GatherND", "ScatterND",
+                                  "Gather"])
+def test_out_of_range_indices_raise_naming_the_node(case: str) -> None:
+    """Indices outside [-n, n) fail the run with a DataError that names the node and the
+    index, as onnxruntime's INVALID_ARGUMENT does (they used to be clamped or skipped: a
+    plausible wrong answer); in-range negative indices wrap; the model stays usable."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal((4, 5)).astype(F32)
-    idx = np.array([[9, -9, 2, 4, -1]] * 2, np.int64)
-    nd = np.array([[7, 0], [1, -6], [2, 3]], np.int64)
-    nodes = [helper.make_node("GatherElements", ["x", "i"], ["g"], axis=0),
-             helper.make_node("ScatterElements", ["x", "i", "u"], ["s"], axis=0),
-             helper.make_node("GatherND", ["x", "nd"], ["gn"]),
-             helper.make_node("ScatterND", ["x", "nd", "un"], ["sn"])]
-    feeds = {"x": x, "i": idx, "u": rng.standard_normal((2, 5)).astype(F32), "nd": nd,
-             "un": rng.standard_normal(3).astype(F32)}
-    got = ember.compile(make_model(nodes, feeds, {}, ["g", "s", "gn", "sn"])).run(feeds)
-    cols = np.arange(5)
-    clamped = np.clip(np.where(idx < 0, idx + 4, idx), 0, 3)
-    np.testing.assert_array_equal(got["g"], x[clamped, cols])
-    want_s = x.copy()
-    want_s[[2, 3], [2, 4]] = feeds["u"][1, [2, 4]]        # only in-range rows are written
-    np.testing.assert_array_equal(got["s"], want_s)
-    np.testing.assert_array_equal(got["gn"], x[[3, 1, 2], [0, 0, 3]])
-    want_sn = x.copy()
-    want_sn[2, 3] = feeds["un"][2]
-    np.testing.assert_array_equal(got["sn"], want_sn)
+    ops = {
+        "GatherElements": (["x", "i"], {"axis": 0}, np.array([[9, -1, 2, 3, 0]], np.int64)),
+        "ScatterElements": (["x", "i", "u"], {"axis": 0}, np.array([[1, -9, 2, 3, 0]], np.int64)),
+        "GatherND": (["x", "i"], {}, np.array([[7, 0], [1, 2]], np.int64)),
+        "ScatterND": (["x", "i", "u"], {}, np.array([[1, -6], [2, 3]], np.int64)),
+        "Gather": (["x", "i"], {"axis": 1}, np.array([[0, 5]], np.int64)),
+    }
+    ins, attrs, bad = ops[case]
+    good = np.where(np.abs(bad) >= 4, 1, bad)
+    feeds = {"x": x, "i": bad}
+    if "u" in ins:
+        feeds["u"] = rng.standard_normal(bad.shape[:-1] if case == "ScatterND"
+                                         else bad.shape).astype(F32)
+    node = helper.make_node(case, ins, ["y"], name=f"my_{case}", **attrs)
+    m = make_model([node], feeds, {}, ["y"])
+    cm = ember.compile(m)
+    with pytest.raises(DataError, match=rf"node 'my_{case}' \({case}\): index -?\d+ is out of "
+                                        r"range for an axis of size \d"):
+        cm.run(feeds)
+    feeds["i"] = good
+    np.testing.assert_array_equal(cm.run(feeds)["y"], run_ort(m, feeds)[0])
 
 
 # --------------------------------------------------------------------------- bad input

@@ -96,16 +96,22 @@ def test_qlinear_matmul(data: st.DataObject, dt: type, batched: bool) -> None:
 @SETTINGS
 @given(st.data(), st.booleans(), st.booleans())
 def test_qlinear_conv(data: st.DataObject, per_channel: bool, with_bias: bool) -> None:
+    """Weights in [-64, 63]: onnxruntime's u8 x s8 kernel on CPUs without VNNI (AVX2: Zen 3)
+    adds pairs of products in int16 with saturation (vpmaddubsw), so with full-range weights
+    it is off by up to 12 codes where ember is exact (checked against the float reference);
+    the full range is checked against ember's reference below."""
     rng = np.random.default_rng(data.draw(st.integers(0, 99)))
     c, m, hw, kk = (data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)),
                     data.draw(st.integers(3, 6)), data.draw(st.integers(1, 3)))
-    x, w = _q(rng, np.uint8, (1, c, hw, hw)), _q(rng, np.int8, (m, c, kk, kk))
+    x, w = _q(rng, np.uint8, (1, c, hw, hw)), _q(rng, np.int8, (m, c, kk, kk)) // 2
     ws = rng.uniform(0.005, 0.02, (m,) if per_channel else ()).astype(F32)
     wz = np.zeros((m,) if per_channel else (), np.int8)
     bias = rng.integers(-500, 500, m).astype(np.int32) if with_bias else None
     inputs = [x, F32(0.05), np.uint8(120), w, ws, wz, F32(0.3), np.uint8(100), bias]
     attrs = {"pads": [1, 1, 1, 1]} if data.draw(st.booleans()) else {}
     check("QLinearConv", inputs, attrs, opset=10, const=(1, 2, 3, 4, 5, 6, 7, 8))
+    inputs[3] = _q(rng, np.int8, (m, c, kk, kk))
+    check("QLinearConv", inputs, attrs, opset=10, const=(1, 2, 3, 4, 5, 6, 7, 8), oracle="ref")
 
 
 def test_qlinear_matmul_per_axis_scale_rejected() -> None:

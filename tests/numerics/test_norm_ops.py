@@ -6,8 +6,8 @@ coerced 2-D and opset 13 axis forms), LpPool, NegativeLogLikelihoodLoss and
 SoftmaxCrossEntropyLoss, each as a one-node model compiled to C (``tests/modelkit.py``) and
 compared with onnxruntime on random normal inputs; shapes and attributes drawn by hypothesis
 (derandomized, few examples: each one runs the C compiler). Out-of-range class targets, which
-onnxruntime rejects, are checked against the clamping ember documents; malformed nodes must
-raise the EmberError that names them.
+onnxruntime rejects, fail the run with a DataError naming the node; malformed nodes must raise
+the EmberError that names them.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import ember
-from ember.errors import EmberError, ModelError, TypeInferenceError
+from ember.errors import DataError, EmberError, ModelError, TypeInferenceError
 from tests.cases import dims, ints, randn
-from tests.modelkit import F32, check, make_model
+from tests.modelkit import F32, check, make_model, run_ort
 
 ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(4)
@@ -237,26 +237,26 @@ def test_softmax_cross_entropy(data: st.DataObject) -> None:
     check("SoftmaxCrossEntropyLoss", inputs, attrs, opset=13, n_out=2)
 
 
-def test_nll_target_out_of_range_is_clamped() -> None:
-    """onnxruntime rejects a target outside [0, C); ember clamps it (never reads out of
-    bounds): 7 reads class C-1, -3 reads class 0; ignore_index still wins."""
+def test_nll_target_out_of_range_raises_naming_the_node() -> None:
+    """A target outside [0, C) fails the run with a DataError naming the node, as onnxruntime
+    rejects it (ember used to clamp it: a plausible wrong loss); a target equal to
+    ignore_index is never read, whatever its value."""
     x = np.arange(12, dtype=F32).reshape(2, 3, 2) - F32(5)
-    t = np.array([[7, -3], [1, 4]], np.int64)
     w = np.array([0.5, 2.0, 3.0], F32)
+    for t in (np.array([[7, 0], [1, 2]], np.int64), np.array([[0, -3], [1, 2]], np.int64)):
+        feeds = {"x": x, "t": t}
+        node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t", "w"], ["loss"],
+                                name="nll", reduction="none")
+        cm = ember.compile(make_model([node], feeds, {"w": w}, ["loss"], 13))
+        with pytest.raises(DataError, match=r"node 'nll.*index -?\d+ is out of range"):
+            cm.run(feeds)
+    t = np.array([[-100, 0], [1, 2]], np.int64)
     feeds = {"x": x, "t": t}
-    for attrs, weight in (({"reduction": "none"}, None), ({"reduction": "none"}, w),
-                          ({"reduction": "sum", "ignore_index": 4}, w)):
-        ins = ["x", "t"] + (["w"] if weight is not None else [])
-        node = helper.make_node("NegativeLogLikelihoodLoss", ins, ["loss"], **attrs)
-        inits = {} if weight is None else {"w": weight}
-        got = ember.compile(make_model([node], feeds, inits, ["loss"], 13)).run(feeds)["loss"]
-        tc = np.clip(t, 0, 2)
-        want = -np.take_along_axis(x, tc[:, None], axis=1)[:, 0]
-        if weight is not None:
-            want = want * weight[tc]
-        if "ignore_index" in attrs:
-            want = np.where(t == attrs["ignore_index"], F32(0), want).sum()
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t", "w"], ["loss"],
+                            reduction="sum", ignore_index=-100)
+    m = make_model([node], feeds, {"w": w}, ["loss"], 13)
+    np.testing.assert_allclose(ember.compile(m).run(feeds)["loss"], run_ort(m, feeds)[0],
+                               rtol=1e-6)
 
 
 # --------------------------------------------------------------------------- float64

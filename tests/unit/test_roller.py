@@ -48,9 +48,27 @@ def test_detect_cpu_reads_flags_and_caches(tmp_path: Path) -> None:
     assert spec.layer("L1").capacity == 48 << 10          # the data cache, not instructions
     assert spec.layer("L2").capacity == 2 << 20
     assert spec.layer("L3").shared and not spec.layer("L2").shared
+    assert spec.vector_split == 1
+    # AVX2: kernels still compute in 16-lane vectors, each two of the 16 AVX registers
     avx2 = hal.detect_cpu(1, CPUINFO.replace("avx512f avx512bw", ""), tmp_path / "none")
-    assert (avx2.lanes, avx2.vector_regs) == (8, 16)
+    assert (avx2.lanes, avx2.vector_regs, avx2.vector_split) == (16, 16, 2)
+    assert avx2.peak_gflops == spec.peak_gflops / 2       # nominal: half the FMA width
     assert avx2.layer("L1").capacity == 32 << 10          # defaults without sysfs
+
+
+def test_register_tiles_fit_the_register_file() -> None:
+    """R x V accumulators and V weight vectors, each ``split`` registers, and a broadcast: on
+    AVX2 (16 registers, 2 per vector) 6 x 16 is the tallest one-vector tile, 2 x 32 the
+    widest two-vector one; AVX-512 (32 registers) holds far more."""
+    assert dense.max_rows(1, 16, 2) == 6 and dense.fits_registers(6, 1, 16, 2)
+    assert not dense.fits_registers(7, 1, 16, 2)
+    assert dense.max_rows(2, 16, 2) == 2 and not dense.fits_registers(3, 2, 16, 2)
+    assert dense.max_rows(1, 32) == 26 and dense.max_rows(4, 32) == 5
+    for v in range(1, 5):
+        for regs, split in ((16, 2), (32, 1)):
+            r = dense.max_rows(v, regs, split)
+            assert r == 0 or (dense.fits_registers(r, v, regs, split)
+                              and not dense.fits_registers(r + 1, v, regs, split))
 
 
 def test_measurements_and_bandwidth(cpu: hal.DeviceSpec) -> None:

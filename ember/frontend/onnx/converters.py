@@ -119,13 +119,21 @@ class Ctx:
             types = opdef.infer_types(attrs, [v.type if v else None for v in inputs], inputs)
             if not all(isinstance(t, TensorType) for t in types):
                 return self._emit(op, inputs, attrs)
+            empty = [empty_constant(t) for t in types]
+            if all(e is not None for e in empty):
+                return empty  # type: ignore[return-value]
             arrays = opdef.run_ref(attrs, *[v.const if v is not None else None for v in inputs])
             outs = []
             for t, a in zip(types, arrays, strict=True):
                 a = np.asarray(a, dtype=t.dtype.np)
                 outs.append(Value.constant(a))
             return outs
-        return self._emit(op, inputs, attrs)
+        outs = self._emit(op, inputs, attrs)
+        empty = [empty_constant(o.type) for o in outs]
+        if outs and all(e is not None for e in empty):   # nothing to compute: no node
+            self.graph.nodes.remove(outs[0].producer)  # type: ignore[arg-type]
+            return empty  # type: ignore[return-value]
+        return outs
 
     def _emit(self, op: str, inputs: Sequence[Value | None], attrs: Attrs) -> list[Value]:
         name = self.node_name if self._count == 0 else f"{self.node_name}/{self._count}"
@@ -170,6 +178,14 @@ class Ctx:
             if out[i] is None:
                 raise ModelError(f"{self.op_type} requires input {i}, which is missing")
         return out[:n]
+
+
+def empty_constant(t: object) -> Value | None:
+    """A tensor type of static shape with a dim of size 0 has one value, with no elements: that
+    constant (so no node computes it and nodes reading it fold); None for any other type."""
+    if not isinstance(t, TensorType) or not t.is_static or 0 not in t.shape:
+        return None
+    return Value.constant(np.zeros(tuple(int(d) for d in t.shape), t.dtype.np))
 
 
 def onnx_dtype(code: int | str) -> dtypes.DType:
@@ -250,8 +266,14 @@ def variadic(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 
 
 def _clip_bounds(x: Value, lo: Any, hi: Any) -> Attrs:
+    """An absent bound is the type's largest finite value, as in onnxruntime (numeric_limits'
+    lowest / max): Clip(inf, min=-1) is FLT_MAX, not inf."""
     if x.type.dtype.is_float:
-        low, high = -np.inf, np.inf
+        try:
+            info = np.finfo(x.type.dtype.np)
+            low, high = float(info.min), float(info.max)
+        except (TypeError, ValueError):
+            low, high = -np.inf, np.inf
     else:
         info = np.iinfo(x.type.dtype.np)
         low, high = int(info.min), int(info.max)

@@ -9,10 +9,21 @@ Reshape) becomes constants, and the small integer tensors computed from symbolic
 tracked as symbolic values (``symbolic.py``): what they prove static becomes constants, and
 Reshape / Expand / Slice / Range / ConstantOfShape read the symbolic values of their shape
 operands. Values keep their ONNX names.
+
+What the importer accepts, and refuses with an ``EmberError`` naming what is wrong: a model as a
+``ModelProto``, its serialized bytes (as onnxruntime takes them) or a path; an empty model (no
+graph, e.g. an empty file) or a graph without outputs is a ``ModelError``; a default-domain opset
+newer than the installed onnx knows (``onnx.defs.onnx_opset_version()``) is refused with an
+``UnsupportedOpError`` (its ops' semantics are unknown, so ember cannot promise to convert them
+right); an unset dim or ``dim_value: -1`` (how exporters write "unknown") is an anonymous
+symbol, another negative ``dim_value`` a ``ModelError`` unless ``input_shapes`` gives that dim;
+``input_shapes`` must map input names to sequences of ints >= 0, strings or None
+(``InputError`` otherwise). Dims of size 0 are valid: the outputs are empty as in onnxruntime.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,6 +42,7 @@ from ember.errors import (
 from ember.frontend.onnx import specialize, symbolic
 from ember.frontend.onnx.converters import (
     Ctx,
+    empty_constant,
     first_opset,
     lookup,
     onnx_dtype,
@@ -38,7 +50,7 @@ from ember.frontend.onnx.converters import (
 )
 from ember.frontend.onnx.optional_ops import tensor_shape, value_type
 from ember.ir.graph import Graph, Value
-from ember.ir.types import Dim, Sym, TensorType
+from ember.ir.types import Dim, Sym, TensorType, dim_atoms
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # ops of other domains ember converts (registered by op type like the default-domain ones)
@@ -46,26 +58,25 @@ OTHER_DOMAIN_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
 ShapeSpec = Sequence[int | str | None]
 
 
-def import_model(model: onnx.ModelProto | str | os.PathLike,
-                 input_shapes: Mapping[str, ShapeSpec] | None = None) -> Graph:
-    """Convert an ONNX model (proto or path) into a typed ember Graph.
+ModelSource = onnx.ModelProto | bytes | bytearray | memoryview | str | os.PathLike
+
+
+def import_model(model: ModelSource, input_shapes: Mapping[str, ShapeSpec] | None = None
+                 ) -> Graph:
+    """Convert an ONNX model (proto, serialized bytes or path) into a typed ember Graph.
 
     ``input_shapes`` binds input shapes by name: an int fixes a dim (it must agree with the
     declared dim), a string names a symbol, None keeps the declared dim. A named symbol bound to
     an int is bound in every input that uses it.
     """
-    if not isinstance(model, onnx.ModelProto):
-        try:
-            model = onnx.load(os.fspath(model))
-        except Exception as e:  # OSError, protobuf DecodeError, external-data errors...
-            raise ModelError(f"cannot load ONNX model {model!r}: {e}") from e
+    model = load_model(model)
     opset = default_opset(model)
     g = model.graph
     graph = Graph(name=g.name or "graph")
     env = Scope()
     for init in g.initializer:
         env[init.name] = _initializer(init)
-    graph.inputs = _inputs(g, env, dict(input_shapes or {}))
+    graph.inputs = _inputs(g, env, _shape_specs(input_shapes))
     for v in graph.inputs:
         env[v.name] = v
     ctx = Ctx(graph, opset)
@@ -105,12 +116,24 @@ class Scope(dict[str, Value]):
     """Names visible to a graph's nodes. A body's scope reads through to the enclosing one:
     with ``capture``, an outer value read by name becomes a *capture* (a fresh input of the
     body, recorded in ``captures``; an outer constant is copied instead); without (a branch
-    inlined into its parent), the outer value itself."""
+    inlined into its parent), the outer value itself.
 
-    def __init__(self, parent: Scope | None = None, capture: bool = False) -> None:
+    ``syms`` (the enclosing converter context's symbolic values, the body's): a capture keeps
+    the symbolic value of the outer value (``symbolic.py``) when the body's inputs so far
+    (``formal`` and the captures) bind every symbol in it, so a shape computed outside a body
+    and read inside it with the tensor it describes (a Reshape's target, a Slice's end...) is
+    as known there as outside; nested bodies chain, each scope copying from the one it reads
+    through. (A symbol the body's inputs do not bind would leave the body's dims unknown at
+    run time: such a value stays a run-time operand.)"""
+
+    def __init__(self, parent: Scope | None = None, capture: bool = False,
+                 syms: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] | None = None
+                 ) -> None:
         super().__init__()
         self.parent = parent
         self.capture = capture
+        self.syms = syms
+        self.formal: list[Value] = []
         self.captures: list[tuple[Value, Value]] = []
 
     def __contains__(self, name: object) -> bool:
@@ -127,8 +150,18 @@ class Scope(dict[str, Value]):
         else:
             inner = Value(outer.type, name)
             self.captures.append((outer, inner))
+            self._keep_symbolic(outer, inner)
         self[name] = inner
         return inner
+
+    def _keep_symbolic(self, outer: Value, inner: Value) -> None:
+        arr = None if self.syms is None else self.syms[0].get(outer.uid)
+        if arr is None or self.syms is None:
+            return
+        bound = frozenset().union(*(v.type.atoms() for v in self.formal),
+                                  *(v.type.atoms() for _, v in self.captures))
+        if all(dim_atoms(d) <= bound for d in arr.flat):
+            self.syms[1][inner.uid] = arr
 
     def uids(self) -> set[int]:
         """The uids of every value visible here."""
@@ -147,14 +180,15 @@ class _Subgraphs:
         if len(proto.input) != len(types):
             raise ModelError(f"{what} {proto.name!r} declares {len(proto.input)} input(s); "
                              f"the op gives it {len(types)}")
-        scope = Scope(self.env, capture=True)
+        g = Graph(name=proto.name or what)
+        sub = Ctx(g, self.ctx.opset)
+        scope = Scope(self.env, capture=True, syms=(self.ctx.sym, sub.sym))
         formal = [Value(t, vi.name) for vi, t in zip(proto.input, types)]
+        scope.formal = formal
         for v in formal:
             dict.__setitem__(scope, v.name, v)
         for init in proto.initializer:
             dict.__setitem__(scope, init.name, _initializer(init))
-        g = Graph(name=proto.name or what)
-        sub = Ctx(g, self.ctx.opset)
         sub.subgraphs = _Subgraphs(sub, scope)
         for index, node in enumerate(proto.node):
             _convert_node(sub, node, index, scope)
@@ -191,11 +225,54 @@ class _Subgraphs:
         return outs
 
 
+def load_model(model: ModelSource) -> onnx.ModelProto:
+    """``model`` as a ModelProto with a graph that has outputs (ModelError otherwise)."""
+    what = "the model"
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        what = f"the serialized model ({len(model)} bytes)"
+        try:
+            model = onnx.load_from_string(bytes(model))
+        except Exception as e:  # protobuf DecodeError
+            raise ModelError(f"cannot parse {what} as an ONNX ModelProto: {e}") from e
+    elif not isinstance(model, onnx.ModelProto):
+        try:
+            path = os.fspath(model)
+        except TypeError:
+            raise ModelError(f"cannot import a {type(model).__name__}: give an ONNX ModelProto, "
+                             "its serialized bytes or the path of a .onnx file") from None
+        what = f"ONNX model {os.fsdecode(path)!r}"
+        try:
+            model = onnx.load(path)
+        except Exception as e:  # OSError, protobuf DecodeError, external-data errors...
+            raise ModelError(f"cannot load {what}: {e}") from e
+    if not model.HasField("graph"):
+        raise ModelError(f"{what} is empty: it has no graph (an empty file, or a ModelProto "
+                         "never filled in?); export the model again")
+    if not model.graph.output:
+        raise ModelError(f"{what}: graph {model.graph.name!r} declares no outputs, so there is "
+                         "nothing to compute; list the values it should return as outputs")
+    return model
+
+
 def default_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset; one newer than the installed onnx knows is refused
+    (ember converts opsets 1 to ``onnx.defs.onnx_opset_version()``)."""
+    newest = onnx.defs.onnx_opset_version()
     for imp in model.opset_import:
         if imp.domain in DEFAULT_DOMAINS:
-            return int(imp.version)
-    raise ModelError("the model imports no default-domain ('' / 'ai.onnx') opset")
+            version = int(imp.version)
+            if version < 1:
+                raise ModelError(f"the model imports default-domain opset {version}; opsets "
+                                 "start at 1")
+            if version > newest:
+                raise UnsupportedOpError(
+                    f"the model imports default-domain opset {version}, newer than the newest "
+                    f"the installed onnx {onnx.__version__} knows ({newest}); ember converts "
+                    f"opsets 1 to {newest}: export the model at opset {newest} or lower (or "
+                    "convert it with onnx.version_converter)")
+            return version
+    raise ModelError("the model imports no default-domain ('' / 'ai.onnx') opset; add one "
+                     "to its opset_import")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -213,14 +290,50 @@ def _initializer(init: onnx.TensorProto) -> Value:
         ) from None
 
 
-def _declared_shape(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
-    return tensor_shape(vi.type.tensor_type)
+def _shape_specs(input_shapes: object) -> dict[str, tuple[int | str | None, ...]]:
+    """``input_shapes`` checked: a mapping of input names to sequences of ints >= 0, strings
+    (symbol names) or None (the declared dim); InputError naming the entry otherwise."""
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise InputError(f"input_shapes must map input names to shapes, e.g. {{'x': (1, 3, 224, "
+                         f"224)}}; got a {type(input_shapes).__name__}")
+    return {str(k): _shape_spec(str(k), v) for k, v in input_shapes.items()}
 
 
-def _bind(name: str, declared: tuple[Dim, ...] | None, given: ShapeSpec,
+def _shape_spec(name: str, given: object) -> tuple[int | str | None, ...]:
+    what = f"input_shapes[{name!r}] = {given!r}"
+    try:
+        if isinstance(given, (str, bytes, Mapping)):
+            raise TypeError
+        dims = list(given)  # type: ignore[call-overload]
+    except TypeError:
+        raise InputError(f"{what} is not a shape: give a sequence with one entry per dim, each "
+                         "an int >= 0, a string (a symbol's name) or None (keep the declared "
+                         "dim), e.g. (1, 3, 224, 224)") from None
+    out: list[int | str | None] = []
+    for i, d in enumerate(dims):
+        if d is None or isinstance(d, str):
+            out.append(d)
+            continue
+        try:
+            if isinstance(d, (bool, np.bool_)):
+                raise TypeError
+            n = operator.index(d)
+        except TypeError:
+            raise InputError(f"{what}: dim {i} is {d!r}; a dim is an int >= 0, a string (a "
+                             "symbol's name) or None (keep the declared dim)") from None
+        if n < 0:
+            raise InputError(f"{what}: dim {i} is {n}; negative dims are invalid (give an int "
+                             ">= 0, a string to name a symbol or None to keep the declared dim)")
+        out.append(n)
+    return tuple(out)
+
+
+def _bind(name: str, declared: tuple[Dim, ...] | None, given: tuple[int | str | None, ...],
           syms: dict[str, int]) -> tuple[Dim, ...]:
-    """Apply one ``input_shapes`` entry to the declared shape of input ``name``."""
-    given = tuple(given)
+    """Apply one ``input_shapes`` entry (checked by ``_shape_spec``) to the declared shape of
+    input ``name`` (a negative int there: a dim the model declares invalid)."""
     if declared is not None and len(given) != len(declared):
         raise InputError(f"input_shapes[{name!r}] = {given} has rank {len(given)}, but input "
                          f"{name!r} is declared with rank {len(declared)}: {declared}")
@@ -231,12 +344,14 @@ def _bind(name: str, declared: tuple[Dim, ...] | None, given: ShapeSpec,
             if d is None:
                 raise InputError(f"input_shapes[{name!r}] leaves dim {i} open but the model "
                                  "declares no shape for it")
+            if isinstance(d, int) and d < 0:
+                raise InputError(f"input_shapes[{name!r}] keeps dim {i} of input {name!r}, "
+                                 f"which the model declares as {d} (invalid); give its size")
             out.append(d)
         elif isinstance(g, str):
             out.append(Sym(g))
         else:
-            g = int(g)
-            if g < 0 or (isinstance(d, int) and d != g):
+            if isinstance(d, int) and d >= 0 and d != g:
                 raise InputError(f"input_shapes[{name!r}] = {given} conflicts with the declared "
                                  f"shape {declared} of input {name!r} at dim {i}")
             if isinstance(d, Sym) and d.name is not None:
@@ -266,7 +381,8 @@ def _inputs(g: onnx.GraphProto, env: Scope,
             raise UnsupportedOpError(f"input {vi.name!r} is neither a tensor, a sequence of "
                                      "tensors nor an optional; ember supports those inputs "
                                      "only")
-        declared = _declared_shape(vi)
+        declared = tensor_shape(vi.type.tensor_type, f"input {vi.name!r}",
+                                negative_ok=vi.name in input_shapes)
         if vi.name in input_shapes:
             shapes[vi.name] = _bind(vi.name, declared, input_shapes[vi.name], syms)
         elif declared is None:
@@ -368,10 +484,20 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> Non
             continue
         if i >= len(outs):
             raise ModelError(f"{where}: output {i} ({o!r}) is not supported by ember")
-        v = outs[i]
+        v = known_empty(outs[i]) or outs[i]
         if v.uid not in known:  # fresh value: give it the ONNX name
             v.name = o
         env[o] = v
+
+
+def known_empty(v: Value) -> Value | None:
+    """``v`` as an empty constant when it is a tensor with a static dim of size 0 (it has no
+    elements to compute: nodes reading it fold or read a constant, no kernel works on
+    nothing); None otherwise."""
+    c = None if v.is_const else empty_constant(v.type)
+    if c is not None:
+        c.name = v.name
+    return c
 
 
 def _outputs(ctx: Ctx, g: onnx.GraphProto, env: Scope) -> list[Value]:

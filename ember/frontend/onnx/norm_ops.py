@@ -253,6 +253,8 @@ def hardmax_axis(ctx: Ctx, x: Value, axis: int) -> Value:
     dt = x.type.dtype.np
     # (not below float32's: ReduceMax starts from -FLT_MAX whatever the dtype)
     low = max(float(np.finfo(dt).min), float(np.finfo(np.float32).min))
+    # NaN never wins: it reads as the lowest value (Max and Clip propagate NaN)
+    x = ctx.add1("Where", [ctx.add1("IsNaN", [x]), _scalar(ctx, low, x), x])
     m = ctx.add1("ReduceMax", [ctx.add1("Max", [x, _scalar(ctx, low, x)])],
                  {"axes": [axis], "keepdims": 1})
     shape = [1] * x.type.rank

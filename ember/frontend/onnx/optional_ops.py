@@ -20,14 +20,24 @@ from ember.ir.sequence import SequenceType
 from ember.ir.types import Dim, Sym, TensorType
 
 
-def tensor_shape(tt: onnx.TypeProto.Tensor) -> tuple[Dim, ...] | None:
-    """The declared shape (``dim_param`` -> named symbol, unknown -> fresh), None if absent."""
+def tensor_shape(tt: onnx.TypeProto.Tensor, what: str = "a value",
+                 negative_ok: bool = False) -> tuple[Dim, ...] | None:
+    """The declared shape, None if absent: ``dim_param`` -> named symbol; an unset dim or
+    ``dim_value: -1`` (how exporters write an unknown size) -> a fresh anonymous symbol
+    (Nimble's ``Any``). Another negative ``dim_value`` is invalid: a ModelError naming ``what``,
+    or (``negative_ok``: ``input_shapes`` may give that dim) kept as the negative int."""
     if not tt.HasField("shape"):
         return None
     dims: list[Dim] = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value") and d.dim_value != -1:
+            v = int(d.dim_value)
+            if v < 0 and not negative_ok:
+                raise ModelError(f"{what} declares dim {i} as {v}; a dim is >= 0 (unset, -1 or "
+                                 "a dim_param for an unknown size): fix the model"
+                                 + (", or give the input's shape with input_shapes=..."
+                                    if what.startswith("input ") else ""))
+            dims.append(v)
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(Sym(d.dim_param))
         else:
@@ -40,14 +50,14 @@ def value_type(tp: onnx.TypeProto, what: str) -> TensorType | SequenceType | Opt
     of unknown rank is refused: ``what`` names the value)."""
     kind = tp.WhichOneof("value")
     if kind == "tensor_type":
-        shape = tensor_shape(tp.tensor_type)
+        shape = tensor_shape(tp.tensor_type, what)
         if shape is None:
             raise ModelError(f"{what} has no declared shape (not even a rank)")
         return TensorType(shape, onnx_dtype(tp.tensor_type.elem_type))
     if kind == "sequence_type" and tp.sequence_type.elem_type.HasField("tensor_type"):
         tt = tp.sequence_type.elem_type.tensor_type
         dt = onnx_dtype(tt.elem_type)
-        shape = tensor_shape(tt)
+        shape = tensor_shape(tt, what)
         return SequenceType(dt, None if shape is None else TensorType(shape, dt))
     if kind == "optional_type":
         inner = value_type(tp.optional_type.elem_type, what)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.errors import DataError
 from ember.ir.ops.common import broadcast_type, same_type
 from ember.ir.ops.registry import Pattern, defop
 
@@ -61,9 +62,20 @@ def _binary(name: str, fn: Any) -> None:
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return np.trunc(a / b).astype(np.result_type(a, b))
-    return a / b
+    """Float division; integers truncate toward zero exactly (not through float64, which
+    rounds int64 quotients), ``INT_MIN / -1`` wraps, a zero divisor is a DataError (as
+    onnxruntime's "Integer division by zero" and the compiled kernel's fault)."""
+    dt = np.result_type(a, b)
+    if not np.issubdtype(dt, np.integer):
+        return a / b
+    a, b = np.broadcast_arrays(np.asarray(a, dt), np.asarray(b, dt))
+    if (b == 0).any():
+        raise DataError("integer division by zero (a divisor of the integer Div is 0)")
+    with np.errstate(all="ignore"):
+        q = a // b
+        if dt.kind == "i":
+            q = q + ((np.fmod(a, b) != 0) & ((a < 0) != (b < 0))).astype(dt)
+    return q.astype(dt)
 
 
 _binary("Add", np.add)

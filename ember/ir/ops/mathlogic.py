@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import TypeInferenceError
+from ember.errors import DataError, TypeInferenceError
 from ember.ir.ops.common import broadcast_type, compare_type, same_type
 from ember.ir.ops.registry import InferFn, Pattern, defop
 from ember.ir.types import TensorType
@@ -148,8 +148,10 @@ def _mod(attrs: Attrs, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f":
         return fn(a, b)
     a, b = np.broadcast_arrays(a, b)
-    safe = np.where(b == 0, 1, b).astype(b.dtype)
-    return np.where(b == 0, 0, fn(a, safe))
+    if (b == 0).any():
+        raise DataError("integer division by zero (a divisor of the integer Mod is 0)")
+    with np.errstate(all="ignore"):     # INT_MIN % -1 is 0
+        return fn(a, b)
 
 
 def _mod_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:

@@ -59,16 +59,27 @@ def _reduction(name: str, fn: Callable[[np.ndarray, tuple[int, ...]], np.ndarray
     defop(name, Pattern.REDUCTION, _reduce_infer)(ref)
 
 
+def _extreme(x: np.ndarray, low: bool) -> Any:
+    """The identity of max (``low``) or min over ``x``'s dtype: the result of an empty
+    reduction, as in onnxruntime (-inf / +inf for floats)."""
+    if x.dtype == np.bool_:
+        return not low
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        return info.min if low else info.max
+    return -np.inf if low else np.inf
+
+
 def _logsumexp(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    m = np.max(x, axis=axes, keepdims=True)
+    m = np.max(x, axis=axes, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0)
     return np.log(np.sum(np.exp(x - m), axis=axes)) + np.squeeze(m, axis=axes)
 
 
 _reduction("ReduceSum", lambda x, a: np.sum(x, axis=a))
 _reduction("ReduceMean", lambda x, a: np.mean(x, axis=a))
-_reduction("ReduceMax", lambda x, a: np.max(x, axis=a))
-_reduction("ReduceMin", lambda x, a: np.min(x, axis=a))
+_reduction("ReduceMax", lambda x, a: np.max(x, axis=a, initial=_extreme(x, True)))
+_reduction("ReduceMin", lambda x, a: np.min(x, axis=a, initial=_extreme(x, False)))
 _reduction("ReduceProd", lambda x, a: np.prod(x, axis=a))
 _reduction("ReduceL1", lambda x, a: np.sum(np.abs(x), axis=a))
 _reduction("ReduceL2", lambda x, a: np.sqrt(np.sum(np.square(x), axis=a)))

@@ -235,9 +235,15 @@ def predict(g: ConvGeom, t: DenseTile, spec: DeviceSpec, units: int) -> float:
     return waves * TASK_OVERHEAD_S + t + STRAGGLER * t / waves
 
 
-def fits_registers(R: int, V: int, regs: int) -> bool:
-    """R·V accumulators, V weight vectors and a broadcast, with 4 registers to spare."""
-    return R * V + V + 1 <= regs - 4
+def fits_registers(R: int, V: int, regs: int, split: int = 1) -> bool:
+    """R·V accumulators and V weight vectors (each ``split`` hardware registers) and a
+    broadcast, with registers to spare (4 of 32, 1 of 16)."""
+    return split * (R * V + V) + 1 <= regs - (4 if regs >= 32 else 1)
+
+
+def max_rows(V: int, regs: int, split: int = 1) -> int:
+    """The most rows a register tile of V vectors holds (0: none)."""
+    return max(0, ((regs - (4 if regs >= 32 else 1) - 1) // split - V) // V)
 
 
 def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tuple[int, int]]:
@@ -247,7 +253,7 @@ def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tup
     caps = {"p": min(MAX_ROWS, g.P), "oc": min(4 * lanes, -(-g.OCg // lanes) * lanes)}
 
     def fits(t: dict[str, int]) -> bool:
-        return fits_registers(t["p"], t["oc"] // lanes, spec.vector_regs)
+        return fits_registers(t["p"], t["oc"] // lanes, spec.vector_regs, spec.vector_split)
 
     def traffic(t: dict[str, int]) -> float:   # operand loads per flop
         return (t["p"] + t["oc"]) / (t["p"] * t["oc"])
@@ -261,8 +267,8 @@ def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tup
     out = [(t["p"], t["oc"] // lanes) for t in tiles]
     # the largest tiles the register file holds, whatever the path, for variety
     for v in range(1, caps["oc"] // lanes + 1):
-        r = min(caps["p"], (spec.vector_regs - 4 - v - 1) // v)
-        if r >= 1 and fits_registers(r, v, spec.vector_regs) and (r, v) not in out:
+        r = min(caps["p"], max_rows(v, spec.vector_regs, spec.vector_split))
+        if r >= 1 and (r, v) not in out:
             out.append((r, v))
     return out
 

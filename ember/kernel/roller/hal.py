@@ -46,6 +46,9 @@ class DeviceSpec:
     layers: tuple[MemLayer, ...]    # fastest first
     banks: int = 0                  # shared-memory banks (GPU)
     tensor_core: tuple[int, int, int] | None = None   # MMA shape (m, n, k), fp16 in / fp32 acc
+    # CPU: hardware registers one of ``lanes``' vectors takes (ember's CPU kernels are written
+    # in 16-lane vectors; AVX2 holds one in two 256-bit registers, SSE in four)
+    vector_split: int = 1
     measured: dict[str, float] = field(default_factory=dict)   # micro-benchmarked figures
     source: str = "detected"
 
@@ -82,6 +85,9 @@ def _sig2(v: float) -> float:
 
 
 # --------------------------------------------------------------------------- CPU detection
+CODE_LANES = 16    # fp32 lanes of the vectors ember's CPU kernels are written in (em_v16)
+
+
 def _cpu_flags(cpuinfo: str) -> set[str]:
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -119,19 +125,22 @@ def detect_cpu(units: int | None = None, cpuinfo: str | None = None,
         except OSError:
             cpuinfo = ""
     flags = _cpu_flags(cpuinfo)
+    # ember's CPU kernels compute in 16-lane (64-byte) vectors; the hardware's are as wide
+    # (AVX-512), or the compiler splits each into two (AVX/AVX2) or four (SSE, NEON)
     if "avx512f" in flags:
-        lanes, regs = 16, 32
+        hw_lanes, regs = 16, 32
     elif "avx2" in flags or "avx" in flags:
-        lanes, regs = 8, 16
+        hw_lanes, regs = 8, 16
     else:
-        lanes, regs = 4, 16
+        hw_lanes, regs = 4, 16 if "sse2" in flags else 32
+    lanes = CODE_LANES
     caches = _sys_caches(cache_root or Path("/sys/devices/system/cpu/cpu0/cache"))
     l1 = caches.get("L1", (32 << 10, 64, 8))
     l2 = caches.get("L2", (512 << 10, 64, 8))
     l3 = caches.get("L3", (8 << 20, 64, 16))
     if units is None:
         units = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    peak = lanes * 2 * 2 * 3.0   # two FMA pipes at a nominal 3 GHz until measured
+    peak = hw_lanes * 2 * 2 * 3.0   # two FMA pipes at a nominal 3 GHz until measured
     layers = (
         MemLayer("reg", regs * lanes * 4, lanes * 4, peak * 6),
         MemLayer("L1", l1[0], l1[1], 180.0, ways=l1[2]),
@@ -141,7 +150,8 @@ def detect_cpu(units: int | None = None, cpuinfo: str | None = None,
     )
     model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines()
                   if ln.startswith("model name")), "cpu")
-    return DeviceSpec(model, "cpu", units, lanes, regs, peak, layers)
+    return DeviceSpec(model, "cpu", units, lanes, regs, peak, layers,
+                      vector_split=lanes // hw_lanes)
 
 
 def with_measurements(spec: DeviceSpec, fma_gflops_1: float,

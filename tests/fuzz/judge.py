@@ -1,0 +1,480 @@
+"""The verdict on one case: ember's result against onnxruntime's, and the table of known,
+explained disagreements.
+
+Outcomes: ``pass``; ``mismatch`` (outputs differ beyond rtol 1e-3 / atol 1e-4 for floats,
+exactly for integers and booleans, NaN positions equal, shapes and dtypes equal; or ember
+returned outputs for inputs onnxruntime refused at run time); ``explained`` (a mismatch one
+entry of ``EXPLAINED`` accounts for); ``ember-error:<Class>`` (ember raised an EmberError; the
+record says whether onnxruntime refused too); ``raw-exception:<Type>`` (any other exception: an
+ember bug); ``crash:<SIGNAL>``; ``hang``; ``ort-rejects`` (onnxruntime refused the model, or
+died on it, and ember neither crashed, hung nor raised anything but an EmberError).
+
+Pre: the ``Case`` and the records its child process sent (``ember``, ``ort``), or how the
+child died. Post: ``classify`` returns a record with ``outcome`` and ``message``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from tests.fuzz.cases import Case
+
+RTOL, ATOL = 1e-3, 1e-4
+# integer ops whose exact result is checked for overflow (element-wise), and those judged by
+# the magnitude of their operands (sums of many products)
+INT_EXACT = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
+INT_SUMS = {"Sum", "ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceMean",
+            "CumSum", "MatMul", "Gemm", "Conv", "Pow"}
+
+
+@dataclass
+class Context:
+    """What an explanation may look at: the case, the mismatched output, the nodes on its path
+    (every node it depends on, bodies of If/Loop included) and the values onnxruntime computed
+    (inputs, initializers, intermediates)."""
+
+    case: Case
+    output: str
+    path: list[onnx.NodeProto]
+    values: dict[str, np.ndarray]
+    got: np.ndarray | None
+    want: np.ndarray | None
+
+    def ops(self) -> set[str]:
+        return {n.op_type for n in self.path}
+
+    def inputs_of(self, op_types: Iterable[str]) -> list[np.ndarray]:
+        ops = set(op_types)
+        return [self.values[i] for n in self.path if n.op_type in ops for i in n.input
+                if i in self.values]
+
+    def outputs_of(self, op_types: Iterable[str]) -> list[np.ndarray]:
+        ops = set(op_types)
+        return [self.values[o] for n in self.path if n.op_type in ops for o in n.output
+                if o in self.values]
+
+
+@dataclass(frozen=True)
+class Explained:
+    """A known disagreement between ember and onnxruntime that is not an ember bug."""
+
+    name: str
+    reason: str
+    applies: Callable[[Context], bool]
+
+
+def _nonfinite_or_huge(a: np.ndarray, huge: float = 1e30) -> bool:
+    """Inf, NaN-free or not, or beyond ``huge`` (float16: beyond 6e4)."""
+    if a.dtype.kind != "f":
+        return False
+    limit = min(huge, float(np.finfo(a.dtype).max) / 2)
+    x = a.astype(np.float64)
+    return bool(np.any(np.isinf(x) | (np.abs(x) > limit)))
+
+
+def _has_nan(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f" and bool(np.isnan(a).any())
+
+
+def _int_overflow_risk(a: np.ndarray) -> bool:
+    if a.dtype.kind not in "iu" or not a.size:
+        return False
+    bits = a.dtype.itemsize * 8
+    return bool(np.abs(a.astype(np.float64)).max() >= 2.0 ** (bits - 2 - (a.dtype.kind == "i")))
+
+
+def _fp16_close(ctx: Context) -> bool:
+    """Both sides within a few float16 ulps (relative 1e-2) where the path computes in float16.
+    """
+    if ctx.got is None or ctx.want is None or ctx.got.shape != ctx.want.shape:
+        return False
+    on_path = any(v.dtype == np.float16 for n in ctx.path for v in
+                  (ctx.values.get(i) for i in [*n.input, *n.output]) if v is not None)
+    if not on_path or ctx.got.dtype.kind not in "f":
+        return False
+    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
+    scale = max(1.0, float(np.nanmax(np.abs(w[np.isfinite(w)]), initial=0.0)))
+    return bool(np.allclose(g, w, rtol=1e-2, atol=1e-3 * scale, equal_nan=True))
+
+
+def _cast_out_of_range(ctx: Context) -> bool:
+    """A float -> integer Cast on the path whose input has NaN, Inf or values outside the
+    target type's range."""
+    for n in ctx.path:
+        if n.op_type != "Cast" or n.input[0] not in ctx.values or n.output[0] not in ctx.values:
+            continue
+        src, dst = ctx.values[n.input[0]], ctx.values[n.output[0]]
+        if src.dtype.kind != "f" or dst.dtype.kind not in "iu":
+            continue
+        info = np.iinfo(dst.dtype)
+        with np.errstate(invalid="ignore"):
+            if np.any(~np.isfinite(src) | (src < info.min) | (src > info.max)):
+                return True
+    return False
+
+
+def _int_overflow(ctx: Context) -> bool:
+    """An integer op on the path whose exact result leaves its type: Add/Sub/Mul computed in
+    Python integers, Neg/Abs of INT_MIN, Div/Mod of INT_MIN by -1, or a sum of products over
+    operands beyond 2**(bits-2)."""
+    for n in ctx.path:
+        ins = [ctx.values.get(i) for i in n.input]
+        if not ins or ins[0] is None or ins[0].dtype.kind not in "iu":
+            continue
+        info = np.iinfo(ins[0].dtype)
+        if n.op_type in INT_EXACT and len(ins) == 2 and ins[1] is not None:
+            exact = INT_EXACT[n.op_type](ins[0].astype(object), ins[1].astype(object))
+            if np.any((exact < info.min) | (exact > info.max)):
+                return True
+        elif n.op_type in ("Neg", "Abs") and info.min < 0 and (ins[0] == info.min).any():
+            return True
+        elif n.op_type in ("Div", "Mod") and len(ins) == 2 and ins[1] is not None and \
+                info.min < 0:
+            a, b = np.broadcast_arrays(ins[0], ins[1])
+            if ((a == info.min) & (b == -1)).any():
+                return True
+        elif n.op_type in INT_SUMS and any(_int_overflow_risk(a) for a in ins
+                                           if a is not None):
+            return True
+    return False
+
+
+def _overflowing_composite(ctx: Context) -> bool:
+    ops = {"Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
+           "BatchNormalization", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare",
+           "ReduceMean", "ReduceSum", "ReduceLogSum", "ReduceL1", "ReduceProd", "MatMul",
+           "Gemm", "Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "CumSum",
+           "Resize", "HardSwish", "Softplus", "Mean", "Sum", "Pow", "Erf", "Selu", "Elu",
+           "Celu"}
+    if not any(_nonfinite_or_huge(a) for a in ctx.inputs_of(ops)):
+        return False
+    if ctx.got is None or ctx.want is None or ctx.got.shape != ctx.want.shape \
+            or ctx.got.dtype.kind != "f":
+        return ctx.got is not None and ctx.got.dtype.kind != "f"  # an integer/bool output
+    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
+    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    limit = min(1e30, float(np.finfo(ctx.got.dtype).max) / 2)
+    wild = ~np.isfinite(g) | ~np.isfinite(w) | (np.abs(g) > limit) | (np.abs(w) > limit)
+    return bool(wild[differ].all())   # the outputs differ only where one side overflowed
+
+
+def _nan_order(ctx: Context) -> bool:
+    ops = {"TopK", "ArgMax", "ArgMin", "Hardmax"}
+    if ctx.got is not None and ctx.got.dtype.kind in "iu":
+        ops.add("MaxPool")   # its Indices output
+    return any(_has_nan(a) for a in ctx.inputs_of(ops))
+
+
+def _nan_skipped(ctx: Context) -> bool:
+    """onnxruntime's max/min reductions and pools skip NaN and start from -FLT_MAX
+    (comparisons with NaN are false: ReduceMax/ReduceMin keep a NaN only when it comes first,
+    MaxPool never; a MaxPool window of -inf gives -FLT_MAX); where the result differs, ember
+    has NaN, or an infinity where onnxruntime has FLT_MAX of that sign."""
+    ops = {"ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool"}
+    if not any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in ctx.inputs_of(ops)):
+        return False
+    if ctx.got is None or ctx.want is None or ctx.got.dtype.kind != "f" \
+            or ctx.got.shape != ctx.want.shape:
+        return False
+    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
+    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    big = float(np.finfo(ctx.want.dtype).max)
+    same = np.sign(g) == np.sign(w)
+    ok = np.isnan(g) | (np.isinf(g) & (np.abs(w) == big) & same) | \
+        (np.isinf(w) & (np.abs(g) == big) & same)
+    return bool(differ.any() and ok[differ].all())
+
+
+def _clip_default_bound(ctx: Context) -> bool:
+    """A Clip without min or max on the path, infinities in its input, and where the result
+    differs ember has an infinity and onnxruntime FLT_MAX of that sign."""
+    clips = [n for n in ctx.path if n.op_type == "Clip" and (len(n.input) < 3 or not
+                                                              all(n.input[1:3]))]
+    if not clips or ctx.got is None or ctx.want is None or ctx.got.dtype.kind != "f" \
+            or ctx.got.shape != ctx.want.shape:
+        return False
+    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
+    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    big = float(np.finfo(ctx.want.dtype).max)
+    ok = np.isinf(g) & (np.abs(w) == big) & (np.sign(g) == np.sign(w))
+    return bool(differ.any() and ok[differ].all())
+
+
+def spec_slice(x: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               axes: np.ndarray | None, steps: np.ndarray | None) -> np.ndarray:
+    """Slice as the ONNX spec words it: negative starts/ends count from the end, then clamp
+    to [0, dim] (positive steps) or [0, dim - 1] / [-1, dim - 1] (negative steps)."""
+    axes = np.arange(len(starts)) if axes is None else axes
+    steps = np.ones(len(starts), np.int64) if steps is None else steps
+    cut = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+        a %= x.ndim
+        d = x.shape[a]
+        s, e = (s + d if s < 0 else s), (e + d if e < 0 else e)
+        if st > 0:
+            s, e = min(max(s, 0), d), min(max(e, 0), d)
+        else:
+            s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
+        cut[a] = slice(s, e if e >= 0 else None, st)
+    return x[tuple(cut)]
+
+
+def _slice_by_spec(ctx: Context) -> bool:
+    """The mismatched output is a Slice's, and ember's result is the spec's."""
+    node = next((n for n in ctx.path if ctx.output in n.output), None)
+    if node is None or node.op_type != "Slice" or ctx.got is None:
+        return False
+    args = [ctx.values.get(i) if i else None for i in node.input]
+    args += [None] * (5 - len(args))
+    if args[0] is None or args[1] is None or args[2] is None:
+        return False
+    want = spec_slice(*args)   # type: ignore[arg-type]
+    return want.shape == ctx.got.shape and bool(np.array_equal(want, ctx.got, equal_nan=True)
+                                                if want.dtype.kind == "f"
+                                                else np.array_equal(want, ctx.got))
+
+
+def _same_pad_dilated(ctx: Context) -> bool:
+    """The mismatched output is a pool's with auto_pad SAME_* and a dilation > 1, and ember's
+    spatial dims are the spec's ceil(in / stride) (onnxruntime's are not)."""
+    node = next((n for n in ctx.path if ctx.output in n.output), None)
+    if node is None or node.op_type not in ("MaxPool", "AveragePool") or ctx.got is None:
+        return False
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    pad = attrs.get("auto_pad", b"")
+    pad = pad.decode() if isinstance(pad, bytes) else str(pad)
+    x = ctx.values.get(node.input[0])
+    if not pad.startswith("SAME") or max(attrs.get("dilations", [1])) <= 1 or x is None:
+        return False
+    strides = attrs.get("strides", [1] * (x.ndim - 2))
+    want = [-(-d // s) for d, s in zip(x.shape[2:], strides)]
+    return list(ctx.got.shape[2:]) == want
+
+
+def _near_tie(ctx: Context) -> bool:
+    """An ArgMax/ArgMin whose input ember and onnxruntime computed (not a feed or constant)
+    and where, at every differing position, the two chosen elements are within the
+    tolerance (float16: 1e-2) of each other: the inputs differ by rounding and the pick flips.
+    """
+    node = next((n for n in ctx.path if ctx.output in n.output), None)
+    if node is None or node.op_type not in ("ArgMax", "ArgMin") or ctx.got is None \
+            or ctx.want is None or ctx.got.shape != ctx.want.shape:
+        return False
+    src = node.input[0]
+    x = ctx.values.get(src)
+    if x is None or src in ctx.case.feeds or x.dtype.kind != "f" or src.startswith("c"):
+        return False
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    keep = ctx.got if attrs.get("keepdims", 1) else np.expand_dims(ctx.got, axis)
+    want = ctx.want if attrs.get("keepdims", 1) else np.expand_dims(ctx.want, axis)
+    a = np.take_along_axis(x, keep.astype(np.int64), axis).astype(np.float64)
+    b = np.take_along_axis(x, want.astype(np.int64), axis).astype(np.float64)
+    rtol = 1e-2 if x.dtype == np.float16 else RTOL
+    return bool(np.allclose(a, b, rtol=rtol, atol=ATOL, equal_nan=True))
+
+
+# name -> explanation; a mismatch is explained when one entry applies to it
+EXPLAINED: tuple[Explained, ...] = (
+    Explained("float16-rounding", "ember may evaluate a float16 chain in float32 and round "
+              "once where onnxruntime rounds after each op (or the reverse): a few float16 "
+              "ulps (relative 1e-2) apart", _fp16_close),
+    Explained("cast-out-of-range", "Cast from a float that is NaN, Inf or outside the target "
+              "integer range is undefined in the ONNX spec (and in C); onnxruntime returns what "
+              "x86's cvttss2si gives", _cast_out_of_range),
+    Explained("integer-overflow", "integer arithmetic that overflows its type: the spec does "
+              "not define the result (C's signed overflow is undefined; onnxruntime wraps)",
+              _int_overflow),
+    Explained("overflow-in-composite", "a composite op (reduction, normalization, softmax, "
+              "matmul/conv, pow...) on Inf or values near FLT_MAX: whether an intermediate "
+              "overflows to Inf or NaN depends on the evaluation order and formula, which "
+              "ONNX leaves open", _overflowing_composite),
+    Explained("nan-order", "TopK/ArgMax/ArgMin/Hardmax (and MaxPool's Indices) over NaN: "
+              "ONNX does not order NaN against numbers; onnxruntime's choice depends on where "
+              "the NaN is", _nan_order),
+    Explained("nan-skipped-by-onnxruntime", "onnxruntime 1.32's MaxPool/GlobalMaxPool skip "
+              "NaN and start from -FLT_MAX (a window of -inf and padding gives -3.4e38 or "
+              "-inf, depending on dilation, in onnxruntime and in ember), its ReduceMax/"
+              "ReduceMin keep a NaN only when it is the first element (comparisons with NaN "
+              "are false); ember propagates NaN; ONNX does not say", _nan_skipped),
+    Explained("clip-default-bound", "Clip without min (max): ONNX says no bound; "
+              "onnxruntime bounds by -FLT_MAX (FLT_MAX), so an infinity becomes +-3.4e38",
+              _clip_default_bound),
+    Explained("slice-by-spec", "Slice with negative steps and ends beyond the dim: ember "
+              "clamps as the spec says; onnxruntime reads an end of INT_MAX as 'to the start' "
+              "and onnx's reference turns a clamped end of -1 into Python's 'last element'",
+              _slice_by_spec),
+    Explained("same-pad-dilated", "MaxPool/AveragePool with auto_pad SAME_* and a dilation: "
+              "the spec's output is ceil(in / stride); onnxruntime computes another size",
+              _same_pad_dilated),
+    Explained("argmax-near-tie", "ArgMax/ArgMin over values ember and onnxruntime computed "
+              "within tolerance of each other but not bit-equal (float16 above all): the "
+              "elements they pick are equal within the tolerance", _near_tie),
+)
+# the feed mutations that make inputs invalid, and onnxruntime's messages about bad values:
+# where onnxruntime refuses those at run time, ember must refuse too (an EmberError)
+BAD_INPUTS = {"zero-divisor", "index-oob", "wrong-shape", "wrong-rank", "wrong-dtype",
+              "wrong-name", "resize-symbol"}
+DATA_REFUSAL = re.compile(r"division by zero|modulo by zero|out of (bounds|range)|"
+                          r"out of data bounds|index .* out of|invalid ind", re.IGNORECASE)
+# onnxruntime failing at run time for its own reasons (not the inputs'): it cannot judge.
+# "padding values must be non-negative": its SAME auto_pad with kernel < stride.
+ORT_INTERNAL = re.compile(r"Tensor type mismatch|NOT_IMPLEMENTED|not implemented|"
+                          r"MutableData|not supported|padding values must be non-negative",
+                          re.IGNORECASE)
+REFERENCE = Explained(
+    "onnxruntime-differs-from-reference", "ember agrees with onnx's reference evaluator "
+    "(onnx.reference) where onnxruntime does not: e.g. Slice with negative steps and ends of "
+    "INT_MAX, which onnxruntime reads as 'to the start'", lambda ctx: True)
+DEAD_NODE = Explained(
+    "dead-node", "onnxruntime refused the inputs in a node no graph output depends on; ember "
+    "does not compute such nodes (dead code), so it has nothing to refuse", lambda ctx: True)
+
+
+# --------------------------------------------------------------------------- comparison
+def compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray], names: list[str]
+            ) -> tuple[str, str] | None:
+    """The first difference as (output name, message), or None when they agree."""
+    names = list(dict.fromkeys(names))   # a name listed twice is one output of ember's dict
+    if sorted(got) != sorted(names):
+        return "", f"output names differ: ember {sorted(got)}, onnxruntime {sorted(names)}"
+    for name in names:
+        g, w = np.asarray(got[name]), np.asarray(want[name])
+        if g.dtype != w.dtype:
+            return name, f"{name}: dtype {g.dtype} != onnxruntime's {w.dtype}"
+        if g.shape != w.shape:
+            return name, f"{name}: shape {g.shape} != onnxruntime's {w.shape}"
+        msg = _values_differ(g, w)
+        if msg:
+            return name, f"{name}: {msg}"
+    return None
+
+
+def _values_differ(g: np.ndarray, w: np.ndarray) -> str:
+    if g.dtype.kind in "f":
+        gf, wf = g.astype(np.float64), w.astype(np.float64)
+        gn, wn = np.isnan(gf), np.isnan(wf)
+        if (gn != wn).any():
+            i = tuple(int(k) for k in np.argwhere(gn != wn)[0])
+            return f"NaN positions differ (first at {i}: ember {gf[i]}, " \
+                f"onnxruntime {wf[i]}; {int((gn != wn).sum())} of {g.size})"
+        ok = np.isclose(gf, wf, rtol=RTOL, atol=ATOL, equal_nan=True)
+        ok |= (gf == wf)          # equal infinities
+    else:
+        ok = g == w
+    if ok.all():
+        return ""
+    bad = np.argwhere(~ok)
+    i = tuple(int(k) for k in bad[0])
+    return (f"{len(bad)} of {g.size} values differ (first at {i}: ember {g[i]!r}, "
+            f"onnxruntime {w[i]!r})")
+
+
+def path_nodes(model: onnx.ModelProto, output: str) -> list[onnx.NodeProto]:
+    """Every node ``output`` depends on (and the nodes of their If/Loop bodies)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    seen: list[onnx.NodeProto] = []
+    todo = [output] if output else [o.name for o in model.graph.output]
+    done: set[str] = set()
+    while todo:
+        name = todo.pop()
+        n = producer.get(name)
+        if n is None or name in done:
+            continue
+        done.update(n.output)
+        seen.append(n)
+        todo += list(n.input)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                seen += list(a.g.node)
+                todo += [i for b in a.g.node for i in b.input]
+    return seen
+
+
+def explain(ctx: Context) -> Explained | None:
+    for e in EXPLAINED:
+        try:
+            if e.applies(ctx):
+                return e
+        except Exception:  # noqa: BLE001, S112 - a predicate that cannot judge does not apply
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------- verdict
+def classify(case: Case, died: str | None, stage: str | None, ember: dict[str, Any] | None,
+             ort: dict[str, Any] | None, reference: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """The outcome of a case from the child's records. ``died``: ``None``, ``"hang"`` or the
+    signal / exit it died of; ``stage``: where it was (``ember``, ``ort``, ``reference``,
+    ``checker``); ``reference``: onnx's reference evaluator's outputs, where ember and
+    onnxruntime disagree."""
+    if died and stage in (None, "ember"):
+        if died == "hang":
+            return {"outcome": "hang", "message": f"ember still running at the time limit "
+                    f"({(ember or {}).get('stage', 'compile')})"}
+        return {"outcome": f"crash:{died}", "message": f"the process died of {died} in ember"}
+    assert ember is not None
+    ort_refused = ort is None or ort["status"] != "ok"
+    ort_note = ("onnxruntime " + ("hung" if died == "hang" else f"died of {died}")
+                if ort is None else ort.get("message", ""))
+    if ember["status"] == "error":
+        rec = {"outcome": ("ember-error:" if ember["ember"] else "raw-exception:")
+               + ember["class"], "message": ember["message"], "ember_stage": ember["stage"],
+               "ort_raised": ort_refused}
+        if not ember["ember"]:
+            rec["where"] = ember.get("where", "")
+        if ort_refused:
+            rec["ort_message"] = ort_note
+        return rec
+    if ort is None or (ort["status"] != "ok" and (ort.get("stage") == "session"
+                                                  or ORT_INTERNAL.search(ort_note))):
+        return {"outcome": "ort-rejects", "message": ort_note}
+    if ort["status"] != "ok":
+        msg = f"onnxruntime refused the inputs at run time and ember returned outputs: {ort_note}"
+        if not (case.mutation in BAD_INPUTS or DATA_REFUSAL.search(ort_note)):
+            return {"outcome": "ort-rejects", "message": "onnxruntime failed at run time on "
+                    f"valid inputs: {ort_note}"}
+        if _in_dead_node(case, ort_note):
+            return {"outcome": "explained", "message": msg, "explained": DEAD_NODE.name}
+        return {"outcome": "mismatch", "message": msg, "ort_message": ort_note}
+    diff = compare(ember["outputs"], ort["outputs"], ort["names"])
+    if diff is None:
+        return {"outcome": "pass", "message": ""}
+    name, msg = diff
+    ref = (reference or {}).get("outputs")
+    if ref is not None and name in ref and compare(
+            {name: ember["outputs"][name]}, {name: ref[name]}, [name]) is None:
+        return {"outcome": "explained", "message": msg, "explained": REFERENCE.name}
+    return _mismatch(case, name, msg, ember, ort)
+
+
+def _in_dead_node(case: Case, message: str) -> bool:
+    """Whether onnxruntime's run-time error names a node no graph output depends on."""
+    model = case.proto()
+    m = re.search(r"Name:'([^']*)'", message)
+    if model is None or m is None or not m.group(1):
+        return False
+    live = {n.name for n in path_nodes(model, "")}
+    return m.group(1) in {n.name for n in model.graph.node} and m.group(1) not in live
+
+
+def _mismatch(case: Case, name: str, msg: str, ember: dict[str, Any], ort: dict[str, Any]
+              ) -> dict[str, Any]:
+    model = case.proto()
+    values = dict(case.feeds)
+    if model is not None:
+        values.update({t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer})
+    values.update(ort.get("values", {}))
+    ctx = Context(case, name, path_nodes(model, name) if model is not None else [], values,
+                  ember["outputs"].get(name), ort["outputs"].get(name))
+    e = explain(ctx)
+    if e is not None:
+        return {"outcome": "explained", "message": msg, "explained": e.name}
+    return {"outcome": "mismatch", "message": msg, "path": sorted(ctx.ops())}
