@@ -117,6 +117,21 @@ def ctype(dtype: str, compute: bool = False) -> str:
         raise CompileError(f"no C type for dtype {dtype}") from None
 
 
+def _loads(e: Expr) -> list[Load]:
+    """The loads in ``e`` (through its operands, not into a load's index)."""
+    if isinstance(e, Load):
+        return [e]
+    if isinstance(e, Bin):
+        return _loads(e.a) + _loads(e.b)
+    if isinstance(e, Select):
+        return _loads(e.cond) + _loads(e.a) + _loads(e.b)
+    if isinstance(e, Call):
+        return [ld for x in e.args for ld in _loads(x)]
+    if isinstance(e, Cast):
+        return _loads(e.value)
+    return []
+
+
 def c_const(c: Const) -> str:
     v = c.value
     if is_float_name(c.dtype):
@@ -174,12 +189,28 @@ class CEmitter:
         if isinstance(e, Call):
             return self._call(e)
         if isinstance(e, Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+            return self._select(e)
         if isinstance(e, Cast):
             if e.dtype in NARROW_FLOATS or e.dtype in NARROW_INTS:
                 return cast_narrow(e.dtype, self.expr(e.value), e.value.dtype)
             return f"(({ctype(e.dtype)})({self.expr(e.value)}))"
         raise CompileError(f"cannot emit expression {type(e).__name__}")
+
+    def _select(self, e: Select) -> str:
+        """``c ? a : b``; evaluated eagerly (both arms first) when every load of the arms
+        reads an element the condition reads too (the same index: in bounds as surely).
+        gcc 12 if-converts the lazy form's arm-only loads into masked loads, and on AVX2 it
+        gave the masks of one vector to the next ones (PRelu of [5,1,1,3] returned -0 for
+        204); eager loads vectorize as plain loads and a blend."""
+        c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
+        arms = [*_loads(e.a), *_loads(e.b)]
+        if arms:
+            seen = {(ld.buf, self.expr(ld.index)) for ld in _loads(e.cond)}
+            if all((ld.buf, self.expr(ld.index)) in seen or
+                   any(self.expr(ld.index) == i for _, i in seen) for ld in arms):
+                t = ctype(e.dtype, compute=True)
+                return f"({{ const {t} em_a_ = {a}; const {t} em_b_ = {b}; {c} ? em_a_ : em_b_; }})"
+        return f"({c} ? {a} : {b})"
 
     def _call(self, e: Call) -> str:
         args = [self.expr(a) for a in e.args]

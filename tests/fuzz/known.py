@@ -34,13 +34,17 @@ DEFECTS: dict[str, str] = {
     "f16-reduce": "float16 ReduceL1 off by 5% (15.0 for 15.85)",
     # found by the fuzzer (in the working tree of 2026-11-26)
     "arity-unchecked": "a node with more inputs than its op takes (Where with 5) raises a raw "
-                       "ValueError in lowering instead of a ModelError",
+                       "ValueError in lowering instead of a ModelError (fixed: the importer "
+                       "checks onnx's schema)",
     "attr-type-unchecked": "an attribute of the wrong type (LeakyRelu alpha='garbage') raises "
-                           "a raw ValueError in lowering instead of a ModelError",
+                           "a raw ValueError in lowering instead of a ModelError (fixed: the "
+                           "importer checks onnx's schema)",
     "vm-broadcast-unchecked": "on the VM, a symbolic dim bound to a size that does not "
                               "broadcast with a static dim (Xor(a[N], b[2]), N=3) returns "
                               "outputs instead of an InputError",
-    "prelu-one-thread": "PRelu (int32 and float32, [5,1,1,3], num_threads=1): element 11 is 0",
+    "prelu-one-thread": "PRelu (int32 and float32, [5,1,1,3], num_threads=1): element 11 is 0 "
+                        "(fixed: gcc 12 masked loads; the C emitter evaluates such selects "
+                        "eagerly)",
     "f16-reduce-nan": "float16 ReduceL1 (and ReduceL2 of a scalar) turns NaN into -inf",
     "sym-conv-kernel-unchecked": "Conv whose weight has a symbolic dim: a run-time size that "
                                  "contradicts kernel_shape is not refused",

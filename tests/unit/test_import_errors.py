@@ -353,3 +353,20 @@ def test_every_import_error_is_an_ember_error() -> None:
     for model, shapes in cases:
         with pytest.raises(EmberError):
             import_model(model, shapes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("node,match", [
+    (helper.make_node("LeakyRelu", ["x"], ["y"], alpha="garbage"),
+     r"node 'bad' \(LeakyRelu.*attribute 'alpha' must be a float, the node gives a string"),
+    (helper.make_node("Where", ["c", "x", "x", "x", "x"], ["y"]),
+     r"node 'bad' \(Where.*Where takes 3 inputs, the node has 5"),
+    (helper.make_node("Relu", [], ["y"]), r"Relu takes 1 inputs, the node has 0"),
+])
+def test_nodes_that_break_their_op_schema_are_model_errors(node: onnx.NodeProto,
+                                                           match: str) -> None:
+    """Found by the fuzzer: an attribute of the wrong type or a wrong input count reached
+    the lowering and raised a raw ValueError; the importer checks onnx's schema first."""
+    node.name = "bad"
+    m = graph_model([node], [vi("x", [3]), vi("c", [3], TensorProto.BOOL)], [vi("y")])
+    with pytest.raises(ModelError, match=match):
+        ember.compile(m)

@@ -334,3 +334,20 @@ def _tensor(path: Path) -> object:
 
 def test_input_error_is_the_parent_of_data_error() -> None:
     assert issubclass(DataError, InputError)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_select_of_an_arm_only_load_is_evaluated_eagerly(dtype: type) -> None:
+    """Found by the fuzzer: gcc 12 (-O3, AVX2) if-converted PRelu's lazy `x >= 0 ? x : x * s`
+    into masked loads of s with the first vector's mask for all three: element 11 came out
+    -0 for 204 with one thread. Both arms read elements the condition reads, so the emitter
+    evaluates them first (plain loads and a blend)."""
+    x = np.array([-13, -20, 19, 15, -18, -4, 15, 4, -7, -19, 7, -17, 8, 6, -4],
+                 dtype).reshape(5, 1, 1, 3)
+    s = np.array([4, 13, 11, 11, -2, -20, 17, -17, 9, 12, -7, -12, -8, 17, -1],
+                 dtype).reshape(5, 1, 1, 3)
+    m = make_model([helper.make_node("PRelu", ["x", "s"], ["y"])], {"x": x, "s": s}, {}, ["y"])
+    assert "em_a_" in driver.build(m, num_threads=1).source
+    for threads in (1, 2):
+        got = ember.compile(m, num_threads=threads, schedule="sequential")(x, s)
+        np.testing.assert_array_equal(got, run_ort(m, {"x": x, "s": s})[0])

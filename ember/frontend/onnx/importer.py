@@ -437,6 +437,28 @@ def _unsupported(node: onnx.NodeProto, name: str, opset: int) -> UnsupportedOpEr
         f"supported op types: {ops}")
 
 
+def _check_schema(node: onnx.NodeProto, opset: int, where: str) -> None:
+    """The node's input count and attribute types against onnx's schema of its op at the
+    model's opset (a converter would otherwise fail with a raw error, or read a string
+    attribute as a number): ModelError naming the node."""
+    domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return
+    n = len(node.input)
+    if not schema.min_input <= n <= schema.max_input:
+        want = (str(schema.min_input) if schema.min_input == schema.max_input
+                else f"{schema.min_input} to {schema.max_input}")
+        raise ModelError(f"{where}: {node.op_type} takes {want} inputs, the node has {n}")
+    for a in node.attribute:
+        spec = schema.attributes.get(a.name)
+        if spec is not None and int(spec.type) != int(a.type):
+            raise ModelError(f"{where}: attribute {a.name!r} must be a "
+                             f"{spec.type.name.lower()}, the node gives a "
+                             f"{onnx.AttributeProto.AttributeType.Name(a.type).lower()}")
+
+
 def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> None:
     name = node.name or f"{node.op_type}_{index}"
     where = f"node {name!r} ({node.op_type}, opset {ctx.opset})"
@@ -459,6 +481,7 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> Non
         if o and o in env:
             raise ModelError(f"{where}: output name {o!r} is already defined earlier in "
                              "the graph (SSA requires unique names)")
+    _check_schema(node, ctx.opset, where)
     ctx.begin(node, name)
     known = env.uids()
     first = len(ctx.graph.nodes)
