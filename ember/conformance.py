@@ -408,7 +408,7 @@ def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 300.0, thre
                     progress(done, results[r.index])  # type: ignore[arg-type]
     finally:
         for r in running:
-            _kill(r.proc)
+            kill_group(r.proc)
     return [r for r in results if r is not None]
 
 
@@ -432,13 +432,14 @@ def _poll(r: _Running, timeout: float) -> dict[str, Any] | None:
         return {"status": "error", "reason": "crash exit", "seconds": elapsed,
                 "message": f"the process running the case exited with code {code}"}
     if elapsed > timeout:
-        _kill(r.proc)
+        kill_group(r.proc)
         return {"status": "error", "reason": "timeout", "seconds": elapsed,
                 "message": f"still running after {timeout:g} s: killed"}
     return None
 
 
-def _kill(proc: Any) -> None:
+def kill_group(proc: Any) -> None:
+    """Kill a case's process and its process group (the C compiler it may be running)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

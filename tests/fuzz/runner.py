@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.conformance import kill_group
 from tests.fuzz import judge
 from tests.fuzz.cases import Case
 
@@ -225,7 +226,7 @@ def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 120.0,
                     progress(done, rec)
     finally:
         for r in running:
-            _kill(r.proc)
+            kill_group(r.proc)
     return [r for r in results if r is not None]
 
 
@@ -250,7 +251,7 @@ def _poll(r: _Running, case: Case, limit: float) -> dict[str, Any] | None:
         return _record(case, r, died, elapsed)
     judging = r.stage in ("ort", "reference", "checker")
     if elapsed > limit or (judging and time.monotonic() - r.stage_start > JUDGE_TIMEOUT):
-        _kill(r.proc)
+        kill_group(r.proc)
         return _record(case, r, "hang", elapsed)
     return None
 
@@ -288,14 +289,6 @@ def _tail(path: str, n: int = 600) -> str:
             return f.read().decode("utf-8", "replace").strip()
     except OSError:
         return ""
-
-
-def _kill(proc: Any) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.join(5)
 
 
 def run_inline(case: Case) -> dict[str, Any]:
