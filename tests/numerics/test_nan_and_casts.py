@@ -308,7 +308,10 @@ def test_max_pool_generic_kernel(shape: tuple[int, ...], k: int, s: int, d: int,
         want = max_pool_ref(x[:, :, None, :], *geom)[:, :, 0, :]
         got = run(model, {"x": x})
         same(got, want)
-    np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-6)
+    if not np.isneginf(x).any():   # a window of -inf and padding: onnxruntime gives -inf in
+        # some positions, -FLT_MAX in others (it counts padded columns, not rows); ember
+        # counts all padding as -FLT_MAX (the reference above)
+        np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-6)
 
 
 def test_max_pool_issue_window() -> None:

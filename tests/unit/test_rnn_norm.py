@@ -244,7 +244,7 @@ def test_layer_norm_errors_name_the_node() -> None:
         import_model(model)
     model, _ = ln_model((2, 3), -1, False, False, 1e-5)
     del model.graph.node[0].input[1]
-    with pytest.raises(ModelError, match="ln_node.*requires input 1"):
+    with pytest.raises(ModelError, match="ln_node.*(requires input 1|takes 2 to 3 inputs)"):
         import_model(model)
 
 
