@@ -205,9 +205,8 @@ class CEmitter:
         c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
         arms = [*_loads(e.a), *_loads(e.b)]
         if arms:
-            seen = {(ld.buf, self.expr(ld.index)) for ld in _loads(e.cond)}
-            if all((ld.buf, self.expr(ld.index)) in seen or
-                   any(self.expr(ld.index) == i for _, i in seen) for ld in arms):
+            seen = {self.expr(ld.index) for ld in _loads(e.cond)}
+            if all(self.expr(ld.index) in seen for ld in arms):
                 t = ctype(e.dtype, compute=True)
                 return f"({{ const {t} em_a_ = {a}; const {t} em_b_ = {b}; {c} ? em_a_ : em_b_; }})"
         return f"({c} ? {a} : {b})"
