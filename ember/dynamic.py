@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,8 @@ from ember.ir.ops.sequence import SEQUENCE_OPS
 from ember.ir.ops.tensor import reshape_dims
 from ember.ir.optional import is_optional
 from ember.ir.sequence import is_sequence
+from ember.ir.symdims import replace_atoms
+from ember.ir.types import DimCheck
 from ember.passes.rebind_dims import rebind_derived_dims
 from ember.runtime.artifact import read_bundle
 from ember.runtime.compiled import CompiledModel, load_model_bytes
@@ -137,17 +139,22 @@ def partition(g: Graph) -> list[_Segment | Node]:
     return steps
 
 
-def _segment_graph(s: _Segment, k: int) -> Graph:
+def _segment_graph(s: _Segment, k: int, checks: Sequence[DimCheck] = ()) -> Graph:
     """The segment as a graph of its own: fresh input values (so no pass follows a producer
-    into another segment), the segment's nodes rewired to them, input dims it could not bind
-    renamed (``passes.rebind_dims``)."""
-    fresh = {v.uid: Value(v.type, f"s{k}_in{i}") for i, v in enumerate(s.inputs)}
+    into another segment; named as the values they stand for, which errors quote), the
+    segment's nodes rewired to them, input dims it could not bind renamed
+    (``passes.rebind_dims``), and the run-time dim checks of its nodes among ``checks`` (the
+    enclosing graph's)."""
+    fresh = {v.uid: Value(v.type, v.name or f"s{k}_in{i}") for i, v in enumerate(s.inputs)}
     for n in s.nodes:
         n.inputs = [fresh.get(v.uid, v) if v is not None else None for v in n.inputs]
     g = Graph([fresh[v.uid] for v in s.inputs], list(s.outputs), list(s.nodes), f"segment{k}")
     for i, o in enumerate(g.outputs):
         o.name = o.name or f"s{k}_out{i}"
-    rebind_derived_dims(g, f"s{k}_")   # n//8 on the inputs without n: a symbol of its own
+    mapping = rebind_derived_dims(g, f"s{k}_")   # n//8 on the inputs without n: a new symbol
+    names = {n.name for n in s.nodes}
+    g.checks = [replace(c, dims=tuple(replace_atoms(d, mapping) for d in c.dims))
+                for c in checks if c.node_name in names]
     return g
 
 
@@ -210,7 +217,7 @@ class _VMCompiler:
             regs: dict[int, Var] = {v.uid: r for v, r in zip(g.inputs, f.params)}
             for step in partition(g):
                 if isinstance(step, _Segment):
-                    self.segment(f, step, regs)
+                    self.segment(f, step, regs, g.checks)
                 elif step.op in CONTROL_OPS:
                     control.emit(self, f, step, regs)
                 elif step.op == "Specialize":
@@ -224,13 +231,14 @@ class _VMCompiler:
             outs = [value_reg(f, v, regs) for v in g.outputs]
             f.ret(outs[0] if main and len(outs) == 1 else f.make_tuple(*outs))
 
-    def segment(self, f: FunctionBuilder, s: _Segment, regs: dict[int, Var]) -> None:
+    def segment(self, f: FunctionBuilder, s: _Segment, regs: dict[int, Var],
+                checks: Sequence[DimCheck] = ()) -> None:
         """shape function -> allocate the outputs -> invoke the program into them (outputs
         of static shapes: one storage for all of them, no shape function)."""
         from ember import driver
 
         k = len(self.programs)
-        comp = driver.build_graph(_segment_graph(s, k), **self.options)
+        comp = driver.build_graph(_segment_graph(s, k, checks), **self.options)
         cm = driver.to_model(comp)
         self.programs.append(cm)
         types = [o.type for o in s.outputs]

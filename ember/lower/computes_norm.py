@@ -26,11 +26,6 @@ from ember.te.tensor import Tensor
 Attrs = dict[str, Any]
 
 
-def _abs_fn(dtype: str) -> str:
-    """The C function name of |x| for a float dtype (``abs`` maps to fabsf for float32)."""
-    return "abs" if dtype == "float32" else "fabs"
-
-
 # --------------------------------------------------------------------------- NLL
 def _class_index(attrs: Attrs, target: Tensor, idx: tuple[Expr, ...],
                  classes: int) -> tuple[Expr, Expr]:
@@ -88,7 +83,7 @@ def _nll_weight(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list
 # --------------------------------------------------------------------------- LpPool
 def _lp_terms(p: float, dtype: str) -> tuple[Callable[[Expr], Expr], Callable[[Expr], Expr]]:
     """(|v|^p, s^(1/p)) as cheap as p allows: p = 1 and p = 2 need no pow."""
-    absf = _abs_fn(dtype)
+    absf = "abs"  # the emitter's |x| for every dtype
     if p == 1:
         return (lambda v: Call(absf, (v,), dtype)), (lambda s: s)
     if p == 2:

@@ -31,7 +31,7 @@ DEFECTS: dict[str, str] = {
     "negative-dim-raw": "an input declared with a negative dim raises a raw ValueError "
                         "('negative dimension in shape') instead of a ModelError",
     "zero-size-resize": "Resize of a tensor with a 0-size dim raises ZeroDivisionError",
-    "f16-reduce": "float16 ReduceL1 off by 5% (15.0 for 15.85)",
+    "f16-reduce": "float16 ReduceL1 off by 5% (15.0 for 15.85; fixed: llabs)",
     # found by the fuzzer (in the working tree of 2026-11-26)
     "arity-unchecked": "a node with more inputs than its op takes (Where with 5) raises a raw "
                        "ValueError in lowering instead of a ModelError (fixed: the importer "
@@ -41,15 +41,19 @@ DEFECTS: dict[str, str] = {
                            "importer checks onnx's schema)",
     "vm-broadcast-unchecked": "on the VM, a symbolic dim bound to a size that does not "
                               "broadcast with a static dim (Xor(a[N], b[2]), N=3) returns "
-                              "outputs instead of an InputError",
+                              "outputs instead of an InputError (fixed: VM segments keep "
+                              "their nodes' run-time checks)",
     "prelu-one-thread": "PRelu (int32 and float32, [5,1,1,3], num_threads=1): element 11 is 0 "
                         "(fixed: gcc 12 masked loads; the C emitter evaluates such selects "
                         "eagerly)",
-    "f16-reduce-nan": "float16 ReduceL1 (and ReduceL2 of a scalar) turns NaN into -inf",
+    "f16-reduce-nan": "float16 ReduceL1 (and ReduceL2 of a scalar) turns NaN into -inf "
+                      "(fixed: |x| of float16 was llabs)",
     "sym-conv-kernel-unchecked": "Conv whose weight has a symbolic dim: a run-time size that "
-                                 "contradicts kernel_shape is not refused",
+                                 "contradicts kernel_shape is not refused (fixed: the "
+                                 "type relation unifies them)",
     "attr-range-unchecked": "keepdims outside {0, 1} (2**40, 99) is taken as 1; onnxruntime "
-                            "takes it as 0; ember should refuse it (ModelError)",
+                            "takes it as 0 (fixed: the importer refuses flags outside "
+                            "{0, 1})",
 }
 
 # (seed, index) of the CI slice (seed 1, indices 0-499) -> the defect it hits. The 44 cases

@@ -33,7 +33,7 @@ def save_reproducer(case: Case, folder: str | os.PathLike[str], rec: dict[str, A
     d = Path(folder) / f"{case.seed}-{case.index}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "model.onnx").write_bytes(case.model)
-    feeds = {k: np.ascontiguousarray(v) for k, v in case.feeds.items()}
+    feeds = {k: np.array(v, order="C") for k, v in case.feeds.items()}  # keeps 0-d
     np.savez(d / "inputs.npz", **feeds)  # type: ignore[arg-type]
     meta = {k: v for k, v in rec.items() if k != "reproducer"}
     meta["schedule"] = case.schedule

@@ -437,6 +437,16 @@ def _unsupported(node: onnx.NodeProto, name: str, opset: int) -> UnsupportedOpEr
         f"supported op types: {ops}")
 
 
+# integer attributes that onnx defines as booleans: any other value is a malformed model (the
+# converters would take 99 as "true" where onnxruntime takes it as "false")
+FLAG_ATTRS = frozenset({
+    "keepdims", "noop_with_empty_axes", "select_last_index", "exclusive", "reverse",
+    "ceil_mode", "count_include_pad", "transA", "transB", "largest", "sorted", "upper",
+    "center_point_box", "detect_negative", "detect_positive", "training_mode", "input_forget",
+    "linear_before_reset", "fmod", "saturate", "align_corners", "exclude_outside",
+    "allowzero", "new_axis", "time_major", "is_causal"})
+
+
 def _check_schema(node: onnx.NodeProto, opset: int, where: str) -> None:
     """The node's input count and attribute types against onnx's schema of its op at the
     model's opset (a converter would otherwise fail with a raw error, or read a string
@@ -457,6 +467,9 @@ def _check_schema(node: onnx.NodeProto, opset: int, where: str) -> None:
             raise ModelError(f"{where}: attribute {a.name!r} must be a "
                              f"{spec.type.name.lower()}, the node gives a "
                              f"{onnx.AttributeProto.AttributeType.Name(a.type).lower()}")
+        if spec is not None and a.name in FLAG_ATTRS and a.type == a.INT and a.i not in (0, 1):
+            raise ModelError(f"{where}: attribute {a.name!r} is a flag (0 or 1), the node "
+                             f"gives {a.i}")
 
 
 def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> None:

@@ -134,6 +134,9 @@ def _conv_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
         unify(c_in, w.shape[1] * group, "Conv input channels vs weight x group")
     if any(isinstance(k, int) and k != kk for k, kk in zip(w.shape[2:], kernel, strict=True)):
         raise TypeInferenceError(f"kernel_shape {kernel} does not match weight {w}")
+    for k, kk in zip(w.shape[2:], kernel, strict=True):
+        if not isinstance(k, int):  # a symbolic weight dim must be the kernel_shape's
+            unify(k, kk, "Conv weight's spatial dims vs kernel_shape")
     if b is not None and (b.rank != 1 or dims_equal(b.shape[0], m) is False):
         raise TypeInferenceError(f"bias {b} does not match {m} output channels")
     if b is not None:

@@ -1,0 +1,79 @@
+"""The differential fuzzer's findings of 2026-11-26 (tests/fuzz/known.py), each closed by a test
+that failed before its fix: float16 |x| truncated to an integer, flag attributes out of {0, 1},
+a symbolic Conv weight dim against ``kernel_shape``, and the VM's segments dropping the
+graph's run-time broadcast checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import ember
+from ember.errors import InputError, ModelError
+from tests.modelkit import graph_model, run_ort
+
+
+def _vi(name: str, dtype: int, shape: list | None) -> object:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2"])
+@pytest.mark.parametrize("shape", [[], [5]])
+def test_float16_norm_reductions_keep_nan_and_fractions(op: str, shape: list) -> None:
+    """|x| of float16 was ``llabs`` (an integer): NaN became -inf and 1.85 became 1."""
+    m = graph_model([helper.make_node(op, ["x"], ["y"], keepdims=0)],
+                    [_vi("x", TensorProto.FLOAT16, shape)], [_vi("y", TensorProto.FLOAT16, None)],
+                    opset=18)
+    cm = ember.compile(m, schedule="sequential")
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-4, 4, shape).astype(np.float16)
+    np.testing.assert_allclose(cm.run({"x": x})["y"], run_ort(m, {"x": x})[0], rtol=2e-3)
+    x = np.full(shape, np.nan, np.float16) if not shape else np.array(
+        [1.5, np.nan, -2.25, 3, 0.5], np.float16)
+    assert np.isnan(cm.run({"x": x})["y"]).all()
+
+
+@pytest.mark.parametrize("value", [2, 99, -1, 2 ** 40])
+def test_flag_attributes_outside_zero_and_one_are_refused(value: int) -> None:
+    m = graph_model([helper.make_node("ReduceMin", ["x"], ["y"], keepdims=value,
+                                      name="the_min")],
+                    [_vi("x", TensorProto.FLOAT, [2, 3])], [_vi("y", TensorProto.FLOAT, None)])
+    with pytest.raises(ModelError, match=r"node 'the_min'.*'keepdims' is a flag \(0 or 1\)"):
+        ember.compile(m)
+
+
+def test_symbolic_conv_weight_dim_is_checked_against_kernel_shape() -> None:
+    """onnxruntime: "kernel_shape is not compatible with W shape"; ember ran a 1-tap kernel."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1], name="the_conv")
+    m = graph_model([node], [_vi("x", TensorProto.FLOAT, [1, 4, 6]),
+                             _vi("w", TensorProto.FLOAT, [2, 4, "k"])],
+                    [_vi("y", TensorProto.FLOAT, None)])
+    cm = ember.compile(m, schedule="sequential")
+    x = np.random.default_rng(0).standard_normal((1, 4, 6)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((2, 4, 1)).astype(np.float32)
+    np.testing.assert_allclose(cm.run({"x": x, "w": w})["y"], run_ort(m, {"x": x, "w": w})[0],
+                               rtol=1e-4, atol=1e-5)
+    # shape analysis binds k to the kernel_shape's 1: the input's declared shape says so
+    with pytest.raises(InputError, match=r"input 'w': expected shape \(2, 4, 1\)"):
+        cm.run({"x": x, "w": np.ones((2, 4, 2), np.float32)})
+
+
+def test_vm_segments_keep_the_broadcast_checks_and_name_model_inputs() -> None:
+    """Xor(a[N], b[2]) before a NonZero runs on the VM: N = 3 returned outputs."""
+    m = graph_model([helper.make_node("Xor", ["a", "b"], ["y"], name="the_xor"),
+                     helper.make_node("NonZero", ["y"], ["z"])],
+                    [_vi("a", TensorProto.BOOL, ["N"]), _vi("b", TensorProto.BOOL, [2])],
+                    [_vi("z", TensorProto.INT64, None)])
+    cm = ember.compile(m)
+    assert type(cm).__name__ == "VMModel"
+    b = np.array([True, False])
+    for n in (1, 2):
+        a = np.array([True, False][:n])
+        np.testing.assert_array_equal(cm.run({"a": a, "b": b})["z"],
+                                      run_ort(m, {"a": a, "b": b})[0])
+    with pytest.raises(InputError, match=r"node 'the_xor'.*broadcast"):
+        cm.run({"a": np.ones(3, bool), "b": b})
+    with pytest.raises(InputError, match=r"input 'b'") as e:
+        cm.run({"a": np.ones(2, bool), "b": np.ones(2, np.float32)})
+    assert "s0_in" not in str(e.value)
