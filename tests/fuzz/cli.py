@@ -40,6 +40,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--replay", nargs="*", default=None, metavar="DIR",
                    help="run saved reproducers (folders with model.onnx, inputs.npz, "
                         "case.json) instead of generated cases")
+    p.add_argument("--merge", nargs="*", default=None, metavar="JSON",
+                   help="merge these campaign summaries (chunks of one campaign) into --out "
+                        "instead of running cases")
     p.add_argument("--show", action="store_true",
                    help="print each case's description and outcome as it ends")
     p.add_argument("--strict", action="store_true",
@@ -53,6 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tests.fuzz import cases as cases_mod
     from tests.fuzz import known, report, runner
 
+    if args.merge:
+        import json
+        parts = [json.loads(open(f).read()) for f in args.merge]
+        summary = report.merge(parts, {"command": "python -m tests.fuzz " + " ".join(
+            sys.argv[1:] if argv is None else argv), "seed": parts[0].get("seed"),
+            "first_index": min(p.get("first_index", 0) for p in parts)})
+        print(report.format_table(summary))
+        print(f"\nwrote {report.write_json(args.out, summary)}")
+        return 0
     fams = {args.family: 1.0} if args.family else None
     indices = args.index if args.index else range(args.start, args.start + args.cases)
     t0 = time.perf_counter()

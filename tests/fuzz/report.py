@@ -84,6 +84,29 @@ def summarize(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[s
             "bad": bad, "explained_cases": why}
 
 
+_COUNTS = ("outcomes", "outcomes_exact", "ember_errors", "ember_errors_where_ort_raised_too",
+           "explained", "families", "onnx_checker", "ops")
+
+
+def merge(parts: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """One summary of several campaigns' summaries (the chunks of a long campaign): counts
+    added, bad and explained cases listed together, each part's command and wall time kept."""
+    out: dict[str, Any] = {**meta, "parts": [{k: p[k] for k in ("command", "seed",
+                                                                  "first_index", "cases",
+                                                                  "wall_s", "date")
+                                               if k in p} for p in parts],
+                           "cases": sum(p["cases"] for p in parts),
+                           "wall_s": round(sum(p.get("wall_s", 0) for p in parts), 1)}
+    for key in _COUNTS:
+        total: Counter[str] = Counter()
+        for p in parts:
+            total.update(p.get(key, {}))
+        out[key] = dict(total.most_common())
+    out["bad"] = [b for p in parts for b in p.get("bad", [])]
+    out["explained_cases"] = [c for p in parts for c in p.get("explained_cases", [])]
+    return out
+
+
 def _bucket(outcome: str) -> str:
     return outcome.split(":", 1)[0] if outcome.startswith(("crash:", "ember-error:",
                                                            "raw-exception:")) else outcome
