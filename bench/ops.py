@@ -65,8 +65,8 @@ from bench.ops_suite import QUICK, OpCase, compulsory_bytes, op_flops, suite  # 
 from ember.bench.engines import OnnxRuntimeEngine, Prepared  # noqa: E402
 from ember.bench.harness import EngineResult, ModelResult, Progress, Settings, measure  # noqa: E402
 from ember.bench.report import render_text  # noqa: E402
+from ember.runtime.cache import cache_dir  # noqa: E402
 from ember.runtime.probe import MachinePeak, probe  # noqa: E402
-from ember.runtime.toolchain import cache_dir  # noqa: E402
 
 NOMINAL_PEAK = 452.0       # GFLOP/s quoted for this machine (2x the measured FMA peak)
 MIB = 1 << 20

@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 import ember
-from ember import autosched, driver, zoo
+from ember.bench.plots import schedule_picture
 from ember.bench.rounds import interleaved, ort_session
-from ember.tuning import device_spec
+from ember.compiler import autosched, driver, zoo
+from ember.compiler.tuning import device_spec
 
 MODELS = ["lstm_tc", "resnext29_16x64d", "randwire", "inception_v3", "squeezenet1_1",
           "mobilenet_v2"]
@@ -77,8 +78,7 @@ def bench_model(name: str, threads: int, pictures: Path | None) -> dict:
     if pictures is not None and name in PICTURES:
         cm.use_plan(plans[best].to_json())
         comp.plan = plans[best]
-        out["picture"] = str(autosched.schedule_picture(comp, cm,
-                                                        pictures / f"schedule_{name}.png"))
+        out["picture"] = str(schedule_picture(comp, cm, pictures / f"schedule_{name}.png"))
     return out
 
 

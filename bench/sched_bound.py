@@ -24,8 +24,8 @@ import sys
 
 import numpy as np
 
-from ember import autosched, driver, zoo
 from ember.bench.rounds import interleaved
+from ember.compiler import autosched, driver, zoo
 from ember.passes.memplan import kernel_dependencies
 from ember.sched.plan import ExecutionPlan, RTask
 

@@ -8,13 +8,14 @@
 
 from ember.errors import EmberError
 from ember.runtime.compiled import CompiledModel
+from ember.support.options import Options
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load", "CompiledModel", "EmberError", "__version__"]
+__all__ = ["compile", "load", "CompiledModel", "EmberError", "Options", "__version__"]
 
 
 def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None,  # noqa: A001
-            schedule=None, profile=True, dim_hints=None):
+            schedule=None, profile=None, dim_hints=None, options=None):
     """Compile an ONNX model (path, ModelProto, bytes) for ``target``; returns a CompiledModel (a
     ``VMModel`` when shapes depend on values computed at run time).
 
@@ -31,10 +32,10 @@ def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=No
     or "ios". The schedulers use per-rTask costs profiled on the compiled kernels, or predicted
     from their flops and bytes with ``profile=False``.
     """
-    from ember.driver import compile as _compile
+    from ember.compiler.api import compile as _compile
 
     return _compile(model, input_shapes, target, num_threads=num_threads, topk=topk,
-                    schedule=schedule, profile=profile, dim_hints=dim_hints)
+                    schedule=schedule, profile=profile, dim_hints=dim_hints, options=options)
 
 
 def load(path):
@@ -44,7 +45,7 @@ def load(path):
     from ember.runtime.compiled import load_model
 
     if read_meta(path).get("kind") == "vm":
-        from ember.dynamic import load_vm
+        from ember.vm.load import load_vm
 
         return load_vm(path)
     return load_model(path)

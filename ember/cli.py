@@ -1,10 +1,11 @@
-"""Command line: ``ember compile | run | inspect | bench | probe``.
+"""Command line: ``ember compile | run | inspect | bench | probe | cache``.
 
     ember compile model.onnx -o model.ember [--shape x=1,3,224,224] [--threads 2] [--topk K]
     ember run model.ember --input x=x.npy [--out-dir DIR]
     ember inspect model.onnx [--passes] [--kernels] [--source] [--topk K]
     ember bench [MODEL ...] [--vs onnxruntime,openvino,torch,tvm] [--threads N] [--batch B]
     ember probe [--force]
+    ember cache info | clear [--kernels|--all]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ember import cache_cli
 from ember.bench import cli as bench_cli
 from ember.errors import EmberError
 
@@ -35,24 +37,35 @@ def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
     return out
 
 
+def _log_level(a: argparse.Namespace) -> str | None:
+    """``-v``: info, ``-vv``: debug; without either, a run whose stderr is not a terminal
+    (a pipe, CI) logs the stages at info, and a terminal shows progress bars instead."""
+    if a.verbose:
+        return "debug" if a.verbose > 1 else "info"
+    return None if sys.stderr.isatty() else "info"
+
+
 def cmd_compile(a: argparse.Namespace) -> int:
     import ember
     from ember.runtime.artifact import check_destination
+    from ember.support import log, options
 
     check_destination(a.output)        # before the compile, not after it
-    t = time.perf_counter()
-    cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads,
-                       topk=a.topk)
-    path = cm.save(a.output)
+    opts = options.from_env()
+    opts = opts.with_(log_level=opts.log_level or _log_level(a))
+    with options.using(opts), log.compile_run(a.model) as run:
+        with run.timed("startup", "the compiler's modules"):
+            import ember.compiler.api  # noqa: F401
+        cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads,
+                           topk=a.topk, options=opts)
+        with run.timed("save"):
+            path = cm.save(a.output)
     if not isinstance(cm, ember.CompiledModel):   # a VMModel: bytecode over programs
-        print(f"compiled {a.model} in {time.perf_counter() - t:.2f} s -> {path} (runs on the "
-              f"VM: {len(cm.executable.functions)} function(s), {len(cm.programs)} "
-              f"program(s); inputs {cm.input_names}, outputs {cm.output_names})")
+        print(f"compiled {a.model} -> {path} in {run.summary()} (runs on the VM: "
+              f"{len(cm.executable.functions)} function(s), {len(cm.programs)} program(s); "
+              f"inputs {cm.input_names}, outputs {cm.output_names})")
         return 0
-    tm = cm.meta.get("timings", {})
-    print(f"compiled {a.model} in {time.perf_counter() - t:.2f} s -> {path} (roller "
-          f"construction {tm.get('construct', 0):.2f} s, top-K profiling "
-          f"{tm.get('profile_topk', 0):.2f} s, cc {tm.get('cc', 0):.2f} s)")
+    print(f"compiled {a.model} -> {path} in {run.summary()}")
     for s in cm.meta["inputs"]:
         print(f"  input  {s['name']}: {s['dtype']}{s['shape']}")
     for s in cm.meta["outputs"]:
@@ -90,22 +103,23 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
-    from ember import driver
+    from ember.compiler import driver
     from ember.loops.transform import format_stmt
 
     def dump(name: str, g: object) -> None:
         if a.passes:
             print(f"==== after {name} ====\n{g}\n")
 
-    from ember import dynamic
+    from ember.compiler.api import compile as compile_model
+    from ember.compiler.vm import needs_vm
     from ember.frontend.onnx.importer import import_model
 
     if a.schedule_picture:            # before the compile, not after it
         from ember.bench.plots import require_matplotlib
 
         require_matplotlib()
-    if dynamic.needs_vm(import_model(a.model, _shapes(a.shape))):   # the VM's bytecode
-        vm = driver.compile(a.model, _shapes(a.shape), num_threads=a.threads, topk=a.topk)
+    if needs_vm(import_model(a.model, _shapes(a.shape))):   # the VM's bytecode
+        vm = compile_model(a.model, _shapes(a.shape), num_threads=a.threads, topk=a.topk)
         print(f"==== VM bytecode ({len(vm.programs)} compiled programs) ====\n{vm.bytecode}")
         return 0
     cm = None
@@ -145,7 +159,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
               f"{r['seconds']:.1f} s)")
     if a.schedule_picture:
         assert cm is not None
-        from ember.autosched import schedule_picture
+        from ember.bench.plots import schedule_picture
 
         path = schedule_picture(comp, cm, Path(a.schedule_picture))
         print(f"wrote {path}")
@@ -155,7 +169,10 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ember import __version__
+
     p = argparse.ArgumentParser(prog="ember", description="ember deep-learning compiler")
+    p.add_argument("--version", action="version", version=f"ember {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compile", help="compile an ONNX model to a .ember artifact")
     c.add_argument("model")
@@ -174,15 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--schedule-picture", metavar="OUT.png",
                    help="draw the plan's rTasks per vEU over time, predicted and measured")
     for sp in (c, i):
+        sp.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log each stage with its time (-vv: debug)")
         sp.add_argument("--shape", action="append", metavar="NAME=D0,D1,...")
         sp.add_argument("--threads", type=int, default=None)
         sp.add_argument("--topk", type=int, default=None,
                         help="time Roller's K best kernels per op and keep the fastest "
                              "(default 1 or EMBER_TOPK: the performance model's pick)")
     bench_cli.add_parsers(sub)
+    cache_cli.add_cache_parser(sub)
     a = p.parse_args(argv)
     cmds = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect,
-            "bench": bench_cli.cmd_bench, "probe": bench_cli.cmd_probe}
+            "bench": bench_cli.cmd_bench, "probe": bench_cli.cmd_probe,
+            "cache": cache_cli.cmd_cache}
     try:
         return cmds[a.cmd](a)
     except EmberError as e:

@@ -64,7 +64,7 @@ def cmd_probe(a: argparse.Namespace) -> int:
 
 def _list() -> int:
     from ember import zoo
-    from ember.bench.engines import all_engines
+    from ember.bench.peers import all_engines
 
     for name, spec in zoo.SPECS.items():
         shapes = ", ".join(f"{n}{list(s)}" for n, s, _ in zoo.inputs(name))

@@ -116,16 +116,6 @@ class OnnxRuntimeEngine(Engine):
         return Prepared(run, dt, ort.__version__)
 
 
-def all_engines() -> dict[str, Engine]:
-    """Every engine ember knows, by name, in report order."""
-    from ember.bench import peers
-
-    engines: dict[str, Engine] = {"ember": EmberEngine(), "onnxruntime": OnnxRuntimeEngine()}
-    for e in peers.PEERS:
-        engines[e.name] = e
-    return engines
-
-
 def set_thread_env(threads: int) -> None:
     """Thread-count variables read by OpenMP/TVM runtimes at import time; call before imports."""
     for var in ("OMP_NUM_THREADS", "TVM_NUM_THREADS"):

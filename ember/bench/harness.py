@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember.bench.engines import Engine, Prepared, all_engines
+from ember.bench.engines import Engine, Prepared
+from ember.bench.peers import all_engines
 from ember.errors import EmberError
 
 REFERENCE = "onnxruntime"

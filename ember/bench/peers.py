@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember.bench.engines import Engine, Prepared, absent
+from ember.bench.engines import EmberEngine, Engine, OnnxRuntimeEngine, Prepared, absent
 
 
 def _version(dist: str, fallback: str = "?") -> str:
@@ -226,3 +226,11 @@ class TvmEngine(Engine):
 
 
 PEERS: list[Engine] = [OpenVinoEngine(), TorchEngine(), TorchCompileEngine(), TvmEngine()]
+
+
+def all_engines() -> dict[str, Engine]:
+    """Every engine ember knows, by name, in report order."""
+    engines: dict[str, Engine] = {"ember": EmberEngine(), "onnxruntime": OnnxRuntimeEngine()}
+    for e in PEERS:
+        engines[e.name] = e
+    return engines

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ember.bench.harness import REFERENCE, ModelResult
 from ember.errors import EmberError
@@ -163,3 +164,13 @@ def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
+
+
+def schedule_picture(comp: Any, cm: Any, path: Path) -> Path:
+    """The Gantt chart of the plan a compiled model runs: predicted above measured, waits
+    marked (``autosched.schedule_timelines``); ``comp`` is its ``driver.Compilation``."""
+    from ember.compiler.autosched import schedule_timelines
+
+    t = schedule_timelines(comp, cm)
+    return gantt(t["entries"], t["labels"], t["series"], path, title=t["title"],
+                 waits=t["waits"])

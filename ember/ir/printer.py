@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ember.ir.graph import Graph, Value
+if TYPE_CHECKING:  # graph.py imports this module (Graph.__str__)
+    from ember.ir.graph import Graph, Value
 
 
 def _fmt_attr(v: object) -> str:

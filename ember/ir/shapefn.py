@@ -230,9 +230,9 @@ def shape_function(node: Node) -> ShapeFn:
             for v in [*node.inputs, *node.outputs]):
         raise UnsupportedOpError(
             f"node {node.name!r} ({node.op}) has no shape function of its own: its output "
-            "shapes are those its body (If / Loop / Scan, ember.dynamic_control), its "
-            "specialized program (ember.dynamic_specialize) or its sequence operation "
-            "(ember.dynamic_sequence) produces when the VM runs it")
+            "shapes are those its body (If / Loop / Scan, ember.compiler.vm_control), its "
+            "specialized program (ember.compiler.vm_specialize) or its sequence operation "
+            "(ember.compiler.vm_sequence) produces when the VM runs it")
     return NodeShapeFn(node)
 
 

@@ -7,7 +7,6 @@ A reduction lowered with cache_write keeps its accumulator ``Alloc`` inside ``bo
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from ember.loops.ir import (
@@ -25,17 +24,16 @@ from ember.loops.ir import (
     seq,
 )
 from ember.loops.transform import simplify, substitute
+from ember.support import options
 
 
 def residue_variants() -> int:
-    """How many variants a residue split materializes (``EMBER_RESIDUE_VARIANTS``, default 1):
-    the full tile always has its own; with v > 1 the v - 1 largest residues (``full`` - 1,
-    ``full`` - 2, ...) get constant-trip loops too, and the others share one generic loop
-    (Nimble §3.5: the number of residue variants is a knob)."""
-    try:
-        return max(int(os.environ.get("EMBER_RESIDUE_VARIANTS", "1")), 1)
-    except ValueError:
-        return 1
+    """How many variants a residue split materializes (the options' ``residue_variants``,
+    ``EMBER_RESIDUE_VARIANTS``, default 1): the full tile always has its own; with v > 1 the
+    v - 1 largest residues (``full`` - 1, ``full`` - 2, ...) get constant-trip loops too, and
+    the others share one generic loop (Nimble §3.5: the number of residue variants is a
+    knob)."""
+    return options.current().residue_variants
 
 
 @dataclass(eq=False)

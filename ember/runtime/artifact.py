@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from ember.errors import ArtifactError
+from ember.runtime import cache
+from ember.runtime.cache import cache_dir, write_atomic
 from ember.runtime.module import aligned_empty
-from ember.runtime.toolchain import cache_dir, write_atomic
 
 ARTIFACT_FORMAT = 1
 """Newest artifact format this ember writes and reads (``meta["format"]``)."""
@@ -288,7 +289,7 @@ def _read(source: Path | io.BytesIO, path: Path) -> Artifact:
             raise ArtifactError(f"{path} is corrupted: {type(e).__name__}: {e}") from e
     meta = _check(path, members, params)
     return Artifact(
-        lib_path=_extract_lib(path, members[LIB]),
+        lib_path=extract_library(path, members[LIB]),
         params=params,
         meta=meta,
         source=members[SOURCE].decode("utf-8", "surrogatepass") if SOURCE in members else None,
@@ -349,12 +350,16 @@ def _check(path: Path, members: Mapping[str, bytes | memoryview], params: np.nda
     return meta
 
 
-def _extract_lib(path: Path, lib: bytes | memoryview) -> Path:
+def extract_library(path: str | os.PathLike[str], lib: bytes | memoryview) -> Path:
+    """``lib`` (a member of the artifact at ``path``) as a file it can be loaded from:
+    ``<cache_dir>/artifacts/<sha256>.so``, written once (then only its recency refreshed,
+    for the cache's size cap; a write counts toward the cap)."""
     digest = hashlib.sha256(lib).hexdigest()
     dest = cache_dir() / "artifacts" / f"{digest}.so"
     try:
-        if not (dest.is_file() and dest.stat().st_size == len(lib)):
+        if not (cache.touch(dest) and cache.size_of(dest) == len(lib)):
             write_atomic(dest, lib, mode=0o755)
+            cache.note_write(len(lib))
     except OSError as e:
         raise ArtifactError(
             f"cannot extract the library of {path} to {dest}: {e}; "

@@ -44,6 +44,7 @@ from ember.runtime.artifact import (
     save_artifact,
     validate_meta,
 )
+from ember.runtime.host import isa_features
 from ember.runtime.module import (
     ALIGNMENT,
     NativeModule,
@@ -52,7 +53,6 @@ from ember.runtime.module import (
     host_bytes,
     is_aligned,
 )
-from ember.runtime.toolchain import isa_features
 from ember.support import dimexpr
 from ember.support.arena import replay
 from ember.support.dtypes import dtype as ember_dtype

@@ -2,7 +2,7 @@
 
 The VM runs a loop trip by trip, paying its own dispatch and a native call per trip (tens of
 microseconds in Python). When a body is one static program whose interface is exactly
-``(iteration, cond, *carried, *captures) -> (cond, *carried, *scan)`` (``ember.dynamic_control``
+``(iteration, cond, *carried, *captures) -> (cond, *carried, *scan)`` (``ember.compiler.vm_control``
 builds it so), this driver runs the whole loop in one native call::
 
     int ember_loop(run_fn body, void *workspace, int64_t trip, int has_trip, uint8_t cond,
@@ -35,7 +35,7 @@ import numpy as np
 
 from ember.errors import EmberError
 from ember.runtime.module import address, aligned_empty
-from ember.runtime.toolchain import native_function
+from ember.runtime.natives import native_function
 from ember.support import dtypes
 
 SOURCE = r"""

@@ -25,7 +25,7 @@ import numpy as np
 
 from ember.errors import InputError
 from ember.runtime.module import address
-from ember.runtime.toolchain import native_function
+from ember.runtime.natives import native_function
 
 SOURCE = r"""
 #include <stdint.h>

@@ -32,7 +32,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ember.runtime.toolchain import cache_dir, compile_shared, host_id, write_atomic
+from ember.runtime.cache import cache_dir, write_atomic
+from ember.runtime.host import host_id
+from ember.runtime.toolchain import compile_shared
 
 PROBE_FORMAT = 3     # 3: the conditions of the measurement (load, tries, suspect)
 SCALING = 0.75       # all threads' FMA peak below this share of threads x one thread's: a

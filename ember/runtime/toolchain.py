@@ -16,28 +16,38 @@ Concurrency: every compiler run writes into its own temporary file in ``kernels/
 result is published with ``os.replace`` (atomic on POSIX). Two processes (or threads) that miss
 on the same key both compile, and both publish a complete, identical file; a reader sees the
 old state or a complete library, never a partial one.
+
+Size cap (``runtime.cache``): a hit refreshes the library's mtime (its recency), a build
+reports its bytes to ``cache.note_write``, which evicts the least recently used libraries when
+the cache passes ``EMBER_CACHE_MAX_MB``. A hit whose file vanished (evicted, or ``ember cache
+clear``) is a miss; ``build_and_load`` also rebuilds when the file vanishes between the lookup
+and the load.
 """
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import functools
 import hashlib
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Literal, TypeVar, overload
 
 from ember.errors import CompileError
+from ember.runtime import cache
+from ember.runtime.cache import cache_dir, kernels_dir, write_atomic
+from ember.runtime.host import host_fingerprint
+from ember.support import options
 
 DEFAULT_FLAGS: tuple[str, ...] = (
     "-O3",
@@ -59,12 +69,8 @@ library that Python loads needs the runtime preloaded: ``LD_PRELOAD=$(cc
 
 
 def default_flags() -> tuple[str, ...]:
-    """``DEFAULT_FLAGS``, with the sanitizers ``EMBER_SANITIZE`` names."""
-    names = [n.strip() for n in os.environ.get("EMBER_SANITIZE", "").split(",") if n.strip()]
-    bad = [n for n in names if n not in SANITIZERS]
-    if bad:
-        raise CompileError(f"EMBER_SANITIZE names {', '.join(bad)}; it takes a comma-separated "
-                           f"list of {', '.join(SANITIZERS)}")
+    """``DEFAULT_FLAGS``, with the sanitizers the options name (``EMBER_SANITIZE``)."""
+    names = options.current().sanitize
     if not names:
         return DEFAULT_FLAGS
     return (*DEFAULT_FLAGS[:-1], f"-fsanitize={','.join(names)}", "-fno-sanitize-recover=all",
@@ -79,33 +85,10 @@ STDERR_LINES = 60
 
 _NATIVE_FLAGS = ("-march=native", "-mcpu=native", "-mtune=native")
 
+T = TypeVar("T")
+"""What a ``build_and_load`` loader returns."""
 
 # --------------------------------------------------------------------------- locations
-
-
-def cache_dir() -> Path:
-    """The root of ember's on-disk caches: ``$EMBER_CACHE_DIR`` or ``~/.cache/ember``.
-
-    The variable is read on every call, so tests can redirect it. The directory is not
-    created here; the functions that write into it create what they need.
-    """
-    root = os.environ.get("EMBER_CACHE_DIR")
-    if root:
-        return Path(root).expanduser()
-    return Path.home() / ".cache" / "ember"
-
-
-def kernels_dir() -> Path:
-    """``cache_dir() / "kernels"``, created if missing."""
-    path = cache_dir() / "kernels"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CompileError(
-            f"cannot create the kernel cache directory {path}: {e}; "
-            "set EMBER_CACHE_DIR to a writable directory"
-        ) from e
-    return path
 
 
 # --------------------------------------------------------------------------- statistics
@@ -177,7 +160,7 @@ def resolve_cc(cc: str | None = None) -> tuple[str, ...]:
 
     The string is split like a shell would, so ``CC="ccache gcc"`` works.
     """
-    text = cc if cc is not None else (os.environ.get("CC") or "cc")
+    text = cc if cc is not None else (options.current().cc or "cc")
     argv = tuple(shlex.split(text))
     if not argv:
         raise CompileError("the C compiler command is empty; set $CC to e.g. 'gcc' or 'clang'")
@@ -217,48 +200,6 @@ def compiler_identity(argv: tuple[str, ...]) -> str:
     return f"{os.path.realpath(exe)}\n{' '.join(argv[1:])}\n{proc.stdout.strip()}"
 
 
-@functools.lru_cache(maxsize=1)
-def host_fingerprint() -> str:
-    """Architecture and CPU model/feature lines: what ``-march=native`` depends on."""
-    parts = {"machine": platform.machine()}
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        text = ""
-    wanted = ("vendor_id", "model name", "flags", "Features", "CPU implementer", "CPU part")
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in wanted and key not in parts:
-            parts[key] = value.strip()
-    return "\n".join(f"{k}={v}" for k, v in parts.items())
-
-
-_ISA = re.compile(r"^(sse|ssse|avx|fma|f16c|bmi|amx|popcnt|abm|movbe|adx|sha_ni|vaes|vpclmul|"
-                  r"gfni|asimd|sve|fphp|bf16|i8mm|dotprod)")
-
-
-@functools.lru_cache(maxsize=1)
-def isa_features() -> tuple[str, ...]:
-    """The instruction-set extensions of this CPU that ``-march=native`` code may use (the
-    ``/proc/cpuinfo`` flags of SIMD and bit-manipulation extensions), sorted. A library built
-    here needs them all; ``runtime.compiled`` checks them before loading one."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return ()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return tuple(sorted(f for f in value.split() if _ISA.match(f)))
-    return ()
-
-
-def host_id() -> str:
-    """A short stable name of this host's fingerprint, for per-machine cache files."""
-    return hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
-
-
 def cache_key(source: str, flags: Sequence[str], argv: tuple[str, ...]) -> str:
     """sha256 hex digest naming the library built from ``source`` with ``flags`` by ``argv``."""
     native = any(f in _NATIVE_FLAGS for f in flags)
@@ -295,9 +236,33 @@ def compile_shared(
     return _lookup_or_build(source, flags_t, argv, key)
 
 
+def load_library(path: Path) -> ctypes.CDLL:
+    """``ctypes.CDLL`` of ``path`` (a loader for ``build_and_load``)."""
+    return ctypes.CDLL(str(path))
+
+
+def build_and_load(
+    source: str,
+    load: Callable[[Path], T],
+    *,
+    flags: Sequence[str] | None = None,
+    cc: str | None = None,
+) -> T:
+    """``load(compile_shared(source))`` (``load``: e.g. ``load_library``, or a function making
+    a CompiledModel), built again when the load fails because the library vanished in
+    between (another process evicted it, or cleared the cache)."""
+    path = compile_shared(source, flags=flags, cc=cc)
+    try:
+        return load(path)
+    except Exception:
+        if path.exists():
+            raise
+    return load(compile_shared(source, flags=flags, cc=cc))
+
+
 def _lookup_or_build(source: str, flags: tuple[str, ...], argv: tuple[str, ...], key: str) -> Path:
     out = kernels_dir() / f"{key}.so"
-    if out.is_file():
+    if cache.touch(out):   # a hit: its recency refreshed; a vanished file is a miss
         _STATS.add(hits=1)
         return out
     _STATS.add(misses=1)
@@ -329,10 +294,12 @@ def _build(source: str, flags: tuple[str, ...], argv: tuple[str, ...], out: Path
             _STATS.add(failures=1)
             raise _compile_error(proc, cmd, source, src_tmp, directory, key)
         os.chmod(so_tmp, 0o755)
+        size = os.path.getsize(so_tmp)
         os.replace(so_tmp, out)
     finally:
         for tmp in (src_tmp, so_tmp):
             Path(tmp).unlink(missing_ok=True)
+    cache.note_write(size)
 
 
 def _compile_error(
@@ -408,13 +375,20 @@ def compile_many(
     unique = dict(zip(keys, sources, strict=True))
     results: dict[str, Path | CompileError] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {
-            key: pool.submit(_lookup_or_build, src, flags_t, argv, key)
+        futures = {   # each task in a copy of our context: the caller's options apply
+            key: pool.submit(contextvars.copy_context().run, _lookup_or_build, src, flags_t,
+                             argv, key)
             for key, src in unique.items()
         }
         for key, fut in futures.items():
             try:
                 results[key] = fut.result()
+            except CompileError as e:
+                results[key] = e
+    for key, item in results.items():   # all used now: hits early in a long batch included
+        if isinstance(item, Path) and not cache.touch(item):
+            try:
+                results[key] = _lookup_or_build(unique[key], flags_t, argv, key)
             except CompileError as e:
                 results[key] = e
     ordered = [results[k] for k in keys]
@@ -426,32 +400,3 @@ def compile_many(
 
 
 # --------------------------------------------------------------------------- files
-
-
-def write_atomic(path: Path, data: bytes | memoryview, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory + ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-_NATIVE: dict[tuple[str, str], Any] = {}
-
-
-def native_function(source: str, name: str, restype: Any, argtypes: list[Any]) -> Any:
-    """Function ``name`` of the shared library built from ``source`` (built and loaded on
-    first use, then cached), typed for ctypes: the runtime's own native kernels."""
-    key = (source, name)
-    fn = _NATIVE.get(key)
-    if fn is None:
-        fn = getattr(ctypes.CDLL(str(compile_shared(source))), name)
-        fn.restype, fn.argtypes = restype, argtypes
-        _NATIVE[key] = fn
-    return fn

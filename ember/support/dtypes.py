@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
+
+try:
+    import ml_dtypes
+except ImportError:   # a runtime-only install (numpy alone): no narrow storage types
+    ml_dtypes = None
 
 
 def is_float_name(name: str) -> bool:
@@ -44,7 +48,7 @@ class DType:
     def lowest(self) -> float:
         """The lowest finite value of a floating-point type (``ml_dtypes.finfo`` also knows
         bfloat16 and the narrow floats)."""
-        return float(ml_dtypes.finfo(self.np).min)
+        return float((ml_dtypes.finfo if ml_dtypes else np.finfo)(self.np).min)
 
     def __repr__(self) -> str:
         return self.name
@@ -63,18 +67,22 @@ _TABLE = [
     DType("float64", np.float64, "double", 11, 8),
     DType("uint32", np.uint32, "uint32_t", 12, 4),
     DType("uint64", np.uint64, "uint64_t", 13, 8),
-    DType("bfloat16", ml_dtypes.bfloat16, "uint16_t", 16, 2),
-    DType("float8e4m3fn", ml_dtypes.float8_e4m3fn, "uint8_t", 17, 1),
-    DType("float8e4m3fnuz", ml_dtypes.float8_e4m3fnuz, "uint8_t", 18, 1),
-    DType("float8e5m2", ml_dtypes.float8_e5m2, "uint8_t", 19, 1),
-    DType("float8e5m2fnuz", ml_dtypes.float8_e5m2fnuz, "uint8_t", 20, 1),
-    DType("uint4", ml_dtypes.uint4, "uint8_t", 21, 1),
-    DType("int4", ml_dtypes.int4, "uint8_t", 22, 1),
-    DType("float4e2m1", ml_dtypes.float4_e2m1fn, "uint8_t", 23, 1),
-    DType("float8e8m0", ml_dtypes.float8_e8m0fnu, "uint8_t", 24, 1),
-    DType("uint2", ml_dtypes.uint2, "uint8_t", 25, 1),
-    DType("int2", ml_dtypes.int2, "uint8_t", 26, 1),
 ]
+
+if ml_dtypes is not None:
+    _TABLE += [
+        DType("bfloat16", ml_dtypes.bfloat16, "uint16_t", 16, 2),
+        DType("float8e4m3fn", ml_dtypes.float8_e4m3fn, "uint8_t", 17, 1),
+        DType("float8e4m3fnuz", ml_dtypes.float8_e4m3fnuz, "uint8_t", 18, 1),
+        DType("float8e5m2", ml_dtypes.float8_e5m2, "uint8_t", 19, 1),
+        DType("float8e5m2fnuz", ml_dtypes.float8_e5m2fnuz, "uint8_t", 20, 1),
+        DType("uint4", ml_dtypes.uint4, "uint8_t", 21, 1),
+        DType("int4", ml_dtypes.int4, "uint8_t", 22, 1),
+        DType("float4e2m1", ml_dtypes.float4_e2m1fn, "uint8_t", 23, 1),
+        DType("float8e8m0", ml_dtypes.float8_e8m0fnu, "uint8_t", 24, 1),
+        DType("uint2", ml_dtypes.uint2, "uint8_t", 25, 1),
+        DType("int2", ml_dtypes.int2, "uint8_t", 26, 1),
+    ]
 
 # storage-only types (see the module docstring); FLOAT8 are the ones Cast's ``saturate`` affects
 NARROW = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
@@ -102,6 +110,9 @@ def dtype(x: object) -> DType:
     try:
         return BY_NP[np.dtype(x)]
     except (TypeError, KeyError) as e:
+        if ml_dtypes is None and isinstance(x, str) and x in NARROW:
+            raise ValueError(f"dtype {x} needs the ml_dtypes package: pip install "
+                             "ml_dtypes") from e
         raise ValueError(f"unsupported dtype {x!r}; supported: {sorted(BY_NAME)}") from e
 
 

@@ -9,8 +9,8 @@ holding the *earlier* elements), which ``stack`` copies into one tensor at the e
 Nimble's runtime does with its tensor arrays; a sequence is such a list first element first
 (``forward``).
 
-Packed functions that need an op's IR semantics (a Reshape's target, a SplitToSequence's
-pieces) are built where the IR may be imported: ``ember.dynamic`` / ``ember.dynamic_sequence``.
+Packed functions for a Reshape's target and a SplitToSequence's pieces, programs, loops and
+specialized nodes are in ``ember.vm.load`` (their shape rules: ``ember.support.shapes``).
 Every builtin is rebuilt from its recipe (``from_recipe``) when a saved model loads.
 """
 

@@ -1,7 +1,7 @@
 """``VMModel``: a model with data-dependent shapes, compiled to bytecode over packed functions.
 
 It is what ``ember.compile`` returns when a model's shapes depend on values computed at run time
-(``ember.dynamic``): the bytecode orchestrates, the packed functions — compiled programs (static
+(``ember.compiler.vm``): the bytecode orchestrates, the packed functions — compiled programs (static
 or symbolic), host shape functions — compute. It is called like a ``CompiledModel``:
 ``model(x, ...)``, ``model.run({"x": x})``.
 """
@@ -34,7 +34,7 @@ class VMModel:
         self.output_names = list(output_names)
         self._dtypes = [np.dtype(d) for d in input_dtypes]
         self.programs = list(programs)      # the compiled segments, for inspection
-        # nodes compiled per value of their run-time operands (ember.dynamic_specialize)
+        # nodes compiled per value of their run-time operands (ember.compiler.vm_specialize)
         self.specializers = list(specializers)
         self.symbolic = True
         # the inputs' and outputs' kinds ("tensor", "sequence", "optional <kind>") and the ADT
@@ -117,11 +117,14 @@ class VMModel:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write one ``.ember`` bundle: the executable (bytecode, constants, the recipes of
-        its packed functions), each compiled program as a nested artifact; ``ember.load``
-        reads it back."""
+        its packed functions), each compiled program as a nested artifact, the runtime's native
+        kernels (so it runs without a C compiler); ``ember.load`` reads it back."""
+        from ember.runtime import loops, native_ops
         from ember.runtime.artifact import save_bundle
+        from ember.runtime.natives import bundled_natives
 
-        members = {"executable.bin": self.executable.to_bytes()}
+        members = {"executable.bin": self.executable.to_bytes(),
+                   **bundled_natives([native_ops.SOURCE, loops.SOURCE])}
         for k, cm in enumerate(self.programs):
             members[f"program{k}.ember"] = cm.to_bytes()
         meta = {"kind": "vm", "inputs": self.input_names, "outputs": self.output_names,

@@ -159,7 +159,7 @@ def node_cell_model(w: Weights) -> onnx.ModelProto:
 
 def compile_cells(w: Weights) -> dict[str, PackedFunc]:
     """Both cells compiled by ember, as packed functions keyed by their VM names."""
-    from ember.driver import compile as ember_compile
+    from ember.compiler.api import compile as ember_compile
 
     return {LEAF_CELL: packed_from_compiled(ember_compile(leaf_cell_model(w))),
             NODE_CELL: packed_from_compiled(ember_compile(node_cell_model(w)))}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember import driver
 from ember.codegen.program import BoundKernel, emit_program
+from ember.compiler import driver
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Value
 from ember.ir.types import TensorType

@@ -1,5 +1,5 @@
 """ONNX If / Loop / Scan compiled to VM functions with real branches and loops
-(``ember.dynamic_control``): against onnxruntime on random inputs, the bytecode's shape, the
+(``ember.compiler.vm_control``): against onnxruntime on random inputs, the bytecode's shape, the
 import of bodies with outer-scope captures, and the folding of a constant condition."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
-from ember import dynamic_control
+from ember.compiler import vm_control
 from ember.errors import UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.interp import run_graph
@@ -112,7 +112,7 @@ def test_loop_with_trip_count_condition_and_scan_outputs(compiled: bool, monkeyp
     """The loop in C (one native call) and on the VM (a VM function per trip) agree with
     onnxruntime: M trips, a condition that ends it early (fewer scan rows than M), a false
     condition from the start, M = 0."""
-    monkeypatch.setattr(dynamic_control, "COMPILED_LOOPS", compiled)
+    monkeypatch.setattr(vm_control, "COMPILED_LOOPS", compiled)
     h0 = RNG.standard_normal((1, 16)).astype(np.float32)
     feeds = [{"M": np.array(m, np.int64), "cond": np.array(c), "h0": h0,
               "limit": np.array(lim, np.float32)}
@@ -254,7 +254,7 @@ def test_saved_vm_model_loads_and_runs(tmp_path) -> None:  # type: ignore[no-unt
 def test_scan_over_axis_zero_compiled_and_on_the_vm(compiled: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A Scan over axis 0 (one input reversed, one output reversed, a capture): in C as one
     native call (rows read and written in place) and trip by trip on the VM, as onnxruntime."""
-    monkeypatch.setattr(dynamic_control, "COMPILED_LOOPS", compiled)
+    monkeypatch.setattr(vm_control, "COMPILED_LOOPS", compiled)
     body = helper.make_graph(
         [helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
          helper.make_node("Add", ["hw", "a"], ["p"]),

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import ember
-from ember import dynamic_control
+from ember.compiler import vm_control
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Graph, Value
 from ember.ir.types import Sym, TensorType, floordiv
@@ -97,7 +97,7 @@ def test_recurrent_op_over_a_symbolic_length(op: str, direction: str, layout: in
     """Compiled once, run at lengths 1, 4 and 9: each direction is a Scan whose body is one
     step (weights given at run time become the body's captures); onnxruntime is the oracle,
     onnx's reference evaluator where onnxruntime lacks layout 1."""
-    monkeypatch.setattr(dynamic_control, "COMPILED_LOOPS", compiled)
+    monkeypatch.setattr(vm_control, "COMPILED_LOOPS", compiled)
     model = _rnn_model(op, direction, layout, states, weights_as_inputs, **attrs)
     cm = ember.compile(model)
     assert isinstance(cm, VMModel)

@@ -1,4 +1,4 @@
-"""ONNX sequences on the VM (``ember.dynamic_sequence``): cons lists operated on by recursive VM
+"""ONNX sequences on the VM (``ember.compiler.vm_sequence``): cons lists operated on by recursive VM
 functions and builtins; against onnxruntime, with lists in and out, through a Loop, and saved."""
 
 from __future__ import annotations

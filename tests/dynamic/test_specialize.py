@@ -1,5 +1,5 @@
 """Nodes whose run-time operands a converter needs as constants, specialized on the VM
-(``ember.frontend.onnx.specialize``, ``ember.dynamic_specialize``): against onnxruntime, one
+(``ember.frontend.onnx.specialize``, ``ember.compiler.vm_specialize``): against onnxruntime, one
 compile per distinct operand value, and the cases that stay errors."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 from ember.errors import InputError
 
 ort = pytest.importorskip("onnxruntime")

@@ -1,4 +1,4 @@
-"""Models with data-dependent shapes on the VM (``ember.dynamic``): segments compiled as
+"""Models with data-dependent shapes on the VM (``ember.compiler.vm``): segments compiled as
 symbolic programs, host shape functions, explicit allocation, a Reshape to a shape computed at
 run time as a view; against onnxruntime; the bytecode shown by ``ember inspect``."""
 
@@ -106,7 +106,7 @@ def test_nonzero_and_compress_on_the_vm() -> None:
 def test_data_dependent_op_without_a_vm_form_is_named() -> None:
     """An IR Range of run-time bounds (the importer specializes those; built here by hand)
     has no VM form: the error names the node and the ops the VM runs."""
-    from ember.dynamic import compile_vm
+    from ember.compiler.vm import compile_vm
     from ember.errors import UnsupportedOpError
     from ember.ir.graph import Graph, Value
     from ember.ir.types import TensorType

@@ -33,7 +33,7 @@ from tests.fuzz.cases import Case
 
 MESSAGE_CHARS = 400
 JUDGE_TIMEOUT = 30.0   # seconds for onnxruntime and the checker once ember is done
-PRELOAD = ["tests.fuzz.runner", "ember", "ember.driver", "onnxruntime", "onnx.checker"]
+PRELOAD = ["tests.fuzz.runner", "ember", "ember.compiler.api", "onnxruntime", "onnx.checker"]
 
 
 def _short(text: str) -> str:

@@ -161,7 +161,7 @@ def test_attention_plan_fuses_scale_and_mask_into_the_product() -> None:
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((1, h, 16, 8)).astype(F32) for h in (4, 2, 2))
     model, _ = _model("Attention", {"Q": q, "K": k, "V": v}, ["Y"], 23, is_causal=1)
-    comp = ember.driver.build(model)
+    comp = ember.compiler.driver.build(model)
     bodies = [n.attrs["body"].name for n in comp.graph.nodes if n.op == "Fused"]
     assert "MatMul_Mul_Add" in bodies and bodies.count("Softmax") == 1
     assert sum(name.startswith("MatMul") for name in bodies) == 2

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from modelkit import compare, make_model
 from onnx import helper
 
-from ember import driver
+from ember.compiler import driver
 
 rng = np.random.default_rng(3)
 

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 
 N = 4099   # not a multiple of the vector width: the tail of each row runs too
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 from ember.kernel import concat
 from tests.modelkit import draw_array, make_model
 

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from ember import driver
+from ember.compiler import driver
 from ember.kernel import depthwise
 from ember.kernel.depthwise import DwGeom, DwTiling
 from ember.passes import layout_nhwc

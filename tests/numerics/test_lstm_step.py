@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from ember import driver
+from ember.compiler import driver
 from ember.ir.graph import Graph, Value
 from ember.ir.types import TensorType
 from ember.passes import fuse_lstm

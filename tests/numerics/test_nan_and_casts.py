@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 from ember.kernel import pool_nhwc
 from ember.passes import pipeline
 from tests.modelkit import F32, make_model, run_ort

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from ember import driver
+from ember.compiler import driver
 from ember.kernel import pool_nhwc
 from tests.cases import randn
 from tests.modelkit import compare, make_model

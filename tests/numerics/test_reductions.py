@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 
 ort = pytest.importorskip("onnxruntime")
 

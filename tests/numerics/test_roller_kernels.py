@@ -95,7 +95,7 @@ def test_register_epilogues(tile: DenseTile, name: str, monkeypatch: pytest.Monk
     """The fused ops applied to the accumulators on the last K chunk: per-channel constants
     (either operand order), a residual tensor (another conv's output, or the conv's own
     input), on partial channel blocks (C = 40); anything else keeps the TE epilogue."""
-    from ember import driver
+    from ember.compiler import driver
 
     rng = np.random.default_rng(len(name))
     c = 40
@@ -143,7 +143,7 @@ def test_transposed_store_of_a_conv_chain_exit(tile: DenseTile,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """An NCHW model's last conv stores its tiles transposed (16 x 16 register blocks and
     scalar edges), after a residual Add and a Relu computed on the tile."""
-    from ember import driver
+    from ember.compiler import driver
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((1, 24, 20, 19)).astype(np.float32)

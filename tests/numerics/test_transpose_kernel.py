@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 from ember.ir.graph import Graph
 from ember.kernel import transpose
 from tests.modelkit import draw_array, make_model

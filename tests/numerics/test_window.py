@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from ember import driver
+from ember.compiler import driver
 from ember.ir.graph import Graph
 from ember.kernel import window
 from ember.kernel.roller import RollerContext

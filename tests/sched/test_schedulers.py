@@ -12,12 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from ember import autosched, driver
+import ember
+from ember.compiler import autosched, driver
+from ember.compiler.tuning import device_spec
 from ember.errors import CompileError, EmberError
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import Barrier, ExecutionPlan, PlanBuilder, RTask
 from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan, simulate
-from ember.tuning import device_spec
 
 
 def op_of(kernels: list[KernelInfo]) -> list[int]:
@@ -334,7 +335,7 @@ def test_the_library_keeps_only_the_rkernels_its_plan_runs() -> None:
 
 
 def test_use_plan_rejects_plans_of_another_library() -> None:
-    cm = driver.compile(_branchy_model(), num_threads=2, schedule="sequential")
+    cm = ember.compile(_branchy_model(), num_threads=2, schedule="sequential")
     with pytest.raises(EmberError, match="rejected"):
         cm.use_plan({"policy": "x", "programs": [[999, 0, 1], []]})
     with pytest.raises(EmberError, match="vEU programs"):
@@ -343,7 +344,7 @@ def test_use_plan_rejects_plans_of_another_library() -> None:
 
 def test_unknown_schedule_is_a_clear_error() -> None:
     with pytest.raises(EmberError, match="unknown schedule"):
-        driver.compile(_branchy_model(), schedule="fastest")
+        ember.compile(_branchy_model(), schedule="fastest")
 
 
 def test_dependencies_cover_data_edges_and_reused_bytes() -> None:

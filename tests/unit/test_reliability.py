@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 from ember.errors import ArtifactError, DataError, EmberError, InputError
 from ember.runtime import probe as probe_mod
 from ember.runtime.compiled import check_isa, load_model
-from ember.runtime.toolchain import isa_features
+from ember.runtime.host import isa_features
 from tests.modelkit import graph_model, make_model, run_ort
 
 INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]

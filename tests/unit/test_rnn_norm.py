@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 import ember
-from ember import driver
+from ember.compiler import driver
 from ember.errors import EmberError, ModelError, UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.interp import run_graph

@@ -20,7 +20,7 @@ import pytest
 
 from ember.errors import ArtifactError, CompileError, EmberError, InputError
 from ember.runtime import artifact as art
-from ember.runtime import toolchain
+from ember.runtime import cache, toolchain
 from ember.runtime.compiled import CompiledModel, load_model
 from ember.runtime.module import NativeModule, aligned_empty
 
@@ -186,9 +186,12 @@ def test_cache_key_depends_on_source_and_flags(fresh_cache: Path) -> None:
 
 def test_cache_dir_follows_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "elsewhere"))
-    assert toolchain.cache_dir() == tmp_path / "elsewhere"
+    assert cache.cache_dir() == tmp_path / "elsewhere"
     monkeypatch.delenv("EMBER_CACHE_DIR")
-    assert toolchain.cache_dir() == Path.home() / ".cache" / "ember"
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache.cache_dir() == Path.home() / ".cache" / "ember"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "ember"
 
 
 def _compile_in_child(cache: str, source: str, barrier, queue) -> None:  # noqa: ANN001
@@ -448,7 +451,7 @@ def test_save_load_round_trip_bit_exact(model1: CompiledModel, tmp_path: Path) -
     loaded = load_model(path)
     again = load_model(path)
     assert loaded.lib_path == again.lib_path  # extracted once, under its own hash
-    assert len(list((toolchain.cache_dir() / "artifacts").glob(f"{loaded.lib_path.stem}*"))) == 1
+    assert len(list((cache.cache_dir() / "artifacts").glob(f"{loaded.lib_path.stem}*"))) == 1
     assert loaded.meta["extra_key"] == {"kept": True}
     assert loaded.source == MODEL1
     assert loaded.input_names == model1.input_names

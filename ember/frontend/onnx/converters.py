@@ -15,7 +15,8 @@ its numpy reference and becomes a constant Value.
 The families live in ``conv_nn.py`` (conv, dense, norm, pool, softmax), ``tensor_ops.py``
 (shape manipulation, indexing, resize, reductions) and ``rnn.py`` (LSTM, GRU, RNN, unrolled);
 ``math_ops.py``, ``norm_ops.py``, ``index_ops.py`` and ``attention.py`` hold the newer families;
-this file holds the core element-wise and misc ops.
+this file holds the core element-wise and misc ops. It imports no family: each family imports it
+(``converter``, ``Ctx``) and the package ``__init__`` imports every family to register them.
 """
 
 from __future__ import annotations
@@ -343,23 +344,3 @@ def cast_attrs(to: dtypes.DType, attrs: Attrs) -> dict[str, Any]:
             f"Cast to FLOAT8E8M0 with round_mode={mode!r} is not supported (ember implements "
             "the default round_mode 'up')")
     return out
-
-
-# Register the other families (they import this module for ``converter`` and ``Ctx``).
-from ember.frontend.onnx import attention as _attention  # noqa: E402,F401
-from ember.frontend.onnx import control as _control  # noqa: E402,F401
-from ember.frontend.onnx import conv_nn as _conv_nn  # noqa: E402,F401
-from ember.frontend.onnx import deform_ops as _deform_ops  # noqa: E402,F401
-from ember.frontend.onnx import flex_attention as _flex_attention  # noqa: E402,F401
-from ember.frontend.onnx import index_ops as _index_ops  # noqa: E402,F401
-from ember.frontend.onnx import math_ops as _math_ops  # noqa: E402,F401
-from ember.frontend.onnx import misc_ops as _misc_ops  # noqa: E402,F401
-from ember.frontend.onnx import norm_ops as _norm_ops  # noqa: E402,F401
-from ember.frontend.onnx import optional_ops as _optional_ops  # noqa: E402,F401
-from ember.frontend.onnx import quant_ops as _quant_ops  # noqa: E402,F401
-from ember.frontend.onnx import rnn as _rnn  # noqa: E402,F401
-from ember.frontend.onnx import sampling_ops as _sampling_ops  # noqa: E402,F401
-from ember.frontend.onnx import sequence_ops as _sequence_ops  # noqa: E402,F401
-from ember.frontend.onnx import spectral_ops as _spectral_ops  # noqa: E402,F401
-from ember.frontend.onnx import tensor_ops as _tensor_ops  # noqa: E402,F401
-from ember.frontend.onnx import text_ops as _text_ops  # noqa: E402,F401

@@ -4,7 +4,7 @@ A converter asks for constants it cannot do without: reduction axes, pads, slice
 scales, a TopK's k, a Range's bounds. When such an operand is computed at run time (a graph
 input, or the output of other nodes), the importer keeps the ONNX node as one ``Specialize``
 node (``ember.ir.ops.specialize``) instead of failing: the VM converts and compiles it for the
-operand's value when it meets one (``ember.dynamic_specialize``). That is exact and runs
+operand's value when it meets one (``ember.compiler.vm_specialize``). That is exact and runs
 compiled code, at the price of a compile for each distinct value: fine for values that rarely
 change (a model's axes fed as inputs), costly for values that change on every call.
 

@@ -15,7 +15,7 @@ pass sees the dependence; the attribute ``captures`` gives their count.
   inputs' length on their scan axis.
 
 They never fuse (OPAQUE), and their output shapes can depend on values (DATA_DEPENDENT): the VM
-runs them (``ember.dynamic``) with real branches and loops. The references here interpret the
+runs them (``ember.compiler.vm``) with real branches and loops. The references here interpret the
 bodies with the reference interpreter: constant folding and the tests' oracle.
 """
 

@@ -6,7 +6,7 @@
 
 Their converters fold the forms whose answer is known at compile time (a plain tensor or
 sequence given where an optional is accepted, an absent input); what remains is OPAQUE and
-runs on the VM (``ember.dynamic_optional``). The references take None for an empty optional.
+runs on the VM (``ember.compiler.vm_optional``). The references take None for an empty optional.
 """
 
 from __future__ import annotations

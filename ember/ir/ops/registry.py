@@ -4,6 +4,10 @@ Each op declares its type relation (symbolic dims welcome), its fusion pattern k
 OpPatternKind), its shape-function mode (Nimble) and a numpy reference implementation, which is
 both the oracle of the tests and the engine of constant folding. Tensor-expression computes live
 in ``ember.lower`` (the one place the graph meets TE) in a table keyed by the same op names.
+
+This module is the bottom of ``ember.ir.ops``: it imports no op family. The families import it
+(``defop``) and the package ``__init__`` imports every family, so they are all registered by the
+time anything can look one up (importing ``ember.ir.ops.registry`` runs that ``__init__`` first).
 """
 
 from __future__ import annotations
@@ -95,7 +99,6 @@ def defop(name: str, pattern: Pattern, infer: InferFn,
 
 
 def get(name: str) -> OpDef:
-    _ensure_loaded()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -105,15 +108,4 @@ def get(name: str) -> OpDef:
 
 
 def all_ops() -> dict[str, OpDef]:
-    _ensure_loaded()
     return dict(_REGISTRY)
-
-
-_loaded = False
-
-
-def _ensure_loaded() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import ember.ir.ops  # noqa: F401  (registers every family)

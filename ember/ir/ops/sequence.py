@@ -1,6 +1,6 @@
 """The ONNX sequence ops on ``SequenceType`` values (``ember.ir.sequence``).
 
-They are OPAQUE and data-dependent: the VM runs them (``ember.dynamic_sequence``), sequences
+They are OPAQUE and data-dependent: the VM runs them (``ember.compiler.vm_sequence``), sequences
 being cons lists of tensors there. The references work on Python lists of arrays (the tests'
 oracle; sequence ops are never folded: their converters add them without folding).
 """

@@ -4,7 +4,7 @@ time (reduction axes, pads, slice starts, resize scales, a TopK's k...).
 The node keeps the ONNX node (``onnx_node``, its ``opset``) and the indices of the operands it
 is specialized on (``operands``); its outputs' types (``out_types``) come from ONNX's shape
 inference, with a fresh symbol for every dim it cannot tell. It never fuses and its shapes are
-data-dependent: the VM (``ember.dynamic_specialize``) converts and compiles it for each
+data-dependent: the VM (``ember.compiler.vm_specialize``) converts and compiles it for each
 distinct operand value it meets, caching the programs. Its reference is onnx's own reference
 evaluator on the node: the tests' oracle (the node never folds: an operand is not constant).
 """

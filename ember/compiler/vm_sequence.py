@@ -16,19 +16,16 @@ Pre: a node of ``ember.ir.ops.sequence`` whose inputs have registers. Post: its 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ember.dynamic_control import value_reg
+from ember.compiler.vm_control import value_reg
 from ember.ir.graph import Node
-from ember.ir.ops.sequence import split_sizes, split_span
 from ember.vm.builder import FunctionBuilder, Var
-from ember.vm.builtins import PackedFunc, put_shape
 
 if TYPE_CHECKING:
-    from ember.dynamic import _VMCompiler
+    from ember.compiler.vm import _VMCompiler
 
 Regs = dict[int, Var]
 
@@ -209,50 +206,3 @@ def _recursive(c: _VMCompiler, name: str, params: list[str], at_zero) -> None:  
                 rest = g.call(name, t, j)
                 m.result(g.construct(lst.Cons, h, rest) if mode == "keep_head" else rest)
         g.ret(m.value)
-
-
-# --------------------------------------------------------------------------- split packed functions
-def _split_operand(split: np.ndarray) -> np.ndarray | None:
-    """The split operand, None where absent (an empty 1-d split stands for "absent")."""
-    return None if split.ndim == 1 and split.size == 0 else split
-
-
-def _piece(x: np.ndarray, split: np.ndarray, i: int, axis: int,
-           keepdims: bool) -> tuple[int, int, list[int]]:
-    """Piece i's start, length and shape."""
-    start, size = split_span(x.shape[axis], _split_operand(split), i)
-    shape = list(x.shape)
-    shape[axis] = size
-    if split.size == 0 and not keepdims:
-        del shape[axis]
-    return start, size, shape
-
-
-def split_count(axis: int) -> PackedFunc:
-    def fn(args: Sequence[Any]) -> None:
-        args[2][...] = len(split_sizes(args[0].shape[axis], _split_operand(args[1])))
-    return fn
-
-
-def split_piece_shape(axis: int, keepdims: bool, itemsize: int) -> PackedFunc:
-    def fn(args: Sequence[Any]) -> None:
-        put_shape(args, 3, _piece(args[0], args[1], int(args[2]), axis, keepdims)[2],
-                  itemsize)
-    return fn
-
-
-def split_piece(axis: int, keepdims: bool) -> PackedFunc:
-    """``(x, split, i, out)``: piece i copied out."""
-    def fn(args: Sequence[Any]) -> None:
-        x, split, i, out = args
-        start, size, _ = _piece(x, split, int(i), axis, keepdims)
-        out[...] = x[(slice(None),) * axis + (slice(start, start + size),)].reshape(out.shape)
-    return fn
-
-
-FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
-    "split_count": lambda r: split_count(r["axis"]),
-    "split_piece_shape": lambda r: split_piece_shape(r["axis"], bool(r["keepdims"]),
-                                                     r["itemsize"]),
-    "split_piece": lambda r: split_piece(r["axis"], bool(r["keepdims"])),
-}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember import autosched
 from ember.codegen.program import (
     BoundKernel,
     ParamBlob,
@@ -23,6 +21,8 @@ from ember.codegen.program import (
     kernel_symbol,
     symbolic_template,
 )
+from ember.compiler import autosched
+from ember.compiler.tuning import TopK, device_spec
 from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
@@ -35,12 +35,12 @@ from ember.passes import pipeline
 from ember.passes.cse import attr_key
 from ember.passes.memplan import MemoryPlan, kernel_dependencies
 from ember.runtime.compiled import CompiledModel
-from ember.runtime.toolchain import compile_shared, isa_features
+from ember.runtime.host import isa_features
+from ember.runtime.toolchain import compile_shared
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan, RTask
 from ember.sched.vdevice import levels
-from ember.tuning import TopK, device_spec
-from ember.vm.model import VMModel
+from ember.support import log, options
 
 VERSION = "0.1.0"
 
@@ -95,10 +95,8 @@ class Compilation:
 
 def default_threads() -> int:
     """``OMP_NUM_THREADS`` (at most the CPUs this process may use), else those CPUs."""
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if env.strip().isdigit() and int(env) > 0:
-        return min(int(env), available_cpus())
-    return available_cpus()
+    env = options.current().env_threads
+    return min(env, available_cpus()) if env else available_cpus()
 
 
 def available_cpus() -> int:
@@ -135,14 +133,12 @@ def check_topk(topk: Any) -> int | None:
 
 
 def default_topk() -> int:
-    """Roller's K: ``EMBER_TOPK`` or 1 (pure construction, nothing measured)."""
-    env = os.environ.get("EMBER_TOPK", "")
-    return int(env) if env.strip().isdigit() and int(env) > 0 else 1
+    """Roller's K: the options' ``topk`` (``EMBER_TOPK``), 1 by default: pure construction,
+    nothing measured."""
+    return options.current().topk
 
 
-def _progress(msg: str) -> None:
-    if os.environ.get("EMBER_PROGRESS", "1") != "0" and sys.stderr.isatty():
-        print(f"[ember] {msg}", file=sys.stderr, flush=True)
+LOG = log.LOG.getChild("compiler")
 
 
 def build(model: onnx.ModelProto | str | os.PathLike | Graph,
@@ -172,8 +168,9 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     if not any(v.type.atoms() for v in g.inputs):
         _require_static_shapes(g)
     comp.timings["import"] = time.perf_counter() - t
+    run = log.current_run()
     t = time.perf_counter()
-    verify_each = verify_each or os.environ.get("EMBER_VERIFY") == "1"
+    verify_each = verify_each or options.current().verify_each
     g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=verify_each, dump=dump)
     # after shape analysis: the symbols that remain, the checks they still need
     table = _symbol_table(g, dim_hints or {})
@@ -185,11 +182,15 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     comp.graph = g
     comp.symbols = table
     comp.timings["passes"] = time.perf_counter() - t
+    run.add("passes", comp.timings["passes"], f"{len(g.nodes)} nodes")
     t = time.perf_counter()
     fused = comp.fused
     threads = check_threads(num_threads) or default_threads()
     topk = check_topk(topk)
-    picker = TopK(threads, device_spec(threads), default_topk() if topk is None else topk)
+    with run.timed("machine", "the device spec: probe and micro-kernel peaks"):
+        spec = device_spec(threads)
+    t = time.perf_counter()
+    picker = TopK(threads, spec, default_topk() if topk is None else topk)
     ctx = picker.context()
     one = TopK(1, picker.spec, picker.topk)     # the efficient rKernels' picker: one vEU
     ctx1 = one.context()
@@ -203,10 +204,15 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
         comp.plan.validate([k.ntasks for k in comp.program_kernels], comp.op_of)
     else:
         comp.plan = symbolic_template(len(comp.kernels), threads)
-    _emit(comp)
-    comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s - one.measure_s
     comp.timings["construct"] = ctx.construct_s + ctx1.construct_s
     comp.timings["profile_topk"] = picker.measure_s + one.measure_s
+    run.add("kernels", time.perf_counter() - t, f"{len(comp.program_kernels)} kernels; Roller "
+            f"construction {comp.timings['construct']:.2f} s, top-K timing "
+            f"{comp.timings['profile_topk']:.2f} s")
+    t_emit = time.perf_counter()
+    _emit(comp)
+    run.add("C", time.perf_counter() - t_emit, f"{len(comp.source) // 1024} KiB")
+    comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s - one.measure_s
     comp.roller = ctx.log
     return comp
 
@@ -227,13 +233,16 @@ def _build_kernels(fused: list[Node], ctx: Any, symbolic: bool) -> list[Kernel]:
     """Each fused node's kernel; nodes with equal bodies share one."""
     built: dict[tuple, Kernel] = {}
     out = []
-    for i, n in enumerate(fused):
-        if len(fused) > 20 and i % 20 == 0:
-            _progress(f"kernels {i}/{len(fused)}")
-        key = _body_key(n)
-        if key not in built:
-            built[key] = _build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx, symbolic)
-        out.append(built[key])
+    bar = log.progress(len(fused), "kernels")
+    try:
+        for i, n in enumerate(fused):
+            key = _body_key(n)
+            if key not in built:
+                built[key] = _build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx, symbolic)
+            out.append(built[key])
+            bar.update()
+    finally:
+        bar.close()
     return out
 
 
@@ -312,8 +321,8 @@ def _build_kernel(name: str, n: Node, ctx: Any, symbolic: bool) -> Kernel:
 
 
 def default_schedule() -> str:
-    """``EMBER_SCHEDULE`` or "auto"."""
-    return os.environ.get("EMBER_SCHEDULE", "").strip() or "auto"
+    """The options' schedule (``EMBER_SCHEDULE``), "auto" by default."""
+    return options.current().schedule
 
 
 # the operands that determine an op's output shape, by position (``_require_static_shapes``)
@@ -348,32 +357,12 @@ def _require_static_shapes(g: Graph) -> None:
             "at run time, which ember's static compiler does not support yet")
 
 
-def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
-            input_shapes: dict[str, Any] | None = None, target: str = "cpu",
-            *, num_threads: int | None = None, topk: int | None = None,
-            schedule: str | None = None, profile: bool = True,
-            dim_hints: dict[str, int] | None = None) -> CompiledModel | VMModel:
-    """Compile ``model`` for the CPU. ``schedule``: "auto" (time every plan, keep the fastest),
-    "sequential", "rammer" or "ios"; their costs come from profiling the compiled kernels
-    (``profile=False``: predicted from the kernels' flops and bytes). Inputs whose dims stay
-    symbolic (a ``dim_param`` not fixed by ``input_shapes``) give a model compiled once for any
-    value of them; ``dim_hints`` names the sizes its kernels are tuned for (default 128). A
-    model whose shapes depend on values computed at run time runs on the VM (``VMModel``)."""
-    from ember import dynamic
-
-    if target != "cpu":
-        raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
-    num_threads, topk = check_threads(num_threads), check_topk(topk)
-    g = import_model(model, input_shapes)
-    if dynamic.needs_vm(g):
-        return dynamic.compile_vm(g, num_threads=num_threads, topk=topk, dim_hints=dim_hints)
-    return compile_full(g, input_shapes, target, num_threads=num_threads, topk=topk,
-                        schedule=schedule, profile=profile, dim_hints=dim_hints)[1]
-
-
 def to_model(comp: Compilation) -> CompiledModel:
     """The compiled library of ``comp``, loaded (the C compiler runs here)."""
-    return CompiledModel(compile_shared(comp.source), comp.params, _meta(comp), comp.source)
+    t = time.perf_counter()
+    lib = compile_shared(comp.source)
+    log.current_run().add("cc", time.perf_counter() - t)
+    return CompiledModel(lib, comp.params, _meta(comp), comp.source)
 
 
 def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
@@ -392,19 +381,21 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
     comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints,
                  variants=policy != "sequential")
     t = time.perf_counter()
-    _progress(f"compiling {len(comp.source) // 1024} KiB of C")
+    LOG.info("cc: compiling %d KiB of C", len(comp.source) // 1024)
     lib = compile_shared(comp.source)
     comp.timings["cc"] = time.perf_counter() - t
+    log.current_run().add("cc", comp.timings["cc"])
     cm = CompiledModel(lib, comp.params, _meta(comp), comp.source)
     if policy != "sequential" and cm.num_threads > 1 and comp.symbols is None:
         t = time.perf_counter()
-        _progress(f"scheduling ({policy})")
+        LOG.info("scheduling: timing the %s plans", policy)
         comp.plan, report = autosched.choose(cm, comp, device_spec(cm.num_threads), policy,
                                              profile)
         if _drop_unused_variants(comp):    # the library keeps only the rKernels its plan runs
             cm = CompiledModel(compile_shared(comp.source), comp.params, _meta(comp),
                                comp.source)
         comp.timings["schedule"] = time.perf_counter() - t
+        log.current_run().add("schedule", comp.timings["schedule"], str(report.get("chosen", "")))
         cm.annotate("schedule", report)
         cm.annotate("timings", {k: round(v, 4) for k, v in comp.timings.items()})
     return comp, cm

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
+from ember.compiler import driver
+from ember.compiler.vm_control import value_reg
 from ember.errors import RuntimeOperandError, UnsupportedOpError
 from ember.frontend.onnx.importer import convert_single
 from ember.frontend.onnx.specialize import MAX_OPERAND
@@ -32,10 +34,9 @@ from ember.ir.types import Sym, TensorType
 from ember.runtime.compiled import CompiledModel
 from ember.support import dtypes
 from ember.vm.builder import FunctionBuilder, Var
-from ember.vm.builtins import write_shapes
 
 if TYPE_CHECKING:
-    from ember.dynamic import _VMCompiler
+    from ember.compiler.vm import _VMCompiler
 
 MAX_PROGRAMS = 32
 
@@ -117,8 +118,6 @@ class Specializer:
     def _build(self, args: Sequence[np.ndarray]) -> tuple[CompiledModel, list[int]]:
         """Compile for the operands' values, the other inputs keeping their symbolic dims; when
         a kernel has no symbolic form, for the inputs' shapes too (from then on)."""
-        from ember import driver
-
         while True:
             g, positions = self._convert(args)
             try:
@@ -160,30 +159,8 @@ class Specializer:
         self.operands.add(index)
 
 
-def shape_fn(sp: Specializer, itemsizes: Sequence[int]) -> Any:
-    """``(inputs..., (shape, nbytes) per output)``, compiling on a new operand value."""
-    n_in = len(sp.present)
-
-    def shapes(args: Sequence[np.ndarray]) -> None:
-        cm, pos = sp.program(args[:n_in])
-        write_shapes(args, n_in, cm.output_shapes([args[p].shape for p in pos]), itemsizes)
-    return shapes
-
-
-def run_fn(sp: Specializer) -> Any:
-    """``(inputs..., outputs...)``: the program for the operands' values, into the outputs."""
-    n_in = len(sp.present)
-
-    def run(args: Sequence[np.ndarray]) -> None:
-        cm, pos = sp.program(args[:n_in])
-        cm.run_into([args[p] for p in pos], list(args[n_in:]))
-    return run
-
-
 def emit(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: dict[int, Var]) -> None:
     """shape function (compiling on a new value) -> allocate -> run the program."""
-    from ember.dynamic_control import value_reg
-
     sp = Specializer.from_node(n, c.options)
     j = len(c.specializers)
     c.specializers.append(sp)

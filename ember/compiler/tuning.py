@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -31,15 +30,12 @@ from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_n
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import MAX_ROWS, fits_registers
 from ember.kernel.roller.hal import DeviceSpec, detect_cpu, load_spec, with_measurements
+from ember.runtime.cache import cache_dir, write_atomic
 from ember.runtime.compiled import CompiledModel
-from ember.runtime.toolchain import (
-    cache_dir,
-    compile_many,
-    compile_shared,
-    host_id,
-    write_atomic,
-)
+from ember.runtime.host import host_id
+from ember.runtime.toolchain import compile_many, compile_shared
 from ember.sched import sequential
+from ember.support import options
 
 REPS = 8            # kernel runs per timed call, at most
 ROUNDS = 5          # interleaved timing rounds per candidate
@@ -48,9 +44,10 @@ CACHE_FORMAT = 2     # 2: a dense rProgram may pack its input (DenseTile.pack)
 
 
 def device_spec(threads: int, probe: bool = True) -> DeviceSpec:
-    """The device Roller constructs for: ``EMBER_DEVICE_SPEC`` if set, else the detected CPU
-    with measured figures (``probe=False``: nominal figures, nothing measured)."""
-    path = os.environ.get("EMBER_DEVICE_SPEC")
+    """The device Roller constructs for: the options' ``device_spec`` (``EMBER_DEVICE_SPEC``)
+    if set, else the detected CPU with measured figures (``probe=False``: nominal figures,
+    nothing measured)."""
+    path = options.current().device_spec
     base = detect_cpu(threads)
     if path:
         return replace(load_spec(path, base), units=threads)

@@ -17,8 +17,8 @@ symbols are bound from the shapes of its inputs — fresh symbols included. The 
 * per dynamic node: its data-dependent shape function on the host, then the op: a Reshape is
   ``reshape_tensor`` (a view), NonZero a native kernel into an output of the counted size,
   Unique / NonMaxSuppression native kernels in upper-bound mode (``runtime.native_ops``);
-* control flow: ``dynamic_control``; specialized nodes: ``dynamic_specialize``; sequences:
-  ``dynamic_sequence``.
+* control flow: ``vm_control``; specialized nodes: ``vm_specialize``; sequences:
+  ``vm_sequence``.
 
 Every packed function is built from a JSON recipe (``packed_from_recipe``), which a saved model
 keeps (``VMModel.save`` / ``load_vm``). Devices are then placed by unification
@@ -30,116 +30,39 @@ Pre: an imported graph (``import_model``). Post: a ``VMModel`` whose outputs equ
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ember import dynamic_control as control
-from ember import dynamic_optional, dynamic_sequence, dynamic_specialize
-from ember.dynamic_control import value_reg
-from ember.dynamic_optional import on_optionals
-from ember.errors import ArtifactError, UnsupportedOpError
+from ember.compiler import driver, vm_optional, vm_sequence, vm_specialize
+from ember.compiler import vm_control as control
+from ember.compiler.vm_control import value_reg
+from ember.compiler.vm_partition import (
+    Segment,
+    needs_vm,
+    on_optionals,
+    on_sequences,
+    partition,
+)
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
-from ember.ir.ops.sequence import SEQUENCE_OPS
-from ember.ir.ops.tensor import reshape_dims
 from ember.ir.optional import is_optional
 from ember.ir.sequence import is_sequence
 from ember.ir.symdims import replace_atoms
 from ember.ir.types import DimCheck
 from ember.passes.rebind_dims import rebind_derived_dims
-from ember.runtime.artifact import read_bundle
-from ember.runtime.compiled import CompiledModel, load_model_bytes
-from ember.runtime.loops import CompiledLoop, CompiledScan
-from ember.vm import builtins, placement
+from ember.runtime.compiled import CompiledModel
+from ember.vm import placement
 from ember.vm.builder import FunctionBuilder, ProgramBuilder, Var
-from ember.vm.executable import Executable
-from ember.vm.interpreter import packed_from_compiled
+from ember.vm.load import packed_from_recipe
 from ember.vm.model import VMModel
-from ember.vm.objects import np_dtype
 
-# data-dependent ops the VM runs
-VM_OPS = {"Reshape", "NonZero", "Unique", "NonMaxSuppression"}
+__all__ = ["compile_vm", "needs_vm"]
 
 
-def _atoms(values: Sequence[Value | None]) -> frozenset[str]:
-    return frozenset().union(*(v.type.atoms() for v in values if v is not None))
-
-
-def is_dynamic(n: Node, input_atoms: frozenset[str]) -> bool:
-    """Are ``n``'s output dims data-dependent (fresh symbols of its shape function)?"""
-    return not _atoms(n.outputs) <= _atoms(n.inputs) | input_atoms
-
-
-def needs_vm(g: Graph) -> bool:
-    known = _atoms(g.inputs)
-    return any(_vm_node(n) or is_dynamic(n, known) for n in g.nodes) \
-        or any(is_sequence(v.type) or is_optional(v.type) for v in g.inputs)
-
-
-def _vm_node(n: Node) -> bool:
-    """A node the VM runs itself whatever its shapes: control flow, a Specialize node, or
-    one on sequences or optionals."""
-    return n.op in CONTROL_OPS or n.op == "Specialize" or on_sequences(n) or on_optionals(n)
-
-
-def on_sequences(n: Node) -> bool:
-    """A sequence op, or another op (Identity) applied to a sequence: the VM's."""
-    return n.op in SEQUENCE_OPS or any(v is not None and is_sequence(v.type)
-                                       for v in [*n.inputs, *n.outputs])
-
-
-@dataclass
-class _Segment:
-    nodes: list[Node] = field(default_factory=list)
-    inputs: list[Value] = field(default_factory=list)
-    outputs: list[Value] = field(default_factory=list)
-
-
-def partition(g: Graph) -> list[_Segment | Node]:
-    """Graph order cut at the dynamic nodes: segments of the others, and the dynamic nodes."""
-    known = _atoms(g.inputs)
-    steps: list[_Segment | Node] = []
-    for n in g.nodes:
-        if _vm_node(n):
-            steps.append(n)
-        elif is_dynamic(n, known):
-            if n.op not in VM_OPS:
-                raise UnsupportedOpError(
-                    f"node {n.name!r} ({n.op}): its output shape {n.outputs[0].type} depends "
-                    f"on values computed at run time; the VM runs such {', '.join(VM_OPS)} "
-                    f"nodes today, not {n.op} yet")
-            steps.append(n)
-        elif steps and isinstance(steps[-1], _Segment):
-            steps[-1].nodes.append(n)
-        else:
-            steps.append(_Segment([n]))
-    later_uses: dict[int, int] = {}
-    for k, s in enumerate(steps):
-        for n in (s.nodes if isinstance(s, _Segment) else [s]):
-            for v in n.inputs:
-                if v is not None:
-                    later_uses[v.uid] = k
-    outs = {v.uid for v in g.outputs}
-    for k, s in enumerate(steps):
-        if not isinstance(s, _Segment):
-            continue
-        made = {o.uid for n in s.nodes for o in n.outputs}
-        seen: set[int] = set()
-        for n in s.nodes:
-            for v in n.inputs:
-                if v is not None and v.uid not in made and not v.is_const and v.uid not in seen:
-                    seen.add(v.uid)
-                    s.inputs.append(v)
-        s.outputs = [o for n in s.nodes for o in n.outputs
-                     if o.uid in outs or later_uses.get(o.uid, -1) > k]
-    return steps
-
-
-def _segment_graph(s: _Segment, k: int, checks: Sequence[DimCheck] = ()) -> Graph:
+def _segment_graph(s: Segment, k: int, checks: Sequence[DimCheck] = ()) -> Graph:
     """The segment as a graph of its own: fresh input values (so no pass follows a producer
     into another segment; named as the values they stand for, which errors quote), the
     segment's nodes rewired to them, input dims it could not bind renamed
@@ -193,7 +116,7 @@ class _VMCompiler:
         self.kinds: dict[str, Any] = {}
         self.recipes: dict[str, dict[str, Any]] = {}
         self.programs: list[CompiledModel] = []
-        self.specializers: list[dynamic_specialize.Specializer] = []
+        self.specializers: list[vm_specialize.Specializer] = []
         self._count = 0
         self.list_adt = self.b.adt("List", Nil=[], Cons=["tensor", "List"])
         self.option_adt = self.b.adt("Option", Empty=[], Some=["value"])
@@ -216,27 +139,25 @@ class _VMCompiler:
         with self.b.function(name, [v.name for v in g.inputs]) as f:
             regs: dict[int, Var] = {v.uid: r for v, r in zip(g.inputs, f.params)}
             for step in partition(g):
-                if isinstance(step, _Segment):
+                if isinstance(step, Segment):
                     self.segment(f, step, regs, g.checks)
                 elif step.op in CONTROL_OPS:
                     control.emit(self, f, step, regs)
                 elif step.op == "Specialize":
-                    dynamic_specialize.emit(self, f, step, regs)
+                    vm_specialize.emit(self, f, step, regs)
                 elif on_optionals(step):
-                    dynamic_optional.emit(self, f, step, regs)
+                    vm_optional.emit(self, f, step, regs)
                 elif on_sequences(step):
-                    dynamic_sequence.emit(self, f, step, regs)
+                    vm_sequence.emit(self, f, step, regs)
                 else:
                     self.dynamic(f, step, regs)
             outs = [value_reg(f, v, regs) for v in g.outputs]
             f.ret(outs[0] if main and len(outs) == 1 else f.make_tuple(*outs))
 
-    def segment(self, f: FunctionBuilder, s: _Segment, regs: dict[int, Var],
+    def segment(self, f: FunctionBuilder, s: Segment, regs: dict[int, Var],
                 checks: Sequence[DimCheck] = ()) -> None:
         """shape function -> allocate the outputs -> invoke the program into them (outputs
         of static shapes: one storage for all of them, no shape function)."""
-        from ember import driver
-
         k = len(self.programs)
         comp = driver.build_graph(_segment_graph(s, k, checks), **self.options)
         cm = driver.to_model(comp)
@@ -325,96 +246,3 @@ class _VMCompiler:
         regs[n.outputs[0].uid] = f.reshape(ins[0], shp)
 
 
-def packed_from_recipe(recipe: dict[str, Any], programs: Sequence[CompiledModel],
-                       specializers: Sequence[dynamic_specialize.Specializer]) -> Any:
-    """The packed function a recipe describes (compiling and loading build it the same way)."""
-    fn = builtins.from_recipe(recipe)
-    if fn is not None:
-        return fn
-    kind = recipe["fn"]
-    if kind == "reshape_shape":
-        return _reshape_shape(bool(recipe["allowzero"]))
-    if kind in dynamic_sequence.FACTORIES:
-        return dynamic_sequence.FACTORIES[kind](recipe)
-    if kind == "program":
-        return packed_from_compiled(programs[recipe["program"]])
-    if kind == "program_shapes":
-        return _program_shapes(programs[recipe["program"]], recipe["itemsizes"])
-    if kind == "compiled_loop":
-        return _compiled_loop_fn(CompiledLoop(programs[recipe["program"]], recipe["carried"],
-                                              recipe["captures"], recipe["scan"]))
-    if kind == "compiled_scan":
-        return _compiled_scan_fn(CompiledScan(
-            programs[recipe["program"]], recipe["state"], recipe["xs"], recipe["captures"],
-            recipe["scan"], recipe["x_rev"], recipe["out_rev"]))
-    if kind == "specialize_shape":
-        return dynamic_specialize.shape_fn(specializers[recipe["specializer"]],
-                                           recipe["itemsizes"])
-    if kind == "specialize_run":
-        return dynamic_specialize.run_fn(specializers[recipe["specializer"]])
-    raise ArtifactError(f"unknown packed-function recipe {recipe!r}")
-
-
-def _program_shapes(cm: CompiledModel, itemsizes: Sequence[int]) -> Any:
-    """``(inputs..., (shape, nbytes) per output)``: the program's composed shape function."""
-    n_in = len(cm.input_names)
-
-    def shapes(args: Sequence[np.ndarray]) -> None:
-        builtins.write_shapes(args, n_in, cm.output_shapes([a.shape for a in args[:n_in]]),
-                              itemsizes)
-    return shapes
-
-
-def _reshape_shape(allowzero: bool) -> Any:
-    """``(x, shape, out)``: a Reshape's output shape by the op's own rule (``reshape_dims``:
-    0 copies a dim unless ``allowzero``, -1 takes what is left)."""
-    def fn(args: Sequence[np.ndarray]) -> None:
-        x, target, out = args
-        out[...] = reshape_dims(x.shape, [int(d) for d in np.ravel(target)], allowzero)
-    return fn
-
-
-def load_vm(path: str | os.PathLike[str]) -> VMModel:
-    """A VM model saved by ``VMModel.save``: the executable, its programs, its packed
-    functions rebuilt from their recipes (specializers compile again on new values)."""
-    meta, members = read_bundle(path)
-    try:
-        exe = Executable.from_bytes(members["executable.bin"])
-        programs = [load_model_bytes(members[f"program{k}.ember"], f"{path}:program{k}")
-                    for k in range(int(meta["programs"]))]
-        specializers = [dynamic_specialize.Specializer.from_record(r)
-                        for r in exe.meta.get("specializers", [])]
-        packed = {name: packed_from_recipe(r, programs, specializers)
-                  for name, r in exe.meta["packed_recipes"].items()}
-        dts = [np_dtype(d) for d in meta["input_dtypes"]]
-        return VMModel(exe, packed, meta["inputs"], meta["outputs"], dts, programs,
-                       specializers)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ArtifactError(f"{path}: the VM model in it is incomplete ({type(e).__name__}: "
-                            f"{e})") from e
-
-
-def _compiled_loop_fn(loop: CompiledLoop) -> Any:
-    """``(M, cond, *initial, *captures, *final, *scan rows, trips)``: the loop in C."""
-    n, m, s = loop.n_carried, loop.n_caps, loop.n_scan
-
-    def run(args: Sequence[np.ndarray]) -> None:
-        trip, cond = args[0], args[1]
-        init, caps = args[2:2 + n], args[2 + n:2 + n + m]
-        outs = args[2 + n + m:]
-        done = loop.run(int(trip.reshape(-1)[0]) if trip.size else None,
-                        bool(cond.reshape(-1)[0]) if cond.size else True,
-                        init, caps, outs[:n], outs[n:n + s])
-        outs[-1][...] = done
-    return run
-
-
-def _compiled_scan_fn(scan: CompiledScan) -> Any:
-    """``(*xs, *initial states, *captures, *final states, *scan outputs)``: Scan in C."""
-    m, n, c = scan.n_x, scan.n_state, scan.n_caps
-
-    def run(args: Sequence[np.ndarray]) -> None:
-        xs, init, caps = args[:m], args[m:m + n], args[m + n:m + n + c]
-        outs = args[m + n + c:]
-        scan.run(xs, init, caps, outs[:n], outs[n:])
-    return run

@@ -8,7 +8,7 @@
 
 A value of type ``T`` that flows where ``optional(T)`` is expected (a Loop's carried optional
 whose body gives the plain value, an If branch giving a plain value) is wrapped by
-``dynamic_control.as_type``.
+``vm_control.as_type``.
 
 Pre: a node on optionals whose inputs have registers. Post: its output's.
 """
@@ -19,23 +19,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ember.dynamic_control import value_reg
+from ember.compiler.vm_control import value_reg
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Node
-from ember.ir.ops.optional import OPTIONAL_OPS
-from ember.ir.optional import is_optional
 from ember.vm.builder import FunctionBuilder, Var
 
 if TYPE_CHECKING:
-    from ember.dynamic import _VMCompiler
+    from ember.compiler.vm import _VMCompiler
 
 Regs = dict[int, Var]
-
-
-def on_optionals(n: Node) -> bool:
-    """An optional op, or another op (Identity) applied to an optional: the VM's."""
-    return n.op in OPTIONAL_OPS or any(v is not None and is_optional(v.type)
-                                       for v in [*n.inputs, *n.outputs])
 
 
 def emit(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:

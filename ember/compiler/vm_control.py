@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ember.compiler import driver
+from ember.compiler.vm_partition import Segment, partition
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.optional import is_optional
@@ -36,7 +38,7 @@ from ember.runtime.compiled import CompiledModel
 from ember.vm.builder import FunctionBuilder, Var
 
 if TYPE_CHECKING:
-    from ember.dynamic import _VMCompiler
+    from ember.compiler.vm import _VMCompiler
 
 Regs = dict[int, Var]
 COMPILED_LOOPS = True
@@ -222,8 +224,6 @@ def _vm_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
 def _body_program(c: _VMCompiler, body: Graph, fixed: int) -> CompiledModel | None:
     """The body as ONE program with the loop-body interface, when it can be: every node in
     one segment, the carried and scan values of static shapes (captures may be symbolic)."""
-    from ember import driver
-    from ember.dynamic import _Segment, partition
 
     # the iteration, cond and carried inputs (``fixed``) come first, then the captures
     if not all(v.type.is_static for v in [*body.inputs[:fixed], *body.outputs]) \
@@ -233,7 +233,7 @@ def _body_program(c: _VMCompiler, body: Graph, fixed: int) -> CompiledModel | No
         steps = partition(body)
     except UnsupportedOpError:
         return None
-    if len(steps) != 1 or not isinstance(steps[0], _Segment):
+    if len(steps) != 1 or not isinstance(steps[0], Segment):
         return None
     g = copy.deepcopy(body)    # the VM's own compile of the body rewires its nodes
     cm = driver.to_model(driver.build_graph(g, **c.options))

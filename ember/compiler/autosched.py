@@ -38,14 +38,15 @@ from ember.errors import EmberError
 from ember.kernel.cost import kernel_cost
 from ember.kernel.roller.hal import DeviceSpec
 from ember.passes.memplan import kernel_dependencies
+from ember.runtime.cache import cache_dir
 from ember.runtime.compiled import CompiledModel
-from ember.runtime.toolchain import cache_dir
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import ExecutionPlan
 from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan, simulate, task_costs
+from ember.support import options
 
 if TYPE_CHECKING:
-    from ember.driver import Compilation
+    from ember.compiler.driver import Compilation
 
 POLICIES = ("sequential", "rammer", "ios")
 TASK_OVERHEAD_S = 2e-7     # a predicted rTask's fixed cost on top of its roofline time
@@ -218,7 +219,7 @@ def _cache_path(key: str) -> Path:
 
 
 def _cache_read(key: str) -> dict[str, Any] | None:
-    if os.environ.get("EMBER_SCHED_CACHE", "1") == "0":
+    if not options.current().sched_cache:
         return None
     try:
         data = json.loads(_cache_path(key).read_text())
@@ -238,11 +239,10 @@ def _cache_write(key: str, data: dict[str, Any]) -> None:
         pass
 
 
-def schedule_picture(comp: Compilation, cm: CompiledModel, path: Path) -> Path:
-    """The Gantt chart of the plan ``cm`` runs: predicted (the plan replayed on per-rTask
-    costs profiled now) above measured (the median run of a profile), waits marked."""
-    from ember.bench.plots import gantt
-
+def schedule_timelines(comp: Compilation, cm: CompiledModel) -> dict[str, Any]:
+    """What a Gantt chart of the plan ``cm`` runs shows (``bench.plots.schedule_picture``):
+    the entries, their operators, the predicted timeline (the plan replayed on per-rTask costs
+    profiled now) and the measured one (the median run of a profile), and the waits."""
     plan = comp.plan
     assert plan is not None
     feeds = random_feeds(cm)
@@ -255,8 +255,7 @@ def schedule_picture(comp: Compilation, cm: CompiledModel, path: Path) -> Path:
     run = int(np.argsort(prof.run_seconds)[len(prof.run_seconds) // 2])
     measured = [(float(a), float(b)) for a, b in prof.times[run]]
     fused = comp.fused
-    labels = [fused[op].attrs["master"] for op in comp.op_of]
-    name = Path(str(comp.graph.name or "model")).name
-    return gantt(plan.entries(), labels, {f"predicted ({plan.policy})": predicted,
-                                          f"measured ({plan.policy})": measured},
-                 path, title=name, waits=plan.waited_entries())
+    return {"entries": plan.entries(), "labels": [fused[op].attrs["master"] for op in comp.op_of],
+            "series": {f"predicted ({plan.policy})": predicted,
+                       f"measured ({plan.policy})": measured},
+            "title": Path(str(comp.graph.name or "model")).name, "waits": plan.waited_entries()}

@@ -1,0 +1,52 @@
+"""``ember.compile``: an ONNX model in, a compiled model out — one static program
+(``compiler.driver``), or a VM executable when its shapes depend on values computed at run
+time (``compiler.vm``).
+
+Pre: a model the importer accepts. Post: a ``CompiledModel`` or a ``VMModel``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import onnx
+
+from ember.compiler import driver
+from ember.compiler.vm import compile_vm, needs_vm
+from ember.errors import EmberError
+from ember.frontend.onnx.importer import import_model
+from ember.runtime.compiled import CompiledModel
+from ember.support import log
+from ember.support.options import Options, resolve, using
+from ember.vm.model import VMModel
+
+
+def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
+            input_shapes: dict[str, Any] | None = None, target: str = "cpu",
+            *, num_threads: int | None = None, topk: int | None = None,
+            schedule: str | None = None, profile: bool | None = None,
+            dim_hints: dict[str, int] | None = None,
+            options: Options | None = None) -> CompiledModel | VMModel:
+    """Compile ``model`` for the CPU. ``schedule``: "auto" (time every plan, keep the fastest),
+    "sequential", "rammer" or "ios"; their costs come from profiling the compiled kernels
+    (``profile=False``: predicted from the kernels' flops and bytes). Inputs whose dims stay
+    symbolic (a ``dim_param`` not fixed by ``input_shapes``) give a model compiled once for any
+    value of them; ``dim_hints`` names the sizes its kernels are tuned for (default 128). A
+    model whose shapes depend on values computed at run time runs on the VM (``VMModel``).
+    ``options``: every other knob (``support.options.Options``); the keywords win over it, and
+    it over the environment."""
+    if target != "cpu":
+        raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
+    opts = resolve(options, num_threads=driver.check_threads(num_threads),
+                   topk=driver.check_topk(topk), schedule=schedule, profile=profile,
+                   dim_hints=dim_hints)
+    with using(opts), log.compile_run(model) as run:
+        g = run.stage("import", import_model, model, input_shapes)
+        if needs_vm(g):
+            return compile_vm(g, num_threads=opts.num_threads, topk=opts.topk,
+                              dim_hints=dict(opts.dim_hints) if opts.dim_hints else None)
+        return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
+                                   topk=opts.topk, schedule=opts.schedule,
+                                   profile=opts.profile,
+                                   dim_hints=dict(opts.dim_hints) if opts.dim_hints else None)[1]
