@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,13 @@ def _sysfs(root: Path) -> Path:
         (d / "size").write_text(f"{size}\n")
         (d / "coherency_line_size").write_text("64\n")
     return root
+
+
+@pytest.fixture(autouse=True)
+def _cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every construction here is cold: no memo of an earlier test, an empty disk cache."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "ember-cache"))
+    dense.forget()
 
 
 @pytest.fixture()
@@ -222,3 +229,155 @@ def test_shrink_for_units() -> None:
     tiles = shrink_for_units(e, {"b": 1, "m": 8, "n": 64, "k": 64}, ["m", "n"], 4,
                              {"b": 1, "m": 2, "n": 16, "k": 64})
     assert e.tiles(tiles[-1]) >= 8 and math.prod(tiles[0].values()) > 0
+
+
+# --------------------------------------------------------------------------- recorded choices
+PINNED = Path(__file__).resolve().parents[1] / "specs" / "avx512_2core.json"
+
+
+def _spec(name: str, regs: int, split: int, peak: float, l1: tuple[int, int], l2: int,
+          l3: int, bw: tuple[float, ...]) -> hal.DeviceSpec:
+    layers = (hal.MemLayer("reg", 2048, 64, bw[0]),
+              hal.MemLayer("L1", l1[0], 64, bw[1], ways=l1[1]),
+              hal.MemLayer("L2", l2, 64, bw[2], ways=16),
+              hal.MemLayer("L3", l3, 64, bw[3], shared=True, ways=16),
+              hal.MemLayer("DRAM", 1 << 40, 64, bw[4], shared=True))
+    return hal.DeviceSpec(name, "cpu", 2, 16, regs, peak, layers, vector_split=split,
+                          measured={"fma_gflops_1": peak})
+
+
+def _specs() -> dict[str, hal.DeviceSpec]:
+    """The pinned AVX-512 spec, a Xeon-like one (2 MB L2 per core: every scale-up longer)
+    and an AVX2 one (16 registers, two per 16-lane vector): ``bench/roller_construct.py``'s."""
+    return {
+        "avx512": hal.load_spec(PINNED),
+        "xeon": _spec("xeon-like", 32, 1, 120.0, (48 << 10, 12), 2 << 20, 60 << 20,
+                      (720.0, 280.0, 120.0, 80.0, 20.0)),
+        "avx2": _spec("avx2", 16, 2, 60.0, (32 << 10, 8), 512 << 10, 32 << 20,
+                      (360.0, 200.0, 100.0, 70.0, 20.0)),
+    }
+
+
+def _conv(hw: int, c: int, oc: int, k: int) -> ConvGeom:
+    p, out = k // 2, hw
+    return ConvGeom(1, hw + 2 * p, hw + 2 * p, c, out, out, oc, k, k, 1, 1, 1, 1, 1, p, p, p, p)
+
+
+def _matmul(m: int, k: int, n: int) -> list[ConvGeom]:
+    """A static MatMul's geometries as ``conv.choose_tiling`` hands them to the spread."""
+    g = ConvGeom(1, 1, m, k, 1, m, n, 1, 1, 1, 1, 1, 1, 1)
+    return [replace(g, W=p, OW=p) for p in (g.P,) + dense.SPREAD]
+
+
+SIGNATURES: dict[str, list[ConvGeom] | ConvGeom] = {
+    "mm128x768x768": _matmul(128, 768, 768),
+    "mm128x3072x768": _matmul(128, 3072, 768),
+    "mm1x768x3072": _matmul(1, 768, 3072),
+    "conv3x3_56": _conv(56, 64, 64, 3),
+    "conv1x1_7": _conv(7, 512, 2048, 1),
+    "grouped": ConvGeom(1, 17, 17, 128, 8, 8, 256, 3, 3, 2, 2, 1, 1, 32),
+}
+
+# (R, V, KC, PT, NT, order, pack) of the choice (K = 1, 2 units), as constructed before the
+# construction was made fast (issue 24): the speed-up changed no choice
+RECORDED = {
+    "avx512": {"mm128x768x768": (5, 4, 256, 15, 64, "p", False),
+               "mm128x3072x768": (5, 4, 240, 15, 64, "p", False),
+               "mm1x768x3072": (14, 1, 768, 14, 128, "p", False),
+               "conv3x3_56": (14, 1, 64, 238, 32, "p", False),
+               "conv1x1_7": (14, 1, 512, 49, 80, "p", False),
+               "grouped": (14, 1, 4, 64, 16, "p", False)},
+    "xeon": {"mm128x768x768": (5, 4, 384, 15, 64, "p", False),
+             "mm128x3072x768": (5, 4, 240, 15, 64, "p", False),
+             "mm1x768x3072": (12, 2, 768, 16, 128, "p", False),
+             "conv3x3_56": (14, 1, 64, 196, 64, "p", False),
+             "conv1x1_7": (12, 2, 512, 49, 64, "p", False),
+             "grouped": (14, 1, 4, 64, 16, "p", False)},
+    "avx2": {"mm128x768x768": (6, 1, 192, 16, 32, "p", False),
+             "mm128x3072x768": (2, 2, 128, 4, 32, "p", False),
+             "mm1x768x3072": (6, 1, 384, 8, 128, "p", False),
+             "conv3x3_56": (6, 1, 64, 90, 64, "p", False),
+             "conv1x1_7": (6, 1, 256, 49, 128, "p", False),
+             "grouped": (6, 1, 4, 64, 16, "p", False)},
+}
+# the top 8 of BERT's 768x768 MatMul on the Xeon-like spec, in order
+RECORDED_TOP8 = [(5, 4, 384, 15, 64, "n", False), (5, 4, 384, 15, 64, "p", False),
+                 (14, 1, 384, 14, 96, "n", False), (14, 1, 384, 14, 96, "p", False),
+                 (8, 3, 384, 16, 48, "n", False), (8, 3, 384, 16, 48, "p", False),
+                 (12, 2, 384, 32, 32, "n", False), (12, 2, 384, 32, 32, "p", False)]
+
+
+def _construct(sig: list[ConvGeom] | ConvGeom, spec: hal.DeviceSpec, units: int = 2,
+               topk: int = 1) -> list[dense.DenseTile]:
+    if isinstance(sig, list):
+        return dense.construct_spread(sig, spec, units, topk, pack=True)
+    return dense.construct(sig, spec, units, topk)
+
+
+def _fields(t: dense.DenseTile) -> tuple:
+    return (t.R, t.V, t.KC, t.PT, t.NT, t.order, t.pack)
+
+
+@pytest.mark.parametrize("name", ["avx512", "xeon", "avx2"])
+def test_construction_chooses_as_recorded(name: str) -> None:
+    spec = _specs()[name]
+    for label, sig in SIGNATURES.items():
+        (got,) = _construct(sig, spec)
+        assert _fields(got) == RECORDED[name][label], label
+
+
+def test_construction_top8_as_recorded() -> None:
+    got = _construct(SIGNATURES["mm128x768x768"], _specs()["xeon"], topk=8)
+    assert [_fields(t) for t in got] == RECORDED_TOP8
+
+
+# --------------------------------------------------------------------------- construction cache
+def test_warm_construction_reads_the_disk_cache(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second process (the memo forgotten) constructs nothing: the spread and a conv's
+    candidates come back from ``cache_dir()/roller-construct``, equal to the cold ones, their
+    predicted times included; another spec is another key."""
+    spec = _specs()["avx512"]
+    sigs = [_matmul(64, 96, 80), _conv(14, 32, 48, 3)]
+    cold = [_construct(s, spec, topk=8) for s in sigs]
+    files = sorted((tmp_path / "ember-cache" / "roller-construct").glob("*.json"))
+    assert len(files) == 2 and not list(files[0].parent.glob("*.tmp"))
+
+    def boom(*args: object) -> None:
+        raise AssertionError("constructed again")
+
+    monkeypatch.setattr(dense, "_construct_spread", boom)
+    monkeypatch.setattr(dense, "_construct", boom)
+    dense.forget()
+    warm = [_construct(s, spec, topk=8) for s in sigs]
+    assert warm == cold
+    assert [[t.predicted for t in c] for c in warm] == [[t.predicted for t in c] for c in cold]
+    other = replace(spec, layers=tuple(replace(lay, capacity=lay.capacity * 2)
+                                       if lay.name == "L2" else lay for lay in spec.layers))
+    with pytest.raises(AssertionError, match="constructed again"):
+        _construct(sigs[0], other, topk=8)
+
+
+@pytest.mark.parametrize("junk", ["{not json", "[]", '{"key": 1, "value": []}', ""])
+def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, junk: str) -> None:
+    spec = _specs()["avx2"]
+    g = _conv(14, 32, 48, 3)
+    cold = _construct(g, spec, topk=4)
+    (path,) = (tmp_path / "ember-cache" / "roller-construct").glob("*.json")
+    entry = json.loads(path.read_text())
+    path.write_text(junk)
+    dense.forget()
+    assert _construct(g, spec, topk=4) == cold
+    assert json.loads(path.read_text()) == entry          # rewritten whole
+    # a stored value of the right key but not tiles: rebuilt too
+    path.write_text(json.dumps({**entry, "value": [{"R": "five"}]}))
+    dense.forget()
+    assert _construct(g, spec, topk=4) == cold
+
+
+def test_memo_hands_out_copies() -> None:
+    spec = _specs()["avx512"]
+    g = _conv(14, 32, 48, 3)
+    first = dense.construct(g, spec, 2, 4)
+    first.clear()
+    assert dense.construct(g, spec, 2, 4)

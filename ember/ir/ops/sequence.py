@@ -16,6 +16,7 @@ from ember.ir.ops.registry import Pattern, ShapeMode, defop
 from ember.ir.sequence import SequenceType, join_elem
 from ember.ir.types import Dim, Sym, TensorType
 from ember.support import dtypes
+from ember.support.shapes import split_sizes
 
 Attrs = dict[str, Any]
 OPQ, DD = Pattern.OPAQUE, ShapeMode.DATA_DEPENDENT
@@ -125,41 +126,6 @@ def concat_from_sequence(attrs: Attrs, seq: list) -> list[Any]:
     if attrs.get("new_axis", 0):
         return [np.stack(seq, axis=int(attrs["axis"]))]
     return [np.concatenate(seq, axis=int(attrs["axis"]))]
-
-
-def _chunk(s: np.ndarray) -> int:
-    """A scalar split: the length of every piece but the last."""
-    k = int(s)
-    if k <= 0:
-        raise ValueError(f"SplitToSequence split {k} must be positive")
-    return k
-
-
-def split_sizes(n: int, split: np.ndarray | None) -> list[int]:
-    """The piece lengths SplitToSequence cuts an axis of ``n`` into."""
-    if split is None:
-        return [1] * n
-    s = np.asarray(split)
-    if s.ndim == 0:
-        k = _chunk(s)
-        return [min(k, n - i) for i in range(0, n, k)]
-    sizes = [int(v) for v in s.reshape(-1)]
-    if sum(sizes) != n or any(v < 0 for v in sizes):
-        raise ValueError(f"SplitToSequence sizes {sizes} do not sum to the axis length {n}")
-    return sizes
-
-
-def split_span(n: int, split: np.ndarray | None, i: int) -> tuple[int, int]:
-    """Piece ``i``'s start and length, without listing the pieces where the split is absent
-    or a scalar (a VM run takes every piece, one call each)."""
-    if split is None:
-        return i, 1
-    s = np.asarray(split)
-    if s.ndim == 0:
-        k = _chunk(s)
-        return i * k, min(k, n - i * k)
-    s = s.reshape(-1)   # checked against n once, before the pieces (split_count)
-    return int(s[:i].sum()), int(s[i])
 
 
 def _split_infer(attrs: Attrs, ts: list, cs: list) -> list[object]:

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
+from ember.kernel.roller import cache
 from ember.kernel.roller.align import Rule, aligned_sizes, default_rules
+from ember.kernel.roller.cache import spec_key
 from ember.kernel.roller.construct import scale_up, shrink_for_units
 from ember.kernel.roller.hal import DeviceSpec
 from ember.kernel.roller.rtile import TileExpr, conv_expr
@@ -101,9 +103,16 @@ class ConvGeom:
         return 2 * self.P * self.OC * self.KH * self.KW * self.ICg
 
     def expr(self) -> TileExpr:
-        e = conv_expr(self.N, self.H, self.W, self.C, self.OH, self.OW, self.OCg, self.KH,
-                      self.KW, self.SH, self.SW, self.DH, self.DW, self.G)
-        return e.fuse("p", ("n", "oh", "ow"))
+        """The operator as Roller sees it (one object per geometry: the construction and the
+        model ask it for every candidate; treat it as read-only)."""
+        return _expr(self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _expr(g: ConvGeom) -> TileExpr:
+    e = conv_expr(g.N, g.H, g.W, g.C, g.OH, g.OW, g.OCg, g.KH, g.KW, g.SH, g.SW, g.DH, g.DW,
+                  g.G)
+    return e.fuse("p", ("n", "oh", "ow"))
 
 
 @dataclass(frozen=True)
@@ -275,22 +284,52 @@ def register_tiles(g: ConvGeom, spec: DeviceSpec, rules: list[Rule]) -> list[tup
 
 def _l2_tiles(g: ConvGeom, R: int, V: int, spec: DeviceSpec,
               rules: list[Rule]) -> list[dict[str, int]]:
+    """L2 tiles over register tile ``R × V``: they depend on neither the units nor K, so
+    every construction of ``g`` (each unit count, each K, each spread it is part of) shares
+    them."""
+    key = _rules_key(rules)
+    if key is None:
+        return _l2_scale_up(g, R, V, spec, rules)
+    tiles = _MEMO.get(("l2", g, R, V, spec_key(spec), key),
+                      lambda: _l2_scale_up(g, R, V, spec, rules))
+    return [dict(t) for t in tiles]
+
+
+def _l2_scale_up(g: ConvGeom, R: int, V: int, spec: DeviceSpec,
+                 rules: list[Rule]) -> list[dict[str, int]]:
     e = g.expr()
     nb = spec.lanes * V
     whole = {"kh": g.KH, "kw": g.KW, "g": 1}
     cap = spec.layer("L2").capacity * L2_SHARE
     kcs = aligned_sizes(e, "ic", spec, rules) or [g.ICg]
 
-    def fits(t: dict[str, int]) -> bool:
-        return e.bytes({**whole, **t}) <= cap
+    parts: dict[tuple[int, int, int], tuple[int, int]] = {}
+
+    def operands(t: dict[str, int]) -> tuple[int, int]:
+        """Bytes of the tile's X and W, and of its Y (each tile's footprint expanded and
+        summed once: fits, traffic and footprint all ask)."""
+        key = (t["p"], t["oc"], t["ic"])
+        got = parts.get(key)
+        if got is None:
+            full = e.expand({**whole, **t})
+            xw = 0
+            for acc in e.inputs:
+                xw += acc.footprint(full) * acc.itemsize
+            got = parts[key] = (xw, e.output.footprint(full) * e.output.itemsize)
+        return got
+
+    def fits(t: dict[str, int]) -> bool:      # e.bytes(tile) <= cap
+        xw, y = operands(t)
+        return xw + y <= cap
 
     def traffic(t: dict[str, int]) -> float:   # operands, and the partial outputs that
-        tile = {**whole, **t}                   # every K chunk reloads and stores again
-        return (e.traffic(tile, {"X", "W"}) * (1 + (t["ic"] < g.ICg))
-                + 2 * e.traffic(tile, {"Y"}))
+        xw, y = operands(t)                     # every K chunk reloads and stores again
+        n = e.tiles({**whole, **t})
+        return n * xw * (1 + (t["ic"] < g.ICg)) + 2 * (n * y)
 
     def footprint(t: dict[str, int]) -> float:
-        return e.bytes({**whole, **t})
+        xw, y = operands(t)
+        return xw + y
 
     start = {"p": min(R, g.P), "oc": nb, "ic": kcs[0]}
     caps = {"p": g.P, "oc": -(-g.OCg // nb) * nb}
@@ -303,7 +342,27 @@ def _l2_tiles(g: ConvGeom, R: int, V: int, spec: DeviceSpec,
 def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
               rules: list[Rule] | None = None, pack: bool = True) -> list[DenseTile]:
     """The top ``topk`` rPrograms for ``g`` by the performance model, best first (``pack``
-    off: none reads a packed panel)."""
+    off: none reads a packed panel). Cached in memory and on disk (``cache.py``) when the
+    rules are the default ones."""
+    if rules is not None and rules != default_rules(spec):
+        return _construct(g, spec, units, topk, rules, pack)
+    sig = f"construct:{g!r}:units={units}:topk={topk}:pack={pack}"
+    return _MEMO.get(("construct", sig, spec_key(spec)), lambda: cache.cached(
+        "dense", sig, spec, lambda: _construct(g, spec, units, topk, None, pack),
+        _encode, _decode))[:]
+
+
+def _construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int,
+               rules: list[Rule] | None, pack: bool) -> list[DenseTile]:
+    key = _rules_key(rules)
+    if key is None:
+        return _construct_once(g, spec, units, topk, rules, pack)
+    return _MEMO.get(("construct-once", g, spec_key(spec), units, topk, key, pack),
+                     lambda: _construct_once(g, spec, units, topk, rules, pack))[:]
+
+
+def _construct_once(g: ConvGeom, spec: DeviceSpec, units: int, topk: int,
+                    rules: list[Rule] | None, pack: bool) -> list[DenseTile]:
     rules = rules or default_rules(spec)
     e = g.expr()
     seen: dict[DenseTile, DenseTile] = {}   # keyed by fields (predicted is not compared)
@@ -328,6 +387,48 @@ def construct(g: ConvGeom, spec: DeviceSpec, units: int, topk: int = 8,
                         continue
                     seen[cand] = replace(cand, predicted=predict(g, cand, spec, units))
     return diverse(sorted(seen.values(), key=lambda c: c.predicted), topk)
+
+
+_MEMO = cache.Memo()
+
+
+def forget() -> None:
+    """Drop this process's memo of constructions (the on-disk cache stays): for tests and
+    benchmarks that time a cold construction. A changed spec or code needs no call: both
+    are in the keys."""
+    _MEMO.clear()
+
+
+def _rules_key(rules: list[Rule] | None) -> tuple | None:
+    """``rules`` as a memo key (None: not hashable, so not memoized)."""
+    if rules is None:
+        return ("default",)
+    try:
+        hash(tuple(rules))
+    except TypeError:
+        return None
+    return tuple(rules)
+
+
+def _encode(tiles: list[DenseTile]) -> list[dict]:
+    return [asdict(t) for t in tiles]
+
+
+_TYPES = {"R": int, "V": int, "KC": int, "PT": int, "NT": int, "order": str, "lanes": int,
+          "predicted": float, "pack": bool}
+
+
+def _decode(raw: list[dict]) -> list[DenseTile]:
+    """Stored tiles, checked field by field (a corrupt entry raises: it is rebuilt)."""
+    if not isinstance(raw, list):
+        raise ValueError("not a list of tiles")
+    out = []
+    for d in raw:
+        if not isinstance(d, dict) or set(d) != set(_TYPES) or any(
+                type(d[k]) is not t for k, t in _TYPES.items()):
+            raise ValueError(f"not a DenseTile: {d!r}")
+        out.append(DenseTile(**d))
+    return out
 
 
 def diverse(ranked: list[DenseTile], k: int) -> list[DenseTile]:
@@ -356,10 +457,19 @@ def construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int,
     candidates constructed for each geometry of the spread (the first is the representative
     size), ranked by their predicted time relative to the best candidate at each size,
     averaged over the spread (geometric mean), so no size pays much for the others. ``pack``
-    (the row count is static, ``geoms[0]``'s): a candidate may then read a packed panel."""
+    (the row count is static, ``geoms[0]``'s): a candidate may then read a packed panel.
+    Cached in memory and on disk (``cache.py``)."""
+    sig = f"spread:{geoms!r}:units={units}:topk={topk}:pack={pack}"
+    return _MEMO.get(("spread", sig, spec_key(spec)), lambda: cache.cached(
+        "dense", sig, spec, lambda: _construct_spread(geoms, spec, units, topk, pack),
+        _encode, _decode))[:]
+
+
+def _construct_spread(geoms: list[ConvGeom], spec: DeviceSpec, units: int, topk: int,
+                      pack: bool) -> list[DenseTile]:
     cands: set[DenseTile] = set()   # a panel is sized for one row count: none packed
     for g in geoms:
-        cands.update(construct(g, spec, units, topk, pack=False))
+        cands.update(_construct(g, spec, units, topk, None, pack=False))
     pred = {c: [predict(g, c, spec, units) for g in geoms] for c in cands}
     best = [min(p[i] for p in pred.values()) for i in range(len(geoms))]
 

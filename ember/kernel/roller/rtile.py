@@ -40,13 +40,27 @@ class Access:
     def extents(self, tile: RTile) -> tuple[int, ...]:
         """Elements touched along each dimension by a tile (tile sizes over original axes)."""
         out = []
-        for dim, terms in zip(self.shape, self.index):
-            span = 1 + sum(c * (tile.get(a, 1) - 1) for a, c in terms)
+        for dim, terms in self._dims:
+            span = 1
+            for a, c in terms:
+                span += c * (tile.get(a, 1) - 1)
             out.append(max(1, min(dim, span)))
         return tuple(out)
 
     def footprint(self, tile: RTile) -> int:
-        return math.prod(self.extents(tile))
+        """``prod(extents(tile))``, without the tuple (the construction's innermost call)."""
+        n = 1
+        for dim, terms in self._dims:
+            span = 1
+            for a, c in terms:
+                span += c * (tile.get(a, 1) - 1)
+            span = dim if span > dim else span
+            n *= span if span > 1 else 1
+        return n
+
+    @functools.cached_property
+    def _dims(self) -> tuple[tuple[int, tuple[Term, ...]], ...]:
+        return tuple(zip(self.shape, self.index))
 
     def axes(self) -> set[str]:
         return {a for terms in self.index for a, _c in terms}
@@ -89,14 +103,28 @@ class TileExpr:
 
     def expand(self, tile: RTile) -> dict[str, int]:
         """Tile sizes over the original axes (undoing axis fusion)."""
-        out = {a: min(int(tile.get(a, e)), e) for a, e in self.axes.items() if a not in self.fused}
-        for new, olds in self.fused.items():
+        if not self.fused:
+            return {a: min(int(tile.get(a, e)), e) for a, e in self.axes.items()}
+        out = {a: min(int(tile.get(a, e)), e) for a, e in self._plain_axes}
+        for new, olds in self._fusion:
             rem = int(tile.get(new, self.axes[new]))
-            for old in reversed(olds):           # innermost first
-                ext = self.base_axes[old]
+            for old, ext in olds:                # innermost first
                 out[old] = min(rem, ext)
                 rem = -(-rem // ext)
         return out
+
+    @functools.cached_property
+    def _plain_axes(self) -> tuple[tuple[str, int], ...]:
+        return tuple((a, e) for a, e in self.axes.items() if a not in self.fused)
+
+    @functools.cached_property
+    def _fusion(self) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+        return tuple((new, tuple((old, self.base_axes[old]) for old in reversed(olds)))
+                     for new, olds in self.fused.items())
+
+    @functools.cached_property
+    def _accesses(self) -> tuple[Access, ...]:
+        return (*self.inputs, self.output)
 
     def footprints(self, tile: RTile) -> dict[str, int]:
         full = self.expand(tile)
@@ -106,11 +134,17 @@ class TileExpr:
 
     def bytes(self, tile: RTile, tensors: set[str] | None = None) -> int:
         full = self.expand(tile)
-        return sum(acc.footprint(full) * acc.itemsize for acc in (*self.inputs, self.output)
-                   if tensors is None or acc.tensor in tensors)
+        total = 0
+        for acc in self._accesses:
+            if tensors is None or acc.tensor in tensors:
+                total += acc.footprint(full) * acc.itemsize
+        return total
 
     def tiles(self, tile: RTile) -> int:
-        return math.prod(-(-e // max(1, int(tile.get(a, e)))) for a, e in self.axes.items())
+        n = 1
+        for a, e in self.axes.items():
+            n *= -(-e // max(1, int(tile.get(a, e))))
+        return n
 
     def padded_points(self, tile: RTile) -> int:
         """Iteration points including the padding of partial tiles (the work really done)."""
