@@ -400,3 +400,11 @@ def compile_many(
 
 
 # --------------------------------------------------------------------------- files
+
+
+def build_file(source: str, flags: tuple[str, ...], argv: tuple[str, ...], out: Path,
+               key: str) -> None:
+    """Compile ``source`` with ``flags`` (an object with ``-c``) into ``out`` (published
+    atomically); a CompileError quoting the compiler otherwise. ``runtime.units`` builds a
+    program's units with it."""
+    _build(source, flags, argv, out, key)
