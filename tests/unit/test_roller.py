@@ -7,7 +7,9 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+from onnx import helper
 
 from ember.errors import EmberError
 from ember.kernel.roller import align, dense, hal
@@ -381,3 +383,27 @@ def test_memo_hands_out_copies() -> None:
     first = dense.construct(g, spec, 2, 4)
     first.clear()
     assert dense.construct(g, spec, 2, 4)
+
+
+def test_warm_compile_constructs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model compiled again (a new process: the memo forgotten; the same cache directory)
+    takes its MatMul's and its convolution's rPrograms from the disk cache."""
+    import ember
+    from tests.modelkit import make_model
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 24, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((32, 24, 3, 3)).astype(np.float32) * 0.2
+    m = rng.standard_normal((9, 40)).astype(np.float32) * 0.2
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                        helper.make_node("MatMul", ["c", "m"], ["y"])],
+                       {"x": x}, {"w": w, "m": m}, ["y"])
+    want = ember.compile(model, num_threads=2)(x=x)
+
+    def boom(*args: object) -> None:
+        raise AssertionError("constructed again")
+
+    monkeypatch.setattr(dense, "_construct_spread", boom)
+    monkeypatch.setattr(dense, "_construct_once", boom)
+    dense.forget()
+    np.testing.assert_array_equal(ember.compile(model, num_threads=2)(x=x), want)

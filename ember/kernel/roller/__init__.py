@@ -5,7 +5,9 @@ are aligned, ``construct`` the scale-up / scale-out, ``dense`` and ``stream`` th
 performance models of dense products and memory-bound groups. Kernel generators take a
 ``RollerContext``: the device spec, the number of units the schedule will use, K, and ``pick``,
 which the driver implements by compiling and timing the top-K candidates (K = 1: pure
-construction, nothing measured).
+construction, nothing measured). ``cache`` keeps constructions in memory and on disk, keyed by
+the operator's signature, the exact spec and this package's code: a warm compile constructs
+nothing.
 """
 
 from __future__ import annotations
