@@ -1,6 +1,7 @@
 """Checked operations of generated C: what would trap or read out of bounds reports a fault.
 
-``CHECKS_C`` (part of every program's prelude) defines:
+``CHECKS_C`` (part of every translation unit's header) defines the checks below and declares
+``em_fail``; ``FAULTS_C`` (once per program, in its own translation unit) defines it:
 
 - ``em_fail(kind, value, bound)``: records the run's first fault (kinds in
   ``ember.support.faults``) with the program kernel the calling thread runs (``em_cur``, set
@@ -28,20 +29,9 @@ INT_TYPES = {"int8": ("int8_t", "uint8_t"), "int16": ("int16_t", "uint16_t"),
 _CORE = r"""/* run-time faults: the first one of a run, with the kernel that met it */
 #define EM_E_DIV %(DIV)d
 #define EM_E_INDEX %(INDEX)d
-static int g_fault;
-static int64_t g_fault_kernel, g_fault_value, g_fault_bound;
-static __thread int64_t em_cur;
-static __attribute__((noinline, cold)) void em_fail(int kind, int64_t value, int64_t bound) {
-  int none = 0;
-  if (__atomic_compare_exchange_n(&g_fault, &none, kind, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_RELAXED)) {
-    g_fault_kernel = em_cur; g_fault_value = value; g_fault_bound = bound;
-  }
-}
-int ember_fault(int64_t *info) {
-  info[0] = g_fault_kernel; info[1] = g_fault_value; info[2] = g_fault_bound;
-  return __atomic_load_n(&g_fault, __ATOMIC_ACQUIRE);
-}
+EM_HIDDEN void em_fail(int kind, int64_t value, int64_t bound) __attribute__((noinline, cold));
+/* a value, with index checks its expression may not otherwise evaluate */
+#define em_keep(v, ...) ((void)(__VA_ARGS__), (v))
 static inline int64_t em_idx(int64_t k, int64_t n) {
   int64_t w = k < 0 ? k + n : k;
   if (__builtin_expect((uint64_t)w >= (uint64_t)n, 0)) { em_fail(EM_E_INDEX, k, n); return 0; }
@@ -55,6 +45,23 @@ static inline int64_t em_idx_w(int64_t k, int64_t n) {
   int64_t w = k < 0 ? k + n : k;
   if (__builtin_expect((uint64_t)w >= (uint64_t)n, 0)) { em_fail(EM_E_INDEX, k, n); return -1; }
   return w;
+}
+"""
+
+# the fault record and em_fail: once per program (its translation unit; kernels link to it)
+FAULTS_C = r"""static int g_fault;
+static int64_t g_fault_kernel, g_fault_value, g_fault_bound;
+static __thread int64_t em_cur;
+EM_HIDDEN void em_fail(int kind, int64_t value, int64_t bound) {
+  int none = 0;
+  if (__atomic_compare_exchange_n(&g_fault, &none, kind, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_RELAXED)) {
+    g_fault_kernel = em_cur; g_fault_value = value; g_fault_bound = bound;
+  }
+}
+int ember_fault(int64_t *info) {
+  info[0] = g_fault_kernel; info[1] = g_fault_value; info[2] = g_fault_bound;
+  return __atomic_load_n(&g_fault, __ATOMIC_ACQUIRE);
 }
 """
 

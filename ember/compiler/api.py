@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx
 
-from ember.compiler import driver
+from ember.compiler import driver, model_cache
 from ember.compiler.vm import compile_vm, needs_vm
 from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
@@ -42,11 +42,22 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
                    topk=driver.check_topk(topk), schedule=schedule, profile=profile,
                    dim_hints=dim_hints)
     with using(opts), log.compile_run(model) as run:
-        g = run.stage("import", import_model, model, input_shapes)
-        if needs_vm(g):
-            return compile_vm(g, num_threads=opts.num_threads, topk=opts.topk,
-                              dim_hints=dict(opts.dim_hints) if opts.dim_hints else None)
-        return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
-                                   topk=opts.topk, schedule=opts.schedule,
-                                   profile=opts.profile,
-                                   dim_hints=dict(opts.dim_hints) if opts.dim_hints else None)[1]
+        k = model_cache.key(model, input_shapes, opts,
+                            opts.num_threads or driver.default_threads())
+        cached = run.stage("lookup", model_cache.lookup, k)
+        if cached is not None:
+            return cached
+        cm = _compile(model, input_shapes, target, opts, run)
+        run.stage("store", model_cache.store, k, cm)
+        return cm
+
+
+def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts: Options,
+             run: log.CompileRun) -> CompiledModel | VMModel:
+    hints = dict(opts.dim_hints) if opts.dim_hints else None
+    g = run.stage("import", import_model, model, input_shapes)
+    if needs_vm(g):
+        return compile_vm(g, num_threads=opts.num_threads, topk=opts.topk, dim_hints=hints)
+    return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
+                               topk=opts.topk, schedule=opts.schedule, profile=opts.profile,
+                               dim_hints=hints)[1]

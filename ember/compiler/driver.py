@@ -15,18 +15,20 @@ import numpy as np
 import onnx
 
 from ember.codegen.program import (
+    HEADER,
     BoundKernel,
     ParamBlob,
-    emit_program,
+    ProgramUnits,
+    emit_units,
     kernel_symbol,
     symbolic_template,
 )
 from ember.compiler import autosched
 from ember.compiler.tuning import TopK, device_spec
-from ember.errors import CompileError, EmberError, UnsupportedOpError
+from ember.errors import CompileError, EmberError, ModelError, UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
-from ember.ir.types import dim_atoms
+from ember.ir.types import TensorType, dim_atoms
 from ember.kernel.base import OUTPUT, Kernel
 from ember.kernel.cost import kernel_cost
 from ember.kernel.select import build_kernel
@@ -35,8 +37,9 @@ from ember.passes import pipeline
 from ember.passes.cse import attr_key
 from ember.passes.memplan import MemoryPlan, kernel_dependencies
 from ember.runtime.compiled import CompiledModel
-from ember.runtime.host import isa_features
+from ember.runtime.host import isa_features, physical_memory
 from ember.runtime.toolchain import compile_shared
+from ember.runtime.units import compile_units
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan, RTask
 from ember.sched.vdevice import levels
@@ -53,6 +56,7 @@ class Compilation:
     kernels: list[Kernel] = field(default_factory=list)
     plan: ExecutionPlan | None = None
     source: str = ""
+    units: ProgramUnits | None = None    # the source as translation units (compiled apart)
     params: np.ndarray | None = None
     timings: dict[str, float] = field(default_factory=dict)
     input_names: list[str] = field(default_factory=list)
@@ -179,6 +183,8 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     if table is not None:
         _require_input_symbols(g, table)
     g = pipeline.run(g, pipeline.PLAN, dump=dump)
+    if table is None:
+        _check_memory(g)
     comp.graph = g
     comp.symbols = table
     comp.timings["passes"] = time.perf_counter() - t
@@ -217,6 +223,33 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     return comp
 
 
+def _check_memory(g: Graph) -> None:
+    """A static program whose tensors cannot fit in this machine's memory is refused here (it
+    would fail, or page for minutes, at its first run), naming its largest tensor: the
+    workspace and the outputs together, and any one tensor even where fusion computes it
+    without storing it (a Pad by 2**31 into a pool, as onnxruntime refuses to allocate)."""
+    have = physical_memory()
+    if not have:
+        return
+
+    def size(t: TensorType) -> int:
+        return t.numel * t.dtype.itemsize
+
+    values = [(m, o) for n in g.nodes for m in [n, *getattr(n.attrs.get("body"), "nodes", [])]
+              for o in m.outputs if isinstance(o.type, TensorType) and o.type.is_static]
+    mp = g.memory_plan  # type: ignore[attr-defined]
+    need = max([mp.workspace_bytes + sum(size(v.type) for v in g.outputs),
+                *(size(o.type) for _, o in values)])
+    if need <= have:
+        return
+    node, big = max(values, key=lambda p: size(p[1].type))
+    raise ModelError(
+        f"the model needs {need / 2**30:.1f} GiB for its tensors, this machine has "
+        f"{have / 2**30:.1f} GiB; the largest is node {node.name!r} ({node.op})'s value "
+        f"{big.type} ({size(big.type) / 2**30:.1f} GiB): check the model's shape "
+        "operands (pads, repeats, sizes)")
+
+
 def _emit(comp: Compilation) -> None:
     """``comp.source`` and ``comp.params``: the C program of every kernel bound to its
     operator's tensors, with ``comp.plan`` compiled in."""
@@ -225,8 +258,9 @@ def _emit(comp: Compilation) -> None:
     bound, comp.params = _bind(comp.graph, [(fused[i], k) for i, k in zip(comp.op_of,
                                                                           comp.program_kernels)])
     slots = len(comp.memory_plan.slot_types)
-    comp.source = emit_program(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
-                               slots, num_ops=len(comp.kernels), op_of=comp.op_of)
+    comp.units = emit_units(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
+                            slots, num_ops=len(comp.kernels), op_of=comp.op_of)
+    comp.source = comp.units.source
 
 
 def _build_kernels(fused: list[Node], ctx: Any, symbolic: bool) -> list[Kernel]:
@@ -357,10 +391,18 @@ def _require_static_shapes(g: Graph) -> None:
             "at run time, which ember's static compiler does not support yet")
 
 
+def library(comp: Compilation) -> Path:
+    """The shared library of ``comp``: its units compiled apart and linked (each unit cached
+    by its text), or its one source where it has no units."""
+    if comp.units is None:
+        return compile_shared(comp.source)
+    return compile_units(comp.units.program, comp.units.kernels, header=HEADER)
+
+
 def to_model(comp: Compilation) -> CompiledModel:
     """The compiled library of ``comp``, loaded (the C compiler runs here)."""
     t = time.perf_counter()
-    lib = compile_shared(comp.source)
+    lib = library(comp)
     log.current_run().add("cc", time.perf_counter() - t)
     return CompiledModel(lib, comp.params, _meta(comp), comp.source)
 
@@ -381,8 +423,7 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
     comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints,
                  variants=policy != "sequential")
     t = time.perf_counter()
-    LOG.info("cc: compiling %d KiB of C", len(comp.source) // 1024)
-    lib = compile_shared(comp.source)
+    lib = library(comp)
     comp.timings["cc"] = time.perf_counter() - t
     log.current_run().add("cc", comp.timings["cc"])
     cm = CompiledModel(lib, comp.params, _meta(comp), comp.source)
@@ -392,8 +433,7 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
         comp.plan, report = autosched.choose(cm, comp, device_spec(cm.num_threads), policy,
                                              profile)
         if _drop_unused_variants(comp):    # the library keeps only the rKernels its plan runs
-            cm = CompiledModel(compile_shared(comp.source), comp.params, _meta(comp),
-                               comp.source)
+            cm = CompiledModel(library(comp), comp.params, _meta(comp), comp.source)
         comp.timings["schedule"] = time.perf_counter() - t
         log.current_run().add("schedule", comp.timings["schedule"], str(report.get("chosen", "")))
         cm.annotate("schedule", report)

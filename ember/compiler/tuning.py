@@ -30,7 +30,7 @@ from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_n
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import MAX_ROWS, fits_registers
 from ember.kernel.roller.hal import DeviceSpec, detect_cpu, load_spec, with_measurements
-from ember.runtime.cache import cache_dir, write_atomic
+from ember.runtime.cache import cache_dir, machine_dir, write_atomic
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.host import host_id
 from ember.runtime.toolchain import compile_many, compile_shared
@@ -97,7 +97,7 @@ double ember_uk(int which, int64_t calls) {{
 def microkernel_peaks(regs: int, force: bool = False, split: int = 1) -> dict[str, float]:
     """GFLOP/s of every register tile's micro-kernel on one core with its operands in L1
     (Roller's ``max_compute_perf`` per rTile), measured once per host and cached."""
-    path = cache_dir() / f"uk-{host_id()}-r{regs}{f's{split}' if split > 1 else ''}.json"
+    path = machine_dir() / f"uk-{host_id()}-r{regs}{f's{split}' if split > 1 else ''}.json"
     if not force:
         data = _read_json(path)
         if data is not None and data.get("format") == UK_FORMAT:

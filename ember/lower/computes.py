@@ -8,7 +8,7 @@ out of bounds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -429,6 +429,14 @@ def checked_index(v: Expr, n: Extent) -> Expr:
     return Call("em_idx", (k, as_expr(n)), "int64")
 
 
+def keep_checks(value: Expr, checks: Sequence[tuple[Expr, Extent]]) -> Expr:
+    """``value`` with the checked indices ``checks`` (index, axis extent) evaluated too where
+    the read might not use them: an index into an axis of one element is dropped from the
+    read (broadcast producers index such an axis with 0), and its range check with it."""
+    kept = tuple(k for k, n in checks if not (isinstance(n, int) and n > 1))
+    return Call("em_keep", (value, *kept), value.dtype) if kept else value
+
+
 @register("Gather")
 def _gather(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x, ind = ins
@@ -439,7 +447,7 @@ def _gather(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     def body(*i: Expr) -> Expr:
         k = ind[i[axis:axis + q]] if q else ind[()]
         k = checked_index(k, x.shape[axis])   # out of range: a fault naming the node
-        return x[i[:axis] + (k,) + i[axis + q:]]
+        return keep_checks(x[i[:axis] + (k,) + i[axis + q:]], [(k, x.shape[axis])])
 
     return [te.compute(shape, body, name="gather")]
 

@@ -21,7 +21,14 @@ from ember.errors import CompileError
 from ember.ir.ops.indexing import einsum_extents, einsum_terms
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Cast, Const, Expr, Select, as_expr
-from ember.lower.computes import checked_index, clamp, fconst, register, static_shape
+from ember.lower.computes import (
+    checked_index,
+    clamp,
+    fconst,
+    keep_checks,
+    register,
+    static_shape,
+)
 from ember.support import dtypes
 from ember.te import tensor as te
 from ember.te.tensor import Tensor
@@ -75,7 +82,8 @@ def _gather_elements(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) ->
     n = x.shape[axis]
 
     def body(*i: Expr) -> Expr:
-        return x[(*i[:axis], index_at(ind[i], n), *i[axis + 1:])]
+        k = index_at(ind[i], n)
+        return keep_checks(x[(*i[:axis], k, *i[axis + 1:])], [(k, n)])
 
     return [te.compute(static_shape(outs[0]), body, name="gather_elements")]
 
@@ -89,7 +97,8 @@ def _gathernd(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[T
     def body(*i: Expr) -> Expr:
         pre = i[:q - 1]
         coords = [index_at(ind[(*pre, Const(j))], x.shape[b + j]) for j in range(m)]
-        return x[(*i[:b], *coords, *i[q - 1:])]
+        return keep_checks(x[(*i[:b], *coords, *i[q - 1:])],
+                           [(k, x.shape[b + j]) for j, k in enumerate(coords)])
 
     return [te.compute(static_shape(outs[0]), body, name="gathernd")]
 

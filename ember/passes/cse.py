@@ -16,8 +16,40 @@ from ember.ir.graph import Graph, Value
 def _const_key(v: Value) -> tuple:
     arr = v.const
     assert arr is not None
-    return (str(arr.dtype), arr.shape, hashlib.sha1(np.ascontiguousarray(arr).tobytes())
+    return (str(arr.dtype), arr.shape, hashlib.sha1(np.ascontiguousarray(arr).data)
             .hexdigest())
+
+
+def _canonical_constants(g: Graph) -> dict[int, Value]:
+    """value uid -> the first constant of equal content: only constants of one dtype and
+    shape can be equal, so only those are hashed (a model's large weights mostly are not)."""
+    groups: dict[tuple, list[Value]] = {}
+    for v in g.values():
+        if v.is_const:
+            arr = v.const
+            assert arr is not None
+            groups.setdefault((str(arr.dtype), arr.shape), []).append(v)
+    canon: dict[int, Value] = {}
+    for vs in groups.values():
+        if len(vs) == 1:
+            canon[vs[0].uid] = vs[0]
+            continue
+        by_sample: dict[bytes, list[Value]] = {}
+        for v in vs:   # a cheap sample first: equal constants have equal samples
+            by_sample.setdefault(_sample(v), []).append(v)
+        for same in by_sample.values():
+            first: dict[tuple, Value] = {}
+            for v in same:
+                canon[v.uid] = first.setdefault(_const_key(v), v) if len(same) > 1 else v
+    return canon
+
+
+def _sample(v: Value) -> bytes:
+    """At most 256 elements spread over the constant, as bytes."""
+    arr = v.const
+    assert arr is not None
+    flat = arr.reshape(-1)
+    return np.ascontiguousarray(flat[::max(1, flat.size // 256)]).tobytes()
 
 
 def attr_key(attrs: dict) -> str:
@@ -32,11 +64,7 @@ def attr_key(attrs: dict) -> str:
 
 
 def run(g: Graph) -> Graph:
-    consts: dict[tuple, Value] = {}
-    canon: dict[int, Value] = {}
-    for v in g.values():
-        if v.is_const:
-            canon[v.uid] = consts.setdefault(_const_key(v), v)
+    canon = _canonical_constants(g)
     seen: dict[tuple, list[Value]] = {}
     keep = []
     for n in g.nodes:

@@ -37,7 +37,7 @@ from ember.errors import CompileError
 from ember.support import options
 from ember.support.log import LOG
 
-MANAGED = ("kernels", "artifacts")
+MANAGED = ("kernels", "artifacts", "models")
 """The subdirectories of the root that the size cap covers."""
 
 IN_USE_S = 30.0
@@ -67,14 +67,25 @@ def cache_dir() -> Path:
     functions that write into it create what they need.
     """
     root = options.current().cache_dir
-    if root:
-        return Path(root).expanduser()
+    return Path(root).expanduser() if root else _user_cache_root()
+
+
+def _user_cache_root() -> Path:
     try:
         import platformdirs
     except ImportError:   # a runtime-only install (numpy alone): the XDG rule itself
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
         return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "ember"
     return Path(platformdirs.user_cache_dir("ember", appauthor=False))
+
+
+def machine_dir() -> Path:
+    """Where what describes this machine is kept (the probe, the micro-kernel peaks): the
+    options' ``machine_dir`` (``EMBER_MACHINE_DIR``), else ``machine/`` under the user cache
+    directory — whatever ``cache_dir`` says, so a fresh cache directory does not measure the
+    machine again."""
+    root = options.current().machine_dir
+    return Path(root).expanduser() if root else _user_cache_root() / "machine"
 
 
 def kernels_dir() -> Path:
@@ -134,43 +145,66 @@ def size_of(path: Path) -> int:
 
 
 class _Tracker:
-    """Per cache root, this process's estimate of the managed bytes and writes since a scan."""
+    """Per cache root, this process's estimate of the managed bytes, its writes since the
+    last scan and when that scan was (its own, or another process's: ``USAGE``)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.estimate: dict[str, int] = {}
         self.writes: dict[str, int] = {}
+        self.scanned: dict[str, float] = {}
 
 
 _TRACKER = _Tracker()
+USAGE = ".usage"            # "<bytes> <time of the scan>": the last scan, for every process
+SCAN_INTERVAL_S = 300.0     # scans of a root, at most this often (but always past the cap)
+
+
+def _shared_usage(root: Path) -> tuple[int, float] | None:
+    try:
+        total, when = (root / USAGE).read_text().split()
+        return int(total), float(when)
+    except (OSError, ValueError):
+        return None
 
 
 def note_write(nbytes: int) -> None:
     """Account for an entry of ``nbytes`` just published under a managed directory; scan and
-    evict when the estimate passes the cap or ``SCAN_EVERY`` writes went by. Never raises
-    (a cache that cannot be trimmed still works)."""
+    evict when the estimate passes the cap, or after ``SCAN_EVERY`` writes when the last scan
+    (this process's or another's) is older than ``SCAN_INTERVAL_S``. A scan visits every
+    file (a second for 20,000): a compile does not pay one per process. Never raises (a cache
+    that cannot be trimmed still works)."""
     root, cap = cache_dir(), max_bytes()
-    key = str(root)
+    key, now = str(root), time.time()
     t = _TRACKER
     with t.lock:
+        if key not in t.estimate:
+            shared = _shared_usage(root)
+            if shared is not None and now - shared[1] < SCAN_INTERVAL_S:
+                t.estimate[key], t.scanned[key] = shared
         estimate = t.estimate.get(key)
         writes = t.writes.get(key, 0) + 1
-        if estimate is not None and writes < SCAN_EVERY and estimate + nbytes <= cap:
+        due = writes >= SCAN_EVERY and now - t.scanned.get(key, 0.0) >= SCAN_INTERVAL_S
+        if estimate is not None and not due and estimate + nbytes <= cap:
             t.estimate[key], t.writes[key] = estimate + nbytes, writes
             return
         try:
             total = evict(cap, root=root).total_bytes
+            write_atomic(root / USAGE, f"{total} {now}".encode())
         except OSError as e:
             LOG.warning("cache: cannot trim %s: %s", root, e)
             total = (estimate or 0) + nbytes
-        t.estimate[key], t.writes[key] = total, 0
+        t.estimate[key], t.writes[key], t.scanned[key] = total, 0, now
 
 
 def forget_estimates() -> None:
-    """Drop this process's estimates (the next write scans); for tests and ``clear``."""
+    """Drop the estimates (this process's, and the shared one of the current root): the next
+    write scans; for tests and ``clear``."""
     with _TRACKER.lock:
         _TRACKER.estimate.clear()
         _TRACKER.writes.clear()
+        _TRACKER.scanned.clear()
+    (cache_dir() / USAGE).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- scanning
@@ -295,9 +329,9 @@ class Cleared:
 
 def clear(scope: str = "libraries", root: Path | None = None) -> Cleared:
     """Remove the cache's files: ``scope`` "kernels" (``kernels/``), "libraries"
-    (``kernels/`` and ``artifacts/``) or "all" (everything under the root). Safe while other
-    processes compile: files they are writing, or used in the last ``IN_USE_S`` seconds, stay;
-    directories stay."""
+    (``kernels/``, ``artifacts/`` and ``models/``) or "all" (everything under the root). Safe
+    while other processes compile: files they are writing, or used in the last ``IN_USE_S``
+    seconds, stay; directories stay."""
     if scope not in SCOPES:
         raise ValueError(f"scope {scope!r}: use one of {', '.join(SCOPES)}")
     root = cache_dir() if root is None else root
@@ -318,4 +352,5 @@ def clear(scope: str = "libraries", root: Path | None = None) -> Cleared:
                 continue
             removed, removed_bytes = removed + 1, removed_bytes + e.size
     forget_estimates()
+    (root / USAGE).unlink(missing_ok=True)
     return Cleared(removed, removed_bytes, in_use, in_flight)

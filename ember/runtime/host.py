@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 import re
 from pathlib import Path
@@ -54,3 +55,11 @@ def isa_features() -> tuple[str, ...]:
 def host_id() -> str:
     """A short stable name of this host's fingerprint, for per-machine cache files."""
     return hashlib.sha256(host_fingerprint().encode()).hexdigest()[:16]
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes (0 where unknown)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0

@@ -29,12 +29,13 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ember.runtime.cache import cache_dir, write_atomic
+from ember.runtime.cache import machine_dir, write_atomic
 from ember.runtime.host import host_id
 from ember.runtime.toolchain import compile_shared
+from ember.support import log
 
 PROBE_FORMAT = 3     # 3: the conditions of the measurement (load, tries, suspect)
 SCALING = 0.75       # all threads' FMA peak below this share of threads x one thread's: a
@@ -168,6 +169,7 @@ double ember_probe_triad(int threads, int64_t n, int reps) {
 """
 
 # Buffer sizes per thread for each memory layer (well inside L1d / L2 / L3, far beyond L3).
+LOG = log.LOG.getChild("probe")
 _LAYERS = {"L1": 16 << 10, "L2": 256 << 10, "L3": 4 << 20, "DRAM": 256 << 20}
 
 
@@ -188,6 +190,24 @@ class MachinePeak:
     load: float = 0.0                # 1-minute load average when the probe started
     tries: int = 1                   # FMA measurements taken (best kept)
     suspect: str = ""                # why the figures may be low ("": they look sound)
+
+    def for_threads(self, t: int) -> MachinePeak:
+        """The figures for ``t`` threads, from this measurement of 1 and ``threads``: the FMA
+        peak scales per core (with the efficiency measured at ``threads``), each layer's read
+        bandwidth between its 1-thread and all-thread figures."""
+        n = self.threads
+        if t == n or n <= 1:
+            return self
+        t = max(1, min(t, n))
+        eff = min(1.0, self.fma_gflops_all / (n * self.fma_gflops_1)) if self.fma_gflops_1 \
+            else 1.0
+
+        def between(one: float, alln: float) -> float:
+            return round(one + (alln - one) * (t - 1) / (n - 1), 1)
+
+        read = {k: between(self.read_gbs_1.get(k, v), v) for k, v in self.read_gbs.items()}
+        return replace(self, threads=t, fma_gflops_all=round(self.fma_gflops_1 * t * eff, 1),
+                       read_gbs=read, triad_gbs=between(self.triad_gbs / n, self.triad_gbs))
 
     @property
     def dram_gbs(self) -> float:
@@ -214,8 +234,13 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cache_path(threads: int) -> Path:
-    return cache_dir() / f"probe-{host_id()}-t{threads}.json"
+def _cache_path() -> Path:
+    return machine_dir() / f"probe-{host_id()}.json"
+
+
+def available_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
 
 
 def _lib() -> ctypes.CDLL:
@@ -257,7 +282,7 @@ def _fma_peaks(lib: ctypes.CDLL, threads: int, iters: int, reps: int) -> tuple[f
 
 
 def measure(threads: int, quick: bool = False) -> MachinePeak:
-    """Run the micro-benchmarks now (about 3 s; ``quick`` for tests, less accurate). The FMA
+    """Run the micro-benchmarks now (about a second; ``quick`` for tests, less accurate). The FMA
     peaks are measured again while they do not scale with the threads (other work on the
     cores); figures that still do not, or a busy machine, are flagged ``suspect``."""
     lib = _lib()
@@ -269,9 +294,9 @@ def measure(threads: int, quick: bool = False) -> MachinePeak:
     for name, size in _LAYERS.items():
         if quick and name == "DRAM":
             size = 32 << 20
-        r = max(1, (1 << 30 if not quick else 1 << 26) // size)
-        read[name] = _best(lib.ember_probe_read, threads, size, r, reps=reps)
-        read1[name] = _best(lib.ember_probe_read, 1, size, r, reps=reps)
+        r = max(1, (1 << 28 if not quick else 1 << 26) // size)   # 256 MB read per run
+        read[name] = _best(lib.ember_probe_read, threads, size, r, reps=min(reps, 3))
+        read1[name] = _best(lib.ember_probe_read, 1, size, r, reps=min(reps, 3))
     triad = lib.ember_probe_triad(threads, (16 << 20) if not quick else (1 << 20), 5)
     suspect = []
     if fman < SCALING * threads * fma1:
@@ -288,21 +313,30 @@ def measure(threads: int, quick: bool = False) -> MachinePeak:
 
 
 def probe(threads: int | None = None, force: bool = False) -> MachinePeak:
-    """This machine's peaks for ``threads`` threads, measured once and cached. A cached probe
-    flagged ``suspect`` is measured again on use (at most once an hour), keeping the better
-    figures."""
-    if threads is None:
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    path = _cache_path(threads)
+    """This machine's peaks for ``threads`` threads (default: every CPU this process may use).
+    Measured once per machine, on 1 thread and on all of them, and kept in ``machine_dir()``
+    (not per cache directory or thread count: other counts are derived, ``for_threads``). A
+    probe flagged ``suspect`` is measured again on use (at most once an hour), keeping the
+    better figures."""
+    cpus = available_cpus()
+    threads = cpus if threads is None else threads
+    n = max(threads, cpus)
+    path = _cache_path()
     old = None if force else _read(path)
-    if old is not None and (not old.suspect or _age_s(path) < RETRY_S):
-        return old
-    peak = measure(threads)
-    if old is not None and old.fma_gflops_all > peak.fma_gflops_all and peak.suspect:
+    if old is not None and old.threads >= n and (not old.suspect or _age_s(path) < RETRY_S):
+        return old.for_threads(threads)
+    LOG.info("measuring this machine once (FMA peak and memory bandwidth on 1 and %d "
+             "threads): a few seconds", n)
+    log.notice("measuring this machine once (FMA peak, memory bandwidth): a few seconds")
+    t = time.perf_counter()
+    peak = measure(n)
+    LOG.info("machine probe: %.1f s; %s", time.perf_counter() - t, peak.describe())
+    if old is not None and old.threads == n and old.fma_gflops_all > peak.fma_gflops_all \
+            and peak.suspect:
         peak = old            # the new measurement was worse: keep the old one, retry later
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(asdict(peak), indent=1).encode())
-    return peak
+    return peak.for_threads(threads)
 
 
 def _read(path: Path) -> MachinePeak | None:

@@ -59,6 +59,13 @@ def progress_enabled() -> bool:
     return in_jupyter() or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
 
 
+def notice(message: str) -> None:
+    """Tell the user about a one-time wait (the machine probe) where nothing would show it:
+    on stderr when progress shows (a terminal) and no handler of ember's logs does."""
+    if progress_enabled() and not LOG.handlers and not logging.getLogger().handlers:
+        print(f"[ember] {message}", file=sys.stderr, flush=True)
+
+
 class _Quiet:
     """The progress bar where none is shown."""
 

@@ -41,12 +41,14 @@ class Options:
     verify_each: bool = False        # check the graph's invariants after every pass
     progress: bool | None = None     # a progress bar on stderr (None: when it is a terminal)
     log_level: str | None = None     # configure the "ember" logger at this level
-    cache_dir: str | None = None     # kernels, probe, plans (None: the user cache directory)
+    cache_dir: str | None = None     # kernels, plans, models (None: the user cache directory)
+    machine_dir: str | None = None   # the machine probe (None: the user cache directory's)
     cache_max_mb: int = 2048         # size cap of the kernel cache (least recently used out)
     sanitize: tuple[str, ...] = ()   # build generated C with these sanitizers
     residue_variants: int = 1        # residue loops with constant trips (Nimble §3.5)
     device_spec: str | None = None   # a JSON DeviceSpec Roller constructs for (else detected)
     sched_cache: bool = True         # reuse the schedule choice of an identical program
+    model_cache: bool = True         # reuse the compiled model of an identical compile
     cc: str | None = None            # the C compiler (else cc)
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
 
@@ -111,6 +113,9 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "log_level": ("EMBER_LOG", _choice(LOG_LEVELS), "log the compile's stages at this level"),
     "cache_dir": ("EMBER_CACHE_DIR", _text, "the cache directory (default: the user cache "
                   "directory, $XDG_CACHE_HOME/ember on Linux)"),
+    "machine_dir": ("EMBER_MACHINE_DIR", _text, "where the one-time machine probe is kept "
+                    "(default: the user cache directory's machine/, whatever EMBER_CACHE_DIR "
+                    "says: one probe per machine)"),
     "cache_max_mb": ("EMBER_CACHE_MAX_MB", _count, "the kernel cache's size cap in MiB "
                      "(default 2048)"),
     "sanitize": ("EMBER_SANITIZE", _sanitizers, "build generated C with address,undefined"),
@@ -120,6 +125,8 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                     "the detected machine"),
     "sched_cache": ("EMBER_SCHED_CACHE", _flag, "0: time the schedules again on every "
                     "compile"),
+    "model_cache": ("EMBER_MODEL_CACHE", _flag, "0: compile again what was compiled before "
+                    "(default 1: a cached model loads)"),
     "cc": ("CC", _text, "the C compiler (default cc)"),
     "env_threads": ("OMP_NUM_THREADS", _omp_threads, "caps the default thread count"),
 }

@@ -111,6 +111,10 @@ class VMModel:
         if missing:
             raise InputError(f"missing input(s) {missing}; the model's inputs are "
                              f"{self.input_names}")
+        unknown = [n for n in feeds if n not in self.input_names]
+        if unknown:
+            raise InputError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
+                             f"inputs are {self.input_names}")
         outs = self(*[feeds[n] for n in self.input_names])
         outs = outs if isinstance(outs, tuple) else (outs,)
         return dict(zip(self.output_names, outs))

@@ -118,7 +118,8 @@ def test_conv_uses_register_blocked_microkernel_and_one_parallel_region() -> Non
     r, nb = map(int, re.search(r"roller reg (\d+)x(\d+)", src).groups())  # type: ignore[union-attr]
     v = nb // 16
     # called, not inlined (no spills); with the fused Relu applied to its accumulators
-    assert re.search(rf"static __attribute__\(\(noinline\)\) void em_uk_{r}x{v}_e\w+\(", src)
+    assert re.search(rf"(static|EM_HIDDEN) __attribute__\(\(noinline\)\) void em_uk_{r}x{v}_e\w+\(",
+                     src)
     assert f"a{r - 1}_{v - 1} += b * w{v - 1};" in src    # R rows x V vectors of accumulators
     assert f"a{r - 1}_{v - 1} = em_vmax(a{r - 1}_{v - 1}, " in src
     assert "epilogue in registers" in src

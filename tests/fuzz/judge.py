@@ -175,8 +175,9 @@ def _nan_skipped(ctx: Context) -> bool:
     """onnxruntime's max/min reductions and pools skip NaN and start from -FLT_MAX
     (comparisons with NaN are false: ReduceMax/ReduceMin keep a NaN only when it comes first,
     MaxPool never; a MaxPool window of -inf gives -FLT_MAX); where the result differs, ember
-    has NaN, or an infinity where onnxruntime has FLT_MAX of that sign."""
-    ops = {"ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool"}
+    has NaN, or an infinity where onnxruntime has FLT_MAX of that sign. ScatterND and
+    ScatterElements with reduction min/max likewise (std::min/std::max keep the number)."""
+    ops = {"ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool", "ScatterND", "ScatterElements"}
     if not any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in ctx.inputs_of(ops)):
         return False
     if ctx.got is None or ctx.want is None or ctx.got.dtype.kind != "f" \
@@ -280,6 +281,23 @@ def _near_tie(ctx: Context) -> bool:
     return bool(np.allclose(a, b, rtol=rtol, atol=ATOL, equal_nan=True))
 
 
+def _align_corners_length(ctx: Context) -> bool:
+    """A Resize on the path maps coordinates with align_corners by scales whose scaled length
+    is not a whole number: onnxruntime divides by the output length - 1, onnx's reference
+    (whose results onnx's node tests hold, and ember) by length x scale - 1."""
+    for n in ctx.path:
+        if n.op_type != "Resize" or len(n.input) < 3 or not n.input[2]:
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        mode = attrs.get("coordinate_transformation_mode", b"")
+        scales, x = ctx.values.get(n.input[2]), ctx.values.get(n.input[0])
+        if mode in (b"align_corners", "align_corners") and scales is not None and \
+                x is not None and any(float(d * s) != int(d * s)
+                                      for d, s in zip(x.shape, np.ravel(scales))):
+            return True
+    return False
+
+
 # name -> explanation; a mismatch is explained when one entry applies to it
 EXPLAINED: tuple[Explained, ...] = (
     Explained("float16-rounding", "ember may evaluate a float16 chain in float32 and round "
@@ -298,7 +316,8 @@ EXPLAINED: tuple[Explained, ...] = (
     Explained("nan-order", "TopK/ArgMax/ArgMin/Hardmax (and MaxPool's Indices) over NaN: "
               "ONNX does not order NaN against numbers; onnxruntime's choice depends on where "
               "the NaN is", _nan_order),
-    Explained("nan-skipped-by-onnxruntime", "onnxruntime 1.32's MaxPool/GlobalMaxPool skip "
+    Explained("nan-skipped-by-onnxruntime", "onnxruntime 1.32's MaxPool/GlobalMaxPool and "
+              "its min/max scatter reductions skip "
               "NaN and start from -FLT_MAX (a window of -inf and padding gives -3.4e38 or "
               "-inf, depending on dilation, in onnxruntime and in ember), its ReduceMax/"
               "ReduceMin keep a NaN only when it is the first element (comparisons with NaN "
@@ -313,6 +332,10 @@ EXPLAINED: tuple[Explained, ...] = (
     Explained("same-pad-dilated", "MaxPool/AveragePool with auto_pad SAME_* and a dilation: "
               "the spec's output is ceil(in / stride); onnxruntime computes another size",
               _same_pad_dilated),
+    Explained("resize-align-corners-length", "Resize with align_corners by a scale that "
+              "gives a fractional length (5 x 1.5): onnxruntime maps coordinates with the "
+              "output length (7 - 1), onnx's reference and its node tests (and ember) with the "
+              "scaled one (7.5 - 1), so nearest picks differ", _align_corners_length),
     Explained("argmax-near-tie", "ArgMax/ArgMin over values ember and onnxruntime computed "
               "within tolerance of each other but not bit-equal (float16 above all): the "
               "elements they pick are equal within the tolerance", _near_tie),

@@ -152,7 +152,11 @@ def test_pictures(tmp_path: Path) -> None:
 
 
 def test_probe_measures_and_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    """One probe per machine: kept in the machine directory (not per cache directory), for
+    every thread count (measured on all CPUs, derived for fewer)."""
+    monkeypatch.setenv("EMBER_MACHINE_DIR", str(tmp_path / "machine"))
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(probe_mod, "available_cpus", lambda: 2)
     calls = []
 
     def fake_measure(threads: int) -> MachinePeak:
@@ -164,6 +168,11 @@ def test_probe_measures_and_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert calls == [2]                        # second call read the cache
     probe_mod.probe(2, force=True)
     assert calls == [2, 2]
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "another"))
+    one = probe_mod.probe(1)
+    assert calls == [2, 2] and one.threads == 1 and one.fma_gflops_all == PEAK.fma_gflops_1
+    assert one.read_gbs["DRAM"] == PEAK.read_gbs_1["DRAM"]   # 1 thread: the 1-thread figure
+    assert list((tmp_path / "machine").glob("probe-*.json"))
 
 
 def test_probe_quick_measurement() -> None:

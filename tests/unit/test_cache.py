@@ -122,6 +122,7 @@ def test_evict_removes_least_recently_used_and_spares_recent(fresh_cache: Path) 
 def test_writes_scan_only_at_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
     scans = []
     monkeypatch.setattr(cache, "SCAN_EVERY", 3)
+    monkeypatch.setattr(cache, "SCAN_INTERVAL_S", 0.0)
     monkeypatch.setattr(cache, "evict", lambda cap, root: scans.append(1) or cache.Trim(0, 0, 0))
     for _ in range(7):
         cache.note_write(10)
@@ -131,6 +132,14 @@ def test_writes_scan_only_at_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
         toolchain.compile_shared(padded(4))
     assert len(scans) == 3
     cache.note_write(2 << 30)           # past the cap: scans at once
+    assert len(scans) == 4
+    # another process (this one's estimates gone, the shared record of the last scan kept)
+    # does not scan again while that record is recent
+    monkeypatch.setattr(cache, "SCAN_INTERVAL_S", 300.0)
+    for d in (cache._TRACKER.estimate, cache._TRACKER.writes, cache._TRACKER.scanned):
+        d.clear()
+    for _ in range(7):
+        cache.note_write(10)
     assert len(scans) == 4
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import ember
-from ember.errors import InputError, ModelError
+from ember.errors import DataError, InputError, ModelError
 from tests.modelkit import graph_model, run_ort
 
 
@@ -77,3 +77,52 @@ def test_vm_segments_keep_the_broadcast_checks_and_name_model_inputs() -> None:
     with pytest.raises(InputError, match=r"input 'b'") as e:
         cm.run({"a": np.ones(2, bool), "b": np.ones(2, np.float32)})
     assert "s0_in" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- campaign of seed 11
+def test_vm_model_refuses_an_unknown_input_name() -> None:
+    m = graph_model([helper.make_node("NonZero", ["a"], ["z"])],
+                    [_vi("a", TensorProto.FLOAT, ["N"])], [_vi("z", TensorProto.INT64, None)])
+    cm = ember.compile(m)
+    with pytest.raises(InputError, match=r"unknown input\(s\) 'extra'"):
+        cm.run({"a": np.ones(2, np.float32), "extra": np.ones(2, np.float32)})
+
+
+@pytest.mark.parametrize("node,init", [
+    (helper.make_node("Tile", ["x", "r"], ["y"], name="the_tile"),
+     numpy_helper.from_array(np.array([3, 2 ** 62], np.int64), "r")),
+    (helper.make_node("Pad", ["x", "r"], ["y"], name="the_pad"),
+     numpy_helper.from_array(np.array([0, 0, 0, 2 ** 34], np.int64), "r")),
+])
+def test_tensors_larger_than_the_machine_are_refused(node: object, init: object) -> None:
+    """Tile by 2**62 raised a raw OverflowError; Pad by 2**34 into a reduction ran for minutes
+    (onnxruntime refuses to allocate either)."""
+    red = helper.make_node("ReduceMax", ["y"], ["z"], keepdims=0)
+    m = graph_model([node, red], [_vi("x", TensorProto.FLOAT, [4, 2])],
+                    [_vi("z", TensorProto.FLOAT, None)], [init])
+    with pytest.raises(ModelError, match=rf"GiB.*node '{node.name}'"):
+        ember.compile(m)
+
+
+def test_a_constant_index_into_an_axis_of_one_is_checked() -> None:
+    """Gather of [-7, -1] on an axis of size 1 after a fused Sub: the read ignores the index
+    (a broadcast producer reads such an axis at 0), and the check went with it."""
+    idx = numpy_helper.from_array(np.array([-7, -1], np.int64), "i")
+    m = graph_model([helper.make_node("Sub", ["x", "x"], ["s"]),
+                     helper.make_node("Gather", ["s", "i"], ["y"], axis=1, name="the_gather")],
+                    [_vi("x", TensorProto.FLOAT, [2, 1, 3])], [_vi("y", TensorProto.FLOAT, None)],
+                    [idx])
+    cm = ember.compile(m)
+    with pytest.raises(DataError, match=r"node 'the_gather'.*index -7"):
+        cm.run({"x": np.ones((2, 1, 3), np.float32)})
+
+
+def test_pooling_over_an_empty_channel_or_spatial_dim_is_refused() -> None:
+    m = graph_model([helper.make_node("GlobalMaxPool", ["x"], ["y"], name="the_pool")],
+                    [_vi("x", TensorProto.FLOAT, [2, "C", 3, 3])],
+                    [_vi("y", TensorProto.FLOAT, None)])
+    cm = ember.compile(m)
+    x = np.random.default_rng(0).standard_normal((2, 4, 3, 3)).astype(np.float32)
+    np.testing.assert_allclose(cm.run({"x": x})["y"], x.max(axis=(2, 3), keepdims=True))
+    with pytest.raises(InputError, match=r"the_pool.*only the batch dim may be 0"):
+        cm.run({"x": np.ones((2, 0, 3, 3), np.float32)})

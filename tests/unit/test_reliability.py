@@ -269,7 +269,8 @@ def test_probe_retries_until_the_peak_scales() -> None:
 
 def test_a_suspect_probe_is_measured_again(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_MACHINE_DIR", str(tmp_path))
+    monkeypatch.setattr(probe_mod, "available_cpus", lambda: 2)
     calls = []
 
     def fake_measure(threads: int, quick: bool = False) -> probe_mod.MachinePeak:
@@ -278,7 +279,7 @@ def test_a_suspect_probe_is_measured_again(tmp_path: Path,
                                      measured="now", load=0.1)
 
     monkeypatch.setattr(probe_mod, "measure", fake_measure)
-    path = probe_mod._cache_path(2)
+    path = probe_mod._cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     old = probe_mod.MachinePeak(2, 100.0, 130.0, {"L1": 1.0}, {"L1": 1.0}, 1.0, load=3.0,
                                 suspect="the load average was 3.00")

@@ -339,12 +339,20 @@ def batch_norm(attrs: Attrs, x: np.ndarray, scale: np.ndarray, bias: np.ndarray,
 
 
 # --------------------------------------------------------------------------- pooling
+def _nonempty_after_batch(x: TensorType) -> None:
+    """A pool's channels and spatial dims are not empty (a max over no element has no value;
+    onnxruntime: "Only N can be zero"): an error when known, a run-time check otherwise."""
+    for d in x.shape[1:]:
+        require("at_least", (d, 1), f"pooling over {x}: only the batch dim may be 0")
+
+
 def _pool_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x = ts[0]
     assert x is not None
     nd = x.rank - 2
     if nd < 1:
         raise TypeInferenceError(f"pooling needs an input of rank >= 3, got {x}")
+    _nonempty_after_batch(x)
     kernel, strides, dilations, pads = window_attrs(attrs, nd)
     ceil = bool(attrs.get("ceil_mode", 0))
     if any(p >= (k - 1) * d + 1 for p, k, d in zip(pads, kernel * 2, dilations * 2, strict=True)):
@@ -394,6 +402,7 @@ def _global_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     assert x is not None
     if x.rank < 2:
         raise TypeInferenceError(f"global pooling needs rank >= 2, got {x}")
+    _nonempty_after_batch(x)
     return [TensorType((*x.shape[:2], *(1,) * (x.rank - 2)), x.dtype)]
 
 

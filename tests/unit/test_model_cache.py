@@ -1,0 +1,88 @@
+"""The compiled-model cache (issue 24: a warm compile is a hash and a load) and the program
+split into translation units (each kernel compiled apart and cached by its text)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import ember
+from ember.compiler import driver, model_cache
+from ember.runtime import toolchain
+from ember.support import options
+
+
+def _model(n: int = 6) -> object:
+    w = np.linspace(-1, 1, n * n, dtype=np.float32).reshape(n, n)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("w", TensorProto.FLOAT, [n, n], w.reshape(-1))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "1")
+    return tmp_path
+
+
+def test_a_second_compile_loads_the_cached_model(cached: Path) -> None:
+    m = _model()
+    x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
+    first = ember.compile(m)
+    entries = list((cached / "models").glob("*.ember"))
+    assert len(entries) == 1
+    before = toolchain.cache_stats()["compiles"]
+    second = ember.compile(m)
+    assert toolchain.cache_stats()["compiles"] == before      # nothing compiled
+    np.testing.assert_array_equal(second(x), first(x))
+    ember.compile(m, num_threads=1)                           # another key: compiled
+    assert len(list((cached / "models").glob("*.ember"))) == 2
+
+
+def test_a_damaged_entry_is_compiled_again(cached: Path) -> None:
+    m = _model(5)
+    ember.compile(m)
+    (entry,) = (cached / "models").glob("*.ember")
+    entry.write_bytes(b"not a model")
+    x = np.ones((3, 5), np.float32)
+    np.testing.assert_allclose(ember.compile(m)(x),
+                               np.tanh(x @ np.linspace(-1, 1, 25, dtype=np.float32)
+                                       .reshape(5, 5)), rtol=1e-5, atol=1e-6)
+    assert ember.load(entry) is not None                      # replaced by a good one
+
+
+def test_the_key_follows_what_the_program_depends_on() -> None:
+    m = _model()
+    base = options.Options()
+    k = model_cache.key(m, None, base, 2)
+    assert k == model_cache.key(m.SerializeToString(), None, base, 2)
+    assert k != model_cache.key(m, None, base, 1)
+    assert k != model_cache.key(m, None, base.with_(topk=4), 2)
+    assert k != model_cache.key(m, {"x": (3, 6)}, base, 2)
+    assert model_cache.key(m, None, base.with_(model_cache=False), 2) is None
+
+
+def test_kernels_are_units_of_their_own_shared_between_programs(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """Two models with one kernel in common: the second compiles only what is new."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    a = driver.build(_model(8))
+    b_model = _model(8)
+    b_model.graph.node[1].op_type = "Sigmoid"
+    b = driver.build(b_model)
+    assert a.units is not None and b.units is not None
+    common = set(a.units.kernels) & set(b.units.kernels)
+    assert common and set(a.units.kernels) != set(b.units.kernels)
+    driver.library(a)
+    objects = set((tmp_path / "kernels").glob("*.o"))
+    driver.library(b)
+    new = set((tmp_path / "kernels").glob("*.o")) - objects
+    assert 0 < len(new) < len(b.units.kernels) + 1     # the common kernels were not rebuilt
