@@ -76,3 +76,32 @@ def test_compile_uses_the_options_inside_and_restores_them(monkeypatch: pytest.M
     x = np.linspace(-1, 1, 7, dtype=np.float32)
     np.testing.assert_array_equal(cm(x), np.maximum(x, 0))
     assert options.current().cache_dir != str(tmp_path / "c")
+
+
+def test_a_piped_compile_logs_every_stage_and_accounts_for_its_time(tmp_path: Path) -> None:
+    """``ember compile`` with stderr not a terminal: each stage on its own log line with its
+    time, and a summary whose parts add up to the total; ``--version`` works."""
+    import subprocess
+    import sys
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    env = {k: v for k, v in __import__("os").environ.items() if k != "EMBER_LOG"}
+    env.update(EMBER_CACHE_DIR=str(tmp_path / "cache"), EMBER_MODEL_CACHE="0")
+    proc = subprocess.run([sys.executable, "-m", "ember.cli", "compile", str(path), "-o",
+                           str(tmp_path / "m.ember")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for stage in ("import", "passes", "kernels", "C", "cc"):
+        assert re.search(rf"^\[ember\] {stage} +\d+\.\d\d s", proc.stderr, re.M), proc.stderr
+    m = re.search(r"in (\d+\.\d\d) s: (.*)$", proc.stdout, re.M)
+    assert m, proc.stdout
+    parts = [float(x) for x in re.findall(r" (\d+\.\d\d) s", " " + m.group(2))]
+    assert abs(sum(parts) - float(m.group(1))) <= 0.02 * len(parts)
+    version = subprocess.run([sys.executable, "-m", "ember.cli", "--version"],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert version.stdout.startswith("ember ")
