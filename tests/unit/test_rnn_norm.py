@@ -9,6 +9,8 @@ LSTM rejects batch-major layouts).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -290,6 +292,7 @@ def test_unrolled_lstm_builds_each_kernel_once_and_shares_its_c_function() -> No
     assert len(comp.kernels) == 1 + 1 + 11 + 1
     # built once each: XW, the first cell, the step, the copy; one C function each
     assert len({id(k) for k in comp.kernels}) == 4
-    assert comp.source.count("EM_HIDDEN void em_k_") == 4   # each defined in its own unit
+    # each defined once, in its own unit
+    assert len(re.findall(r"EM_HIDDEN void em_k_\w+\(int64_t t0", comp.source)) == 4
     assert comp.source.count("static void em_tile_") == 1   # XW
     _close(list(ember.compile(model).run(feeds).values()), _ort(model, feeds))
