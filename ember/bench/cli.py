@@ -16,12 +16,12 @@ that markdown file.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 from pathlib import Path
 
 from ember.bench.engines import set_thread_env
+from ember.support import options
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -79,8 +79,11 @@ def _list() -> int:
 
 def cmd_bench(a: argparse.Namespace) -> int:
     set_thread_env(a.threads)          # before any peer runtime is imported
-    if a.topk:
-        os.environ["EMBER_TOPK"] = str(a.topk)
+    with options.using(options.from_env().with_(topk=a.topk)):   # every ember compile in it
+        return _bench(a)
+
+
+def _bench(a: argparse.Namespace) -> int:
     if a.list:
         return _list()
     if a.diff:

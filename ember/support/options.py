@@ -165,9 +165,10 @@ def using(opts: Options) -> Iterator[Options]:
 
 
 def resolve(options: Options | None = None, **given: Any) -> Options:
-    """The options of one ``ember.compile`` call: defaults, then the environment, then
-    ``options`` (its fields that differ from the defaults), then the keywords given."""
-    opts = from_env()
+    """The options of one ``ember.compile`` call: defaults, then the environment (or the
+    options a ``using`` block around the call set), then ``options`` (its fields that differ
+    from the defaults), then the keywords given."""
+    opts = current()
     if options is not None:
         default = Options()
         opts = replace(opts, **{f.name: getattr(options, f.name) for f in fields(options)
