@@ -48,11 +48,33 @@ def aligned_empty(shape: int | Sequence[int], dtype: object = np.uint8) -> np.nd
 def host_bytes(nbytes: int) -> np.ndarray:
     """``np.empty(nbytes, uint8)``; an allocation the machine cannot make raises EmberError
     (the model's tensors are larger than the memory: give smaller input shapes)."""
+    if nbytes >= BIG_ALLOCATION:
+        free = available_memory()
+        if free and nbytes > free:   # Linux would grant it, then kill the process when used
+            raise EmberError(f"cannot allocate {nbytes / 2**30:.1f} GiB for the model's "
+                             f"tensors: {free / 2**30:.1f} GiB of memory is available; use "
+                             "smaller input shapes")
     try:
         return np.empty(nbytes, dtype=np.uint8)
     except (MemoryError, ValueError) as e:
         raise EmberError(f"cannot allocate {nbytes / 2**30:.1f} GiB for the model's tensors "
                          f"({type(e).__name__}): use smaller input shapes") from e
+
+
+BIG_ALLOCATION = 256 << 20   # allocations from this size on are checked against free memory
+
+
+def available_memory() -> int:
+    """The memory the kernel can give without swapping or killing (``MemAvailable``), 0 where
+    unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def address(array: np.ndarray) -> int:

@@ -66,6 +66,13 @@ DEFECTS: dict[str, str] = {
     "empty-pool": "GlobalMaxPool over a symbolic channel/spatial dim bound to 0 returned an "
                   "empty output where onnxruntime refuses (fixed: pools require non-batch "
                   "dims >= 1)",
+    "empty-argmax": "ArgMax along a symbolic axis bound to 0 returned outputs where "
+                    "onnxruntime refuses (fixed: a run-time check)",
+    "negative-perm": "Transpose perm with negative axes: a raw IndexError in the layout pass "
+                     "(fixed: refused, as onnxruntime does)",
+    "oom-kill": "a Pad to 2**31 elements as a graph output: the output's pages were granted "
+                "and the process killed by the kernel when they were touched (fixed: "
+                "allocations beyond MemAvailable are an EmberError)",
 }
 
 # (seed, index) of the CI slice (seed 1, indices 0-499) -> the defect it hits. The 44 cases

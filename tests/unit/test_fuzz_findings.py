@@ -126,3 +126,36 @@ def test_pooling_over_an_empty_channel_or_spatial_dim_is_refused() -> None:
     np.testing.assert_allclose(cm.run({"x": x})["y"], x.max(axis=(2, 3), keepdims=True))
     with pytest.raises(InputError, match=r"the_pool.*only the batch dim may be 0"):
         cm.run({"x": np.ones((2, 0, 3, 3), np.float32)})
+
+
+def test_argmax_along_an_empty_axis_is_refused() -> None:
+    m = graph_model([helper.make_node("ArgMax", ["x"], ["y"], axis=1, name="the_argmax")],
+                    [_vi("x", TensorProto.FLOAT, [2, "n"])], [_vi("y", TensorProto.INT64, None)])
+    cm = ember.compile(m)
+    x = np.array([[1, 5, 2], [7, 0, 7]], np.float32)
+    np.testing.assert_array_equal(cm.run({"x": x})["y"], [[1], [0]])
+    with pytest.raises(InputError, match=r"the_argmax.*empty axis"):
+        cm.run({"x": np.ones((2, 0), np.float32)})
+
+
+def test_transpose_perm_with_negative_axes_is_refused_as_onnxruntime_does() -> None:
+    """perm [-8, -4, -3] raised a raw IndexError in the layout pass."""
+    m = graph_model([helper.make_node("Transpose", ["x"], ["y"], perm=[-8, -4, -3],
+                                      name="the_transpose")],
+                    [_vi("x", TensorProto.FLOAT, [2, 3, 4])], [_vi("y", TensorProto.FLOAT, None)])
+    with pytest.raises(ModelError, match=r"the_transpose.*perm \[-8, -4, -3\]"):
+        ember.compile(m)
+
+
+def test_an_allocation_beyond_the_available_memory_is_an_ember_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux grants it and kills the process when the pages are touched (SIGKILL): a Pad of
+    2**31 elements as a graph output."""
+    from ember.errors import EmberError
+    from ember.runtime import module
+
+    monkeypatch.setattr(module, "available_memory", lambda: 1 << 30)
+    with pytest.raises(EmberError, match=r"cannot allocate 2.0 GiB.*1.0 GiB of memory is "
+                                         r"available"):
+        module.host_bytes(2 << 30)
+    assert module.host_bytes(1 << 20).nbytes == 1 << 20

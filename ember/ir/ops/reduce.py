@@ -15,7 +15,7 @@ import numpy as np
 
 from ember.ir.ops.common import norm_axis
 from ember.ir.ops.registry import Pattern, defop
-from ember.ir.types import TensorType
+from ember.ir.types import TensorType, require
 from ember.support import dtypes
 
 Attrs = dict[str, Any]
@@ -91,6 +91,9 @@ def _arg_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x = ts[0]
     assert x is not None
     axis = norm_axis(int(attrs.get("axis", 0)), x.rank)
+    # an empty axis has no extreme to point at (onnxruntime refuses it at run time)
+    require("at_least", (x.shape[axis], 1), f"{attrs.get('_op', 'ArgMax')} along an empty axis "
+            f"of {x} has no result")
     keep = bool(attrs.get("keepdims", 1))
     shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
     return [TensorType(shape, dtypes.int64)]

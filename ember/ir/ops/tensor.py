@@ -219,9 +219,10 @@ def flatten(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
 def _perm(attrs: Attrs, rank: int) -> list[int]:
     perm = attrs.get("perm")
     perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
-    if sorted(p % rank if rank else p for p in perm) != list(range(rank)):
-        raise TypeInferenceError(f"perm {perm} is not a permutation of {rank} axes")
-    return [p % rank for p in perm]
+    if sorted(perm) != list(range(rank)):   # onnx: the axes 0..rank-1, no negative ones
+        raise TypeInferenceError(f"perm {perm} is not a permutation of the {rank} axes "
+                                 f"0..{rank - 1}")
+    return perm
 
 
 def _transpose_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
