@@ -132,6 +132,26 @@ def _loads(e: Expr) -> list[Load]:
     return []
 
 
+# calls that check data (an index's range): a select evaluates them in both arms, so a bad
+# index in the arm it does not pick is still reported, as onnxruntime does
+CHECKS = frozenset({"em_idx", "em_idx_w", "em_idx_nn", "em_keep"})
+
+
+def _checks(e: Expr) -> bool:
+    """Whether ``e`` calls a data check (through operands and load indices)."""
+    if isinstance(e, Call):
+        return e.fn in CHECKS or any(_checks(x) for x in e.args)
+    if isinstance(e, Bin):
+        return _checks(e.a) or _checks(e.b)
+    if isinstance(e, Select):
+        return _checks(e.cond) or _checks(e.a) or _checks(e.b)
+    if isinstance(e, Cast):
+        return _checks(e.value)
+    if isinstance(e, Load):
+        return _checks(e.index)
+    return False
+
+
 def c_const(c: Const) -> str:
     v = c.value
     if is_float_name(c.dtype):
@@ -204,11 +224,13 @@ class CEmitter:
         204); eager loads vectorize as plain loads and a blend."""
         c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
         arms = [*_loads(e.a), *_loads(e.b)]
-        if arms:
+        eager = _checks(e.a) or _checks(e.b)   # the checks run whatever the condition picks
+        if arms and not eager:
             seen = {self.expr(ld.index) for ld in _loads(e.cond)}
-            if all(self.expr(ld.index) in seen for ld in arms):
-                t = ctype(e.dtype, compute=True)
-                return f"({{ const {t} em_a_ = {a}; const {t} em_b_ = {b}; {c} ? em_a_ : em_b_; }})"
+            eager = all(self.expr(ld.index) in seen for ld in arms)
+        if eager:
+            t = ctype(e.dtype, compute=True)
+            return f"({{ const {t} em_a_ = {a}; const {t} em_b_ = {b}; {c} ? em_a_ : em_b_; }})"
         return f"({c} ? {a} : {b})"
 
     def _call(self, e: Call) -> str:

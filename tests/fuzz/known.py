@@ -70,6 +70,11 @@ DEFECTS: dict[str, str] = {
                     "onnxruntime refuses (fixed: a run-time check)",
     "negative-perm": "Transpose perm with negative axes: a raw IndexError in the layout pass "
                      "(fixed: refused, as onnxruntime does)",
+    "select-skips-check": "Where(False, GatherElements(x, bad index), y): the select skipped "
+                          "the arm and its index check (fixed: arms with checks are "
+                          "evaluated eagerly)",
+    "reflect-pad-symbolic": "Pad reflect by more than a symbolic dim - 1 (fixed: a run-time "
+                            "check, as onnxruntime refuses)",
     "oom-kill": "a Pad to 2**31 elements as a graph output: the output's pages were granted "
                 "and the process killed by the kernel when they were touched (fixed: "
                 "allocations beyond MemAvailable are an EmberError)",
