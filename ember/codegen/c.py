@@ -132,15 +132,17 @@ def _loads(e: Expr) -> list[Load]:
     return []
 
 
-# calls that check data (an index's range): a select evaluates them in both arms, so a bad
-# index in the arm it does not pick is still reported, as onnxruntime does
+# calls that check data (an index's range, an integer divisor): a select evaluates them in
+# both arms, so a bad value in the arm it does not pick is still reported, as onnxruntime does
 CHECKS = frozenset({"em_idx", "em_idx_w", "em_idx_nn", "em_keep"})
+CHECKED_DIVISIONS = ("em_div_", "em_mod_", "em_fmod_")   # integer division by zero
 
 
 def _checks(e: Expr) -> bool:
     """Whether ``e`` calls a data check (through operands and load indices)."""
     if isinstance(e, Call):
-        return e.fn in CHECKS or any(_checks(x) for x in e.args)
+        return e.fn in CHECKS or e.fn.startswith(CHECKED_DIVISIONS) or \
+            any(_checks(x) for x in e.args)
     if isinstance(e, Bin):
         return _checks(e.a) or _checks(e.b)
     if isinstance(e, Select):

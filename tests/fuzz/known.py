@@ -73,6 +73,11 @@ DEFECTS: dict[str, str] = {
     "select-skips-check": "Where(False, GatherElements(x, bad index), y): the select skipped "
                           "the arm and its index check (fixed: arms with checks are "
                           "evaluated eagerly)",
+    "division-masked": "an integer Div by zero in a position Trilu/Where discards: the fused "
+                       "select skipped the division (fixed: checked divisions are evaluated "
+                       "eagerly)",
+    "instancenorm-scale": "InstanceNormalization's scale against a symbolic channel dim was "
+                          "not checked (fixed)",
     "reflect-pad-symbolic": "Pad reflect by more than a symbolic dim - 1 (fixed: a run-time "
                             "check, as onnxruntime refuses)",
     "oom-kill": "a Pad to 2**31 elements as a graph output: the output's pages were granted "

@@ -188,3 +188,24 @@ def test_reflect_pad_wider_than_a_symbolic_dim_is_refused() -> None:
     np.testing.assert_array_equal(cm.run({"x": x})["y"], np.pad(x, ((0, 0), (2, 1)), "reflect"))
     with pytest.raises(InputError, match=r"the_pad.*reflect by 2"):
         cm.run({"x": np.ones((1, 2), np.float32)})
+
+
+def test_an_integer_division_in_a_masked_out_position_still_faults() -> None:
+    """Trilu(Div(x, x)) with a zero where Trilu keeps 0: onnxruntime divides everything and
+    refuses; the fused select skipped the division there."""
+    m = graph_model([helper.make_node("Div", ["x", "x"], ["d"], name="the_div"),
+                     helper.make_node("Trilu", ["d"], ["y"], upper=1)],
+                    [_vi("x", TensorProto.INT64, [2, 2])], [_vi("y", TensorProto.INT64, None)])
+    cm = ember.compile(m)
+    with pytest.raises(DataError, match=r"the_div.*division by zero"):
+        cm.run({"x": np.array([[1, 2], [0, 3]], np.int64)})
+
+
+def test_instance_norm_scale_per_symbolic_channel_is_checked() -> None:
+    m = graph_model([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])],
+                    [_vi("x", TensorProto.FLOAT, [1, "c", 4])], [_vi("y", TensorProto.FLOAT, None)],
+                    [numpy_helper.from_array(np.ones(1, np.float32), "s"),
+                     numpy_helper.from_array(np.zeros(1, np.float32), "b")])
+    cm = ember.compile(m)
+    with pytest.raises(InputError, match=r"input 'x'"):
+        cm.run({"x": np.ones((1, 3, 4), np.float32)})

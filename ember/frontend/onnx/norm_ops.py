@@ -35,6 +35,7 @@ import numpy as np
 from ember.errors import ModelError, UnsupportedOpError
 from ember.frontend.onnx.conv_nn import window_attrs
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
+from ember.frontend.onnx.symbolic import require
 from ember.ir.graph import Value
 from ember.ir.types import Dim, dims_equal
 
@@ -109,6 +110,9 @@ def _per_channel(ctx: Ctx, v: Value, n: Dim, what: str, shape: list[int]) -> Val
     if d is None or dims_equal(d, n) is False:
         raise ModelError(f"{ctx.op_type} {what} %{v.name} must be a 1-D tensor of {n} "
                          f"entries (one per channel), got {v.type}")
+    if dims_equal(d, n) is None:   # symbolic: checked when the dims are known
+        require(ctx, "equal", (d, n), f"{ctx.op_type} {what} %{v.name} must have one entry "
+                "per channel")
     return _reshape(ctx, v, shape)
 
 
