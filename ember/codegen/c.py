@@ -132,28 +132,6 @@ def _loads(e: Expr) -> list[Load]:
     return []
 
 
-# calls that check data (an index's range, an integer divisor): a select evaluates them in
-# both arms, so a bad value in the arm it does not pick is still reported, as onnxruntime does
-CHECKS = frozenset({"em_idx", "em_idx_w", "em_idx_nn", "em_keep"})
-CHECKED_DIVISIONS = ("em_div_", "em_mod_", "em_fmod_")   # integer division by zero
-
-
-def _checks(e: Expr) -> bool:
-    """Whether ``e`` calls a data check (through operands and load indices)."""
-    if isinstance(e, Call):
-        return e.fn in CHECKS or e.fn.startswith(CHECKED_DIVISIONS) or \
-            any(_checks(x) for x in e.args)
-    if isinstance(e, Bin):
-        return _checks(e.a) or _checks(e.b)
-    if isinstance(e, Select):
-        return _checks(e.cond) or _checks(e.a) or _checks(e.b)
-    if isinstance(e, Cast):
-        return _checks(e.value)
-    if isinstance(e, Load):
-        return _checks(e.index)
-    return False
-
-
 def c_const(c: Const) -> str:
     v = c.value
     if is_float_name(c.dtype):
@@ -226,8 +204,8 @@ class CEmitter:
         204); eager loads vectorize as plain loads and a blend."""
         c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
         arms = [*_loads(e.a), *_loads(e.b)]
-        eager = _checks(e.a) or _checks(e.b)   # the checks run whatever the condition picks
-        if arms and not eager:
+        eager = False
+        if arms:
             seen = {self.expr(ld.index) for ld in _loads(e.cond)}
             eager = all(self.expr(ld.index) in seen for ld in arms)
         if eager:

@@ -70,12 +70,11 @@ DEFECTS: dict[str, str] = {
                     "onnxruntime refuses (fixed: a run-time check)",
     "negative-perm": "Transpose perm with negative axes: a raw IndexError in the layout pass "
                      "(fixed: refused, as onnxruntime does)",
-    "select-skips-check": "Where(False, GatherElements(x, bad index), y): the select skipped "
-                          "the arm and its index check (fixed: arms with checks are "
-                          "evaluated eagerly)",
-    "division-masked": "an integer Div by zero in a position Trilu/Where discards: the fused "
-                       "select skipped the division (fixed: checked divisions are evaluated "
-                       "eagerly)",
+    "masked-not-computed": "a bad index or a zero integer divisor in a position a fused "
+                           "Where/Trilu discards: onnxruntime computes the whole producer and "
+                           "refuses, ember does not compute discarded values (as it does not "
+                           "compute dead nodes; an op's own guards, such as NLL's "
+                           "ignore_index, rely on it)",
     "instancenorm-scale": "InstanceNormalization's scale against a symbolic channel dim was "
                           "not checked (fixed)",
     "reflect-pad-symbolic": "Pad reflect by more than a symbolic dim - 1 (fixed: a run-time "
