@@ -420,8 +420,10 @@ def _values_differ(g: np.ndarray, w: np.ndarray) -> str:
             f"onnxruntime {w[i]!r})")
 
 
-def path_nodes(model: onnx.ModelProto, output: str) -> list[onnx.NodeProto]:
-    """Every node ``output`` depends on (and the nodes of their If/Loop bodies)."""
+def path_nodes(model: onnx.ModelProto, output: str, values_only: bool = False
+               ) -> list[onnx.NodeProto]:
+    """Every node ``output`` depends on (and the nodes of their If/Loop bodies); with
+    ``values_only``, not through the input of a Shape or Size (only its shape is needed)."""
     producer = {o: n for n in model.graph.node for o in n.output}
     seen: list[onnx.NodeProto] = []
     todo = [output] if output else [o.name for o in model.graph.output]
@@ -433,6 +435,8 @@ def path_nodes(model: onnx.ModelProto, output: str) -> list[onnx.NodeProto]:
             continue
         done.update(n.output)
         seen.append(n)
+        if values_only and n.op_type in ("Shape", "Size"):
+            continue
         todo += list(n.input)
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
@@ -512,24 +516,7 @@ def _in_dead_node(case: Case, message: str) -> bool:
 def _value_live(model: onnx.ModelProto) -> set[str]:
     """The nodes whose values a graph output needs: an input of Shape or Size needs only its
     shape (ember does not compute a value only its shape is taken of)."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    live: set[str] = set()
-    todo = [o.name for o in model.graph.output]
-    done: set[str] = set()
-    while todo:
-        name = todo.pop()
-        n = producer.get(name)
-        if n is None or name in done:
-            continue
-        done.update(n.output)
-        live.add(n.name)
-        if n.op_type in ("Shape", "Size"):
-            continue
-        todo += list(n.input)
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                todo += [i for b in a.g.node for i in b.input]
-    return live
+    return {n.name for n in path_nodes(model, "", values_only=True)}
 
 
 def _mismatch(case: Case, name: str, msg: str, ember: dict[str, Any], ort: dict[str, Any]
