@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx
 
-from ember.compiler import driver, model_cache
+from ember.compiler import driver, gpu, model_cache
 from ember.compiler.vm import compile_vm, needs_vm
 from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
@@ -36,14 +36,13 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
     model whose shapes depend on values computed at run time runs on the VM (``VMModel``).
     ``options``: every other knob (``support.options.Options``); the keywords win over it, and
     it over the environment."""
-    if target != "cpu":
-        raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
+    target = gpu.check_target(target)
     opts = resolve(options, num_threads=driver.check_threads(num_threads),
                    topk=driver.check_topk(topk), schedule=schedule, profile=profile,
                    dim_hints=dim_hints)
     with using(opts), log.compile_run(model) as run:
         k = model_cache.key(model, input_shapes, opts,
-                            opts.num_threads or driver.default_threads())
+                            opts.num_threads or driver.default_threads(), target)
         cached = run.stage("lookup", model_cache.lookup, k)
         if cached is not None:
             return cached
@@ -57,6 +56,9 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
     hints = dict(opts.dim_hints) if opts.dim_hints else None
     g = run.stage("import", import_model, model, input_shapes)
     if needs_vm(g):
+        if target != "cpu":
+            raise EmberError(f"target {target!r}: models with shapes computed at run time "
+                             "(ember's VM) compile for target='cpu' only for now")
         return compile_vm(g, num_threads=opts.num_threads, topk=opts.topk, dim_hints=hints)
     return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
                                topk=opts.topk, schedule=opts.schedule, profile=opts.profile,

@@ -23,7 +23,7 @@ from ember.codegen.program import (
     kernel_symbol,
     symbolic_template,
 )
-from ember.compiler import autosched
+from ember.compiler import autosched, gpu
 from ember.compiler.tuning import TopK, device_spec
 from ember.errors import CompileError, EmberError, ModelError, UnsupportedOpError
 from ember.frontend.onnx.importer import import_model
@@ -67,6 +67,8 @@ class Compilation:
     # other rKernels of operators (Rammer's efficient ones): (operator index, kernel); the
     # program holds them after the operators' own kernels, and a plan runs one per operator
     variants: list[tuple[int, Kernel]] = field(default_factory=list)
+    target: str = "cpu"
+    gpu_kernels: list[Any] = field(default_factory=list)   # GpuKernel per operator (GPU targets)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -149,8 +151,9 @@ def build(model: onnx.ModelProto | str | os.PathLike | Graph,
           input_shapes: dict[str, Any] | None = None, *, num_threads: int | None = None,
           dump: Callable[[str, Graph], None] | None = None,
           verify_each: bool = False, topk: int | None = None,
-          dim_hints: dict[str, int] | None = None, variants: bool = False) -> Compilation:
-    """Compile ``model`` to C. Inputs with symbolic dims (``dim_param``) left open by
+          dim_hints: dict[str, int] | None = None, variants: bool = False,
+          target: str = "cpu") -> Compilation:
+    """Compile ``model`` to C (``target`` "cuda-sim": its GPU kernels, rendered for the CPU). Inputs with symbolic dims (``dim_param``) left open by
     ``input_shapes`` make a symbolic program: compiled once, run at any value of the symbols
     (``dim_hints``: the representative sizes its kernels are scheduled for, default 128).
     ``variants``: a static program also holds each operator's efficient rKernel (built for
@@ -158,17 +161,19 @@ def build(model: onnx.ModelProto | str | os.PathLike | Graph,
     t = time.perf_counter()
     g = model if isinstance(model, Graph) else import_model(model, input_shapes)
     return build_graph(g, num_threads=num_threads, dump=dump, verify_each=verify_each,
-                       topk=topk, dim_hints=dim_hints, t_start=t, variants=variants)
+                       topk=topk, dim_hints=dim_hints, t_start=t, variants=variants,
+                       target=target)
 
 
 def build_graph(g: Graph, *, num_threads: int | None = None,
                 dump: Callable[[str, Graph], None] | None = None, verify_each: bool = False,
                 topk: int | None = None, dim_hints: dict[str, int] | None = None,
-                t_start: float | None = None, variants: bool = False) -> Compilation:
+                t_start: float | None = None, variants: bool = False,
+                target: str = "cpu") -> Compilation:
     """``build`` of an imported graph (the VM compiles its segments with this)."""
     t = time.perf_counter() if t_start is None else t_start
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
-                       output_names=[v.name for v in g.outputs])
+                       output_names=[v.name for v in g.outputs], target=gpu.check_target(target))
     if not any(v.type.atoms() for v in g.inputs):
         _require_static_shapes(g)
     comp.timings["import"] = time.perf_counter() - t
@@ -193,6 +198,9 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     fused = comp.fused
     threads = check_threads(num_threads) or default_threads()
     topk = check_topk(topk)
+    if comp.target in gpu.GPU_TARGETS:
+        _build_gpu(comp, fused, table is not None, topk, threads)
+        return comp
     with run.timed("machine", "the device spec: probe and micro-kernel peaks"):
         spec = device_spec(threads)
     t = time.perf_counter()
@@ -221,6 +229,27 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     comp.timings["codegen"] = time.perf_counter() - t - picker.measure_s - one.measure_s
     comp.roller = ctx.log
     return comp
+
+
+def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int | None,
+               threads: int) -> None:
+    """``comp``'s GPU kernels; for cuda-sim, each rendered as the CPU kernel that runs it."""
+    from ember.kernel.gpu.sim import simulate
+
+    gpu.require_static(symbolic)
+    run = log.current_run()
+    t = time.perf_counter()
+    spec = gpu.gpu_spec()
+    comp.gpu_kernels = gpu.build_gpu_kernels(fused, spec, topk or 1, _body_key)
+    comp.kernels = [simulate(k) for k in comp.gpu_kernels]
+    comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
+    comp.timings["construct"] = time.perf_counter() - t
+    run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "
+            f"{spec.name}")
+    t = time.perf_counter()
+    _emit(comp)
+    comp.timings["codegen"] = time.perf_counter() - t
+    run.add("C", comp.timings["codegen"], f"{len(comp.source) // 1024} KiB")
 
 
 def _check_memory(g: Graph) -> None:
@@ -414,14 +443,16 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
                  dim_hints: dict[str, int] | None = None
                  ) -> tuple[Compilation, CompiledModel]:
     """``compile``, also returning the Compilation (graph, kernels, plan) behind the model."""
-    if target != "cpu":
-        raise EmberError(f"target {target!r} is not supported yet; use target='cpu'")
+    if gpu.check_target(target) == "cuda":
+        raise EmberError("target 'cuda' is compiled by ember.compile (compiler.cuda)")
     policy = schedule or default_schedule()
+    if target != "cpu":
+        policy = "sequential"   # cuda-sim checks the GPU kernels, not CPU schedules
     if policy not in ("auto",) + autosched.POLICIES:
         raise EmberError(f"unknown schedule {policy!r}; choose one of auto, "
                          f"{', '.join(autosched.POLICIES)}")
     comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints,
-                 variants=policy != "sequential")
+                 variants=policy != "sequential", target=target)
     t = time.perf_counter()
     lib = library(comp)
     comp.timings["cc"] = time.perf_counter() - t
@@ -471,7 +502,7 @@ def _meta(comp: Compilation) -> dict[str, Any]:
                 for d in v.type.shape]
 
     meta: dict[str, Any] = {
-        "format": 1, "ember_version": VERSION, "target": "cpu", "graph_name": g.name,
+        "format": 1, "ember_version": VERSION, "target": comp.target, "graph_name": g.name,
         "inputs": [{"name": name, "shape": shape(v), "dtype": v.type.dtype.name}
                    for name, v in zip(comp.input_names, g.inputs)],
         "outputs": [{"name": name, "shape": shape(v), "dtype": v.type.dtype.name}

@@ -59,7 +59,8 @@ def _model_bytes(model: Any) -> bytes | None:
     return None
 
 
-def key(model: Any, input_shapes: Any, opts: Options, threads: int) -> str | None:
+def key(model: Any, input_shapes: Any, opts: Options, threads: int,
+        target: str = "cpu") -> str | None:
     """The cache key of one compile; None where it is not cached (``model_cache`` off, or a
     model that is not bytes, a path or a ModelProto)."""
     if not opts.model_cache:
@@ -78,7 +79,8 @@ def key(model: Any, input_shapes: Any, opts: Options, threads: int) -> str | Non
             "threads": threads, "topk": opts.topk, "schedule": opts.schedule,
             "profile": opts.profile, "dim_hints": dict(opts.dim_hints or {}),
             "sanitize": list(opts.sanitize), "residue": opts.residue_variants,
-            "spec": spec, "cc": opts.cc or ""}
+            "spec": spec, "cc": opts.cc or "", "target": target, "gpu": opts.gpu or "",
+            "cuda_arch": list(opts.cuda_arch)}
     h = hashlib.blake2b(data, digest_size=20)
     h.update(json.dumps(what, sort_keys=True, default=str).encode())
     return h.hexdigest()

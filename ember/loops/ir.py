@@ -4,6 +4,9 @@ Expressions are immutable trees (``Var``, ``Const``, ``Bin``, ``Call``, ``Select
 ``Cast``); statements are ``For`` (with a kind: serial / parallel / vectorized / unrolled),
 ``Store``, ``Seq``, ``If``, ``Alloc`` (a local buffer, e.g. the result of cache_write),
 ``Eval`` (an intrinsic call such as a tensorized micro-kernel) and ``Let``.
+GPU kernels add ``Barrier`` (all threads of a block meet: ``__syncthreads``), buffers in
+``Scope.SHARED`` (one per thread block) and the index variables ``BLOCK`` / ``THREAD``
+(``blockIdx.x`` / ``threadIdx.x``); a ``LOCAL`` buffer of a GPU kernel is per thread.
 Buffers are flat; a ``Load``/``Store`` index is the flattened element offset.
 """
 
@@ -154,7 +157,8 @@ class Cast(Expr):
 
 class Scope(Enum):
     GLOBAL = "global"   # workspace / params / model inputs and outputs
-    LOCAL = "local"     # a stack array inside a kernel (cache_write)
+    LOCAL = "local"     # a stack array inside a kernel (cache_write); per thread on a GPU
+    SHARED = "shared"   # a GPU thread block's shared memory
 
 
 @dataclass(eq=False)
@@ -235,6 +239,22 @@ class Eval(Stmt):
 
     fn: str
     args: tuple[Expr | Buffer, ...]
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """Every thread of the block reaches this point before any goes on (``__syncthreads``);
+    shared memory written before it is visible after it. Only in code every thread of a
+    block runs alike (not under a condition on ``THREAD``)."""
+
+
+class GpuIndex(Var):
+    """``blockIdx.x`` / ``threadIdx.x`` of a GPU kernel (renderers map them to the hardware
+    registers, or to the loops that simulate them)."""
+
+
+BLOCK = GpuIndex("blockIdx.x", "int64")
+THREAD = GpuIndex("threadIdx.x", "int64")
 
 
 def as_expr(x: object, dtype: str = "int64") -> Expr:

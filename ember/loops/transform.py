@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from ember.loops.ir import (
     Alloc,
+    Barrier,
     Bin,
     Buffer,
     Call,
@@ -64,6 +65,8 @@ def map_stmt(s: Stmt, fe: Callable[[Expr], Expr]) -> Stmt:
         return Let(s.var, fe(s.value), map_stmt(s.body, fe))
     if isinstance(s, Eval):
         return Eval(s.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in s.args))
+    if isinstance(s, Barrier):
+        return s
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 
@@ -218,6 +221,8 @@ def format_stmt(s: Stmt, indent: int = 0) -> str:
         return f"{pad}let {s.var} = {s.value}\n" + format_stmt(s.body, indent)
     if isinstance(s, Eval):
         return f"{pad}{s.fn}({', '.join(str(a) for a in s.args)})"
+    if isinstance(s, Barrier):
+        return f"{pad}barrier"
     return f"{pad}{s!r}"
 
 

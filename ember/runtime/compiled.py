@@ -457,8 +457,9 @@ def _check_meta(meta: dict[str, Any]) -> None:
             f"model metadata has format {fmt!r}; this ember supports format {ARTIFACT_FORMAT}"
         )
     target = meta.setdefault("target", "cpu")
-    if target != "cpu":
-        raise EmberError(f"this runtime runs target 'cpu' models; the model targets {target!r}")
+    if target not in ("cpu", "cuda-sim"):   # cuda-sim: GPU kernels rendered as a CPU program
+        raise EmberError(f"this runtime runs target 'cpu' and 'cuda-sim' models; the model "
+                         f"targets {target!r}")
     check_isa(meta.get("isa"))
 
 

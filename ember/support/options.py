@@ -50,6 +50,10 @@ class Options:
     sched_cache: bool = True         # reuse the schedule choice of an identical program
     model_cache: bool = True         # reuse the compiled model of an identical compile
     cc: str | None = None            # the C compiler (else cc)
+    gpu: str | None = None           # GPU kernels are constructed for this GPU (a datasheet
+    #                                  name: V100, A100, H100, H200; None: the device present,
+    #                                  else H100)
+    cuda_arch: tuple[str, ...] = ("sm_80", "sm_90")   # what --target cuda compiles for
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
 
     def with_(self, **changes: Any) -> Options:
@@ -98,6 +102,14 @@ def _text(name: str, text: str) -> str:
     return text.strip()
 
 
+def _archs(name: str, text: str) -> tuple[str, ...]:
+    archs = tuple(a.strip() for a in text.split(",") if a.strip())
+    bad = [a for a in archs if not (a.startswith("sm_") and a[3:].rstrip("a").isdigit())]
+    if not archs or bad:
+        raise EmberError(f"{name}={text!r}: use a comma-separated list such as sm_80,sm_90")
+    return archs
+
+
 def _omp_threads(name: str, text: str) -> int | None:
     """OMP_NUM_THREADS belongs to OpenMP too: a value ember cannot use is left to it."""
     return int(text) if text.strip().isdigit() and int(text) > 0 else None
@@ -128,6 +140,10 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "model_cache": ("EMBER_MODEL_CACHE", _flag, "0: compile again what was compiled before "
                     "(default 1: a cached model loads)"),
     "cc": ("CC", _text, "the C compiler (default cc)"),
+    "gpu": ("EMBER_GPU", _text, "the GPU whose datasheet CUDA kernels are constructed for "
+            "when none is present (V100, A100, H100, H200; default H100)"),
+    "cuda_arch": ("EMBER_CUDA_ARCH", _archs, "the architectures --target cuda compiles for "
+                  "(default sm_80,sm_90)"),
     "env_threads": ("OMP_NUM_THREADS", _omp_threads, "caps the default thread count"),
 }
 

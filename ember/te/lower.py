@@ -132,8 +132,11 @@ def find_reduction(output: Tensor, bufs: dict[Tensor, Buffer]) -> Tensor | None:
     return found[0] if found else None
 
 
-def lower(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]) -> LoopNest:
-    """Lower ``output`` (with inlined producers) to a loop nest storing into ``out_buf``."""
+def lower(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer],
+          scalar: bool = False) -> LoopNest:
+    """Lower ``output`` (with inlined producers) to a loop nest storing into ``out_buf``.
+    ``scalar``: a reduction keeps one accumulator per output point, its loops over every
+    output axis (what one GPU thread computes), not an accumulator tile or lanes."""
     assert isinstance(output.op, ComputeOp)
     red = find_reduction(output, bufs)
     if red is None:
@@ -141,7 +144,7 @@ def lower(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer]) -> LoopNe
         value = _Inliner(bufs, None, None).rewrite(output.op.body)
         store = Store(out_buf, flat_index(output.shape, axes), value)
         return LoopNest([Loop(v, n) for v, n in zip(axes, output.shape)], store)
-    return _lower_reduction(output, out_buf, bufs, red)
+    return _lower_reduction(output, out_buf, bufs, red, scalar)
 
 
 LANES = 16   # float32 lanes of the vector unit the lane-split accumulator is sized for
@@ -191,15 +194,15 @@ _COMBINE = {"sum": lambda a, b: Bin("+", a, b), "prod": lambda a, b: Bin("*", a,
 
 
 def _lower_reduction(output: Tensor, out_buf: Buffer, bufs: dict[Tensor, Buffer],
-                     red: Tensor) -> LoopNest:
+                     red: Tensor, scalar: bool = False) -> LoopNest:
     assert isinstance(output.op, ComputeOp) and isinstance(red.op, ComputeOp)
     rop = red.op.reduce
     assert rop is not None
     if red.shape != output.shape:
         raise CompileError(f"epilogue of reduction {red.name} changes the shape")
-    if _lane_split(rop):
+    if _lane_split(rop) and not scalar:
         return _lower_lane_split(output, out_buf, bufs, red)
-    tile = _reduction_tile(output)
+    tile = 1 if scalar else _reduction_tile(output)
     axes = output.op.axes
     raxes = red.op.axes
     acc = Buffer(f"acc_{red.name}", tile, red.dtype, Scope.LOCAL)

@@ -198,11 +198,11 @@ def load_spec(path: str | os.PathLike[str], base: DeviceSpec | None = None) -> D
 
 # --------------------------------------------------------------------------- GPU datasheets
 def _gpu(name: str, sms: int, smem_kb: int, l2_mb: int, hbm_gbs: float, fp32_tflops: float,
-         mma: tuple[int, int, int]) -> DeviceSpec:
+         mma: tuple[int, int, int], clock_ghz: float) -> DeviceSpec:
     per_sm = fp32_tflops * 1000 / sms
     layers = (
         MemLayer("reg", 64 << 10 << 2, 4, per_sm * 6),     # 64 K 32-bit registers per SM
-        MemLayer("smem", smem_kb << 10, 128, per_sm * 4 / 2),  # 32 banks x 4 B per clock
+        MemLayer("smem", smem_kb << 10, 128, 128 * clock_ghz),  # 32 banks x 4 B per clock
         MemLayer("L2", l2_mb << 20, 32, hbm_gbs * 2.5, shared=True),
         MemLayer("HBM", 1 << 40, 32, hbm_gbs, shared=True),
     )
@@ -211,7 +211,8 @@ def _gpu(name: str, sms: int, smem_kb: int, l2_mb: int, hbm_gbs: float, fp32_tfl
 
 
 GPU_SPECS: dict[str, DeviceSpec] = {
-    "V100": _gpu("V100", 80, 96, 6, 900.0, 15.7, (16, 16, 16)),
-    "A100": _gpu("A100", 108, 164, 40, 1555.0, 19.5, (16, 8, 16)),
-    "H100": _gpu("H100", 132, 228, 50, 3350.0, 67.0, (16, 8, 16)),
+    "V100": _gpu("V100", 80, 96, 6, 900.0, 15.7, (16, 16, 16), 1.53),
+    "A100": _gpu("A100", 108, 164, 40, 1555.0, 19.5, (16, 8, 16), 1.41),
+    "H100": _gpu("H100", 132, 228, 50, 3350.0, 67.0, (16, 8, 16), 1.98),
+    "H200": _gpu("H200", 132, 228, 50, 4800.0, 67.0, (16, 8, 16), 1.98),
 }

@@ -1,0 +1,324 @@
+"""Dense products on the GPU: a tiled GEMM over the loop IR (TVM §4.2's cooperative
+shared-memory fetching, Roller's block and thread rTiles), with the group's element-wise
+epilogue applied to the accumulators before the one store.
+
+``C[b, m, n] = sum_k A(b, m, k) · B(b, k, n)`` covers the three dense masters:
+
+- ``ConvNHWC`` with constant HWIO weights (per group: M = N·OH·OW output pixels, K = KH·KW·ICg
+  the receptive field read in place from the NHWC input (implicit GEMM; padding reads 0), B the
+  weights' [K, OC] rows at the group's column offset);
+- ``MatMul`` with constant weights (M = the rows of A, B = [K, N]);
+- ``MatMul`` of two run-time operands (attention's Q·Kᵀ and P·V), batch dims broadcast.
+
+A block owns a ``BM × BN`` output tile of one batch (or group). Per step of ``BK`` along K its
+threads copy the A tile (k fastest: a warp reads whole rows of A) into ``As[BK][BM + 1]``
+(transposed; the odd row length spreads the transposed writes over the banks) and the B tile
+(n fastest) into ``Bs[BK][BN]``, meet at a barrier, and each thread accumulates its ``TM × TN``
+register tile from ``TM + TN`` shared reads per ``k`` — its rows strided by ``BM / TM`` and
+columns by ``BN / TN``, so a warp reads consecutive words of ``Bs`` (no bank conflicts) and
+stores consecutive columns (coalesced).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ember.errors import CompileError
+from ember.ir.graph import Graph, Node
+from ember.ir.ops.layout import conv_pads
+from ember.kernel.base import OUTPUT
+from ember.kernel.conv import core_body, transposed_output
+from ember.kernel.epilogue import element_epilogue
+from ember.kernel.gpu.base import GpuKernel, ceil_div
+from ember.kernel.roller import gemm_gpu
+from ember.kernel.roller.gemm_gpu import GemmTile
+from ember.kernel.roller.hal import DeviceSpec
+from ember.loops.ir import (
+    BLOCK,
+    THREAD,
+    Alloc,
+    Barrier,
+    Bin,
+    Buffer,
+    Const,
+    Expr,
+    For,
+    ForKind,
+    If,
+    Let,
+    Load,
+    Scope,
+    Select,
+    Stmt,
+    Store,
+    Var,
+    all_of,
+    seq,
+)
+from ember.loops.transform import map_expr, simplify, substitute
+from ember.lower.computes import static_shape
+
+Elem = Callable[[Expr, Expr, Expr], tuple[Expr, Expr | None]]   # (b, row, k) -> (index, valid)
+
+
+@dataclass
+class Gemm:
+    """A dense master as ``batch`` products of ``M × K`` by ``K × N``."""
+
+    M: int
+    N: int
+    K: int
+    batch: int
+    a_buf: Buffer
+    b_buf: Buffer
+    a_at: Elem        # (b, m, k) -> index into a_buf and the condition it is in range
+    b_at: Elem        # (b, k, n) -> index into b_buf and its condition
+    out_row: Callable[[Expr, Expr], Expr]   # (b, m) -> the output row p (pixels of C)
+    args: list
+
+
+def applicable(body: Graph) -> bool:
+    m = body.nodes[0]
+    if any(v.type.dtype.name != "float32" for v in (m.output, body.outputs[0])):
+        return False
+    ins = [v for v in m.inputs]
+    if any(v is None or v.type.dtype.name != "float32" for v in ins):
+        return False
+    if m.op == "ConvNHWC":
+        w = m.inputs[1]
+        return (len(m.inputs) == 2 and w is not None and w.is_const and w.type.shape[2] >= 2
+                and m.output.type.is_static)
+    if m.op == "MatMul" and len(m.inputs) == 2:
+        a, b = m.inputs
+        assert a is not None and b is not None
+        if not (m.output.type.is_static and a.type.is_static and b.type.is_static):
+            return False
+        if b.is_const:
+            return b.type.rank == 2 and a.type.rank >= 2
+        return a.type.rank == b.type.rank >= 2 and not a.is_const
+    return False
+
+
+def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
+                tile: GemmTile | None = None) -> GpuKernel:
+    m = body.nodes[0]
+    gm = _conv(name, body, m) if m.op == "ConvNHWC" else _matmul(name, body, m)
+    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk)[0]
+    epi = _epilogue(name, body, m, gm)
+    stmt, blocks = _gemm(gm, t, epi)
+    flops = 2 * gm.batch * gm.M * gm.N * gm.K
+    return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops,
+                     doc=f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})",
+                     schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)")
+
+
+# ------------------------------------------------------------------ the operators as GEMMs
+def _conv(name: str, body: Graph, m: Node) -> Gemm:
+    x, w = m.inputs[0], m.inputs[1]
+    assert x is not None and w is not None and w.const is not None
+    n_, h, wd, c = (int(d) for d in static_shape(x.type))
+    _, oh, ow, oc = (int(d) for d in static_shape(m.output.type))
+    kh, kw, icg, _ = (int(d) for d in w.type.shape)
+    groups = int(m.attrs.get("group", 1))
+    ocg = oc // groups
+    sh, sw = m.attrs["strides"]
+    dh, dw = m.attrs["dilations"]
+    pt, pl, _, _ = conv_pads(m.attrs)
+    x_buf = Buffer(f"{name}_x", n_ * h * wd * c)
+    w_buf = Buffer(f"{name}_w", int(w.const.size))
+    args: list = [(x_buf, body.inputs.index(x)), (w_buf, w.const)]
+
+    def a_at(g: Expr, p: Expr, k: Expr) -> tuple[Expr, Expr | None]:
+        img, r = Bin("//", p, Const(oh * ow)), Bin("%", p, Const(oh * ow))
+        y, xx = Bin("//", r, Const(ow)), Bin("%", r, Const(ow))
+        tap, ic = Bin("//", k, Const(icg)), Bin("%", k, Const(icg))
+        ih = Bin("+", Bin("*", y, Const(sh)), Bin("-", Bin("*", Bin("//", tap, Const(kw)),
+                                                           Const(dh)), Const(pt)))
+        iw = Bin("+", Bin("*", xx, Const(sw)), Bin("-", Bin("*", Bin("%", tap, Const(kw)),
+                                                            Const(dw)), Const(pl)))
+        idx = Bin("+", Bin("*", Bin("+", Bin("*", Bin("+", Bin("*", img, Const(h)), ih),
+                                              Const(wd)), iw), Const(c)),
+                  Bin("+", Bin("*", g, Const(icg)), ic))
+        conds = []
+        if pt or (oh - 1) * sh + (kh - 1) * dh - pt >= h:
+            conds += [Bin(">=", ih, Const(0)), Bin("<", ih, Const(h))]
+        if pl or (ow - 1) * sw + (kw - 1) * dw - pl >= wd:
+            conds += [Bin(">=", iw, Const(0)), Bin("<", iw, Const(wd))]
+        return idx, all_of(conds)
+
+    def b_at(g: Expr, k: Expr, n: Expr) -> tuple[Expr, Expr | None]:
+        return Bin("+", Bin("*", k, Const(oc)), Bin("+", Bin("*", g, Const(ocg)), n)), None
+
+    return Gemm(n_ * oh * ow, ocg, kh * kw * icg, groups, x_buf, w_buf, a_at, b_at,
+                lambda g, p: p, args)
+
+
+def _matmul(name: str, body: Graph, m: Node) -> Gemm:
+    a, b = m.inputs
+    assert a is not None and b is not None
+    ash = [int(d) for d in static_shape(a.type)]
+    bsh = [int(d) for d in static_shape(b.type)]
+    osh = [int(d) for d in static_shape(m.output.type)]
+    k, n = bsh[-2], bsh[-1]
+    a_buf, b_buf = Buffer(f"{name}_a", math.prod(ash)), Buffer(f"{name}_b", math.prod(bsh))
+    args: list = [(a_buf, body.inputs.index(a))]
+    args.append((b_buf, b.const) if b.is_const else (b_buf, body.inputs.index(b)))
+    if b.is_const:   # the rows of every batch of A are one M
+        rows = math.prod(ash[:-1])
+        return Gemm(rows, n, k, 1, a_buf, b_buf,
+                    lambda _b, r, kk: (Bin("+", Bin("*", r, Const(k)), kk), None),
+                    lambda _b, kk, nn: (Bin("+", Bin("*", kk, Const(n)), nn), None),
+                    lambda _b, r: r, args)
+    rows = ash[-2]
+    bshape = osh[:-2]
+    batch = math.prod(bshape)
+
+    def offset(shape: list[int], bi: Expr, mat: int) -> Expr:
+        """The element offset of batch ``bi`` (of the output's batch dims) in an operand of
+        batch dims ``shape`` (broadcast where a dim is 1)."""
+        off: Expr = Const(0)
+        stride, rest = mat, bi
+        for d_out, d in zip(reversed(bshape), reversed(shape)):
+            i = Bin("%", rest, Const(d_out))
+            rest = Bin("//", rest, Const(d_out))
+            if d != 1:
+                off = Bin("+", off, Bin("*", i, Const(stride)))
+            stride *= d
+        return off
+
+    def a_at(bi: Expr, r: Expr, kk: Expr) -> tuple[Expr, Expr | None]:
+        return Bin("+", offset(ash[:-2], bi, rows * k), Bin("+", Bin("*", r, Const(k)), kk)), None
+
+    def b_at(bi: Expr, kk: Expr, nn: Expr) -> tuple[Expr, Expr | None]:
+        return Bin("+", offset(bsh[:-2], bi, k * n), Bin("+", Bin("*", kk, Const(n)), nn)), None
+
+    return Gemm(rows, n, k, batch, a_buf, b_buf, a_at, b_at,
+                lambda bi, r: Bin("+", Bin("*", bi, Const(rows)), r), args)
+
+
+# ------------------------------------------------------------------ the epilogue
+Epilogue = Callable[[Expr, Expr, Expr], Stmt]   # (b, m, n, acc) -> the store
+
+
+def _epilogue(name: str, body: Graph, m: Node, gm: Gemm) -> Callable[[Expr, Expr, Expr, Expr],
+                                                                        Stmt]:
+    """(b, m, n, acc) -> the statement storing output element (b, m, n) with the group's
+    element-wise rest applied to ``acc``."""
+    core = core_body(body)
+    oshape = [int(d) for d in static_shape(m.output.type)]
+    pixels, chans = math.prod(oshape[:-1]), oshape[-1]
+    out_buf = Buffer(f"{name}_out", pixels * chans)
+    gm.args.insert(0, (out_buf, OUTPUT))
+    stmt, pv, cv = element_epilogue(core, m, out_buf, gm.a_buf, gm.args)
+    if not isinstance(stmt, Store) or stmt.buf is not out_buf:
+        raise CompileError(f"{body.name}: the epilogue is not one store")
+    value = stmt.value
+    acc = Var("acc", "float32")
+
+    def raw(e: Expr) -> Expr | None:
+        return acc if isinstance(e, Load) and e.buf is out_buf else None
+
+    value = map_expr(value, raw)
+    transposed = transposed_output(body)
+    ocg = gm.N
+
+    def store(b: Expr, r: Expr, n: Expr, a: Expr) -> Stmt:
+        p = gm.out_row(b, r)
+        c = Bin("+", Bin("*", b, Const(ocg)), n) if m.op == "ConvNHWC" else n
+        idx: Expr = Bin("+", Bin("*", p, Const(chans)), c)
+        if transposed:    # batch 1: NHWC tile stored as NCHW
+            idx = Bin("+", Bin("*", c, Const(pixels)), p)
+        v = substitute(value, {pv: p, cv: c, acc: a})
+        return Store(out_buf, simplify(idx), v)  # type: ignore[arg-type]
+
+    return store
+
+
+# ------------------------------------------------------------------ the tiled kernel
+def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
+          ) -> tuple[Stmt, int]:
+    M, N, K = gm.M, gm.N, gm.K
+    T = t.threads
+    mb, nb, kb = ceil_div(M, t.BM), ceil_div(N, t.BN), ceil_div(K, t.BK)
+    blocks = gm.batch * mb * nb
+    lda = t.BM + 1
+    As = Buffer("As", t.BK * lda, "float32", Scope.SHARED)
+    Bs = Buffer("Bs", t.BK * t.BN, "float32", Scope.SHARED)
+    acc = Buffer("acc", t.TM * t.TN, "float32", Scope.LOCAL)
+    ra = Buffer("ra", t.TM, "float32", Scope.LOCAL)
+    rb = Buffer("rb", t.TN, "float32", Scope.LOCAL)
+    b, bm0, bn0 = Var("b"), Var("bm0"), Var("bn0")
+    tx, ty = Var("tx"), Var("ty")
+    k0, kk, i, j, e = Var("k0"), Var("kk"), Var("i"), Var("j"), Var("e")
+    zero = Const(0.0, "float32")
+    sx, sy = t.BN // t.TN, t.BM // t.TM     # threads along n and m
+
+    def copy(nelem: int, fill: Callable[[Expr], Stmt]) -> Stmt:
+        """Copy ``nelem`` elements with the block's threads: element ``l * T + THREAD``."""
+        rounds = ceil_div(nelem, T)
+        ev = Bin("+", Bin("*", e, Const(T)), THREAD)
+        st = fill(ev)
+        if nelem % T:
+            st = If(Bin("<", ev, Const(nelem)), st)
+        return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
+
+    def fill_a(ev: Expr) -> Stmt:
+        mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
+        row, col = Bin("+", bm0, mm), Bin("+", Bin("*", k0, Const(t.BK)), kq)
+        idx, valid = gm.a_at(b, row, col)
+        conds = [c for c in (Bin("<", row, Const(M)) if M % t.BM else None,
+                             Bin("<", col, Const(K)) if K % t.BK else None, valid) if c is not None]
+        v: Expr = Load(gm.a_buf, idx)
+        cond = all_of(conds)
+        if cond is not None:
+            v = Select(cond, v, zero)
+        return Store(As, Bin("+", Bin("*", kq, Const(lda)), mm), v)
+
+    def fill_b(ev: Expr) -> Stmt:
+        kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
+        row, col = Bin("+", Bin("*", k0, Const(t.BK)), kq), Bin("+", bn0, nn)
+        idx, valid = gm.b_at(b, row, col)
+        conds = [c for c in (Bin("<", row, Const(K)) if K % t.BK else None,
+                             Bin("<", col, Const(N)) if N % t.BN else None, valid) if c is not None]
+        v: Expr = Load(gm.b_buf, idx)
+        cond = all_of(conds)
+        if cond is not None:
+            v = Select(cond, v, zero)
+        return Store(Bs, Bin("+", Bin("*", kq, Const(t.BN)), nn), v)
+
+    at = Bin("+", Bin("*", i, Const(t.TN)), j)
+    step = For(kk, Const(0), Const(t.BK), seq(
+        For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, Bin("+", Bin("*", kk, Const(lda)),
+                                                               Bin("+", ty, Bin("*", i, Const(sy)))))),
+            ForKind.UNROLLED),
+        For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, Bin("+", Bin("*", kk, Const(t.BN)),
+                                                               Bin("+", tx, Bin("*", j, Const(sx)))))),
+            ForKind.UNROLLED),
+        For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), Store(
+            acc, at, Bin("+", Load(acc, at), Bin("*", Load(ra, i), Load(rb, j)))),
+            ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED)
+    main = For(k0, Const(0), Const(kb), seq(
+        copy(t.BM * t.BK, fill_a), copy(t.BK * t.BN, fill_b), Barrier(),
+        Alloc(ra, Alloc(rb, step)), Barrier()))
+    row = Bin("+", bm0, Bin("+", ty, Bin("*", i, Const(sy))))
+    col = Bin("+", bn0, Bin("+", tx, Bin("*", j, Const(sx))))
+    out = store(b, row, col, Load(acc, at))
+    guards = [c for c in (Bin("<", row, Const(M)) if M % t.BM else None,
+                          Bin("<", col, Const(N)) if N % t.BN else None) if c is not None]
+    cond = all_of(guards)
+    if cond is not None:
+        out = If(cond, out)
+    fin = For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), out, ForKind.UNROLLED),
+              ForKind.UNROLLED)
+    init = For(i, Const(0), Const(t.TM * t.TN), Store(acc, i, zero), ForKind.UNROLLED)
+    tile = Bin("%", BLOCK, Const(mb * nb))
+    body = seq(init, main, fin)
+    stmt: Stmt = Let(b, Bin("//", BLOCK, Const(mb * nb)),
+                     Let(bm0, Bin("*", Bin("//", tile, Const(nb)), Const(t.BM)),
+                         Let(bn0, Bin("*", Bin("%", tile, Const(nb)), Const(t.BN)),
+                             Let(tx, Bin("%", THREAD, Const(sx)),
+                                 Let(ty, Bin("//", THREAD, Const(sx)), body)))))
+    stmt = Alloc(As, Alloc(Bs, Alloc(acc, stmt)))
+    return simplify(stmt), blocks  # type: ignore[return-value]

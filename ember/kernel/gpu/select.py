@@ -1,0 +1,31 @@
+"""Picks the GPU kernel generator of a fused group by its master op.
+
+Dense products get the tiled GEMM; Softmax and LayerNormalization their row kernels with a row
+per thread; every other group the generic schedule (one output point per thread). A group none
+of them can lower is an ``UnsupportedOpError`` naming its node: no silent CPU fallback.
+"""
+
+from __future__ import annotations
+
+from ember.errors import CompileError, UnsupportedOpError
+from ember.ir.graph import Node
+from ember.kernel import layernorm, softmax
+from ember.kernel.gpu import dense, generic
+from ember.kernel.gpu.base import GpuKernel
+from ember.kernel.roller.hal import DeviceSpec
+
+
+def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1) -> GpuKernel:
+    body = fused.attrs["body"]
+    try:
+        if dense.applicable(body):
+            return dense.build_dense(name, body, spec, topk)
+        if softmax.applicable(body):
+            return generic.from_tasks(softmax.build_softmax(name, body))
+        if layernorm.applicable(body):
+            return generic.from_tasks(layernorm.build_layernorm(name, body))
+        return generic.build_generic(name, body)
+    except (CompileError, UnsupportedOpError) as e:
+        raise UnsupportedOpError(
+            f"node {fused.name!r} ({fused.attrs.get('master', fused.op)}): no CUDA kernel for "
+            f"this group yet ({e}); compile it for target='cpu'") from e

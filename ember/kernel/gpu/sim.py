@@ -1,0 +1,150 @@
+"""``cuda-sim``: a GPU kernel rewritten as a CPU kernel with the same semantics.
+
+Pre: a ``GpuKernel`` whose barriers stand in uniform control flow (loops and conditions that do
+not depend on ``THREAD``). Post: a ``Kernel`` whose rTask is a thread block: for each block of
+``[t0, t1)``, the shared buffers become block-local arrays and the threads run one after the
+other between barriers. Each barrier splits the body into phases (loop fission at the
+barrier, the method of MCUDA and POCL): a per-thread buffer or value that lives across a
+barrier gets one copy per thread, indexed by ``THREAD``. The indexing, tiling, bounds and
+fusion of the GPU kernel are what the CPU runs, so comparing ``cuda-sim`` with onnxruntime
+tests them on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+from ember.errors import CompileError
+from ember.kernel.base import T0, T1, Kernel
+from ember.kernel.gpu.base import GpuKernel, has_barrier
+from ember.loops.ir import (
+    THREAD,
+    Alloc,
+    Barrier,
+    Bin,
+    Buffer,
+    Const,
+    Expr,
+    For,
+    If,
+    Let,
+    Load,
+    Scope,
+    Seq,
+    Stmt,
+    Store,
+    seq,
+)
+from ember.loops.ir import BLOCK as BLOCK_VAR
+from ember.loops.transform import format_stmt, free_vars, map_expr, map_stmt, substitute
+
+
+def simulate(gk: GpuKernel) -> Kernel:
+    """The CPU kernel that runs ``gk``'s blocks ``[t0, t1)``."""
+    body = _Serializer(gk.threads).run(gk.body)
+    stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
+    return Kernel(gk.name, stmt, gk.blocks, list(gk.args), flops=gk.flops,
+                  doc=f"{gk.doc} [cuda-sim: {gk.schedule}]", loops=format_stmt(stmt))
+
+
+class _Serializer:
+    def __init__(self, threads: int) -> None:
+        self.n = threads
+
+    def run(self, s: Stmt) -> Stmt:
+        return self.ser(s) or Seq([])
+
+    def threads(self, s: Stmt) -> Stmt:
+        return For(THREAD, Const(0), Const(self.n), s)
+
+    def ser(self, s: Stmt) -> Stmt | None:
+        if isinstance(s, Alloc) and s.buf.scope is Scope.SHARED:
+            local = Buffer(s.buf.name, s.buf.size, s.buf.dtype, Scope.LOCAL)
+            return Alloc(local, self.run(_rebind(s.body, s.buf, local, None)))
+        if isinstance(s, Barrier):
+            return None
+        if not has_barrier(s):
+            return self.threads(s)
+        if isinstance(s, Seq):
+            return self._seq(s)
+        if isinstance(s, For):
+            self._uniform(s.begin, s.extent)
+            return For(s.var, s.begin, s.extent, self.run(s.body), s.kind)
+        if isinstance(s, If):
+            self._uniform(s.cond)
+            return If(s.cond, self.run(s.then),
+                      None if s.orelse is None else self.run(s.orelse))
+        if isinstance(s, Alloc):      # per-thread storage across a barrier: one per thread
+            size = s.buf.size
+            wide = Buffer(s.buf.name, Bin("*", Const(self.n), _expr(size)), s.buf.dtype,
+                          Scope.LOCAL)
+            return Alloc(wide, self.run(_rebind(s.body, s.buf, wide, size)))
+        if isinstance(s, Let):
+            if THREAD not in free_vars(s.value):
+                return Let(s.var, s.value, self.run(s.body))
+            cell = Buffer(f"{s.var.name}_t", self.n, s.var.dtype, Scope.LOCAL)
+            body = substitute(s.body, {s.var: Load(cell, THREAD)})
+            return Alloc(cell, seq(self.threads(Store(cell, THREAD, s.value)),
+                                   self.run(body)))  # type: ignore[arg-type]
+        raise CompileError(f"cuda-sim: a barrier inside {type(s).__name__} cannot be split")
+
+    def _seq(self, s: Seq) -> Stmt:
+        out: list[Stmt] = []
+        run: list[Stmt] = []
+        for x in s.body:
+            if has_barrier(x) or (isinstance(x, Alloc) and x.buf.scope is Scope.SHARED):
+                if run:
+                    out.append(self.threads(seq(*run)))
+                    run = []
+                y = self.ser(x)
+                if y is not None:
+                    out.append(y)
+            else:
+                run.append(x)
+        if run:
+            out.append(self.threads(seq(*run)))
+        return seq(*out) if out else Seq([])
+
+    @staticmethod
+    def _uniform(*es: Expr) -> None:
+        for e in es:
+            if THREAD in free_vars(e):
+                raise CompileError("cuda-sim: a barrier under control flow that depends on "
+                                   "threadIdx (threads of one block would not all reach it)")
+
+
+def _expr(x: int | Expr) -> Expr:
+    return Const(x) if isinstance(x, int) else x
+
+
+def _rebind(s: Stmt, old: Buffer, new: Buffer, per_thread: int | Expr | None) -> Stmt:
+    """``s`` with ``old`` replaced by ``new``; with ``per_thread``, element ``i`` of thread
+    ``t`` is ``new[t * per_thread + i]``."""
+    def index(i: Expr) -> Expr:
+        if per_thread is None:
+            return i
+        return Bin("+", Bin("*", THREAD, _expr(per_thread)), i)
+
+    def fe(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and e.buf is old:
+            return Load(new, index(e.index))
+        return None
+
+    def walk(x: Stmt) -> Stmt:
+        if isinstance(x, Store):
+            idx = map_expr(x.index, fe)
+            val = map_expr(x.value, fe)
+            return Store(new, index(idx), val) if x.buf is old else Store(x.buf, idx, val)
+        if isinstance(x, Seq):
+            return Seq([walk(y) for y in x.body])
+        if isinstance(x, For):
+            return For(x.var, map_expr(x.begin, fe), map_expr(x.extent, fe), walk(x.body),
+                       x.kind)
+        if isinstance(x, If):
+            return If(map_expr(x.cond, fe), walk(x.then),
+                      None if x.orelse is None else walk(x.orelse))
+        if isinstance(x, Alloc):
+            return Alloc(x.buf, walk(x.body))
+        if isinstance(x, Let):
+            return Let(x.var, map_expr(x.value, fe), walk(x.body))
+        return map_stmt(x, lambda e: map_expr(e, fe))
+
+    return walk(s)

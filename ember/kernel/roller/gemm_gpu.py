@@ -1,0 +1,122 @@
+"""Roller's construction of a GPU GEMM rProgram: a block rTile in shared memory over a thread
+rTile in registers (Roller §3.3–§4 on the GPU HAL).
+
+The operator is ``C[b, M, N] = A[b, M, K] · B[b, K, N]`` (a convolution as implicit GEMM: M
+the output pixels, K the receptive field). A candidate is a block tile ``BM × BN`` stepping
+``BK`` along K through shared memory, each thread holding a ``TM × TN`` register tile.
+Alignment (Roller §3.2): a block is whole warps; the staged rows of A (``BK`` floats) and of
+B (``BN`` floats) are whole 32-byte transactions where the operator allows; shared tiles fit
+the per-block limit and a thread's registers the register file (no spills).
+
+The micro performance model: a block's time is the larger of its FMAs at its share of the
+SM's peak and its global traffic (``(BM + BN) · K`` elements, from L2) at its share of the
+L2 bandwidth, and of its shared-memory reads (``BM·BN·K (1/TM + 1/TN)``) at the SM's shared
+bandwidth; blocks run in waves of ``SMs × resident blocks``, the last one partly empty
+(scale-out). Candidates are ranked by the modeled time of the whole operator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ember.kernel.roller.hal import DeviceSpec
+
+MAX_THREADS = 512
+REG_BUDGET = 128       # registers a thread may use before occupancy (and spills) suffer
+SMEM_BLOCK = 48 << 10  # shared memory a block may declare statically
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    BM: int
+    BN: int
+    BK: int
+    TM: int
+    TN: int
+    time_us: float = 0.0    # modeled time of the whole operator
+
+    @property
+    def threads(self) -> int:
+        return (self.BM // self.TM) * (self.BN // self.TN)
+
+    def smem_bytes(self) -> int:
+        return (self.BK * (self.BM + 1) + self.BK * self.BN) * 4
+
+    def registers(self) -> int:
+        return self.TM * self.TN + self.TM + self.TN + 28
+
+    def __str__(self) -> str:
+        return (f"block {self.BM}x{self.BN}x{self.BK}, thread {self.TM}x{self.TN}, "
+                f"{self.threads} threads")
+
+
+def _pow2_upto(n: int, lo: int = 1) -> list[int]:
+    out, v = [], lo
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def candidates(M: int, N: int, K: int) -> list[GemmTile]:
+    """Aligned tiles for an ``M × N × K`` product."""
+    out = []
+    # tiles past the operator's extent only pad (the model charges the waste); at least one
+    # warp's worth is always offered
+    bms = [b for b in _pow2_upto(128) if b < 2 * max(M, 1) or b <= 32]
+    bns = [b for b in _pow2_upto(128, 8) if b < 2 * max(N, 8) or b <= 32]
+    for bm in bms:
+        for bn in bns:
+            for tm in (t for t in (1, 2, 4, 8) if t <= bm):
+                for tn in (t for t in (1, 2, 4, 8) if t <= bn):
+                    for bk in (8, 16, 32):
+                        if bk > 8 and bk > 2 * K:
+                            continue
+                        t = GemmTile(bm, bn, bk, tm, tn)
+                        if t.threads % 32 or not 32 <= t.threads <= MAX_THREADS:
+                            continue
+                        if t.smem_bytes() > SMEM_BLOCK or t.registers() > REG_BUDGET:
+                            continue
+                        out.append(t)
+    return out
+
+
+def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> float:
+    """Modeled microseconds of the whole product under tile ``t``."""
+    mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
+    blocks = batch * mb * nb
+    smem_sm = spec.layer("smem").capacity
+    regs_sm = 65536
+    resident = max(1, min(smem_sm // max(t.smem_bytes(), 1), 2048 // t.threads,
+                          regs_sm // (t.threads * t.registers()), 32))
+    slots = spec.units * resident
+    waves = math.ceil(blocks / slots)
+    k_pad = kb * t.BK
+    flops_block = 2.0 * t.BM * t.BN * k_pad
+    # a block's share of its SM: the SM's peak split among the resident blocks, but a block
+    # of few warps cannot issue at the SM's full rate (latency: at least 8 warps per SM)
+    warps_sm = min(resident, math.ceil(blocks / spec.units)) * t.threads / 32
+    issue = min(1.0, warps_sm / 8.0)
+    active = min(resident, math.ceil(blocks / spec.units))
+    peak_block = spec.peak_gflops * 1e3 * issue / active          # flop / us
+    t_compute = flops_block / peak_block
+    l2 = spec.bandwidth("L2") * 1e3 / spec.units / active          # bytes / us per block
+    t_global = (t.BM + t.BN) * k_pad * 4 / l2
+    smem_bw = spec.layer("smem").bandwidth * 1e3 / active
+    t_smem = t.BM * t.BN * k_pad * (1 / t.TM + 1 / t.TN) * 4 / smem_bw
+    per_wave = max(t_compute, t_global, t_smem) + kb * 0.03   # two barriers per K step
+    # unique traffic of the whole operator from HBM (A and B once each, C written once)
+    hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
+    return max(waves * per_wave, hbm) + 2.0   # + a launch
+
+
+def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
+              topk: int = 1) -> list[GemmTile]:
+    """The ``topk`` best tiles for the product, best first."""
+    ranked = sorted(((model(t, M, N, K, batch, spec), -t.BM * t.BN, t)
+                     for t in candidates(M, N, K)), key=lambda r: (r[0], r[1]))
+    out = []
+    for us, _, t in ranked[:max(1, topk)]:
+        out.append(GemmTile(t.BM, t.BN, t.BK, t.TM, t.TN, round(us, 3)))
+    return out
