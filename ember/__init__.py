@@ -44,8 +44,13 @@ def load(path):
     from ember.runtime.artifact import read_meta
     from ember.runtime.compiled import load_model
 
-    if read_meta(path).get("kind") == "vm":
+    kind = read_meta(path).get("kind")
+    if kind == "vm":
         from ember.vm.load import load_vm
 
         return load_vm(path)
+    if kind == "cuda":
+        from ember.runtime.cuda_model import load_cuda
+
+        return load_cuda(path)
     return load_model(path)

@@ -31,6 +31,8 @@ from ember.loops.ir import (
     Alloc,
     Barrier,
     Buffer,
+    Cast,
+    Expr,
     For,
     ForKind,
     Let,
@@ -72,7 +74,6 @@ typedef unsigned long long uint64_t;
 #else
 #include <stdint.h>
 #endif
-#include <cuda_fp16.h>
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
@@ -101,6 +102,11 @@ class CudaEmitter(CEmitter):
         if v is THREAD:
             return f"(({self.itype})threadIdx.x)"
         return super().var(v)
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Cast) and e.dtype == "float16":   # one rounding through __half
+            return f"__half2float(__float2half({self.expr(e.value)}))"
+        return super().expr(e)
 
     def _select(self, e: Select) -> str:
         return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
@@ -223,4 +229,6 @@ def emit_program(kernels: list[GpuKernel]) -> CudaProgram:
     seen: dict[str, str] = {}
     for t in texts:
         seen.setdefault(t.symbol, t.text)
-    return CudaProgram(PRELUDE + "\n" + "\n".join(seen.values()), texts)
+    body = "\n".join(seen.values())
+    half = "#include <cuda_fp16.h>\n" if "__half" in body else ""
+    return CudaProgram(half + PRELUDE + "\n" + body, texts)

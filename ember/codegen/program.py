@@ -180,13 +180,17 @@ class ParamBlob:
         self._size = 0
 
     def address(self, arr: np.ndarray) -> str:
+        return f"g_params + {self.offset(arr)}"
+
+    def offset(self, arr: np.ndarray) -> int:
+        """``arr``'s byte offset in the blob (placed there at the first ask)."""
         key = id(arr)
         if key not in self._offset:
             self._size += -self._size % self.ALIGN
             self._offset[key] = self._size
             self._arrays.append(arr)
             self._size += arr.nbytes
-        return f"g_params + {self._offset[key]}"
+        return self._offset[key]
 
     def array(self) -> np.ndarray:
         """The blob as the uint8 array ``ember_init`` receives (never empty)."""

@@ -60,6 +60,10 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
             raise EmberError(f"target {target!r}: models with shapes computed at run time "
                              "(ember's VM) compile for target='cpu' only for now")
         return compile_vm(g, num_threads=opts.num_threads, topk=opts.topk, dim_hints=hints)
+    if target == "cuda":
+        from ember.compiler.cuda import compile_cuda_model
+
+        return compile_cuda_model(g, num_threads=opts.num_threads, topk=opts.topk)
     return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
                                topk=opts.topk, schedule=opts.schedule, profile=opts.profile,
                                dim_hints=hints)[1]

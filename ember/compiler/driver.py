@@ -246,6 +246,8 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     comp.timings["construct"] = time.perf_counter() - t
     run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "
             f"{spec.name}")
+    if comp.target == "cuda":   # compiler.cuda renders and binds them
+        return
     t = time.perf_counter()
     _emit(comp)
     comp.timings["codegen"] = time.perf_counter() - t

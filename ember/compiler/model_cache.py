@@ -98,7 +98,13 @@ def lookup(k: str | None) -> Any:
     if not cache.touch(path):
         return None
     try:
-        model = load_vm(path) if read_meta(path).get("kind") == "vm" else load_model(path)
+        kind = read_meta(path).get("kind")
+        if kind == "cuda":
+            from ember.runtime.cuda_model import load_cuda
+
+            model = load_cuda(path)
+        else:
+            model = load_vm(path) if kind == "vm" else load_model(path)
     except EmberError as e:   # damaged or evicted meanwhile: compile again
         LOG.info("dropping the cached model %s: %s", path.name, e)
         path.unlink(missing_ok=True)

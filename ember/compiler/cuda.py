@@ -1,0 +1,96 @@
+"""``target="cuda"``: a static model as one CUDA program and its launch table.
+
+Pre: an imported static graph. Post: a ``CudaModel`` holding the device images for the
+options' architectures (compiled with nvcc or NVRTC; no GPU needed), the parameter blob and the
+launch table (kernels in program order over one workspace laid out by the memory plan, the
+same plan the CPU uses).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ember.codegen.cuda import emit_program, params_of
+from ember.codegen.program import ParamBlob
+from ember.compiler import driver
+from ember.errors import EmberError
+from ember.ir.graph import Graph, Value
+from ember.kernel.base import OUTPUT
+from ember.passes.memplan import MemoryPlan
+from ember.runtime.cuda_model import CudaModel
+from ember.runtime.cuda_toolchain import compile_cuda
+from ember.support import log, options
+
+
+def compile_cuda_model(g: Graph, num_threads: int | None = None,
+                       topk: int | None = None) -> CudaModel:
+    comp = driver.build_graph(g, num_threads=num_threads, topk=topk, target="cuda")
+    return to_cuda_model(comp)
+
+
+def to_cuda_model(comp: driver.Compilation) -> CudaModel:
+    run = log.current_run()
+    t = time.perf_counter()
+    launches, params = bind_launches(comp)
+    prog = emit_program(comp.gpu_kernels)
+    run.add("CUDA C", time.perf_counter() - t, f"{len(prog.source) // 1024} KiB")
+    t = time.perf_counter()
+    archs = options.current().cuda_arch
+    images = compile_cuda(prog.source, archs)
+    run.add("nvcc", time.perf_counter() - t, ", ".join(archs))
+    comp.source = prog.source
+    meta = driver._meta(comp)
+    meta.pop("plan", None)
+    meta.pop("isa", None)
+    meta.update(target="cuda", archs=list(archs), launches=launches,
+                gpu=comp.gpu_kernels and driver.gpu.gpu_spec().name,
+                kernels_cuda=[{"symbol": t.symbol, "schedule": k.schedule, "grid": k.blocks,
+                               "block": k.threads, "smem": k.shared_bytes()}
+                              for t, k in zip(prog.kernels, comp.gpu_kernels)])
+    return CudaModel(images, params, meta, prog.source)
+
+
+def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Each operator's launch: its kernel's symbol, grid, block and pointer arguments bound to
+    the tensors of its fused node; and the parameter blob."""
+    plan: MemoryPlan = comp.graph.memory_plan  # type: ignore[attr-defined]
+    blob = ParamBlob()
+    fused = comp.fused
+    from ember.codegen.cuda import render_kernel
+
+    def where(v: Value) -> list[Any]:
+        if v.is_const:
+            return ["param", 0, blob.offset(v.const)]  # type: ignore[arg-type]
+        s = plan.storage[v.uid]
+        if s.kind == "input":
+            return ["in", s.index, s.offset]
+        if s.kind == "output":
+            return ["out", s.index, s.offset]
+        return ["ws", 0, s.index + s.offset]
+
+    launches = []
+    symbols: dict[int, str] = {}
+    for n, gk in zip(fused, comp.gpu_kernels):
+        if id(gk) not in symbols:
+            symbols[id(gk)] = render_kernel(gk).symbol
+        src = dict((id(b), s) for b, s in gk.args)
+        args = []
+        for b in params_of(gk):
+            s = src[id(b)]
+            if isinstance(s, np.ndarray):
+                args.append(["param", 0, blob.offset(s)])
+            elif s == OUTPUT:
+                args.append(where(n.outputs[0]))
+            else:
+                v = n.inputs[s]
+                if v is None:
+                    raise EmberError(f"node {n.name!r}: kernel reads an absent input {s}")
+                args.append(where(v))
+        if not isinstance(gk.blocks, int):
+            raise EmberError(f"node {n.name!r}: a symbolic grid needs the CUDA VM (not yet)")
+        launches.append({"kernel": symbols[id(gk)], "grid": int(gk.blocks),
+                         "block": gk.threads, "args": args, "node": n.name})
+    return launches, blob.array()

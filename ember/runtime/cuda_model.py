@@ -1,0 +1,328 @@
+"""``CudaModel``: a static model compiled for NVIDIA GPUs, run through the CUDA driver.
+
+The artifact holds the device images (a cubin per architecture and PTX, ``cuda_toolchain``),
+the parameter blob and the launch table: per kernel launch in program order, its kernel symbol,
+grid, block and pointer arguments as (``"ws"`` | ``"param"`` | ``"in"`` | ``"out"``, index,
+byte offset). Loading needs numpy and a driver; compiling needed no GPU.
+
+At the first run the device gets one arena per kind: the parameters (uploaded once), the
+workspace of the memory plan, and a buffer per input and output. One inference copies the
+inputs in, replays the launch sequence (captured once as a CUDA graph when ``cuda_graph`` is
+on, the default) and copies the outputs out. ``run_device`` takes and returns device tensors
+without copies: an input with ``__cuda_array_interface__`` (torch, CuPy) is read in place, and
+the outputs come back as ``DeviceTensor`` views of the model's output buffers (valid until the
+next run), which torch and CuPy take without copying. A fault a kernel records (an index out of
+range, a division by zero) is an ``EmberError`` naming the kernel's nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ember.errors import EmberError, InputError
+from ember.runtime import cuda_driver as cu
+from ember.runtime.artifact import read_bundle, save_bundle
+from ember.runtime.compiled import _specs, _validate
+from ember.runtime.cuda_toolchain import CudaImages
+from ember.support import faults
+
+KIND = "cuda"
+
+
+class DeviceTensor:
+    """A tensor in device memory: ``__cuda_array_interface__`` (v3) for torch and CuPy."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any) -> None:
+        self.ptr, self.shape, self.dtype, self._owner = ptr, shape, np.dtype(dtype), owner
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "version": 3, "strides": None, "stream": None}
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        cu.call("cuMemcpyDtoH_v2", out.ctypes.data, cu.CUdeviceptr(self.ptr), out.nbytes)
+        return out
+
+
+class CudaModel:
+    """A compiled static model for NVIDIA GPUs: call it like a ``CompiledModel``."""
+
+    def __init__(self, images: CudaImages, params: np.ndarray, meta: Mapping[str, Any],
+                 source: str | None = None) -> None:
+        self._meta = copy.deepcopy(dict(meta))
+        self._images = images
+        self._params = np.ascontiguousarray(params).view(np.uint8).reshape(-1)
+        self._source = source
+        self._inputs = _specs(self._meta["inputs"], "input")
+        self._outputs = _specs(self._meta["outputs"], "output")
+        self._index = {s.name: i for i, s in enumerate(self._inputs)}
+        self._lock = threading.Lock()
+        self._dev: _DeviceState | None = None
+        self.cuda_graph = bool(self._meta.get("cuda_graph", True))
+
+    # ------------------------------------------------------------------ description
+    @property
+    def meta(self) -> dict[str, Any]:
+        return copy.deepcopy(self._meta)
+
+    @property
+    def source(self) -> str | None:
+        return self._source
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self._inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self._outputs]
+
+    @property
+    def resources(self) -> dict[str, dict[str, dict[str, int]]]:
+        """ptxas's figures per architecture and kernel (registers, spills, shared memory)."""
+        return self._images.resources
+
+    def __repr__(self) -> str:
+        return (f"CudaModel({self._meta.get('graph_name', '')!r}, inputs={self.input_names}, "
+                f"outputs={self.output_names}, archs={sorted(self._images.cubins)})")
+
+    # ------------------------------------------------------------------ running
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        outs = self._execute(feeds, device=False)
+        return {s.name: o for s, o in zip(self._outputs, outs)}
+
+    def run_device(self, feeds: Mapping[str, Any]) -> dict[str, DeviceTensor]:
+        """As ``run``, device tensors in (read in place) and out (views, valid until the next
+        run: copy them to keep them)."""
+        outs = self._execute(feeds, device=True)
+        return {s.name: o for s, o in zip(self._outputs, outs)}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > len(self._inputs):
+            raise InputError(f"model takes {len(self._inputs)} input(s) "
+                             f"({', '.join(self.input_names)}), got {len(args)}")
+        feeds = {s.name: a for s, a in zip(self._inputs, args)}
+        for k, v in kwargs.items():
+            if k in feeds:
+                raise InputError(f"input {k!r} given both positionally and by name")
+            feeds[k] = v
+        outs = list(self.run(feeds).values())
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def time_ms(self, feeds: Mapping[str, Any], runs: int = 50) -> list[float]:
+        """Device time of ``runs`` launch sequences on the resident inputs (CUDA events)."""
+        self._execute(feeds, device=True)
+        dev = self._device()
+        timer = cu.Timer()
+        out = []
+        for _ in range(runs):
+            timer.start(dev.stream)
+            dev.launch_all(self.cuda_graph)
+            out.append(timer.stop(dev.stream))
+        return out
+
+    def _execute(self, feeds: Mapping[str, Any], device: bool) -> list[Any]:
+        if not isinstance(feeds, Mapping):
+            raise InputError(f"run() takes a dict of input name -> array, got "
+                             f"{type(feeds).__name__}; inputs are {self.input_names}")
+        unknown = [k for k in feeds if k not in self._index]
+        missing = [s.name for s in self._inputs if s.name not in feeds]
+        if unknown or missing:
+            raise InputError(f"inputs {self.input_names} expected; unknown {unknown}, "
+                             f"missing {missing}")
+        with self._lock:
+            dev = self._device()
+            ptrs = []
+            for i, s in enumerate(self._inputs):
+                value = feeds[s.name]
+                if hasattr(value, "__cuda_array_interface__"):
+                    ptrs.append(_device_input(s, value))
+                else:
+                    arr = _validate(s, value)
+                    cu.call("cuMemcpyHtoDAsync_v2", dev.inputs[i].ptr, arr.ctypes.data,
+                            arr.nbytes, dev.stream.handle)
+                    ptrs.append(dev.inputs[i].ptr)
+            dev.bind_inputs(ptrs)
+            dev.launch_all(self.cuda_graph)
+            if device:
+                dev.stream.sync()
+                self._check_fault(dev)
+                return [DeviceTensor(b.ptr, tuple(int(d) for d in s.shape), s.dtype, self)
+                        for b, s in zip(dev.outputs, self._outputs)]
+            outs = []
+            for b, s in zip(dev.outputs, self._outputs):
+                o = np.empty(tuple(int(d) for d in s.shape), s.dtype)
+                cu.call("cuMemcpyDtoHAsync_v2", o.ctypes.data, b.ptr, o.nbytes,
+                        dev.stream.handle)
+                outs.append(o)
+            dev.stream.sync()
+            self._check_fault(dev)
+            return outs
+
+    def _device(self) -> _DeviceState:
+        if self._dev is None:
+            self._dev = _DeviceState(self._images, self._params, self._meta, self._inputs,
+                                     self._outputs)
+        cu.make_current(0)
+        return self._dev
+
+    def _check_fault(self, dev: _DeviceState) -> None:
+        kind = dev.read_fault()
+        if not kind:
+            return
+        value, bound = dev.fault_detail()
+        kernel = dev.find_faulting_launch()
+        dev.clear_fault()
+        records = self._meta.get("profile", {}).get("kernels", [])
+        raise InputError(faults.describe(kind, -1 if kernel is None else kernel, value, bound,
+                                         records))
+
+    # ------------------------------------------------------------------ artifacts
+    def save(self, path: Any) -> Any:
+        members = {"params.bin": self._params.tobytes(), **self._images.to_members()}
+        if self._source is not None:
+            members["source.cu"] = self._source.encode()
+        return save_bundle(path, {**self._meta, "kind": KIND}, members)
+
+
+def load_cuda(path: Any) -> CudaModel:
+    meta, members = read_bundle(path)
+    if meta.get("kind") != KIND:
+        raise EmberError(f"{path} is not a CUDA model")
+    images = CudaImages.from_members(members)
+    params = np.frombuffer(members["params.bin"], np.uint8)
+    src = members.get("source.cu")
+    return CudaModel(images, params, meta, src.decode() if src else None)
+
+
+def _device_input(spec: Any, value: Any) -> int:
+    cai = value.__cuda_array_interface__
+    shape = tuple(int(d) for d in cai["shape"])
+    if shape != tuple(int(d) for d in spec.shape):
+        raise InputError(f"input {spec.name!r}: expected shape {tuple(spec.shape)}, got {shape}")
+    if np.dtype(cai["typestr"]) != spec.dtype:
+        raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype.name}, got "
+                         f"{np.dtype(cai['typestr']).name}")
+    strides = cai.get("strides")
+    if strides is not None:
+        want, acc = [], spec.dtype.itemsize
+        for d in reversed(shape):
+            want.append(acc)
+            acc *= d
+        if tuple(strides) != tuple(reversed(want)):
+            raise InputError(f"input {spec.name!r}: a device tensor must be contiguous "
+                             "(call .contiguous() first)")
+    cu.call("cuCtxSynchronize")   # the producer's stream is not ours: let it finish
+    return int(cai["data"][0])
+
+
+def _nbytes(spec: Any) -> int:
+    return int(np.prod([int(d) for d in spec.shape], dtype=np.int64)) * spec.dtype.itemsize
+
+
+class _DeviceState:
+    """The device side of a model: module, arenas, launch arguments, the captured graph."""
+
+    def __init__(self, images: CudaImages, params: np.ndarray, meta: dict[str, Any],
+                 inputs: Any, outputs: Any) -> None:
+        info = cu.device_info(0)
+        cu.context(0)
+        image = images.cubins.get(info.arch)
+        self.module = cu.Module(image if image is not None else images.ptx + b"\0")
+        self.stream = cu.Stream()
+        self.params = cu.DeviceBuffer(params.nbytes)
+        cu.call("cuMemcpyHtoD_v2", self.params.ptr, params.ctypes.data, params.nbytes)
+        self.ws = cu.DeviceBuffer(int(meta.get("workspace_bytes", 0)))
+        self.inputs = [cu.DeviceBuffer(_nbytes(s)) for s in inputs]
+        self.outputs = [cu.DeviceBuffer(_nbytes(s)) for s in outputs]
+        self.fault_ptr, _ = self.module.global_ptr("g_fault")
+        self.fault_value_ptr, _ = self.module.global_ptr("g_fault_value")
+        self.fault_bound_ptr, _ = self.module.global_ptr("g_fault_bound")
+        self.launches = []
+        self.input_cells: list[list[tuple[ctypes.c_uint64, int]]] = [[] for _ in inputs]
+        fns: dict[str, ctypes.c_void_p] = {}
+        for entry in meta["launches"]:
+            sym = entry["kernel"]
+            if sym not in fns:
+                fns[sym] = self.module.function(sym)
+            cells = []
+            for kind, index, offset in entry["args"]:
+                cell = ctypes.c_uint64(self._base(kind, index) + offset)
+                if kind == "in":
+                    self.input_cells[index].append((cell, offset))
+                cells.append(cell)
+            argv = (ctypes.c_void_p * max(len(cells), 1))(
+                *[ctypes.cast(ctypes.byref(c), ctypes.c_void_p) for c in cells])
+            self.launches.append((fns[sym], int(entry["grid"]), int(entry["block"]), cells,
+                                  argv))
+        self.bound = tuple(b.ptr for b in self.inputs)
+        self.graph: cu.Graph | None = None
+
+    def _base(self, kind: str, index: int) -> int:
+        if kind == "ws":
+            return self.ws.ptr
+        if kind == "param":
+            return self.params.ptr
+        if kind == "in":
+            return self.inputs[index].ptr
+        if kind == "out":
+            return self.outputs[index].ptr
+        raise EmberError(f"launch table: unknown argument kind {kind!r}")
+
+    def bind_inputs(self, ptrs: list[int]) -> None:
+        if tuple(ptrs) == self.bound:
+            return
+        for cells, p in zip(self.input_cells, ptrs):
+            for cell, offset in cells:
+                cell.value = p + offset
+        self.bound = tuple(ptrs)
+        self.graph = None   # captured with other addresses
+
+    def launch_one(self, i: int) -> None:
+        fn, grid, block, _, argv = self.launches[i]
+        cu.call("cuLaunchKernel", fn, grid, 1, 1, block, 1, 1, 0, self.stream.handle, argv,
+                None)
+
+    def launch_all(self, graph: bool) -> None:
+        if not graph:
+            for i in range(len(self.launches)):
+                self.launch_one(i)
+            return
+        if self.graph is None:
+            self.graph = cu.Graph(self.stream, lambda: [self.launch_one(i)
+                                                        for i in range(len(self.launches))])
+        self.graph.launch(self.stream)
+
+    def read_fault(self) -> int:
+        v = ctypes.c_int()
+        cu.call("cuMemcpyDtoH_v2", ctypes.addressof(v), cu.CUdeviceptr(self.fault_ptr), 4)
+        return int(v.value)
+
+    def fault_detail(self) -> tuple[int, int]:
+        a, b = ctypes.c_longlong(), ctypes.c_longlong()
+        cu.call("cuMemcpyDtoH_v2", ctypes.addressof(a), cu.CUdeviceptr(self.fault_value_ptr), 8)
+        cu.call("cuMemcpyDtoH_v2", ctypes.addressof(b), cu.CUdeviceptr(self.fault_bound_ptr), 8)
+        return int(a.value), int(b.value)
+
+    def clear_fault(self) -> None:
+        zero = ctypes.c_int(0)
+        cu.call("cuMemcpyHtoD_v2", self.fault_ptr, ctypes.addressof(zero), 4)
+
+    def find_faulting_launch(self) -> int | None:
+        """Re-run the launches one by one (the failing path only) to find the first that
+        faults."""
+        self.clear_fault()
+        for i in range(len(self.launches)):
+            self.launch_one(i)
+            self.stream.sync()
+            if self.read_fault():
+                return i
+        return None
