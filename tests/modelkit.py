@@ -107,9 +107,10 @@ def run_ref(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
 
 
 def compare(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4,
-            atol: float = 1e-5, scale_atol: bool = False, oracle: str = "ort") -> None:
+            atol: float = 1e-5, scale_atol: bool = False, oracle: str = "ort",
+            target: str = "cpu") -> None:
     want = run_ort(model, feeds) if oracle == "ort" else run_ref(model, feeds)
-    cm = ember.compile(model)
+    cm = ember.compile(model, target=target)
     got = cm.run(feeds)
     assert len(cm.output_names) == len(want)
     for name, w in zip(cm.output_names, want, strict=True):
@@ -123,7 +124,7 @@ def compare(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 
 def check(op: str, inputs: list, attrs: dict | None = None, *, opset: int = 17,
           n_out: int = 1, const: tuple[int, ...] = (), epilogue: str | None = None,
           rtol: float = 1e-4, atol: float = 1e-5, scale_atol: bool = False,
-          oracle: str = "ort") -> None:
+          oracle: str = "ort", target: str = "cpu") -> None:
     """One node ``op`` over ``inputs`` (None = absent; indices in ``const`` are initializers),
     optionally followed by an epilogue node: "Relu" (or another unary op), "Add" of a new random
     graph input shaped like the output, or "AddC" of a random per-channel constant (C, 1, ...).
@@ -153,7 +154,8 @@ def check(op: str, inputs: list, attrs: dict | None = None, *, opset: int = 17,
         else:
             nodes.append(helper.make_node(epilogue, [y], ["final"]))
         outs = ["final"] + outs[1:]
-    compare(make_model(nodes, feeds, inits, outs, opset), feeds, rtol, atol, scale_atol, oracle)
+    compare(make_model(nodes, feeds, inits, outs, opset), feeds, rtol, atol, scale_atol, oracle,
+            target)
 
 
 def away_from_zero(x: np.ndarray, eps: float = 0.25) -> np.ndarray:

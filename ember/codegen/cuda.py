@@ -89,6 +89,7 @@ typedef unsigned long long uint64_t;
 
 CUDA_TYPES = {**C_TYPES, "float16": "__half"}
 INT32_LIMIT = 2**31 - 1
+REGISTERS = 128
 
 
 class CudaEmitter(CEmitter):
@@ -205,7 +206,10 @@ def render_kernel(gk: GpuKernel) -> CudaKernelText:
         decls.append(f"{const}{ctype_cuda(b.dtype)} *{name}")
     body = TextBuffer()
     em.stmt(gk.body, body)
-    head = (f'extern "C" __global__ void __launch_bounds__({gk.threads}) NAME('
+    # at most REGISTERS per thread (the budget Roller's tiles are built for): ptxas keeps
+    # loop-invariant addresses of unrolled copies in registers otherwise, up to 255
+    blocks_sm = max(1, min(32, 65536 // (gk.threads * REGISTERS)))
+    head = (f'extern "C" __global__ void __launch_bounds__({gk.threads}, {blocks_sm}) NAME('
             f"{', '.join(decls)})")
     text = f"{head} {{\n{_indent(body.getvalue())}}}\n"
     symbol = "em_" + hashlib.sha1(text.encode()).hexdigest()[:16]

@@ -262,7 +262,9 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
         st = fill(ev)
         if nelem % T:
             st = If(Bin("<", ev, Const(nelem)), st)
-        return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
+        # not unrolled: ptxas would keep every round's loop-invariant address terms live
+        # across the K loop (255 registers, or spills under the budget)
+        return For(e, Const(0), Const(rounds), st, ForKind.SERIAL)
 
     def fill_a(ev: Expr) -> Stmt:
         mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))

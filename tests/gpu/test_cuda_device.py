@@ -1,0 +1,63 @@
+"""On an NVIDIA GPU (``gpu``-marked: skipped without one): compiled models match onnxruntime,
+with and without CUDA graphs; device tensors go in and out without copies; a kernel fault is a
+named error and the model runs on after it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import ember
+from ember import zoo
+from ember.runtime import cuda_driver
+from tests.modelkit import make_model, run_ort
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not cuda_driver.available(), reason="no CUDA GPU")]
+
+
+@pytest.fixture(autouse=True)
+def _no_model_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet18", "mobilenet_v2", "bert_base",
+                                  "lstm_tc", "inception_v3"])
+def test_zoo_on_the_gpu_matches_onnxruntime(name: str) -> None:
+    m = zoo.build(name)
+    feeds = zoo.random_inputs(name)
+    cm = ember.compile(m, target="cuda")
+    want = run_ort(m, feeds)
+    for graph in (True, False):
+        cm.cuda_graph = graph
+        got = cm.run(feeds)
+        for o, w in zip(cm.output_names, want):
+            np.testing.assert_allclose(got[o], w, rtol=1e-4,
+                                       atol=1e-5 * max(1.0, float(np.abs(w).max())))
+
+
+def test_device_tensors_in_and_out_without_copies() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    m = zoo.build("small_cnn")
+    feeds = zoo.random_inputs("small_cnn")
+    cm = ember.compile(m, target="cuda")
+    x = torch.from_numpy(feeds["input"]).cuda()
+    out = cm.run_device({"input": x})["output"]
+    t = torch.as_tensor(out, device="cuda")
+    assert t.data_ptr() == out.ptr
+    np.testing.assert_allclose(t.cpu().numpy(), run_ort(m, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_out_of_range_index_is_named_and_the_model_runs_on() -> None:
+    table = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    feeds = {"ids": np.array([[1, 12]], np.int64)}
+    m = make_model([helper.make_node("Gather", ["table", "ids"], ["y"], name="lookup")],
+                   feeds, {"table": table}, ["y"])
+    cm = ember.compile(m, target="cuda")
+    with pytest.raises(ember.EmberError, match="lookup.*index 12"):
+        cm.run(feeds)
+    ok = {"ids": np.array([[1, 9]], np.int64)}
+    np.testing.assert_array_equal(cm.run(ok)["y"], table[[[1, 9]]])

@@ -1,0 +1,161 @@
+"""GPU kernels checked on the CPU (``target="cuda-sim"``): the tiled GEMM / implicit-GEMM conv
+on random geometry, the generic and row schedules, the barrier phase split, and the zoo against
+onnxruntime (issue 25)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+import ember
+from ember import zoo
+from ember.kernel.base import OUTPUT
+from ember.kernel.gpu.base import GpuKernel
+from ember.kernel.gpu.sim import simulate
+from ember.loops.ir import (
+    BLOCK,
+    THREAD,
+    Alloc,
+    Barrier,
+    Bin,
+    Buffer,
+    Const,
+    Load,
+    Scope,
+    Store,
+    seq,
+)
+from tests.modelkit import check, compare, make_model, run_ort
+
+F32 = np.float32
+SIM = "cuda-sim"
+
+
+@pytest.fixture(autouse=True)
+def _no_model_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.data())
+def test_conv_as_implicit_gemm_matches_onnxruntime(data: st.DataObject) -> None:
+    groups = data.draw(st.sampled_from([1, 1, 2]))
+    icg = data.draw(st.integers(2, 6))
+    ocg = data.draw(st.integers(1, 9))
+    k = data.draw(st.integers(1, 3))
+    h, w = data.draw(st.integers(k, 11)), data.draw(st.integers(k, 9))
+    stride = data.draw(st.integers(1, 2))
+    dil = data.draw(st.integers(1, 2))
+    pad = data.draw(st.integers(0, 2))
+    if (h + 2 * pad - dil * (k - 1) - 1) < 0 or (w + 2 * pad - dil * (k - 1) - 1) < 0:
+        pad = k
+    rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+    x = rng.standard_normal((data.draw(st.integers(1, 2)), groups * icg, h, w)).astype(F32)
+    wt = rng.standard_normal((groups * ocg, icg, k, k)).astype(F32)
+    epi = data.draw(st.sampled_from([None, "Relu", "Add", "AddC"]))
+    check("Conv", [x, wt], {"strides": [stride] * 2, "dilations": [dil] * 2,
+                            "pads": [pad] * 4, "group": groups},
+          const=(1,), epilogue=epi, target=SIM)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.data())
+def test_matmul_with_weights_matches_onnxruntime(data: st.DataObject) -> None:
+    m, k, n = (data.draw(st.integers(1, 70)) for _ in range(3))
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    lead = data.draw(st.sampled_from([(), (2,), (3, 1)]))
+    a = rng.standard_normal((*lead, m, k)).astype(F32)
+    b = rng.standard_normal((k, n)).astype(F32)
+    check("MatMul", [a, b], const=(1,), epilogue=data.draw(st.sampled_from([None, "Tanh"])),
+          target=SIM)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.data())
+def test_batched_matmul_broadcasts_like_onnxruntime(data: st.DataObject) -> None:
+    m, k, n = (data.draw(st.integers(1, 40)) for _ in range(3))
+    ba = data.draw(st.sampled_from([(2, 3), (1, 3), (2, 1)]))
+    bb = data.draw(st.sampled_from([(2, 3), (1, 3), (2, 1)]))
+    rng = np.random.default_rng(m + 7 * k + 31 * n)
+    a = rng.standard_normal((*ba, m, k)).astype(F32)
+    b = rng.standard_normal((*bb, k, n)).astype(F32)
+    check("MatMul", [a, b], target=SIM)
+
+
+@pytest.mark.parametrize("op,attrs,shape", [
+    ("Softmax", {"axis": -1}, (3, 5, 70)),
+    ("LayerNormalization", {"axis": -1, "epsilon": 1e-5}, (4, 96)),
+    ("ReduceMean", {"axes": [1], "keepdims": 0}, (3, 50, 7)),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     (1, 5, 13, 11)),
+    ("Transpose", {"perm": [0, 2, 3, 1]}, (2, 3, 17, 9)),
+])
+def test_row_and_generic_schedules(op: str, attrs: dict, shape: tuple) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(F32)
+    if op != "MaxPool":    # onnxruntime's MaxPool skips NaN (the CPU target's differs too)
+        x.flat[5] = np.nan     # NaN propagates as in onnxruntime
+    inputs: list = [x]
+    if op == "LayerNormalization":
+        inputs += [rng.standard_normal(shape[-1:]).astype(F32),
+                   rng.standard_normal(shape[-1:]).astype(F32)]
+    opset = 18 if op == "ReduceMean" else 17
+    if op == "ReduceMean":
+        inputs.append(np.array(attrs.pop("axes"), np.int64))
+        check(op, inputs, attrs, const=(1,), opset=opset, target=SIM)
+        return
+    check(op, inputs, attrs, const=tuple(range(1, len(inputs))), target=SIM)
+
+
+def test_gather_out_of_range_is_a_named_error() -> None:
+    table = np.random.default_rng(0).standard_normal((10, 4)).astype(F32)
+    feeds = {"ids": np.array([[1, 12]], np.int64)}
+    m = make_model([helper.make_node("Gather", ["table", "ids"], ["y"], name="lookup")],
+                   feeds, {"table": table}, ["y"])
+    cm = ember.compile(m, target=SIM)
+    with pytest.raises(ember.EmberError, match="lookup.*index 12"):
+        cm.run(feeds)
+
+
+def test_barriers_split_phases_and_shared_memory_is_per_block() -> None:
+    """A block reverses its 64 elements through shared memory: every thread writes one
+    element, meets the others at the barrier, then reads its mirror (wrong without the
+    phase split: a thread would read before its mirror wrote)."""
+    n, t = 256, 64
+    x = Buffer("x", n)
+    y = Buffer("y", n)
+    sh = Buffer("tile", t, scope=Scope.SHARED)
+    gi = Bin("+", Bin("*", BLOCK, Const(t)), THREAD)
+    body = Alloc(sh, seq(Store(sh, THREAD, Load(x, gi)), Barrier(),
+                         Store(y, gi, Load(sh, Bin("-", Const(t - 1), THREAD)))))
+    gk = GpuKernel("rev", body, n // t, t, [(y, OUTPUT), (x, 0)])
+    k = simulate(gk)
+    text = k.loops
+    assert text.count("threadIdx.x in [0, +64)") == 2     # two phases
+    from ember.codegen.c import BufferBinding, CEmitter
+    from ember.support.text import TextBuffer
+
+    out = TextBuffer()
+    CEmitter(BufferBinding({y: "(char *)g_out[0]", x: "(char *)g_in[0]"})).kernel(
+        "rev", k.body, [y, x], out)
+    assert "L0_tile[64]" in out.getvalue() or "tile" in out.getvalue()
+
+
+def test_small_cnn_matches_onnxruntime() -> None:
+    m = zoo.build("small_cnn")
+    feeds = zoo.random_inputs("small_cnn")
+    compare(m, feeds, target=SIM)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_zoo_matches_onnxruntime(name: str) -> None:
+    m = zoo.build(name)
+    feeds = zoo.random_inputs(name)
+    cm = ember.compile(m, target=SIM)
+    got = cm.run(feeds)
+    for o, w in zip(cm.output_names, run_ort(m, feeds)):
+        np.testing.assert_allclose(got[o], w, rtol=1e-4, atol=1e-5 * max(1, np.abs(w).max()))

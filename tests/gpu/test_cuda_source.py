@@ -1,0 +1,96 @@
+"""``target="cuda"`` without a GPU: every generated kernel compiles with nvcc for sm_80 and
+sm_90, ptxas reports no spills, the artifact keeps the images and loads back, and running it
+without a GPU is a named error (issue 25)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import ember
+from ember import zoo
+from ember.errors import CompileError
+from ember.runtime import cuda_driver
+from ember.runtime.cuda_toolchain import check_archs, parse_ptxas
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+@pytest.fixture(autouse=True)
+def _no_model_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+
+
+PTXAS = """ptxas info    : Compiling entry function 'em_ab' for 'sm_90'
+ptxas info    : Function properties for em_ab
+    16 bytes stack frame, 12 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 9344 bytes smem, 400 bytes cmem[0]
+ptxas info    : Compiling entry function 'em_cd' for 'sm_90'
+ptxas info    : Function properties for em_cd
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 13 registers, used 0 barriers, 368 bytes cmem[0]
+"""
+
+
+def test_ptxas_report_is_parsed_per_kernel() -> None:
+    got = parse_ptxas(PTXAS)["sm_90"]
+    assert got["em_ab"] == {"stack": 16, "spill_stores": 12, "spill_loads": 8,
+                            "registers": 128, "smem": 9344}
+    assert got["em_cd"]["registers"] == 13 and got["em_cd"]["smem"] == 0
+
+
+def test_architectures_are_checked() -> None:
+    assert check_archs(("sm_90", "sm_80", "sm_90")) == ("sm_80", "sm_90")
+    with pytest.raises(CompileError, match="sm_80"):
+        check_archs(("volta",))
+
+
+@needs_nvcc
+def test_small_cnn_compiles_for_two_architectures_without_spills(tmp_path) -> None:
+    cm = ember.compile(zoo.build("small_cnn"), target="cuda")
+    assert set(cm.resources) == {"sm_80", "sm_90"}
+    src = cm.source
+    assert "__global__" in src and "__shared__" in src and "__syncthreads();" in src
+    for arch, kernels in cm.resources.items():
+        assert kernels, arch
+        for sym, r in kernels.items():
+            assert r["spill_stores"] == 0 and r["spill_loads"] == 0, (arch, sym, r)
+            assert r["registers"] <= 128, (arch, sym, r)
+    dense = [k for k in cm.meta["kernels_cuda"] if k["schedule"].startswith("tiled GEMM")]
+    assert dense and all(k["smem"] > 0 for k in dense)
+    path = cm.save(tmp_path / "m.ember")
+    back = ember.load(path)
+    assert back.resources == cm.resources and back.meta["launches"] == cm.meta["launches"]
+    if not cuda_driver.available():
+        with pytest.raises(ember.EmberError, match="GPU|CUDA"):
+            back.run(zoo.random_inputs("small_cnn"))
+
+
+@needs_nvcc
+def test_launch_table_binds_every_kernel_argument() -> None:
+    cm = ember.compile(zoo.build("small_cnn"), target="cuda")
+    meta = cm.meta
+    params = 0
+    for launch in meta["launches"]:
+        assert launch["grid"] >= 1 and launch["block"] % 32 == 0
+        for kind, index, offset in launch["args"]:
+            assert kind in ("ws", "param", "in", "out")
+            if kind == "ws":
+                assert 0 <= offset < meta["workspace_bytes"]
+            params += kind == "param"
+            assert index >= 0 and offset >= 0
+    assert params > 0
+    assert meta["launches"][-1]["args"][0][0] == "out"
+
+
+@pytest.mark.slow
+@needs_nvcc
+@pytest.mark.parametrize("name", ["resnet50", "bert_base"])
+def test_big_models_compile_for_cuda_without_spills(name: str) -> None:
+    cm = ember.compile(zoo.build(name), target="cuda")
+    spills = {(a, s): r for a, ks in cm.resources.items() for s, r in ks.items()
+              if r["spill_stores"] or r["spill_loads"]}
+    assert spills == {}
+    assert np.all([k["grid"] >= 1 for k in cm.meta["kernels_cuda"]])
