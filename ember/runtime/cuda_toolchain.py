@@ -8,7 +8,8 @@ shared memory, stack), so a kernel that spills is seen at compile time. A GPU is
 nvcc is used where it is on PATH (one process per architecture, in parallel; ``-Xptxas -v``
 gives the resources). Otherwise NVRTC: ``libnvrtc`` from the ``nvidia-cuda-nvrtc`` wheel
 (``pip install 'ember[cuda]'``) or a CUDA installation, through ctypes. Results are cached in
-the kernel cache by the source, the architectures and the compiler's identity.
+the kernel cache by the source and the architectures (the compiler that made them is recorded
+inside, not part of the key: images made by nvcc serve a machine with NVRTC alone).
 """
 
 from __future__ import annotations
@@ -67,14 +68,16 @@ def check_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
 
 def compile_cuda(source: str, archs: tuple[str, ...]) -> CudaImages:
     archs = check_archs(archs)
-    tool = _tool()
-    key = hashlib.sha256(json.dumps([FORMAT, source, archs, tool]).encode()).hexdigest()[:40]
+    # keyed by what the images are a function of, not by which compiler made them: a cache
+    # filled by nvcc serves a machine that has NVRTC only
+    key = hashlib.sha256(json.dumps([FORMAT, source, archs]).encode()).hexdigest()[:40]
     path = kernels_dir() / f"{key}.cuda"
     if path.exists() and touch(path):
         try:
             return _unpack(path.read_bytes())
         except (OSError, ValueError, KeyError):
             pass
+    tool = _tool()
     if tool.startswith("nvcc"):
         images = _nvcc(source, archs)
     else:

@@ -28,10 +28,18 @@ from ember.loops.ir import (
     Store,
     seq,
 )
-from tests.modelkit import check, compare, make_model, run_ort
+from tests.modelkit import check, make_model, run_ort
 
 F32 = np.float32
 SIM = "cuda-sim"
+FAST_ZOO = ("small_cnn", "resnet18", "lstm_tc")
+
+
+def _light_params() -> list:
+    from tests.models.test_light_compiled import MODELS
+
+    return [pytest.param(n, marks=[pytest.mark.slow] if slow else [])
+            for n, (_, slow) in MODELS.items()]
 
 
 @pytest.fixture(autouse=True)
@@ -144,14 +152,8 @@ def test_barriers_split_phases_and_shared_memory_is_per_block() -> None:
     assert "L0_tile[64]" in out.getvalue() or "tile" in out.getvalue()
 
 
-def test_small_cnn_matches_onnxruntime() -> None:
-    m = zoo.build("small_cnn")
-    feeds = zoo.random_inputs("small_cnn")
-    compare(m, feeds, target=SIM)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", zoo.NAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in FAST_ZOO else
+                                                [pytest.mark.slow]) for n in zoo.NAMES])
 def test_zoo_matches_onnxruntime(name: str) -> None:
     m = zoo.build(name)
     feeds = zoo.random_inputs(name)
@@ -159,3 +161,22 @@ def test_zoo_matches_onnxruntime(name: str) -> None:
     got = cm.run(feeds)
     for o, w in zip(cm.output_names, run_ort(m, feeds)):
         np.testing.assert_allclose(got[o], w, rtol=1e-4, atol=1e-5 * max(1, np.abs(w).max()))
+
+
+@pytest.mark.parametrize("name", _light_params())
+def test_onnx_real_models_with_random_weights_match_onnxruntime(name: str) -> None:
+    """onnx's nine "real" model cases (the light models), every weight random."""
+    import os
+
+    import onnx
+
+    from tests.models.test_light_compiled import LIGHT, _dummy_input, _randomize
+
+    model = _randomize(onnx.load(os.path.join(LIGHT, f"light_{name}.onnx")))
+    feeds = {k: np.random.default_rng(1).standard_normal(v.shape).astype(F32)
+             for k, v in _dummy_input(model).items()}
+    cm = ember.compile(model, target=SIM)
+    got = cm.run(feeds)
+    for o, w in zip(cm.output_names, run_ort(model, feeds)):
+        scale = max(float(np.abs(w).max()), 1.0)
+        np.testing.assert_allclose(got[o], w, rtol=1e-4, atol=1e-5 * scale)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ember.errors import CompileError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel import layernorm, softmax
-from ember.kernel.gpu import dense, generic
+from ember.kernel.gpu import dense, generic, lstm
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller.hal import DeviceSpec
 
@@ -20,6 +20,8 @@ def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1) ->
     try:
         if dense.applicable(body):
             return dense.build_dense(name, body, spec, topk)
+        if lstm.applicable(body):
+            return lstm.build_lstm_step(name, body)
         if softmax.applicable(body):
             return generic.from_tasks(softmax.build_softmax(name, body))
         if layernorm.applicable(body):
