@@ -52,14 +52,19 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
     check_destination(a.output)        # before the compile, not after it
     opts = options.from_env()
-    opts = opts.with_(log_level=opts.log_level or _log_level(a))
+    opts = opts.with_(log_level=opts.log_level or _log_level(a), cuda_arch=_archs(a.arch),
+                      gpu=a.gpu)
     with options.using(opts), log.compile_run(a.model) as run:
         with run.timed("startup", "the compiler's modules"):
             import ember.compiler.api  # noqa: F401
         cm = ember.compile(a.model, input_shapes=_shapes(a.shape), num_threads=a.threads,
-                           topk=a.topk, options=opts)
+                           topk=a.topk, options=opts, target=a.target)
         with run.timed("save"):
             path = cm.save(a.output)
+    if a.target == "cuda":
+        print(f"compiled {a.model} -> {path} in {run.summary()} (CUDA: "
+              f"{len(cm.meta['launches'])} launches, images for {', '.join(cm.meta['archs'])})")
+        return 0
     if not isinstance(cm, ember.CompiledModel):   # a VMModel: bytecode over programs
         print(f"compiled {a.model} -> {path} in {run.summary()} (runs on the VM: "
               f"{len(cm.executable.functions)} function(s), {len(cm.programs)} program(s); "
@@ -123,6 +128,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         print(f"==== VM bytecode ({len(vm.programs)} compiled programs) ====\n{vm.bytecode}")
         return 0
     cm = None
+    if a.target != "cpu":
+        return _inspect_gpu(a)
     if a.schedule or a.schedule_picture:
         comp, cm = driver.compile_full(a.model, _shapes(a.shape), num_threads=a.threads,
                                        topk=a.topk, schedule=a.schedule)
@@ -168,6 +175,33 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     return 0
 
 
+def _archs(text: str | None) -> tuple[str, ...] | None:
+    return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
+
+
+def _inspect_gpu(a: argparse.Namespace) -> int:
+    """``ember inspect --target cuda|cuda-sim``: the GPU kernels, their schedules, and the CUDA
+    source (``--source``)."""
+    from ember.codegen.cuda import emit_program
+    from ember.compiler import driver
+    from ember.loops.transform import format_stmt
+
+    comp = driver.build(a.model, _shapes(a.shape), num_threads=a.threads, topk=a.topk,
+                        target="cuda")
+    print(f"==== graph after passes ====\n{comp.graph}\n")
+    print("==== GPU kernels ====")
+    for k, (n, gk) in enumerate(zip(comp.fused, comp.gpu_kernels)):
+        ops = " -> ".join(m.op for m in n.attrs["body"].nodes)
+        print(f"  k{k}: [{ops}] -> {n.output.type}: {gk.blocks} blocks x {gk.threads} threads, "
+              f"{gk.shared_bytes()} B shared; {gk.schedule}")
+        if a.kernels:
+            print("    " + format_stmt(gk.body).replace("\n", "\n    "))
+    print(f"\n==== memory plan ====\n  {comp.memory_plan.summary()}")
+    if a.source:
+        print("\n==== CUDA source ====\n" + emit_program(comp.gpu_kernels).source)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from ember import __version__
 
@@ -177,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compile", help="compile an ONNX model to a .ember artifact")
     c.add_argument("model")
     c.add_argument("-o", "--output", required=True)
+    c.add_argument("--arch", help="CUDA architectures for --target cuda (default sm_80,sm_90)")
+    c.add_argument("--gpu", help="the GPU datasheet kernels are built for (V100, A100, H100, "
+                   "H200; default H100)")
     r = sub.add_parser("run", help="run a compiled .ember artifact on .npy inputs")
     r.add_argument("artifact")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
@@ -185,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("model")
     i.add_argument("--passes", action="store_true", help="dump the IR after every pass")
     i.add_argument("--kernels", action="store_true", help="print each kernel's loop nest")
-    i.add_argument("--source", action="store_true", help="print the generated C")
+    i.add_argument("--source", action="store_true", help="print the generated C (CUDA C for "
+                   "--target cuda)")
     i.add_argument("--schedule", choices=["auto", "sequential", "rammer", "ios"],
                    help="compile and schedule the model; print the plan chosen")
     i.add_argument("--schedule-picture", metavar="OUT.png",
@@ -194,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("-v", "--verbose", action="count", default=0,
                         help="log each stage with its time (-vv: debug)")
         sp.add_argument("--shape", action="append", metavar="NAME=D0,D1,...")
+        sp.add_argument("--target", choices=["cpu", "cuda", "cuda-sim"], default="cpu")
         sp.add_argument("--threads", type=int, default=None)
         sp.add_argument("--topk", type=int, default=None,
                         help="time Roller's K best kernels per op and keep the fastest "

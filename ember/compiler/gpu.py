@@ -27,8 +27,13 @@ def check_target(target: object) -> str:
 
 def gpu_spec() -> DeviceSpec:
     """The GPU the kernels are constructed for: the options' ``gpu`` datasheet (``EMBER_GPU``),
-    else H100; a ``device_spec`` JSON naming a GPU overrides its fields."""
+    else the GPU of this machine (its properties read from the driver), else H100's datasheet;
+    a ``device_spec`` JSON naming a GPU overrides its fields."""
     opts = options.current()
+    if opts.gpu is None:
+        present = _present_gpu()
+        if present is not None:
+            return load_spec(opts.device_spec, present) if opts.device_spec else present
     name = (opts.gpu or "H100").upper()
     if name not in GPU_SPECS:
         raise EmberError(f"unknown GPU {opts.gpu!r}; ember knows {', '.join(GPU_SPECS)}")
@@ -36,6 +41,31 @@ def gpu_spec() -> DeviceSpec:
     if opts.device_spec:
         spec = load_spec(opts.device_spec, spec)
     return spec
+
+
+# FP32 lanes per SM by compute capability (the datasheets' "CUDA cores" per SM)
+_FP32_PER_SM = {"sm_70": 64, "sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_87": 128,
+                "sm_89": 128, "sm_90": 128, "sm_100": 128, "sm_120": 128}
+
+
+def _present_gpu() -> DeviceSpec | None:
+    """The spec of GPU 0 from its properties, None without one."""
+    from dataclasses import replace
+
+    from ember.kernel.roller.hal import MemLayer
+    from ember.runtime import cuda_driver
+
+    if not cuda_driver.available():
+        return None
+    d = cuda_driver.device_info(0)
+    per_sm = 2 * _FP32_PER_SM.get(d.arch, 128) * d.clock_ghz
+    base = GPU_SPECS["H100"]
+    layers = (MemLayer("reg", 64 << 10 << 2, 4, per_sm * 6),
+              MemLayer("smem", d.smem_sm, 128, 128 * d.clock_ghz),
+              MemLayer("L2", d.l2, 32, d.hbm_gbs * 2.5, shared=True),
+              MemLayer("HBM", d.memory, 32, d.hbm_gbs, shared=True))
+    return replace(base, name=d.name, units=d.sms, peak_gflops=per_sm, layers=layers,
+                   source=f"device {d.arch}")
 
 
 def build_gpu_kernels(fused: list[Node], spec: DeviceSpec, topk: int,
