@@ -20,7 +20,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from ember.codegen.c import C_TYPES, CEmitter, BufferBinding, ctype
+from ember.codegen.c import C_TYPES, BufferBinding, CEmitter, ctype
 from ember.codegen.checks import CHECKS_C
 from ember.codegen.cmath import MATH_C
 from ember.errors import CompileError
@@ -46,7 +46,7 @@ from ember.loops.ir import (
 )
 from ember.support.text import TextBuffer
 
-_FAULT = r"""/* the run's first fault (kinds in ember.support.faults): read by the host after a run */
+_FAULT = r"""/* the run's first fault (kinds in ember.support.faults), for the host to read */
 __device__ int g_fault;
 __device__ long long g_fault_value, g_fault_bound;
 static __device__ __noinline__ void em_fail(int kind, int64_t value, int64_t bound) {

@@ -153,8 +153,9 @@ def build(model: onnx.ModelProto | str | os.PathLike | Graph,
           verify_each: bool = False, topk: int | None = None,
           dim_hints: dict[str, int] | None = None, variants: bool = False,
           target: str = "cpu") -> Compilation:
-    """Compile ``model`` to C (``target`` "cuda-sim": its GPU kernels, rendered for the CPU). Inputs with symbolic dims (``dim_param``) left open by
-    ``input_shapes`` make a symbolic program: compiled once, run at any value of the symbols
+    """Compile ``model`` to C (``target`` "cuda-sim": its GPU kernels, rendered for the CPU;
+    "cuda": the GPU kernels, left to ``compiler.cuda``). Inputs with symbolic dims
+    (``dim_param``) left open by ``input_shapes`` make a symbolic program: compiled once, run at any value of the symbols
     (``dim_hints``: the representative sizes its kernels are scheduled for, default 128).
     ``variants``: a static program also holds each operator's efficient rKernel (built for
     one vEU), where it has fewer rTasks than its own, for the schedulers to choose from."""

@@ -291,13 +291,11 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
         return Store(Bs, Bin("+", Bin("*", kq, Const(t.BN)), nn), v)
 
     at = Bin("+", Bin("*", i, Const(t.TN)), j)
+    a_at = Bin("+", Bin("*", kk, Const(lda)), Bin("+", ty, Bin("*", i, Const(sy))))
+    b_at = Bin("+", Bin("*", kk, Const(t.BN)), Bin("+", tx, Bin("*", j, Const(sx))))
     step = For(kk, Const(0), Const(t.BK), seq(
-        For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, Bin("+", Bin("*", kk, Const(lda)),
-                                                               Bin("+", ty, Bin("*", i, Const(sy)))))),
-            ForKind.UNROLLED),
-        For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, Bin("+", Bin("*", kk, Const(t.BN)),
-                                                               Bin("+", tx, Bin("*", j, Const(sx)))))),
-            ForKind.UNROLLED),
+        For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, a_at)), ForKind.UNROLLED),
+        For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, b_at)), ForKind.UNROLLED),
         For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), Store(
             acc, at, Bin("+", Load(acc, at), Bin("*", Load(ra, i), Load(rb, j)))),
             ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED)

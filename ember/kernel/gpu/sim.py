@@ -15,6 +15,7 @@ from __future__ import annotations
 from ember.errors import CompileError
 from ember.kernel.base import T0, T1, Kernel
 from ember.kernel.gpu.base import GpuKernel, has_barrier
+from ember.loops.ir import BLOCK as BLOCK_VAR
 from ember.loops.ir import (
     THREAD,
     Alloc,
@@ -33,7 +34,6 @@ from ember.loops.ir import (
     Store,
     seq,
 )
-from ember.loops.ir import BLOCK as BLOCK_VAR
 from ember.loops.transform import format_stmt, free_vars, map_expr, map_stmt, substitute
 
 
