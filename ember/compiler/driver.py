@@ -155,10 +155,11 @@ def build(model: onnx.ModelProto | str | os.PathLike | Graph,
           target: str = "cpu") -> Compilation:
     """Compile ``model`` to C (``target`` "cuda-sim": its GPU kernels, rendered for the CPU;
     "cuda": the GPU kernels, left to ``compiler.cuda``). Inputs with symbolic dims
-    (``dim_param``) left open by ``input_shapes`` make a symbolic program: compiled once, run at any value of the symbols
-    (``dim_hints``: the representative sizes its kernels are scheduled for, default 128).
-    ``variants``: a static program also holds each operator's efficient rKernel (built for
-    one vEU), where it has fewer rTasks than its own, for the schedulers to choose from."""
+    (``dim_param``) left open by ``input_shapes`` make a symbolic program: compiled once, run
+    at any value of the symbols (``dim_hints``: the representative sizes its kernels are
+    scheduled for, default 128). ``variants``: a static program also holds each operator's
+    efficient rKernel (built for one vEU), where it has fewer rTasks than its own, for the
+    schedulers to choose from."""
     t = time.perf_counter()
     g = model if isinstance(model, Graph) else import_model(model, input_shapes)
     return build_graph(g, num_threads=num_threads, dump=dump, verify_each=verify_each,
