@@ -15,7 +15,7 @@ __all__ = ["compile", "load", "CompiledModel", "EmberError", "Options", "__versi
 
 
 def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None,  # noqa: A001
-            schedule=None, profile=None, dim_hints=None, options=None):
+            schedule=None, profile=None, dim_hints=None, precision=None, options=None):
     """Compile an ONNX model (path, ModelProto, bytes) for ``target``; returns a CompiledModel (a
     ``VMModel`` when shapes depend on values computed at run time).
 
@@ -31,11 +31,16 @@ def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=No
     the sequential, Rammer and IOS plans, time each, keep the fastest), "sequential", "rammer"
     or "ios". The schedulers use per-rTask costs profiled on the compiled kernels, or predicted
     from their flops and bytes with ``profile=False``.
+
+    ``target``: "cpu", "cuda" (NVIDIA GPUs; compiling needs no GPU) or "cuda-sim" (the CUDA
+    kernels run on the CPU). ``precision`` (GPU targets): what dense products compute in —
+    "fp32" (the default), or on TensorCores "tf32", "fp16", "bf16" (float32 accumulation).
     """
     from ember.compiler.api import compile as _compile
 
     return _compile(model, input_shapes, target, num_threads=num_threads, topk=topk,
-                    schedule=schedule, profile=profile, dim_hints=dim_hints, options=options)
+                    schedule=schedule, profile=profile, dim_hints=dim_hints,
+                    precision=precision, options=options)
 
 
 def load(path):

@@ -39,6 +39,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    WarpOp,
 )
 from ember.lower import dims
 from ember.support.dtypes import is_float_name
@@ -267,7 +268,7 @@ class CEmitter:
             out.line(f"const {ctype(s.var.dtype, compute=True)} {self.var(s.var)} = "
                      f"{self.expr(s.value)};")
             self.stmt(s.body, out)
-        elif isinstance(s, Eval):
+        elif isinstance(s, (Eval, WarpOp)):
             args = [self.buf(a) if isinstance(a, Buffer) else self.expr(a) for a in s.args]
             out.line(f"{s.fn}({', '.join(args)});")
         else:

@@ -25,6 +25,7 @@ from ember.codegen.checks import CHECKS_C
 from ember.codegen.cmath import MATH_C
 from ember.errors import CompileError
 from ember.kernel.gpu.base import GpuKernel
+from ember.kernel.gpu.mma import CUDA_MMA
 from ember.loops.ir import (
     BLOCK,
     THREAD,
@@ -235,4 +236,5 @@ def emit_program(kernels: list[GpuKernel]) -> CudaProgram:
         seen.setdefault(t.symbol, t.text)
     body = "\n".join(seen.values())
     half = "#include <cuda_fp16.h>\n" if "__half" in body else ""
-    return CudaProgram(half + PRELUDE + "\n" + body, texts)
+    tc = CUDA_MMA if "em_mma_" in body else ""
+    return CudaProgram(half + PRELUDE + tc + "\n" + body, texts)

@@ -18,7 +18,7 @@ from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
 from ember.runtime.compiled import CompiledModel
 from ember.support import log
-from ember.support.options import Options, resolve, using
+from ember.support.options import PRECISIONS, Options, resolve, using
 from ember.vm.model import VMModel
 
 
@@ -26,8 +26,8 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
             input_shapes: dict[str, Any] | None = None, target: str = "cpu",
             *, num_threads: int | None = None, topk: int | None = None,
             schedule: str | None = None, profile: bool | None = None,
-            dim_hints: dict[str, int] | None = None,
-            options: Options | None = None) -> CompiledModel | VMModel:
+            dim_hints: dict[str, int] | None = None, precision: str | None = None,
+            options: Options | None = None) -> Any:
     """Compile ``model`` for the CPU. ``schedule``: "auto" (time every plan, keep the fastest),
     "sequential", "rammer" or "ios"; their costs come from profiling the compiled kernels
     (``profile=False``: predicted from the kernels' flops and bytes). Inputs whose dims stay
@@ -37,9 +37,14 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
     ``options``: every other knob (``support.options.Options``); the keywords win over it, and
     it over the environment."""
     target = gpu.check_target(target)
+    if precision is not None and precision not in PRECISIONS:
+        raise EmberError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if precision not in (None, "fp32") and target == "cpu":
+        raise EmberError(f"precision {precision!r} is for the GPU targets (cuda, cuda-sim); "
+                         "the CPU computes in fp32")
     opts = resolve(options, num_threads=driver.check_threads(num_threads),
                    topk=driver.check_topk(topk), schedule=schedule, profile=profile,
-                   dim_hints=dim_hints)
+                   dim_hints=dim_hints, precision=precision)
     with using(opts), log.compile_run(model) as run:
         k = model_cache.key(model, input_shapes, opts,
                             opts.num_threads or driver.default_threads(), target)

@@ -78,7 +78,8 @@ def build_gpu_kernels(fused: list[Node], spec: DeviceSpec, topk: int,
         for i, n in enumerate(fused):
             k = key(n)  # type: ignore[operator]
             if k not in built:
-                built[k] = build_gpu_kernel(f"{n.attrs['master'].lower()}{i}", n, spec, topk)
+                built[k] = build_gpu_kernel(f"{n.attrs['master'].lower()}{i}", n, spec, topk,
+                                            options.current().precision)
             out.append(built[k])
             bar.update()
     finally:

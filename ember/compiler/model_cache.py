@@ -80,7 +80,7 @@ def key(model: Any, input_shapes: Any, opts: Options, threads: int,
             "profile": opts.profile, "dim_hints": dict(opts.dim_hints or {}),
             "sanitize": list(opts.sanitize), "residue": opts.residue_variants,
             "spec": spec, "cc": opts.cc or "", "target": target, "gpu": opts.gpu or "",
-            "cuda_arch": list(opts.cuda_arch)}
+            "cuda_arch": list(opts.cuda_arch), "precision": opts.precision}
     h = hashlib.blake2b(data, digest_size=20)
     h.update(json.dumps(what, sort_keys=True, default=str).encode())
     return h.hexdigest()

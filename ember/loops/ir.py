@@ -248,6 +248,16 @@ class Barrier(Stmt):
     block runs alike (not under a condition on ``THREAD``)."""
 
 
+@dataclass(eq=False)
+class WarpOp(Stmt):
+    """``fn(args...)`` executed by the 32 lanes of each warp together (a warp-collective
+    intrinsic: a TensorCore ``mma.sync`` over per-thread fragment buffers). Like a ``Barrier``
+    it stands only in control flow every thread of the block runs alike."""
+
+    fn: str
+    args: tuple[Expr | Buffer, ...]
+
+
 class GpuIndex(Var):
     """``blockIdx.x`` / ``threadIdx.x`` of a GPU kernel (renderers map them to the hardware
     registers, or to the loops that simulate them)."""

@@ -23,6 +23,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    WarpOp,
 )
 
 
@@ -67,6 +68,8 @@ def map_stmt(s: Stmt, fe: Callable[[Expr], Expr]) -> Stmt:
         return Eval(s.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in s.args))
     if isinstance(s, Barrier):
         return s
+    if isinstance(s, WarpOp):
+        return WarpOp(s.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in s.args))
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 
@@ -223,6 +226,8 @@ def format_stmt(s: Stmt, indent: int = 0) -> str:
         return f"{pad}{s.fn}({', '.join(str(a) for a in s.args)})"
     if isinstance(s, Barrier):
         return f"{pad}barrier"
+    if isinstance(s, WarpOp):
+        return f"{pad}warp {s.fn}({', '.join(str(a) for a in s.args)})"
     return f"{pad}{s!r}"
 
 

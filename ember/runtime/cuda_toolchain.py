@@ -180,13 +180,13 @@ def _nvcc(source: str, archs: tuple[str, ...]) -> CudaImages:
 
         def cubin(arch: str) -> tuple[str, bytes, str]:
             out = Path(tmp) / f"{arch}.cubin"
-            log = _run([nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v",
+            log = _run([nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "-w",
                         "-o", str(out), str(src)], arch)
             return arch, out.read_bytes(), log
 
         def ptx() -> bytes:
             out = Path(tmp) / "kernels.ptx"
-            _run([nvcc, "-ptx", f"-arch=compute_{archs[0][3:]}", "-O3", "-o", str(out),
+            _run([nvcc, "-ptx", f"-arch=compute_{archs[0][3:]}", "-O3", "-w", "-o", str(out),
                   str(src)], "PTX")
             return out.read_bytes()
 

@@ -25,6 +25,7 @@ from ember.errors import EmberError
 SCHEDULES = ("auto", "sequential", "rammer", "ios")
 SANITIZERS = ("address", "undefined")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Options:
     #                                  name: V100, A100, H100, H200; None: the device present,
     #                                  else H100)
     cuda_arch: tuple[str, ...] = ("sm_80", "sm_90")   # what --target cuda compiles for
+    precision: str = "fp32"          # GPU dense products: fp32 (FFMA), tf32, fp16, bf16
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
 
     def with_(self, **changes: Any) -> Options:
@@ -142,6 +144,8 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "cc": ("CC", _text, "the C compiler (default cc)"),
     "gpu": ("EMBER_GPU", _text, "the GPU whose datasheet CUDA kernels are constructed for "
             "when none is present (V100, A100, H100, H200; default H100)"),
+    "precision": ("EMBER_PRECISION", _choice(PRECISIONS), "what GPU dense products compute "
+                  "in: fp32 (default), tf32, fp16, bf16 (TensorCores, float32 accumulation)"),
     "cuda_arch": ("EMBER_CUDA_ARCH", _archs, "the architectures --target cuda compiles for "
                   "(default sm_80,sm_90)"),
     "env_threads": ("OMP_NUM_THREADS", _omp_threads, "caps the default thread count"),

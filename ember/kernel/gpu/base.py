@@ -14,7 +14,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.loops.ir import Alloc, Barrier, Buffer, Extent, For, If, Let, Scope, Seq, Stmt
+from ember.loops.ir import (
+    Alloc,
+    Barrier,
+    Buffer,
+    Extent,
+    For,
+    If,
+    Let,
+    Scope,
+    Seq,
+    Stmt,
+    WarpOp,
+)
 
 WARP = 32
 
@@ -65,7 +77,8 @@ def shared_buffers(s: Stmt) -> list[Buffer]:
 
 
 def has_barrier(s: Stmt) -> bool:
-    if isinstance(s, Barrier):
+    """Does ``s`` hold a point where threads of a block meet (a barrier, a warp op)?"""
+    if isinstance(s, (Barrier, WarpOp)):
         return True
     if isinstance(s, Seq):
         return any(has_barrier(x) for x in s.body)

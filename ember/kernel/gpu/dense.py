@@ -31,6 +31,7 @@ from ember.ir.ops.layout import conv_pads
 from ember.kernel.base import OUTPUT
 from ember.kernel.conv import core_body, transposed_output
 from ember.kernel.epilogue import element_epilogue
+from ember.kernel.gpu import mma
 from ember.kernel.gpu.base import GpuKernel, ceil_div
 from ember.kernel.roller import gemm_gpu
 from ember.kernel.roller.gemm_gpu import GemmTile
@@ -54,6 +55,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    WarpOp,
     all_of,
     seq,
 )
@@ -102,15 +104,24 @@ def applicable(body: Graph) -> bool:
 
 
 def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
-                tile: GemmTile | None = None) -> GpuKernel:
+                tile: GemmTile | None = None, precision: str = "fp32") -> GpuKernel:
+    """The group's GEMM kernel: FFMA in fp32, or on TensorCores (``precision`` tf32, fp16,
+    bf16: operands rounded to it, float32 accumulators)."""
     m = body.nodes[0]
     gm = _conv(name, body, m) if m.op == "ConvNHWC" else _matmul(name, body, m)
-    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk)[0]
     epi = _epilogue(name, body, m, gm)
-    stmt, blocks = _gemm(gm, t, epi)
     flops = 2 * gm.batch * gm.M * gm.N * gm.K
-    return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops,
-                     doc=f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})",
+    doc = f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})"
+    if precision != "fp32":
+        shape = mma.SHAPES[precision]
+        tc = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk)[0]
+        stmt, blocks = _gemm_tc(gm, tc, epi, shape)
+        return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
+                         schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
+                                  f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled)")
+    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk)[0]
+    stmt, blocks = _gemm(gm, t, epi)
+    return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)")
 
 
@@ -322,3 +333,111 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
                                  Let(ty, Bin("//", THREAD, Const(sx)), body)))))
     stmt = Alloc(As, Alloc(Bs, Alloc(acc, stmt)))
     return simplify(stmt), blocks  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------ the TensorCore kernel
+def _gemm_tc(gm: Gemm, t: gemm_gpu.TcTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt],
+             shape: mma.MmaShape) -> tuple[Stmt, int]:
+    """The tiled GEMM on TensorCores: each warp accumulates ``MT x NT`` mma tiles of 16 x 8
+    from fragments it reads out of the shared tiles (``As[BM][lda]``: k contiguous,
+    ``Bs[BK][ldb]``: n contiguous), ``BK / k`` mma steps per shared tile."""
+    M, N, K = gm.M, gm.N, gm.K
+    T = t.threads
+    mb, nb, kb = ceil_div(M, t.BM), ceil_div(N, t.BN), ceil_div(K, t.BK)
+    lda, ldb = t.lda, t.ldb
+    As = Buffer("As", t.BM * lda, "float32", Scope.SHARED)
+    Bs = Buffer("Bs", t.BK * ldb, "float32", Scope.SHARED)
+    accs = [[Buffer(f"c{i}_{j}", 4, "float32", Scope.LOCAL) for j in range(t.NT)]
+            for i in range(t.MT)]
+    afr = [Buffer(f"a{i}", shape.a_regs, "float32", Scope.LOCAL) for i in range(t.MT)]
+    bfr = [Buffer(f"b{j}", shape.b_regs, "float32", Scope.LOCAL) for j in range(t.NT)]
+    b, bm0, bn0 = Var("b"), Var("bm0"), Var("bn0")
+    g, tq, wm0, wn0 = Var("g"), Var("tq"), Var("wm0"), Var("wn0")
+    k0, ks, e, r = Var("k0"), Var("ks"), Var("e"), Var("r")
+    zero = Const(0.0, "float32")
+    pair = 1 if shape.precision == "tf32" else 2     # k of a fragment element: pair * t + ...
+
+    def copy(nelem: int, fill: Callable[[Expr], Stmt]) -> Stmt:
+        ev = Bin("+", Bin("*", e, Const(T)), THREAD)
+        st = fill(ev)
+        if nelem % T:
+            st = If(Bin("<", ev, Const(nelem)), st)
+        return For(e, Const(0), Const(ceil_div(nelem, T)), st)
+
+    def guarded(v: Expr, conds: list[Expr | None]) -> Expr:
+        cond = all_of([c for c in conds if c is not None])
+        return v if cond is None else Select(cond, v, zero)
+
+    def fill_a(ev: Expr) -> Stmt:
+        mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
+        row, col = Bin("+", bm0, mm), Bin("+", Bin("*", k0, Const(t.BK)), kq)
+        idx, valid = gm.a_at(b, row, col)
+        v = guarded(Load(gm.a_buf, idx), [Bin("<", row, Const(M)) if M % t.BM else None,
+                                          Bin("<", col, Const(K)) if K % t.BK else None, valid])
+        return Store(As, Bin("+", Bin("*", mm, Const(lda)), kq), v)
+
+    def fill_b(ev: Expr) -> Stmt:
+        kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
+        row, col = Bin("+", Bin("*", k0, Const(t.BK)), kq), Bin("+", bn0, nn)
+        idx, valid = gm.b_at(b, row, col)
+        v = guarded(Load(gm.b_buf, idx), [Bin("<", row, Const(K)) if K % t.BK else None,
+                                          Bin("<", col, Const(N)) if N % t.BN else None, valid])
+        return Store(Bs, Bin("+", Bin("*", kq, Const(ldb)), nn), v)
+
+    kbase = Bin("*", ks, Const(shape.k))
+    loads: list[Stmt] = []
+    for i in range(t.MT):
+        for q in range(shape.a_regs):
+            ro, co = mma.a_coord(shape, 0, 0, q)
+            row = Bin("+", wm0, Const(i * 16 + ro))
+            col = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(co)))
+            loads.append(Store(afr[i], Const(q), Load(As, Bin("+", Bin("*", Bin("+", row, g),
+                                                                       Const(lda)), col))))
+    for j in range(t.NT):
+        for q in range(shape.b_regs):
+            ko, _ = mma.b_coord(shape, 0, 0, q)
+            krow = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(ko)))
+            col = Bin("+", wn0, Bin("+", g, Const(j * 8)))
+            loads.append(Store(bfr[j], Const(q), Load(Bs, Bin("+", Bin("*", krow, Const(ldb)),
+                                                              col))))
+    ops = [WarpOp(shape.fn, (accs[i][j], afr[i], bfr[j]))
+           for i in range(t.MT) for j in range(t.NT)]
+    inner: Stmt = seq(*loads, *ops)
+    for buf in [*afr, *bfr]:
+        inner = Alloc(buf, inner)
+    main = For(k0, Const(0), Const(kb), seq(
+        copy(t.BM * t.BK, fill_a), copy(t.BK * t.BN, fill_b), Barrier(),
+        For(ks, Const(0), Const(t.BK // shape.k), inner), Barrier()))
+    outs: list[Stmt] = []
+    for i in range(t.MT):
+        for j in range(t.NT):
+            row = Bin("+", bm0, Bin("+", wm0, Bin("+", g, Bin("+", Const(i * 16),
+                                                             Bin("*", Bin("//", r, Const(2)),
+                                                                 Const(8))))))
+            col = Bin("+", bn0, Bin("+", wn0, Bin("+", Bin("*", tq, Const(2)),
+                                                  Bin("+", Const(j * 8), Bin("%", r, Const(2))))))
+            st = store(b, row, col, Load(accs[i][j], r))
+            cond = all_of([c for c in (Bin("<", row, Const(M)) if M % t.BM else None,
+                                       Bin("<", col, Const(N)) if N % t.BN else None)
+                          if c is not None])
+            outs.append(For(r, Const(0), Const(4), st if cond is None else If(cond, st),
+                            ForKind.UNROLLED))
+    init = [Store(c, Const(q), zero) for row in accs for c in row for q in range(4)]
+    body: Stmt = seq(*init, main, *outs)
+    warp = Bin("//", THREAD, Const(32))
+    lane = Bin("%", THREAD, Const(32))
+    tile = Bin("%", BLOCK, Const(mb * nb))
+    stmt: Stmt = Let(b, Bin("//", BLOCK, Const(mb * nb)),
+                     Let(bm0, Bin("*", Bin("//", tile, Const(nb)), Const(t.BM)),
+                         Let(bn0, Bin("*", Bin("%", tile, Const(nb)), Const(t.BN)),
+                             Let(g, Bin("//", lane, Const(4)),
+                                 Let(tq, Bin("%", lane, Const(4)),
+                                     Let(wm0, Bin("*", Bin("//", warp, Const(t.WN)),
+                                                  Const(t.MT * 16)),
+                                         Let(wn0, Bin("*", Bin("%", warp, Const(t.WN)),
+                                                      Const(t.NT * 8)), body)))))))
+    for row in accs:
+        for c in row:
+            stmt = Alloc(c, stmt)
+    stmt = Alloc(As, Alloc(Bs, stmt))
+    return simplify(stmt), mb * nb * gm.batch  # type: ignore[return-value]

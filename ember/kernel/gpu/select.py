@@ -15,11 +15,14 @@ from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller.hal import DeviceSpec
 
 
-def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1) -> GpuKernel:
+def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1,
+                     precision: str = "fp32") -> GpuKernel:
+    """``precision``: what the dense products compute in (fp32 FFMA, or TensorCores in tf32,
+    fp16, bf16 with float32 accumulation); every other kernel computes in float32."""
     body = fused.attrs["body"]
     try:
         if dense.applicable(body):
-            return dense.build_dense(name, body, spec, topk)
+            return dense.build_dense(name, body, spec, topk, precision=precision)
         if lstm.applicable(body):
             return lstm.build_lstm_step(name, body)
         if softmax.applicable(body):

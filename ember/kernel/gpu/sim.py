@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ember.errors import CompileError
 from ember.kernel.base import T0, T1, Kernel
+from ember.kernel.gpu import mma
 from ember.kernel.gpu.base import GpuKernel, has_barrier
 from ember.loops.ir import BLOCK as BLOCK_VAR
 from ember.loops.ir import (
@@ -23,6 +24,7 @@ from ember.loops.ir import (
     Bin,
     Buffer,
     Const,
+    Eval,
     Expr,
     For,
     If,
@@ -32,6 +34,8 @@ from ember.loops.ir import (
     Seq,
     Stmt,
     Store,
+    Var,
+    WarpOp,
     seq,
 )
 from ember.loops.transform import format_stmt, free_vars, map_expr, map_stmt, substitute
@@ -39,15 +43,18 @@ from ember.loops.transform import format_stmt, free_vars, map_expr, map_stmt, su
 
 def simulate(gk: GpuKernel) -> Kernel:
     """The CPU kernel that runs ``gk``'s blocks ``[t0, t1)``."""
-    body = _Serializer(gk.threads).run(gk.body)
+    ser = _Serializer(gk.threads)
+    body = ser.run(gk.body)
     stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
-    return Kernel(gk.name, stmt, gk.blocks, list(gk.args), flops=gk.flops,
+    support = {mma.sim_name(p): mma.sim_c(p) for p in sorted(ser.mma)}
+    return Kernel(gk.name, stmt, gk.blocks, list(gk.args), support, flops=gk.flops,
                   doc=f"{gk.doc} [cuda-sim: {gk.schedule}]", loops=format_stmt(stmt))
 
 
 class _Serializer:
     def __init__(self, threads: int) -> None:
         self.n = threads
+        self.mma: set[str] = set()     # the precisions of the warp ops met
 
     def run(self, s: Stmt) -> Stmt:
         return self.ser(s) or Seq([])
@@ -61,6 +68,14 @@ class _Serializer:
             return Alloc(local, self.run(_rebind(s.body, s.buf, local, None)))
         if isinstance(s, Barrier):
             return None
+        if isinstance(s, WarpOp):     # every warp's 32 lanes at once, their fragments gathered
+            prec = s.fn.removeprefix("em_mma_")
+            if prec not in mma.SHAPES or self.n % 32:
+                raise CompileError(f"cuda-sim: no emulation of warp op {s.fn}")
+            self.mma.add(prec)
+            w = Var("warp")
+            return For(w, Const(0), Const(self.n // 32), Eval(
+                mma.sim_name(prec), (*s.args, Bin("*", w, Const(32)))))
         if not has_barrier(s):
             return self.threads(s)
         if isinstance(s, Seq):
@@ -145,6 +160,10 @@ def _rebind(s: Stmt, old: Buffer, new: Buffer, per_thread: int | Expr | None) ->
             return Alloc(x.buf, walk(x.body))
         if isinstance(x, Let):
             return Let(x.var, map_expr(x.value, fe), walk(x.body))
+        if isinstance(x, (Eval, WarpOp)):
+            args = tuple(new if a is old else a if isinstance(a, Buffer) else map_expr(a, fe)
+                         for a in x.args)
+            return type(x)(x.fn, args)
         return map_stmt(x, lambda e: map_expr(e, fe))
 
     return walk(s)

@@ -120,3 +120,112 @@ def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     for us, _, t in ranked[:max(1, topk)]:
         out.append(GemmTile(t.BM, t.BN, t.BK, t.TM, t.TN, round(us, 3)))
     return out
+
+
+# --------------------------------------------------------------------------- TensorCores
+# TensorCore rate over the FP32 FMA rate, per SM (dense, fp32 accumulation; datasheets)
+TC_SPEEDUP = {"tf32": 8.0, "fp16": 16.0, "bf16": 16.0}
+MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
+FRAG = {"tf32": (4, 2), "fp16": (8, 4), "bf16": (8, 4)}   # A and B floats per thread
+
+
+@dataclass(frozen=True)
+class TcTile:
+    """A TensorCore block tile: ``WM x WN`` warps, each ``MT x NT`` mma tiles of 16 x 8,
+    stepping ``BK`` along K through shared memory."""
+
+    WM: int
+    WN: int
+    MT: int
+    NT: int
+    BK: int
+    time_us: float = 0.0
+
+    @property
+    def BM(self) -> int:
+        return self.WM * self.MT * 16
+
+    @property
+    def BN(self) -> int:
+        return self.WN * self.NT * 8
+
+    @property
+    def threads(self) -> int:
+        return self.WM * self.WN * 32
+
+    @property
+    def lda(self) -> int:
+        """Shared row length of A: k contiguous, 4 words past a multiple of 32 (a fragment
+        load's 8 rows x 4 columns fall in 32 banks)."""
+        return self.BK + (4 - self.BK) % 32
+
+    @property
+    def ldb(self) -> int:
+        """Shared row length of B: n contiguous, 8 words past a multiple of 32."""
+        return self.BN + (8 - self.BN) % 32
+
+    def smem_bytes(self) -> int:
+        return (self.BM * self.lda + self.BK * self.ldb) * 4
+
+    def registers(self, precision: str) -> int:
+        a, b = FRAG[precision]
+        return self.MT * self.NT * 4 + self.MT * a + self.NT * b + 40
+
+    def __str__(self) -> str:
+        return (f"block {self.BM}x{self.BN}x{self.BK} of {self.WM}x{self.WN} warps, warp "
+                f"{self.MT}x{self.NT} mma tiles, {self.threads} threads")
+
+
+def tc_candidates(M: int, N: int, K: int, precision: str) -> list[TcTile]:
+    k = MMA_K[precision]
+    out = []
+    for wm in (1, 2, 4):
+        for wn in (1, 2, 4):
+            if wm * wn > 8:
+                continue
+            for mt in (1, 2, 4):
+                for nt in (1, 2, 4, 8):
+                    for bk in (k, 2 * k, 4 * k):
+                        t = TcTile(wm, wn, mt, nt, bk)
+                        if t.BM >= 2 * max(M, 16) and (wm > 1 or mt > 1):
+                            continue    # past the operator: padding only
+                        if t.BN >= 2 * max(N, 8) and (wn > 1 or nt > 1):
+                            continue
+                        if bk > k and bk > K:
+                            continue
+                        if t.smem_bytes() > SMEM_BLOCK or t.registers(precision) > REG_BUDGET:
+                            continue
+                        out.append(t)
+    return out
+
+
+def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
+             precision: str) -> float:
+    mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
+    blocks = batch * mb * nb
+    resident = max(1, min(spec.layer("smem").capacity // max(t.smem_bytes(), 1),
+                          2048 // t.threads, 65536 // (t.threads * t.registers(precision)), 32))
+    waves = math.ceil(blocks / (spec.units * resident))
+    active = min(resident, math.ceil(blocks / spec.units))
+    k_pad = kb * t.BK
+    warps_sm = active * t.threads / 32
+    issue = min(1.0, warps_sm / 4.0)      # mma.sync needs fewer warps in flight than FFMA
+    peak_block = spec.peak_gflops * 1e3 * TC_SPEEDUP[precision] * issue / active
+    t_compute = 2.0 * t.BM * t.BN * k_pad / peak_block
+    l2 = spec.bandwidth("L2") * 1e3 / spec.units / active
+    t_global = (t.BM + t.BN) * k_pad * 4 / l2
+    a, b = FRAG[precision]
+    steps = k_pad // MMA_K[precision]
+    smem = t.threads * steps * (t.MT * a + t.NT * b) * 4 + (t.BM + t.BN) * k_pad * 4
+    t_smem = smem / (spec.layer("smem").bandwidth * 1e3 / active)
+    per_wave = max(t_compute, t_global, t_smem) + kb * 0.03
+    hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
+    return max(waves * per_wave, hbm) + 2.0
+
+
+def construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
+                 topk: int = 1) -> list[TcTile]:
+    ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision), -t.BM * t.BN, t)
+                     for t in tc_candidates(M, N, K, precision)), key=lambda r: (r[0], r[1]))
+    return [TcTile(t.WM, t.WN, t.MT, t.NT, t.BK, round(us, 3))
+            for us, _, t in ranked[:max(1, topk)]]
