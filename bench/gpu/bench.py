@@ -108,7 +108,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     return rec
 
 
-def bench_gemm(n: int, runs: int) -> dict[str, Any]:
+def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
     import onnx
     import torch
     from onnx import helper, numpy_helper
@@ -121,15 +121,20 @@ def bench_gemm(n: int, runs: int) -> dict[str, Any]:
                           [helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [n, n])],
                           [numpy_helper.from_array(b, "b")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    cm = ember.compile(m, target="cuda")
+    cm = ember.compile(m, target="cuda", precision=precision)
     out = cm.run({"a": a})["c"]
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     ref = (ta.double() @ tb.double()).cpu().numpy()
     rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
     e = statistics.median(cm.time_ms({"a": a}, runs))
-    tt = statistics.median(_torch_time(torch.matmul, [ta, tb], runs))
+    peer = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
+            "bf16": torch.bfloat16}[precision]
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    tt = statistics.median(_torch_time(torch.matmul, [ta.to(peer), tb.to(peer)], runs))
+    torch.backends.cuda.matmul.allow_tf32 = False
     flop = 2.0 * n ** 3
-    return {"gemm": n, "rel_err": rel, "ember_ms": round(e, 3), "torch_ms": round(tt, 3),
+    return {"gemm": n, "precision": precision, "rel_err": rel, "ember_ms": round(e, 3),
+            "torch_ms": round(tt, 3),
             "ember_tflops": round(flop / e / 1e9, 1), "torch_tflops": round(flop / tt / 1e9, 1),
             "ratio_of_torch": round(tt / e, 3),
             "kernel": cm.meta["kernels_cuda"][0]["schedule"]}
@@ -150,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--modes", default="default,max-autotune")
     ap.add_argument("--gemm", type=int, default=4096)
+    ap.add_argument("--gemm-precisions", default="fp32,tf32,fp16,bf16")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--prepare", action="store_true")
     a = ap.parse_args(argv)
@@ -180,12 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         result["models"].append(rec)
         rows.append(rec)
         print(json.dumps(rec), flush=True)
-    if a.gemm:
+    result["gemm"] = []
+    for prec in (p for p in a.gemm_precisions.split(",") if p and a.gemm):
         try:
-            result["gemm"] = bench_gemm(a.gemm, 10)
+            rec = bench_gemm(a.gemm, 10, prec)
         except Exception as e:
-            result["gemm"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-        print(json.dumps(result["gemm"]), flush=True)
+            rec = {"precision": prec, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        result["gemm"].append(rec)
+        print(json.dumps(rec), flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu.json").write_text(json.dumps(result, indent=1))
@@ -211,11 +219,13 @@ def _table(result: dict[str, Any]) -> None:
 
         print(f"{r['model']:18} {r['ember_rel_err']:8.1e} {f(e)} {f(ea)} {f(cd)} {f(cx)} "
               f"{f(e / ea if e and ea else None)} {f(e / best if e and best else None)}")
-    g = result.get("gemm", {})
-    if "ember_ms" in g:
-        print(f"GEMM {g['gemm']}^3 fp32: ember {g['ember_tflops']} TFLOP/s, torch "
+    for g in result.get("gemm", []):
+        if "ember_ms" not in g:
+            print(f"GEMM {g.get('precision')}: ERROR {g.get('error', '')[:90]}")
+            continue
+        print(f"GEMM {g['gemm']}^3 {g['precision']}: ember {g['ember_tflops']} TFLOP/s, torch "
               f"{g['torch_tflops']} ({g['ratio_of_torch']:.2f} of torch), rel err "
-              f"{g['rel_err']:.1e}; {g['kernel']}")
+              f"{g['rel_err']:.1e}; {g['kernel'][:60]}")
 
 
 if __name__ == "__main__":

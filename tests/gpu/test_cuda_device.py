@@ -61,3 +61,16 @@ def test_out_of_range_index_is_named_and_the_model_runs_on() -> None:
         cm.run(feeds)
     ok = {"ids": np.array([[1, 9]], np.int64)}
     np.testing.assert_array_equal(cm.run(ok)["y"], table[[[1, 9]]])
+
+
+@pytest.mark.parametrize("prec,bound", [("tf32", 2e-3), ("fp16", 2e-3), ("bf16", 1e-2)])
+def test_tensorcore_matmul_on_the_gpu_meets_its_bound(prec: str, bound: float) -> None:
+    """The fragment layouts of mma.sync as the hardware has them (cuda-sim emulates ours)."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((200, 136)).astype(np.float32)
+    b = rng.standard_normal((136, 72)).astype(np.float32)
+    feeds = {"a": a}
+    m = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], feeds, {"b": b}, ["y"])
+    y = ember.compile(m, target="cuda", precision=prec).run(feeds)["y"]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < bound

@@ -180,3 +180,48 @@ def test_onnx_real_models_with_random_weights_match_onnxruntime(name: str) -> No
     for o, w in zip(cm.output_names, run_ort(model, feeds)):
         scale = max(float(np.abs(w).max()), 1.0)
         np.testing.assert_allclose(got[o], w, rtol=1e-4, atol=1e-5 * scale)
+
+
+# the documented bounds of TensorCore precisions: |y - ref| / |ref| (norms over the output)
+# against a float64 reference, for products of unit-scale random operands (README, "GPU")
+BOUNDS = {"tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
+
+
+def _rel(y: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+
+
+@settings(max_examples=9, deadline=None)
+@given(st.data())
+def test_tensorcore_matmul_meets_its_precision_bound(data: st.DataObject) -> None:
+    prec = data.draw(st.sampled_from(sorted(BOUNDS)))
+    m, k, n = data.draw(st.integers(1, 90)), data.draw(st.integers(1, 150)), \
+        data.draw(st.integers(1, 70))
+    rng = np.random.default_rng(m * 7 + k * 131 + n)
+    a = rng.standard_normal((m, k)).astype(F32)
+    b = rng.standard_normal((k, n)).astype(F32)
+    feeds = {"a": a}
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], feeds, {"b": b}, ["y"])
+    cm = ember.compile(model, target=SIM, precision=prec)
+    y = cm.run(feeds)["y"]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert _rel(y, ref) < BOUNDS[prec]
+    assert _rel(y, ref) > 1e-7 or k == 1     # it did round: not the fp32 kernel by mistake
+
+
+@pytest.mark.parametrize("prec", sorted(BOUNDS))
+def test_tensorcore_conv_net_meets_its_precision_bound(prec: str) -> None:
+    m = zoo.build("small_cnn")
+    feeds = zoo.random_inputs("small_cnn")
+    cm = ember.compile(m, target=SIM, precision=prec)
+    got = cm.run(feeds)[cm.output_names[0]]
+    want = run_ort(m, feeds)[0]
+    assert _rel(got, want) < 4 * BOUNDS[prec]     # a few layers: the errors add up
+
+
+def test_precision_is_refused_on_the_cpu_and_checked() -> None:
+    m = zoo.build("small_cnn")
+    with pytest.raises(ember.EmberError, match="GPU targets"):
+        ember.compile(m, precision="fp16")
+    with pytest.raises(ember.EmberError, match="choose one of"):
+        ember.compile(m, target=SIM, precision="fp8")

@@ -94,3 +94,15 @@ def test_big_models_compile_for_cuda_without_spills(name: str) -> None:
               if r["spill_stores"] or r["spill_loads"]}
     assert spills == {}
     assert np.all([k["grid"] >= 1 for k in cm.meta["kernels_cuda"]])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("prec", ["tf32", "fp16", "bf16"])
+def test_tensorcore_kernels_assemble_to_mma_without_local_memory(prec: str) -> None:
+    cm = ember.compile(zoo.build("small_cnn"), target="cuda", precision=prec)
+    dense = [k for k in cm.meta["kernels_cuda"] if "GEMM" in k["schedule"]]
+    assert dense and all("TensorCore" in k["schedule"] for k in dense)
+    ptx = cm._images.ptx.decode()
+    assert "mma.sync.aligned" in ptx and "ld.local" not in ptx
+    for kernels in cm.resources.values():
+        assert all(r["spill_stores"] == 0 for r in kernels.values())
