@@ -218,7 +218,12 @@ def excluded(name: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- one case
-def run_case(case: Case, threads: int = 1) -> dict[str, Any]:
+def run_case_sim(case: Case, threads: int = 1) -> dict[str, Any]:
+    """``run_case`` with the GPU kernels run on the CPU (``target="cuda-sim"``)."""
+    return run_case(case, threads, target="cuda-sim")
+
+
+def run_case(case: Case, threads: int = 1, target: str = "cpu") -> dict[str, Any]:
     """Compile and run one case in this process; its status, reason and a short message."""
     from onnx.backend.test.runner import Runner
 
@@ -230,7 +235,7 @@ def run_case(case: Case, threads: int = 1) -> dict[str, Any]:
         return {"status": "error", "reason": "cannot load case",
                 "message": _short(f"{type(e).__name__}: {e}")}
     try:
-        rep = onnx_backend.prepare(model, "CPU", num_threads=threads)
+        rep = onnx_backend.prepare(model, "CPU", num_threads=threads, target=target)
         runs = [(list(rep.run([_tensor(x) for x in inputs])), [_tensor(x) for x in expected])
                 for inputs, expected in data_sets]
     except Exception as e:  # noqa: BLE001 - every exception is a recorded outcome
@@ -337,8 +342,8 @@ def _child(runner: Runner, case: Case, threads: int, conn: Any, quiet: bool) -> 
 
 
 def run_in_process(cases: Sequence[Case], threads: int = 1,
-                   progress: Callable[[int, dict[str, Any]], None] | None = None
-                   ) -> list[dict[str, Any]]:
+                   progress: Callable[[int, dict[str, Any]], None] | None = None,
+                   target: str = "cpu") -> list[dict[str, Any]]:
     """Run ``cases`` one after another in this interpreter, as a user's program would: no
     process isolation, so a signal, an abort or a hang in any case ends the whole run (the
     check that none does). Excluded and skipped cases are not run."""
@@ -354,7 +359,7 @@ def run_in_process(cases: Sequence[Case], threads: int = 1,
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rec = _record(case, run_case(case, threads))
+            rec = _record(case, run_case(case, threads, target))
         rec["seconds"] = round(time.perf_counter() - t, 3)
         results.append(rec)
         done += 1
@@ -561,6 +566,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--in-process", action="store_true",
                    help="run every case in this interpreter, one after another, without "
                         "isolation (a crash or hang in any case ends the run)")
+    p.add_argument("--target", choices=["cpu", "cuda-sim"], default="cpu",
+                   help="cuda-sim: the CUDA kernels, run on the CPU")
     p.add_argument("--verbose", action="store_true",
                    help="keep the cases' own stdout/stderr and print every case")
     return p.parse_args(argv)
@@ -589,10 +596,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[{done}/{n_run}]", file=sys.stderr, flush=True)
 
     if args.in_process:
-        results = run_in_process(cases, args.threads, progress)
+        results = run_in_process(cases, args.threads, progress, args.target)
     else:
         results = run_cases(cases, args.jobs, args.timeout, args.threads, not args.verbose,
-                            progress)
+                            progress, run_case_sim if args.target == "cuda-sim" else run_case)
     wall = time.perf_counter() - t0
     summary = summarize(results)
     print(format_table(summary, results))

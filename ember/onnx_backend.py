@@ -35,7 +35,7 @@ Shape = tuple[int, ...]
 
 # Keyword arguments of ``prepare`` that ember uses; onnx's runner also passes per-test options
 # (``rtol``, ``atol``) to ``prepare``, which are ignored.
-_COMPILE_KWARGS = ("input_shapes", "num_threads", "topk")
+_COMPILE_KWARGS = ("input_shapes", "num_threads", "topk", "target", "precision")
 
 
 class EmberRep(BackendRep):
@@ -88,8 +88,9 @@ class EmberBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU",
                 **kwargs: Any) -> EmberRep:
-        """Compile ``model`` for ``device``; ``input_shapes``, ``num_threads`` and ``topk`` go
-        to :func:`ember.compile`, other keyword arguments are ignored."""
+        """Compile ``model`` for ``device``; ``input_shapes``, ``num_threads``, ``topk``,
+        ``target`` (``"cuda-sim"``: the GPU kernels on the CPU) and ``precision`` go to
+        :func:`ember.compile`, other keyword arguments are ignored."""
         if not cls.supports_device(device):
             raise EmberError(f"ember's ONNX backend runs on device 'CPU' only, not {device!r}")
         if not isinstance(model, onnx.ModelProto):
