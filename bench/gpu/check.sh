@@ -2,7 +2,10 @@
 # The one-shot GPU check (issue 25): the gpu-marked tests, then the GPU benchmark, on a lent
 # H100/H200 with nothing fetched from the network. Results go under $OUT; a short table last.
 #   run:  bash bench/gpu/check.sh          (from the repository root)
-# Without a GPU it runs the same steps, which skip.
+# Without a GPU it runs the same steps, which skip. To spend no device time on nvcc, fill the
+# kernel cache beforehand on any machine with nvcc and carry it (the device tool's `carry`):
+#   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H100 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
+#     python bench/gpu/bench.py --prepare
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ember-gpu}

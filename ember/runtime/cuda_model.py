@@ -29,7 +29,7 @@ from ember.errors import EmberError, InputError
 from ember.runtime import cuda_driver as cu
 from ember.runtime.artifact import read_bundle, save_bundle
 from ember.runtime.compiled import _specs, _validate
-from ember.runtime.cuda_toolchain import CudaImages
+from ember.runtime.cuda_images import CudaImages
 from ember.support import faults
 
 KIND = "cuda"

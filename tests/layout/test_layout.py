@@ -121,3 +121,32 @@ def test_saved_models_run_in_a_venv_with_numpy_alone_and_no_compiler(tmp_path: P
     for kind in ("static", "vm"):
         mods = _run_child(str(python), models[kind], tmp_path, env)
         assert "ember.vm.load" in mods if kind == "vm" else "ember.runtime.compiled" in mods
+
+
+_CUDA_CHILD = textwrap.dedent("""
+    import json, sys
+    import ember
+    m = ember.load(sys.argv[1])
+    assert type(m).__name__ == "CudaModel", type(m)
+    print(json.dumps(sorted(x for x in sys.modules if x.startswith(("ember", "onnx")))))
+""")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_loading_a_cuda_model_imports_neither_onnx_nor_a_compiler(tmp_path: Path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EMBER_CACHE_DIR": str(tmp_path / "cache"),
+           "EMBER_CUDA_ARCH": "sm_90", "EMBER_MODEL_CACHE": "0"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        path = ember.compile(m, target="cuda").save(tmp_path / "m.ember")
+    proc = subprocess.run([sys.executable, "-c", _CUDA_CHILD, str(path)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mods = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not [m for m in mods if m == "onnx" or m.startswith(("onnx.", *COMPILER))
+                or m == "ember.runtime.cuda_toolchain"], mods
