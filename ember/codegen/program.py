@@ -226,7 +226,7 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int 
 
 def emit_units(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 0,
                num_slots: int = 0, num_ops: int | None = None,
-               op_of: list[int] | None = None) -> ProgramUnits:
+               op_of: list[int] | None = None, interleaved: bool = False) -> ProgramUnits:
     """The program's C units. The first ``num_ops`` kernels (default all) are the operators'
     own, in order; kernels after them are other rKernels of those operators (``op_of[k]``:
     kernel k's operator), which only a plan runs (the one-thread fallback runs the operators'
@@ -235,7 +235,9 @@ def emit_units(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 
     ``num_slots`` buffers come from ``g_off`` (the memory plan is laid out at run time), rTask
     counts are computed from the dims, and the plan's rTask ranges are scaled to them (``plan``
     is a template whose kernel ``k`` has ``num_veus`` rTasks, see ``symbolic_template``);
-    ``ember_set_dims(dims, offsets)`` sets all of it before a run."""
+    ``ember_set_dims(dims, offsets)`` sets all of it before a run. ``interleaved``: the plan's
+    vEUs are not threads (a GPU plan in cuda-sim): one thread runs their programs in turn, each
+    as far as its waits allow, and a plan that cannot go on is a fault, not a hang."""
     dims_decl = (f"extern EM_HIDDEN int64_t g_dims[{num_dims}];\n" if num_dims else "")
     out = TextBuffer()
     for line in (HEADER + PROGRAM_GLOBALS).splitlines():
@@ -260,13 +262,16 @@ def emit_units(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 
     _emit_tables(kernels, out, num_dims > 0, nops,
                  list(range(nops)) + [0] * (len(kernels) - nops) if op_of is None else op_of)
     T = plan.num_veus
-    if T > 1:
+    if T > 1 and not interleaved:
         for line in SYNC.replace("%(T)d", str(T)).splitlines():
             out.line(line)
-    _emit_plan(plan, out, num_dims > 0)
-    if num_dims:
-        _emit_set_dims(plan, num_dims, num_slots, out)
-    _emit_entry(plan, out)
+    if interleaved:
+        _emit_interleaved(plan, out)
+    else:
+        _emit_plan(plan, out, num_dims > 0)
+        if num_dims:
+            _emit_set_dims(plan, num_dims, num_slots, out)
+        _emit_entry(plan, out)
     separate: dict[str, str] = {}
     for bk, src in zip(kernels, texts, strict=True):
         for key in sorted(_closure("", bk.kernel.support, src)):
@@ -639,6 +644,83 @@ def symbolic_template(num_kernels: int, num_veus: int) -> ExecutionPlan:
     ``num_veus`` rTasks (vEU v runs task v), a barrier after each kernel. ``ember_set_dims``
     scales task v of kernel k to its share of the kernel's real rTask count (maybe empty)."""
     return sequential.schedule([num_veus] * num_kernels, num_veus)
+
+
+INTERLEAVED_C = r"""
+static void em_count_entries(void) {
+  int64_t e = 0;
+  for (int v = 0; v < %(T)d; ++v) {
+    g_base[v] = e;
+    for (int64_t i = 0; i < g_len[v]; ++i) e += g_prog[v][3 * i] >= 0;
+  }
+  g_entries = e;
+}
+int ember_profile_entries(void) { if (g_entries < 0) em_count_entries(); return (int)g_entries; }
+/* the plan is compiled in (ExecutionPlan.encode_shared); another cannot be swapped in */
+int ember_set_plan(const int64_t *const *progs, const int64_t *lens) {
+  (void)progs; (void)lens; return -1;
+}
+static int em_waits_met(int64_t w, const int64_t *step) {
+  for (int64_t j = em_wl_at[w]; j < em_wl_at[w + 1]; ++j)
+    if (step[em_wl[2 * j]] < em_wl[2 * j + 1]) return 0;
+  return 1;
+}
+/* The vEUs' programs run in turn by this one thread: each vEU runs entries until a wait that
+   is not yet met, then the next vEU; a round in which no vEU moves ends the run (a plan that
+   would deadlock on the device reports EM_E_DEADLOCK instead of hanging). */
+static int em_run_interleaved(void) {
+  static int64_t pos[%(T)d], step[%(T)d], ent[%(T)d];
+  for (int v = 0; v < %(T)d; ++v) { pos[v] = 0; step[v] = 0; ent[v] = g_base[v]; }
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int v = 0; v < %(T)d; ++v)
+      while (pos[v] < g_len[v]) {
+        const int64_t *t = g_prog[v] + 3 * pos[v];
+        if (t[0] < 0 && !em_waits_met(-1 - t[0], step)) break;
+        if (t[0] >= 0) {
+          em_cur = t[0];
+          EM_TASK(ent[v], em_kernels[t[0]](t[1], t[2]));
+          ++ent[v]; ++step[v];
+        }
+        ++pos[v]; moved = 1;
+      }
+  }
+  for (int v = 0; v < %(T)d; ++v) if (pos[v] != g_len[v]) return -1;
+  return 0;
+}
+int ember_num_threads(void) { return %(T)d; }
+void ember_profile(int64_t *buf) { g_prof = buf; }
+int ember_init(const void *params) { g_params = (const char *)params; return 0; }
+int ember_run(void *const *inputs, void *const *outputs, void *ws) {
+  g_in = inputs; g_out = outputs; g_ws = (char *)ws;
+  __atomic_store_n(&g_fault, 0, __ATOMIC_RELAXED);
+  if (g_entries < 0) em_count_entries();
+  if (em_run_interleaved() != 0) em_fail(EM_E_DEADLOCK, 0, 0);
+  return __atomic_load_n(&g_fault, __ATOMIC_ACQUIRE);
+}
+"""
+
+
+def _emit_interleaved(plan: ExecutionPlan, out: TextBuffer) -> None:
+    """The compiled-in plan in its compact form (``encode_shared``) and its one-thread
+    runner."""
+    T = plan.num_veus
+    progs, lists = plan.encode_shared()
+    for v, flat in enumerate(progs):
+        out.line(f"static const int64_t em_plan_v{v}[] = {{{', '.join(map(str, flat)) or '0'}}};")
+    flat_lists = [x for wl in lists for x in wl]
+    at = [0]
+    for wl in lists:
+        at.append(at[-1] + len(wl) // 2)
+    out.line(f"static const int64_t em_wl[] = {{{', '.join(map(str, flat_lists)) or '0'}}};")
+    out.line(f"static const int64_t em_wl_at[] = {{{', '.join(map(str, at))}}};")
+    out.line(f"static const int64_t *g_prog[{T}] = "
+             f"{{{', '.join(f'em_plan_v{v}' for v in range(T))}}};")
+    out.line(f"static int64_t g_len[{T}] = {{{', '.join(str(len(f) // 3) for f in progs)}}};")
+    out.line(f"static int64_t g_base[{T}];")
+    out.line("static int64_t g_entries = -1;")
+    for line in INTERLEAVED_C.replace("%(T)d", str(T)).splitlines():
+        out.line(line)
 
 
 def _emit_entry(plan: ExecutionPlan, out: TextBuffer) -> None:

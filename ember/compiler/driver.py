@@ -69,6 +69,9 @@ class Compilation:
     variants: list[tuple[int, Kernel]] = field(default_factory=list)
     target: str = "cpu"
     gpu_kernels: list[Any] = field(default_factory=list)   # GpuKernel per operator (GPU targets)
+    # the plan's vEUs are GPU vEUs run in turn by one CPU thread (cuda-sim of a GPU plan)
+    interleaved: bool = False
+    gpu_infos: list[Any] = field(default_factory=list)      # the GPU vDevice's rOperators
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -152,7 +155,7 @@ def build(model: onnx.ModelProto | str | os.PathLike | Graph,
           dump: Callable[[str, Graph], None] | None = None,
           verify_each: bool = False, topk: int | None = None,
           dim_hints: dict[str, int] | None = None, variants: bool = False,
-          target: str = "cpu") -> Compilation:
+          target: str = "cpu", gpu_schedule: str = "sequential") -> Compilation:
     """Compile ``model`` to C (``target`` "cuda-sim": its GPU kernels, rendered for the CPU;
     "cuda": the GPU kernels, left to ``compiler.cuda``). Inputs with symbolic dims
     (``dim_param``) left open by ``input_shapes`` make a symbolic program: compiled once, run
@@ -164,15 +167,17 @@ def build(model: onnx.ModelProto | str | os.PathLike | Graph,
     g = model if isinstance(model, Graph) else import_model(model, input_shapes)
     return build_graph(g, num_threads=num_threads, dump=dump, verify_each=verify_each,
                        topk=topk, dim_hints=dim_hints, t_start=t, variants=variants,
-                       target=target)
+                       target=target, gpu_schedule=gpu_schedule)
 
 
 def build_graph(g: Graph, *, num_threads: int | None = None,
                 dump: Callable[[str, Graph], None] | None = None, verify_each: bool = False,
                 topk: int | None = None, dim_hints: dict[str, int] | None = None,
                 t_start: float | None = None, variants: bool = False,
-                target: str = "cpu") -> Compilation:
-    """``build`` of an imported graph (the VM compiles its segments with this)."""
+                target: str = "cpu", gpu_schedule: str = "sequential") -> Compilation:
+    """``build`` of an imported graph (the VM compiles its segments with this).
+    ``gpu_schedule`` (GPU targets): "sequential" (kernel after kernel), or the plan of "rammer"
+    or "ios" over the GPU's vEUs (cuda-sim runs it interleaved on one thread)."""
     t = time.perf_counter() if t_start is None else t_start
     comp = Compilation(g, input_names=[v.name for v in g.inputs],
                        output_names=[v.name for v in g.outputs], target=gpu.check_target(target))
@@ -201,7 +206,7 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     threads = check_threads(num_threads) or default_threads()
     topk = check_topk(topk)
     if comp.target in gpu.GPU_TARGETS:
-        _build_gpu(comp, fused, table is not None, topk, threads)
+        _build_gpu(comp, fused, table is not None, topk, threads, gpu_schedule)
         return comp
     with run.timed("machine", "the device spec: probe and micro-kernel peaks"):
         spec = device_spec(threads)
@@ -234,8 +239,9 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
 
 
 def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int | None,
-               threads: int) -> None:
-    """``comp``'s GPU kernels; for cuda-sim, each rendered as the CPU kernel that runs it."""
+               threads: int, policy: str) -> None:
+    """``comp``'s GPU kernels, each also rendered as the CPU kernel that runs it (cuda-sim), and
+    the plan: CPU threads running the kernels in order, or ``policy``'s over the GPU's vEUs."""
     from ember.kernel.gpu.sim import simulate
 
     gpu.require_static(symbolic)
@@ -245,6 +251,12 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     comp.gpu_kernels = gpu.build_gpu_kernels(fused, spec, topk or 1, _body_key)
     comp.kernels = [simulate(k) for k in comp.gpu_kernels]
     comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
+    if policy in ("rammer", "ios"):
+        costs = [kernel_cost(n, k) for n, k in zip(fused, comp.kernels)]
+        comp.gpu_infos = gpu.kernel_infos(comp.gpu_kernels, costs,
+                                          kernel_dependencies(comp.graph), spec)
+        comp.plan = gpu.gpu_plan(comp.gpu_infos, spec, policy)
+        comp.interleaved = True
     comp.timings["construct"] = time.perf_counter() - t
     run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "
             f"{spec.name}")
@@ -292,7 +304,8 @@ def _emit(comp: Compilation) -> None:
                                                                           comp.program_kernels)])
     slots = len(comp.memory_plan.slot_types)
     comp.units = emit_units(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
-                            slots, num_ops=len(comp.kernels), op_of=comp.op_of)
+                            slots, num_ops=len(comp.kernels), op_of=comp.op_of,
+                            interleaved=comp.interleaved)
     comp.source = comp.units.source
 
 
@@ -450,13 +463,15 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
     if gpu.check_target(target) == "cuda":
         raise EmberError("target 'cuda' is compiled by ember.compile (compiler.cuda)")
     policy = schedule or default_schedule()
-    if target != "cpu":
-        policy = "sequential"   # cuda-sim checks the GPU kernels, not CPU schedules
+    gpu_policy = "sequential"
+    if target != "cpu":     # cuda-sim: the GPU plan (rammer, ios) interleaved, or in order
+        gpu_policy = policy if policy in ("rammer", "ios") else "sequential"
+        policy = "sequential"
     if policy not in ("auto",) + autosched.POLICIES:
         raise EmberError(f"unknown schedule {policy!r}; choose one of auto, "
                          f"{', '.join(autosched.POLICIES)}")
     comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints,
-                 variants=policy != "sequential", target=target)
+                 variants=policy != "sequential", target=target, gpu_schedule=gpu_policy)
     t = time.perf_counter()
     lib = library(comp)
     comp.timings["cc"] = time.perf_counter() - t
@@ -519,7 +534,11 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         "roller": comp.roller,
         "isa": {"machine": platform.machine(), "features": list(isa_features())},
     }
-    if table is None:
+    if comp.interleaved:    # a GPU plan (cuda-sim): compiled in, in its compact form
+        progs, lists = comp.plan.encode_shared()
+        meta["gpu_plan"] = {"policy": comp.plan.policy, "num_veus": comp.plan.num_veus,
+                            "programs": progs, "waits": lists}
+    elif table is None:
         meta["plan"] = comp.plan.to_json()
     else:   # the plan is scaled to the dims at run time; the memory plan is laid out then
         meta["plan_template"] = comp.plan.to_json()

@@ -13,6 +13,9 @@ from ember.ir.graph import Node
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.gpu.select import build_gpu_kernel
 from ember.kernel.roller.hal import GPU_SPECS, DeviceSpec, load_spec
+from ember.sched import ios, rammer, sequential
+from ember.sched.plan import ExecutionPlan
+from ember.sched.vdevice import KernelInfo, VDevice, makespan
 from ember.support import log, options
 
 TARGETS = ("cpu", "cuda", "cuda-sim")
@@ -91,3 +94,49 @@ def require_static(symbolic: bool) -> None:
     if symbolic:
         raise UnsupportedOpError("the CUDA targets compile static models only for now: fix "
                                  "the symbolic input dims with input_shapes=...")
+
+
+# ------------------------------------------------------------------ inter-operator schedules
+POLICIES = ("sequential", "rammer", "ios")
+BLOCK_OVERHEAD_S = 0.5e-6    # a persistent block's dispatch of one rTask and its barrier
+
+
+def vdevice(spec: DeviceSpec) -> VDevice:
+    """The GPU as Rammer's vDevice: a vEU is a persistent thread block, one per SM (each has
+    the SM's resources); a wait is a step counter read through L2 (about a microsecond)."""
+    return VDevice(spec.units, wait_s=1.0e-6, task_overhead_s=BLOCK_OVERHEAD_S)
+
+
+def kernel_infos(kernels: list[GpuKernel], costs: list[tuple[int, int]],
+                 deps: list[tuple[int, ...]], spec: DeviceSpec) -> list[KernelInfo]:
+    """Each operator as the schedulers see it: its blocks (rTasks), the operators it follows,
+    and one block's predicted seconds on one SM: its share of the kernel's flops at the SM's
+    peak (a block of few warps issues at a fraction of it) or of its bytes at the SM's share
+    of HBM bandwidth, whichever is longer."""
+    out = []
+    for i, (gk, (flops, nbytes), d) in enumerate(zip(kernels, costs, deps)):
+        blocks = max(1, int(gk.blocks))
+        issue = min(1.0, gk.threads / 256)
+        peak = spec.peak_gflops * 1e9 * issue * (8.0 if "TensorCore" in gk.schedule else 1.0)
+        bw = spec.bandwidth("HBM") * 1e9 / spec.units
+        task = max(flops / blocks / peak, nbytes / blocks / bw) + 2e-7
+        out.append(KernelInfo(gk.name or f"k{i}", blocks, tuple(d), task))
+    return out
+
+
+def gpu_plan(infos: list[KernelInfo], spec: DeviceSpec, policy: str) -> ExecutionPlan:
+    """The plan of ``policy`` over the GPU's vEUs (Rammer and IOS unchanged: they see only the
+    vDevice)."""
+    dev = vdevice(spec)
+    if policy == "rammer":
+        plan = rammer.schedule(infos, dev, select=False)
+    elif policy == "ios":
+        plan = ios.schedule(infos, dev)
+    else:
+        plan = sequential.schedule([k.ntasks for k in infos], dev.num_veus)
+    plan.validate([k.ntasks for k in infos])
+    return plan
+
+
+def predicted_s(plan: ExecutionPlan, infos: list[KernelInfo], spec: DeviceSpec) -> float:
+    return makespan(plan, infos, vdevice(spec))

@@ -313,7 +313,8 @@ class NativeModule:
         suffix = f" ({context})" if context else ""
         if kind:
             kernel, value, bound = (int(x) for x in info)
-            return DataError(faults.describe(kind, kernel, value, bound, self.kernels) + suffix)
+            text = faults.describe(kind, kernel, value, bound, self.kernels) + suffix
+            return EmberError(text) if kind == faults.DEADLOCK else DataError(text)
         return EmberError(f"ember_run in {self.lib_path.name} failed with code {rc}{suffix}; "
                           "the outputs of this call are not valid")
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ember.errors import CompileError
 
 
@@ -170,6 +172,29 @@ class ExecutionPlan:
             plan.programs.append(prog)
         return plan
 
+    def encode_shared(self) -> tuple[list[list[int]], list[list[int]]]:
+        """The compact encoding of a plan over many vEUs (a GPU's): each program's triples are
+        ``(kernel, begin, end)`` for an rTask and ``(-1 - w, 0, 0)`` for a barrier whose waits
+        are wait list ``w``; the wait lists (flat ``[vEU, step, ...]``) are stored once each
+        (after a kernel that ran on every vEU, each vEU's barrier waits on the same list)."""
+        lists: dict[tuple[tuple[int, int], ...], int] = {}
+        progs = []
+        for v, prog in enumerate(self.programs):
+            flat: list[int] = []
+            step = 0
+            for e in prog:
+                if isinstance(e, RTask):
+                    flat += [e.kernel, e.begin, e.end]
+                    step += 1
+                elif e.waits:
+                    # with its own step added (met already), a vEU's list is the others'
+                    waits = dict(e.waits)
+                    waits.setdefault(v, step)
+                    w = lists.setdefault(tuple(sorted(waits.items())), len(lists))
+                    flat += [-1 - w, 0, 0]
+            progs.append(flat)
+        return progs, [[x for pair in waits for x in pair] for waits in lists]
+
     def to_json(self) -> dict:
         return {"policy": self.policy, "num_veus": self.num_veus, "programs": self.encode()}
 
@@ -207,24 +232,33 @@ class PlanBuilder:
         self.plan = ExecutionPlan(num_veus, [[] for _ in range(num_veus)], policy)
         self.deps = deps
         self.last: dict[int, dict[int, int]] = {}          # kernel -> vEU -> step
-        self.know = [[0] * num_veus for _ in range(num_veus)]
-        self.history: list[list[list[int]]] = [[[0] * num_veus] for _ in range(num_veus)]
+        # know[v][u]: the step of u that v knows u reached; history[v][t]: know[v] at step t
+        # (numpy rows: a GPU's hundreds of vEUs make these products of V x V)
+        self.know = np.zeros((num_veus, num_veus), np.int64)
+        self.history: list[list[np.ndarray]] = [[np.zeros(num_veus, np.int64)]
+                                                for _ in range(num_veus)]
 
     def place(self, k: int, v: int, begin: int, end: int, kernel: int | None = None) -> None:
         need: dict[int, int] = {}
+        know_v = self.know[v]
         for p in self.deps[k]:
             for u, s in self.last.get(p, {}).items():
-                if u != v and self.know[v][u] < s:
+                if u != v and know_v[u] < s:
                     need[u] = max(need.get(u, 0), s)
-        # drop a wait that another wait implies (that vEU knew it when it got there)
-        need = {u: s for u, s in need.items()
-                if not any(w != u and self.history[w][t][u] >= s for w, t in need.items())}
+        if len(need) > 1:   # drop a wait that another wait implies (that vEU knew it then)
+            us = list(need)
+            steps = np.array([need[u] for u in us], np.int64)
+            rows = np.stack([self.history[w][need[w]] for w in us])    # row w: what w knew
+            seen = rows[:, us]
+            np.fill_diagonal(seen, -1)
+            keep = seen.max(axis=0) < steps
+            need = {u: need[u] for u, kept in zip(us, keep) if kept}
         if need:
             self.plan.programs[v].append(Barrier(tuple(sorted(need.items()))))
-            for u, s in need.items():
-                self.know[v] = [max(a, b) for a, b in zip(self.know[v], self.history[u][s])]
+            rows = [self.history[u][s] for u, s in need.items()]
+            np.maximum(know_v, np.max(np.stack(rows), axis=0), out=know_v)
         self.plan.programs[v].append(RTask(k if kernel is None else kernel, begin, end))
         step = len(self.history[v])          # this rTask's step on v
-        self.know[v][v] = step
-        self.history[v].append(list(self.know[v]))
+        know_v[v] = step
+        self.history[v].append(know_v.copy())
         self.last.setdefault(k, {})[v] = step
