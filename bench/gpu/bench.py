@@ -60,7 +60,7 @@ def _torch_time(fn: Any, args: list[Any], runs: int) -> list[float]:
 
 
 def bench_model(name: str, runs: int, rounds: int, deadline: float,
-                modes: list[str]) -> dict[str, Any]:
+                modes: list[str], sched: tuple[str, ...] = ("rammer", "ios")) -> dict[str, Any]:
     import torch
 
     from ember.bench.onnx_torch import OnnxTorch
@@ -75,10 +75,28 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     got = cm.run(feeds)
     rec["ember_rel_err"] = max(float(np.abs(got[o] - r).max() / max(np.abs(r).max(), 1e-30))
                                for o, r in zip(cm.output_names, ref))
+    plans = {}
+    for policy in sched:     # persistent programs (issue 26): one launch per inference
+        try:
+            pm = ember.compile(model, target="cuda", schedule=policy)
+            got = pm.run(feeds)
+            rec[f"{policy}_rel_err"] = max(
+                float(np.abs(got[o] - r).max() / max(np.abs(r).max(), 1e-30))
+                for o, r in zip(pm.output_names, ref))
+            plans[policy] = pm
+        except Exception as e:
+            rec[f"{policy}"] = f"failed: {type(e).__name__}: {str(e)[:160]}"
     mod = OnnxTorch(model).cuda().eval()
     args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
-    engines: dict[str, Any] = {"ember": lambda: cm.time_ms(feeds, runs),
+    def base(graph: bool) -> list[float]:
+        cm.cuda_graph = graph
+        return cm.time_ms(feeds, runs)
+
+    engines: dict[str, Any] = {"ember": lambda: base(True),
+                               "rammerbase": lambda: base(False),
                                "eager": lambda: _torch_time(mod, args, runs)}
+    for policy, pm in plans.items():
+        engines[policy] = (lambda p=pm: p.time_ms(feeds, runs))
     compiled = {}
     for mode in modes:
         if time.perf_counter() > deadline:
@@ -151,7 +169,8 @@ def prepare(models: list[str], gemm: int, precisions: list[str]) -> None:
     machine given that cache (``EMBER_CACHE_DIR``) runs the bench without compiling."""
     for name in models:
         t = time.perf_counter()
-        ember.compile(zoo.build(name), target="cuda")
+        for policy in ("sequential", "rammer", "ios"):
+            ember.compile(zoo.build(name), target="cuda", schedule=policy)
         print(f"{name}: CUDA images in {time.perf_counter() - t:.1f} s", flush=True)
     for prec in precisions if gemm else []:
         ember.compile(gemm_model(gemm)[0], target="cuda", precision=prec)
@@ -215,21 +234,25 @@ def main(argv: list[str] | None = None) -> int:
 def _table(result: dict[str, Any]) -> None:
     print(f"\n{result['device']} ({result['arch']}), torch {result['torch']}, fp32, batch 1, "
           "device ms (median)")
-    print(f"{'model':18} {'err':>8} {'ember':>8} {'eager':>8} {'c.def':>8} {'c.max':>8} "
-          f"{'e/eager':>8} {'e/best':>8}")
+    print(f"{'model':18} {'err':>8} {'ember':>8} {'base':>8} {'rammer':>8} {'ios':>8} "
+          f"{'eager':>8} {'c.def':>8} {'c.max':>8} {'e/eager':>8} {'e/best':>8}")
     for r in result["models"]:
         if "error" in r:
             print(f"{r['model']:18} ERROR {r['error'][:90]}")
             continue
         e, ea = r.get("ember_ms"), r.get("eager_ms")
+        mine = [x for x in (e, r.get("rammer_ms"), r.get("ios_ms")) if isinstance(x, float)]
+        e = min(mine) if mine else e
         cd, cx = r.get("compile[default]_ms"), r.get("compile[max-autotune]_ms")
         best = min([x for x in (cd, cx) if isinstance(x, float)], default=None)
 
         def f(x: Any) -> str:
             return f"{x:8.3f}" if isinstance(x, float) else f"{'-':>8}"
 
-        print(f"{r['model']:18} {r['ember_rel_err']:8.1e} {f(e)} {f(ea)} {f(cd)} {f(cx)} "
-              f"{f(e / ea if e and ea else None)} {f(e / best if e and best else None)}")
+        print(f"{r['model']:18} {r['ember_rel_err']:8.1e} {f(r.get('ember_ms'))} "
+              f"{f(r.get('rammerbase_ms'))} {f(r.get('rammer_ms'))} {f(r.get('ios_ms'))} "
+              f"{f(ea)} {f(cd)} {f(cx)} {f(e / ea if e and ea else None)} "
+              f"{f(e / best if e and best else None)}")
     for g in result.get("gemm", []):
         if "ember_ms" not in g:
             print(f"GEMM {g.get('precision')}: ERROR {g.get('error', '')[:90]}")

@@ -26,6 +26,7 @@ from ember.codegen.cmath import MATH_C
 from ember.errors import CompileError
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.gpu.mma import CUDA_MMA
+from ember.kernel.gpu.persistent import pad_threads
 from ember.loops.ir import (
     BLOCK,
     THREAD,
@@ -94,13 +95,18 @@ REGISTERS = 128
 
 
 class CudaEmitter(CEmitter):
-    def __init__(self, narrow_index: bool) -> None:
+    """``device``: render an rKernel of a persistent program (its block index is the
+    parameter ``blk``, its shared buffers are carved from the program's pool ``em_smem``)."""
+
+    def __init__(self, narrow_index: bool, device: bool = False) -> None:
         super().__init__(BufferBinding({}))
         self.itype = "int" if narrow_index else "int64_t"
+        self.device = device
+        self.pool = 0      # bytes of the shared pool carved so far
 
     def var(self, v: Var) -> str:
         if v is BLOCK:
-            return f"(({self.itype})blockIdx.x)"
+            return f"(({self.itype})blk)" if self.device else f"(({self.itype})blockIdx.x)"
         if v is THREAD:
             return f"(({self.itype})threadIdx.x)"
         return super().var(v)
@@ -126,7 +132,11 @@ class CudaEmitter(CEmitter):
                 raise CompileError(f"local buffer {s.buf.name} has no static size")
             shared = "__shared__ " if s.buf.scope is Scope.SHARED else ""
             with out.indented("{", "}"):
-                out.line(f"{shared}{t} {name}[{size}];")
+                if shared and self.device:
+                    out.line(f"{t} *const {name} = ({t} *)(em_smem + {self.pool});")
+                    self.pool += -(-size * _itemsize(s.buf.dtype) // 16) * 16
+                else:
+                    out.line(f"{shared}{t} {name}[{size}];")
                 self.stmt(s.body, out)
         elif isinstance(s, Let) and s.var.dtype == "int64":
             out.line(f"const {self.itype} {self.var(s.var)} = {self.expr(s.value)};")
@@ -216,6 +226,112 @@ def render_kernel(gk: GpuKernel) -> CudaKernelText:
     symbol = "em_" + hashlib.sha1(text.encode()).hexdigest()[:16]
     text = f"/* {gk.doc} | {gk.schedule} */\n" + text.replace("NAME(", symbol + "(", 1)
     return CudaKernelText(symbol, text, params)
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float64": 8, "int64": 8, "uint64": 8, "float32": 4, "int32": 4, "uint32": 4,
+            "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2}.get(dtype, 1)
+
+
+def render_device(gk: GpuKernel, block: int) -> tuple[CudaKernelText, int]:
+    """``gk`` as an rKernel of a persistent program of ``block`` threads: a ``__device__``
+    function of (block index, shared pool, buffers), named by a hash of its code; and the
+    bytes of the pool it uses."""
+    em = CudaEmitter(_fits_int32(gk), device=True)
+    params = params_of(gk)
+    written = _stored(gk.body)
+    decls = ["const long long blk", "char *const em_smem"]
+    for i, b in enumerate(params):
+        em.names[b] = f"B{i}"
+        decls.append(f"{'' if b in written else 'const '}{ctype_cuda(b.dtype)} *B{i}")
+    body = TextBuffer()
+    em.stmt(pad_threads(gk, block), body)
+    head = f"static __device__ __noinline__ void NAME({', '.join(decls)})"
+    text = f"{head} {{\n{_indent(body.getvalue())}}}\n"
+    symbol = "em_dev_" + hashlib.sha1(text.encode()).hexdigest()[:16]
+    text = f"/* {gk.doc} | {gk.schedule}, padded to {block} threads */\n" + \
+        text.replace("NAME(", symbol + "(", 1)
+    return CudaKernelText(symbol, text, params), em.pool
+
+
+PERSISTENT = r"""
+/* The persistent program (Rammer's rProgram as one launch): block v is vEU v and walks its
+   program of (kernel, first block, end block) rTasks and (-1 - wait list) barriers. After an
+   rTask, thread 0 publishes the vEU's step (a counter that only grows: run `epoch` of a vEU
+   with n rTasks ends at (epoch + 1) * n); a barrier's waits are read by the block's threads in
+   parallel, each spinning (with backoff) until the counter it reads is far enough. Release
+   and acquire at GPU scope order the tensors written before a step with the reads after the
+   wait. */
+static __device__ __forceinline__ void em_publish(unsigned long long *at, unsigned long long v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(at), "l"(v) : "memory");
+}
+static __device__ __forceinline__ unsigned long long em_observe(const unsigned long long *at) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
+  return v;
+}
+extern "C" __global__ void __launch_bounds__(%(BT)d, 1) em_program(
+    const unsigned long long *args, const int *fid, const long long *plan,
+    const long long *plan_at, const long long *wl, const long long *wl_at,
+    unsigned long long *steps, const long long *nsteps, long long epoch) {
+  extern __shared__ __align__(16) char em_smem[];
+  const int v = blockIdx.x;
+  unsigned long long step = 0;
+  for (long long i = plan_at[v]; i < plan_at[v + 1]; ++i) {
+    const long long *p = plan + 3 * i;
+    if (p[0] >= 0) {
+      for (long long t = p[1]; t < p[2]; ++t) {
+        em_dispatch(fid[p[0]], t, em_smem, args + %(W)d * p[0]);
+        __syncthreads();
+      }
+      ++step;
+      if (threadIdx.x == 0) {
+        __threadfence();
+        em_publish(steps + v, (unsigned long long)epoch * nsteps[v] + step);
+      }
+    } else {
+      const long long w = -1 - p[0];
+      for (long long j = wl_at[w] + threadIdx.x; j < wl_at[w + 1]; j += blockDim.x) {
+        const long long u = wl[2 * j];
+        const unsigned long long want = (unsigned long long)epoch * nsteps[u] + wl[2 * j + 1];
+        unsigned ns = 32;
+        while (em_observe(steps + u) < want) { __nanosleep(ns); if (ns < 1024) ns *= 2; }
+      }
+      __threadfence();
+      __syncthreads();
+    }
+  }
+}
+"""
+
+
+def emit_persistent(kernels: list[GpuKernel], block: int) -> tuple[str, list[int], int, int]:
+    """The persistent program of ``kernels`` (program kernel ``k`` runs ``kernels[k]``) for
+    blocks of ``block`` threads, as source to append to ``emit_program(kernels)``'s (which has
+    the prelude). Its tensors are data: program kernel ``k`` reads its pointer parameters from
+    row ``k`` of a table of ``width`` device addresses, and calls distinct function
+    ``fid[k]`` (equal kernels on other tensors, every step of an unrolled LSTM, share one).
+    Returns (source, fid, width, bytes of the shared pool: the largest kernel's)."""
+    funcs: dict[str, tuple[int, CudaKernelText]] = {}
+    fid, pool = [], 0
+    for gk in kernels:
+        text, used = render_device(gk, block)
+        if text.symbol not in funcs:
+            funcs[text.symbol] = (len(funcs), text)
+        fid.append(funcs[text.symbol][0])
+        pool = max(pool, used)
+    width = max([len(t.params) for _, t in funcs.values()] + [1])
+    cases = []
+    for f, t in funcs.values():
+        ptrs = [f"({ctype_cuda(b.dtype)} *)a[{j}]" for j, b in enumerate(t.params)]
+        cases.append(f"    case {f}: {t.symbol}(t, smem, {', '.join(ptrs)}); break;")
+    dispatch = ("static __device__ __forceinline__ void em_dispatch(int f, long long t, "
+                "char *smem, const unsigned long long *a) {\n  switch (f) {\n" +
+                "\n".join(cases) + "\n    default: break;\n  }\n}\n")
+    body = "\n".join(t.text for _, t in funcs.values())
+    src = "\n" + body + "\n" + dispatch + PERSISTENT.replace("%(BT)d", str(block)).replace(
+        "%(W)d", str(width))
+    return src, fid, width, pool
 
 
 def _indent(text: str) -> str:

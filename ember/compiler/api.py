@@ -68,7 +68,8 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
     if target == "cuda":
         from ember.compiler.cuda import compile_cuda_model
 
-        return compile_cuda_model(g, num_threads=opts.num_threads, topk=opts.topk)
+        return compile_cuda_model(g, num_threads=opts.num_threads, topk=opts.topk,
+                                  schedule=opts.schedule)
     return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
                                topk=opts.topk, schedule=opts.schedule, profile=opts.profile,
                                dim_hints=hints)[1]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.codegen.cuda import emit_program, params_of
+from ember.codegen.cuda import emit_persistent, emit_program, params_of
 from ember.codegen.program import ParamBlob
 from ember.compiler import driver
 from ember.errors import EmberError
@@ -25,9 +25,14 @@ from ember.runtime.cuda_toolchain import compile_cuda
 from ember.support import log, options
 
 
-def compile_cuda_model(g: Graph, num_threads: int | None = None,
-                       topk: int | None = None) -> CudaModel:
-    comp = driver.build_graph(g, num_threads=num_threads, topk=topk, target="cuda")
+def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | None = None,
+                       schedule: str | None = None) -> CudaModel:
+    """``schedule``: "rammer" or "ios" add the persistent program of that plan (one launch per
+    inference, run by default); the kernels launched one by one (RammerBase) stay in the model
+    either way (``cm.mode``)."""
+    policy = schedule if schedule in ("rammer", "ios") else "sequential"
+    comp = driver.build_graph(g, num_threads=num_threads, topk=topk, target="cuda",
+                              gpu_schedule=policy)
     return to_cuda_model(comp)
 
 
@@ -36,21 +41,46 @@ def to_cuda_model(comp: driver.Compilation) -> CudaModel:
     t = time.perf_counter()
     launches, params = bind_launches(comp)
     prog = emit_program(comp.gpu_kernels)
-    run.add("CUDA C", time.perf_counter() - t, f"{len(prog.source) // 1024} KiB")
+    source = prog.source
+    persistent = None
+    if comp.interleaved:     # a GPU plan: its persistent program too
+        block = max(k.threads for k in comp.gpu_kernels)
+        extra, fid, width, pool = emit_persistent(comp.gpu_kernels, block)
+        source += extra
+        persistent = _persistent_meta(comp, block, pool)
+        persistent.update(fid=fid, width=width)
+    run.add("CUDA C", time.perf_counter() - t, f"{len(source) // 1024} KiB")
     t = time.perf_counter()
     archs = options.current().cuda_arch
-    images = compile_cuda(prog.source, archs)
+    images = compile_cuda(source, archs)
     run.add("nvcc", time.perf_counter() - t, ", ".join(archs))
-    comp.source = prog.source
+    comp.source = source
     meta = driver._meta(comp)
-    meta.pop("plan", None)
-    meta.pop("isa", None)
+    for key in ("plan", "gpu_plan", "isa"):
+        meta.pop(key, None)
+    if persistent is not None:
+        meta["persistent"] = persistent
     meta.update(target="cuda", archs=list(archs), launches=launches,
                 gpu=comp.gpu_kernels and driver.gpu.gpu_spec().name,
                 kernels_cuda=[{"symbol": t.symbol, "schedule": k.schedule, "grid": k.blocks,
                                "block": k.threads, "smem": k.shared_bytes()}
                               for t, k in zip(prog.kernels, comp.gpu_kernels)])
-    return CudaModel(images, params, meta, prog.source)
+    return CudaModel(images, params, meta, source)
+
+
+def _persistent_meta(comp: driver.Compilation, block: int, pool: int) -> dict[str, Any]:
+    """The persistent program's launch and its plan as the arrays ``em_program`` reads."""
+    assert comp.plan is not None
+    progs, lists = comp.plan.encode_shared()
+    plan_at, wl_at = [0], [0]
+    for p in progs:
+        plan_at.append(plan_at[-1] + len(p) // 3)
+    for wl in lists:
+        wl_at.append(wl_at[-1] + len(wl) // 2)
+    nsteps = [sum(1 for i in range(0, len(p), 3) if p[i] >= 0) for p in progs]
+    return {"policy": comp.plan.policy, "veus": comp.plan.num_veus, "block": block,
+            "smem": pool, "plan": [x for p in progs for x in p], "plan_at": plan_at,
+            "wl": [x for wl in lists for x in wl], "wl_at": wl_at, "nsteps": nsteps}
 
 
 def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.ndarray]:

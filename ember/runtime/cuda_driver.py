@@ -61,6 +61,8 @@ def driver() -> ctypes.CDLL:
         raise CudaError(f"CUDA driver cuInit failed: {_err(lib, rc)}: no usable GPU here")
     lib.cuLaunchKernel.argtypes = [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
                                    c_uint, c_void_p, c_void_p, c_void_p]
+    lib.cuLaunchCooperativeKernel.argtypes = [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint,
+                                              c_uint, c_uint, c_void_p, c_void_p]
     for fn in ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2"):
         getattr(lib, fn).argtypes = [CUdeviceptr, c_void_p, c_size_t] + (
             [c_void_p] if fn.endswith("Async_v2") else [])

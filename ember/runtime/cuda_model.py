@@ -67,6 +67,9 @@ class CudaModel:
         self._lock = threading.Lock()
         self._dev: _DeviceState | None = None
         self.cuda_graph = bool(self._meta.get("cuda_graph", True))
+        # "persistent": the plan's persistent program, one cooperative launch per inference
+        # (compiled with schedule="rammer" / "ios"); "launches": the kernels one by one
+        self.mode = "persistent" if "persistent" in self._meta else "launches"
 
     # ------------------------------------------------------------------ description
     @property
@@ -125,9 +128,20 @@ class CudaModel:
         out = []
         for _ in range(runs):
             timer.start(dev.stream)
-            dev.launch_all(self.cuda_graph)
+            self._launch(dev)
             out.append(timer.stop(dev.stream))
         return out
+
+    def _launch(self, dev: _DeviceState) -> None:
+        if self.mode == "persistent":
+            if dev.persistent is None:
+                raise EmberError("this model has no persistent program: compile it with "
+                                 "schedule='rammer' or 'ios'")
+            dev.launch_persistent()
+        elif self.mode == "launches":
+            dev.launch_all(self.cuda_graph)
+        else:
+            raise EmberError(f"mode {self.mode!r}: use 'persistent' or 'launches'")
 
     def _execute(self, feeds: Mapping[str, Any], device: bool) -> list[Any]:
         if not isinstance(feeds, Mapping):
@@ -151,7 +165,7 @@ class CudaModel:
                             arr.nbytes, dev.stream.handle)
                     ptrs.append(dev.inputs[i].ptr)
             dev.bind_inputs(ptrs)
-            dev.launch_all(self.cuda_graph)
+            self._launch(dev)
             if device:
                 dev.stream.sync()
                 self._check_fault(dev)
@@ -247,6 +261,7 @@ class _DeviceState:
         self.fault_value_ptr, _ = self.module.global_ptr("g_fault_value")
         self.fault_bound_ptr, _ = self.module.global_ptr("g_fault_bound")
         self.launches = []
+        self.meta_launches = meta["launches"]
         self.input_cells: list[list[tuple[ctypes.c_uint64, int]]] = [[] for _ in inputs]
         fns: dict[str, ctypes.c_void_p] = {}
         for entry in meta["launches"]:
@@ -265,6 +280,12 @@ class _DeviceState:
                                   argv))
         self.bound = tuple(b.ptr for b in self.inputs)
         self.graph: cu.Graph | None = None
+        self.persistent = _Persistent(self, meta["persistent"]) if "persistent" in meta \
+            else None
+
+    def launch_persistent(self) -> None:
+        assert self.persistent is not None
+        self.persistent.launch(self)
 
     def _base(self, kind: str, index: int) -> int:
         if kind == "ws":
@@ -285,6 +306,8 @@ class _DeviceState:
                 cell.value = p + offset
         self.bound = tuple(ptrs)
         self.graph = None   # captured with other addresses
+        if self.persistent is not None:
+            self.persistent.set_inputs(self, ptrs)
 
     def launch_one(self, i: int) -> None:
         fn, grid, block, _, argv = self.launches[i]
@@ -326,3 +349,56 @@ class _DeviceState:
             if self.read_fault():
                 return i
         return None
+
+
+class _Persistent:
+    """The persistent program's device arrays and its cooperative launch: the plan (uploaded
+    once), the vEUs' step counters (zeroed once; they only grow, run after run: the epoch
+    argument says which run this is), the input and output pointer tables."""
+
+    def __init__(self, dev: _DeviceState, p: dict[str, Any]) -> None:
+        self.fn = dev.module.function("em_program")
+        self.veus, self.block, self.smem = int(p["veus"]), int(p["block"]), int(p["smem"])
+        if self.smem > 48 << 10:   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            cu.call("cuFuncSetAttribute", self.fn, 8, self.smem)
+        self.arrays = {k: _upload(np.asarray(p[k] or [0], np.int64))
+                       for k in ("plan", "plan_at", "wl", "wl_at", "nsteps")}
+        self.steps = cu.DeviceBuffer(8 * self.veus)
+        cu.call("cuMemsetD8Async", self.steps.ptr, 0, 8 * self.veus, dev.stream.handle)
+        # row k: program kernel k's pointer arguments, resolved here (inputs' rows again
+        # when the input addresses change)
+        width = int(p["width"])
+        self.table = np.zeros((len(dev.launches), width), np.uint64)
+        self.rows = [launch["args"] for launch in dev.meta_launches]
+        self._fill(dev, [b.ptr for b in dev.inputs])
+        self.args = _upload(self.table)
+        self.fid = _upload(np.asarray(p["fid"] or [0], np.int32))
+        self.epoch = ctypes.c_longlong(0)
+        cells = [ctypes.c_uint64(self.args.ptr), ctypes.c_uint64(self.fid.ptr),
+                 *(ctypes.c_uint64(self.arrays[k].ptr) for k in ("plan", "plan_at", "wl",
+                                                                 "wl_at")),
+                 ctypes.c_uint64(self.steps.ptr), ctypes.c_uint64(self.arrays["nsteps"].ptr)]
+        self.cells = [*cells, self.epoch]
+        self.argv = (ctypes.c_void_p * len(self.cells))(
+            *[ctypes.cast(ctypes.byref(c), ctypes.c_void_p) for c in self.cells])
+
+    def _fill(self, dev: _DeviceState, inputs: list[int]) -> None:
+        for k, row in enumerate(self.rows):
+            for j, (kind, index, offset) in enumerate(row):
+                base = inputs[index] if kind == "in" else dev._base(kind, index)
+                self.table[k, j] = base + offset
+
+    def set_inputs(self, dev: _DeviceState, ptrs: list[int]) -> None:
+        self._fill(dev, ptrs)
+        cu.call("cuMemcpyHtoD_v2", self.args.ptr, self.table.ctypes.data, self.table.nbytes)
+
+    def launch(self, dev: _DeviceState) -> None:
+        cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
+                self.smem, dev.stream.handle, self.argv)
+        self.epoch.value += 1
+
+
+def _upload(arr: np.ndarray) -> cu.DeviceBuffer:
+    buf = cu.DeviceBuffer(arr.nbytes)
+    cu.call("cuMemcpyHtoD_v2", buf.ptr, arr.ctypes.data, arr.nbytes)
+    return buf

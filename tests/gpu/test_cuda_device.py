@@ -74,3 +74,18 @@ def test_tensorcore_matmul_on_the_gpu_meets_its_bound(prec: str, bound: float) -
     y = ember.compile(m, target="cuda", precision=prec).run(feeds)["y"]
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < bound
+
+
+@pytest.mark.parametrize("name,policy", [("lstm_tc", "rammer"), ("inception_v3", "ios"),
+                                         ("squeezenet1_1", "rammer")])
+def test_persistent_programs_on_the_gpu_match_onnxruntime(name: str, policy: str) -> None:
+    m = zoo.build(name)
+    feeds = zoo.random_inputs(name)
+    cm = ember.compile(m, target="cuda", schedule=policy)
+    want = run_ort(m, feeds)
+    for mode in ("persistent", "launches", "persistent"):   # counters only grow: runs again
+        cm.mode = mode
+        got = cm.run(feeds)
+        for o, w in zip(cm.output_names, want):
+            np.testing.assert_allclose(got[o], w, rtol=1e-4,
+                                       atol=1e-5 * max(1.0, float(np.abs(w).max())))

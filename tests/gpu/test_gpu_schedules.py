@@ -1,0 +1,129 @@
+"""Rammer and IOS on the GPU (issue 26), checked without one: plans over the GPU's vEUs run
+in cuda-sim (one thread, each vEU as far as its waits allow; a deadlocking plan is a fault, not
+a hang) and match onnxruntime; rKernels padded to the program's block size keep their results;
+the persistent program compiles for sm_90."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import ember
+from ember import zoo
+from ember.codegen.program import BoundKernel, emit_units
+from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.gpu.base import GpuKernel
+from ember.kernel.gpu.persistent import pad_threads
+from ember.kernel.gpu.sim import simulate
+from ember.loops.ir import (
+    BLOCK,
+    THREAD,
+    Alloc,
+    Barrier,
+    Bin,
+    Buffer,
+    Const,
+    For,
+    Load,
+    Scope,
+    Store,
+    seq,
+)
+from ember.runtime.module import NativeModule, aligned_empty
+from ember.runtime.toolchain import compile_shared
+from ember.sched.plan import Barrier as Wait
+from ember.sched.plan import ExecutionPlan, RTask
+from tests.modelkit import run_ort
+
+SCHED_MODELS = ["lstm_tc", "resnext29_16x64d", "randwire", "inception_v3", "squeezenet1_1",
+                "mobilenet_v2", "bert_base"]
+FAST = {("squeezenet1_1", "rammer"), ("lstm_tc", "ios")}
+
+
+@pytest.fixture(autouse=True)
+def _no_model_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+
+
+@pytest.mark.parametrize("name,policy", [
+    pytest.param(n, p, marks=[] if (n, p) in FAST else [pytest.mark.slow])
+    for n in SCHED_MODELS for p in ("rammer", "ios")])
+def test_gpu_plans_match_onnxruntime_in_cuda_sim(name: str, policy: str) -> None:
+    m = zoo.build(name)
+    feeds = zoo.random_inputs(name)
+    cm = ember.compile(m, target="cuda-sim", schedule=policy)
+    plan = cm.meta["gpu_plan"]
+    assert plan["policy"] == policy and plan["num_veus"] == 132
+    got = cm.run(feeds)
+    for o, w in zip(cm.output_names, run_ort(m, feeds)):
+        np.testing.assert_allclose(got[o], w, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(w).max()))
+
+
+def test_a_deadlocking_plan_is_a_fault_not_a_hang() -> None:
+    x, y = Buffer("x", 4), Buffer("y", 4)
+    k = Kernel("copy", For(THREAD, T0, Bin("-", T1, T0), Store(y, THREAD, Load(x, THREAD))),
+               4, [(y, OUTPUT), (x, 0)])
+    bound = [BoundKernel(k, {y: "(char *)g_out[0]", x: "(char *)g_in[0]"})]
+    circular = ExecutionPlan(2, [[Wait(((1, 1),)), RTask(0, 0, 2)],
+                                 [Wait(((0, 1),)), RTask(0, 2, 4)]], "test")
+    mod = NativeModule(compile_shared(emit_units(bound, circular, interleaved=True).source))
+    mod.init(np.zeros(64, np.uint8))
+    out = np.zeros(4, np.float32)
+    with pytest.raises(ember.EmberError, match="deadlocked"):
+        mod.run([np.arange(4, dtype=np.float32)], [out], aligned_empty((64,)))
+    fine = ExecutionPlan(2, [[RTask(0, 0, 2)], [Wait(((0, 1),)), RTask(0, 2, 4)]], "test")
+    mod = NativeModule(compile_shared(emit_units(bound, fine, interleaved=True).source))
+    mod.init(np.zeros(64, np.uint8))
+    mod.run([np.arange(4, dtype=np.float32)], [out], aligned_empty((64,)))
+    np.testing.assert_array_equal(out, np.arange(4))
+
+
+def test_padded_rkernels_compute_the_same() -> None:
+    """A block reversal through shared memory written for 64 threads, padded to 256: the
+    extra threads skip its statements but meet its barrier."""
+    n, t = 256, 64
+    x, y = Buffer("x", n), Buffer("y", n)
+    sh = Buffer("tile", t, scope=Scope.SHARED)
+    gi = Bin("+", Bin("*", BLOCK, Const(t)), THREAD)
+    body = Alloc(sh, seq(Store(sh, THREAD, Load(x, gi)), Barrier(),
+                         Store(y, gi, Load(sh, Bin("-", Const(t - 1), THREAD)))))
+    gk = GpuKernel("rev", body, n // t, t, [(y, OUTPUT), (x, 0)])
+    padded = GpuKernel("rev", pad_threads(gk, 256), n // t, 256, gk.args)
+    outs = []
+    for kern in (gk, padded):
+        k = simulate(kern)
+        bound = [BoundKernel(k, {y: "(char *)g_out[0]", x: "(char *)g_in[0]"})]
+        plan = ExecutionPlan(1, [[RTask(0, 0, n // t)]], "test")
+        mod = NativeModule(compile_shared(emit_units(bound, plan).source))
+        mod.init(np.zeros(64, np.uint8))
+        out = np.zeros(n, np.float32)
+        mod.run([np.arange(n, dtype=np.float32)], [out], aligned_empty((64,)))
+        outs.append(out)
+    want = np.arange(n, dtype=np.float32).reshape(-1, t)[:, ::-1].reshape(-1)
+    np.testing.assert_array_equal(outs[0], want)
+    np.testing.assert_array_equal(outs[1], want)
+
+
+def test_shared_wait_lists_encode_the_same_plan() -> None:
+    plan = ExecutionPlan(3, [[RTask(0, 0, 1), Wait(((1, 1), (2, 1))), RTask(1, 0, 1)],
+                             [RTask(0, 1, 2), Wait(((0, 1), (2, 1))), RTask(1, 1, 2)],
+                             [RTask(0, 2, 3), Wait(((0, 1), (1, 1))), RTask(1, 2, 3)]], "t")
+    progs, lists = plan.encode_shared()
+    assert len(lists) == 1 and lists[0] == [0, 1, 1, 1, 2, 1]    # one list for all three
+    assert all(p[3:6] == [-1, 0, 0] for p in progs)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("name", ["small_cnn", "lstm_tc"])
+def test_persistent_program_compiles_for_sm90(name: str, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    monkeypatch.setenv("EMBER_CUDA_ARCH", "sm_90")
+    cm = ember.compile(zoo.build(name), target="cuda", schedule="rammer")
+    p = cm.meta["persistent"]
+    assert cm.mode == "persistent" and p["veus"] == 132 and p["block"] % 32 == 0
+    assert len(p["plan_at"]) == p["veus"] + 1 and len(p["fid"]) == len(cm.meta["launches"])
+    assert "em_program" in cm.resources["sm_90"]
+    assert all(r["spill_stores"] == 0 for r in cm.resources["sm_90"].values())
+    assert "st.release.gpu" in cm.source and "ld.acquire.gpu" in cm.source
