@@ -186,8 +186,9 @@ def _inspect_gpu(a: argparse.Namespace) -> int:
     from ember.compiler import driver
     from ember.loops.transform import format_stmt
 
+    policy = a.schedule if a.schedule in ("rammer", "ios") else "sequential"
     comp = driver.build(a.model, _shapes(a.shape), num_threads=a.threads, topk=a.topk,
-                        target="cuda")
+                        target="cuda", gpu_schedule=policy)
     print(f"==== graph after passes ====\n{comp.graph}\n")
     print("==== GPU kernels ====")
     for k, (n, gk) in enumerate(zip(comp.fused, comp.gpu_kernels)):
@@ -197,6 +198,19 @@ def _inspect_gpu(a: argparse.Namespace) -> int:
         if a.kernels:
             print("    " + format_stmt(gk.body).replace("\n", "\n    "))
     print(f"\n==== memory plan ====\n  {comp.memory_plan.summary()}")
+    if comp.interleaved:
+        from ember.compiler import gpu
+
+        spec = gpu.gpu_spec()
+        print(f"\n==== {policy} plan over {comp.plan.num_veus} SM vEUs ({spec.name}) ====")
+        print(f"  predicted {gpu.predicted_s(comp.plan, comp.gpu_infos, spec) * 1e6:.1f} us, "
+              f"{sum(len(p) for p in comp.plan.programs)} entries")
+    if a.schedule_picture:
+        if not comp.interleaved:
+            raise EmberError("--schedule-picture with --target cuda needs --schedule rammer|ios")
+        from ember.bench.plots import gpu_schedule_picture
+
+        print(f"wrote {gpu_schedule_picture(comp, Path(a.schedule_picture))}")
     if a.source:
         print("\n==== CUDA source ====\n" + emit_program(comp.gpu_kernels).source)
     return 0

@@ -139,7 +139,9 @@ def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
     cmap = plt.get_cmap("tab20")
     colour = {op: cmap(i % 20) for i, op in enumerate(ops)}
     veus = 1 + max((v for v, *_ in entries), default=0)
-    fig, axes = plt.subplots(len(timelines), 1, figsize=(12, 1.0 + 0.7 * veus * len(timelines)),
+    per_veu = 0.7 if veus <= 16 else max(0.06, 12.0 / veus)   # a GPU's hundred-odd vEUs
+    fig, axes = plt.subplots(len(timelines), 1,
+                             figsize=(12, 1.0 + per_veu * veus * len(timelines)),
                              squeeze=False, sharex=True)
     for ax, (name, spans) in zip(axes[:, 0], timelines.items()):
         for (v, k, _b, _e), (t0, t1) in zip(entries, spans):
@@ -149,7 +151,8 @@ def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
         for v, i in shown:
             t0 = spans[i][0] * 1e3
             ax.plot([t0, t0], [v - 0.45, v + 0.45], color="black", linewidth=0.6)
-        ax.set_yticks(range(veus), [f"vEU {v}" for v in range(veus)])
+        ticks = range(0, veus, max(1, veus // 16))     # a label every few of many vEUs
+        ax.set_yticks(ticks, [f"vEU {v}" for v in ticks])
         ax.set_ylim(veus - 0.5, -0.5)
         label = f"{title} — {name}" if title else name
         if waits and not shown:
@@ -164,6 +167,21 @@ def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
+
+
+def gpu_schedule_picture(comp: Any, path: Path) -> Path:
+    """The Gantt chart of a GPU plan over the SMs' vEUs, as Rammer's vDevice predicts it
+    (``comp``: a ``driver.Compilation`` built with a GPU schedule)."""
+    from ember.compiler import gpu
+    from ember.sched.vdevice import simulate
+
+    plan = comp.plan
+    spec = gpu.gpu_spec()
+    predicted = simulate(plan, comp.gpu_infos, gpu.vdevice(spec))
+    labels = [n.attrs["master"] for n in comp.fused]
+    return gantt(plan.entries(), labels, {f"predicted ({plan.policy}, {spec.name})": predicted},
+                 path, title=Path(str(comp.graph.name or "model")).name,
+                 waits=plan.waited_entries())
 
 
 def schedule_picture(comp: Any, cm: Any, path: Path) -> Path:

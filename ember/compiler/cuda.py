@@ -24,16 +24,59 @@ from ember.runtime.cuda_model import CudaModel
 from ember.runtime.cuda_toolchain import compile_cuda
 from ember.support import log, options
 
+LOG = log.LOG.getChild("cuda")
+
 
 def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | None = None,
                        schedule: str | None = None) -> CudaModel:
     """``schedule``: "rammer" or "ios" add the persistent program of that plan (one launch per
     inference, run by default); the kernels launched one by one (RammerBase) stay in the model
-    either way (``cm.mode``)."""
-    policy = schedule if schedule in ("rammer", "ios") else "sequential"
+    either way (``cm.mode``). "auto" with a GPU present times the launches (with and without a
+    CUDA graph) and both persistent programs on it and keeps the fastest; without one it is
+    "sequential" (nothing to measure on)."""
+    from ember.runtime import cuda_driver
+
+    auto = schedule in (None, "auto") and cuda_driver.available()
+    policy = "rammer" if auto else schedule if schedule in ("rammer", "ios") else "sequential"
     comp = driver.build_graph(g, num_threads=num_threads, topk=topk, target="cuda",
                               gpu_schedule=policy)
-    return to_cuda_model(comp)
+    cm = to_cuda_model(comp)
+    if not auto:
+        return cm
+    comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, driver.gpu.gpu_spec(), "ios")
+    return _fastest([cm, to_cuda_model(comp)])
+
+
+def _fastest(models: list[CudaModel]) -> CudaModel:
+    """Time every (model, mode) on the GPU with random inputs; the fastest, its mode set and
+    the measurements recorded (``meta["schedule"]``)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in models[0].input_specs:
+        shape, dt = tuple(int(d) for d in spec.shape), spec.dtype
+        feeds[spec.name] = (rng.integers(0, 2, shape).astype(dt) if dt.kind in "iub"
+                            else rng.standard_normal(shape).astype(dt))
+    timed = {}
+    for cm in models:
+        policy = cm.meta["persistent"]["policy"]
+        for mode, graph in (("launches", True), ("launches", False), ("persistent", True)):
+            if mode == "launches" and cm is not models[0]:
+                continue
+            cm.mode, cm.cuda_graph = mode, graph
+            label = policy if mode == "persistent" else f"sequential{'+graph' * graph}"
+            try:
+                times = cm.time_ms(feeds, 20)
+            except EmberError as e:
+                LOG.info("schedule %s: %s", label, e)
+                continue
+            timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph)
+    best = min(timed, key=lambda k: timed[k][0])
+    _, cm, mode, graph = timed[best]
+    cm.mode, cm.cuda_graph = mode, graph
+    cm.annotate("schedule", {"chosen": best, "measured_ms": {k: v[0] for k, v in timed.items()}})
+    return cm
 
 
 def to_cuda_model(comp: driver.Compilation) -> CudaModel:

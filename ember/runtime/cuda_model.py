@@ -69,7 +69,8 @@ class CudaModel:
         self.cuda_graph = bool(self._meta.get("cuda_graph", True))
         # "persistent": the plan's persistent program, one cooperative launch per inference
         # (compiled with schedule="rammer" / "ios"); "launches": the kernels one by one
-        self.mode = "persistent" if "persistent" in self._meta else "launches"
+        self.mode = self._meta.get("mode") or ("persistent" if "persistent" in self._meta
+                                               else "launches")
 
     # ------------------------------------------------------------------ description
     @property
@@ -87,6 +88,11 @@ class CudaModel:
     @property
     def output_names(self) -> list[str]:
         return [s.name for s in self._outputs]
+
+    @property
+    def input_specs(self) -> tuple[Any, ...]:
+        """Name, shape and dtype of each input."""
+        return tuple(self._inputs)
 
     @property
     def resources(self) -> dict[str, dict[str, dict[str, int]]]:
@@ -200,11 +206,18 @@ class CudaModel:
                                          records))
 
     # ------------------------------------------------------------------ artifacts
+    def annotate(self, key: str, value: Any) -> None:
+        """Record ``value`` (JSON-able) in the metadata; ``save`` keeps it."""
+        if key in ("inputs", "outputs", "launches", "persistent", "format"):
+            raise EmberError(f"meta[{key!r}] describes the program and cannot be annotated")
+        self._meta[key] = copy.deepcopy(value)
+
     def save(self, path: Any) -> Any:
+        meta = {**self._meta, "mode": self.mode, "cuda_graph": self.cuda_graph}
         members = {"params.bin": self._params.tobytes(), **self._images.to_members()}
         if self._source is not None:
             members["source.cu"] = self._source.encode()
-        return save_bundle(path, {**self._meta, "kind": KIND}, members)
+        return save_bundle(path, {**meta, "kind": KIND}, members)
 
 
 def load_cuda(path: Any) -> CudaModel:
