@@ -1,10 +1,13 @@
-"""``LSTMStep`` on the GPU: one hidden unit of one batch row per thread.
+"""``LSTMStep`` on the GPU: a block of ``U`` hidden units of one batch row per thread block,
+its reduction over ``k`` split among ``S`` slices of threads.
 
-Thread ``(b, j)`` starts its four gate accumulators (i, o, f, c) from the step's input
-projection ``x[b, g·H + j]``, walks ``k`` over the previous hidden state ``h[b, k]`` (the same
-word for every thread of a row: a broadcast) and the weights ``W[k, g·H + j]`` (consecutive
-threads, consecutive words: coalesced), then applies the cell update in registers with the
-CPU's functions (``em_expf`` / ``em_tanhf``) and stores ``Ht`` and ``Ct``.
+Thread ``(s, u)`` sums its slice of ``k`` for the four gates (i, o, f, c) of unit ``u``:
+``h[b, k]`` is one word for the ``U`` threads of a slice, ``W[k, g·H + j0 + u]`` ``U``
+consecutive words. The partial sums meet in shared memory; ``4·U`` threads add the slices to
+the step's input projection ``x[b, g·H + j]``, and ``U`` threads apply the cell update with the
+CPU's functions (``em_expf`` / ``em_tanhf``) and store ``Ht`` and ``Ct``. A step is
+``B·H / U`` blocks: LSTM-TC's (H = 256) spreads over 32 SMs, where a unit per thread kept it on
+two, each pulling all of ``W`` through its own L2 bandwidth.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from ember.errors import CompileError
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT
 from ember.kernel.gpu.base import GpuKernel
-from ember.kernel.gpu.generic import grid, thread_index
 from ember.loops.ir import (
+    BLOCK,
+    THREAD,
     Alloc,
+    Barrier,
     Bin,
     Buffer,
     Call,
@@ -33,7 +38,8 @@ from ember.loops.ir import (
 )
 from ember.lower.computes import static_shape
 
-THREADS = 128
+U = 8          # hidden units per block
+S = 32         # slices of k: U x S = 256 threads
 
 
 def applicable(body: Graph) -> bool:
@@ -55,37 +61,67 @@ def build_lstm_step(name: str, body: Graph) -> GpuKernel:
     w = Buffer(f"{name}_w", k * 4 * hid)
     args: list = [(out, OUTPUT), (h, body.inputs.index(h_v)), (c, body.inputs.index(c_v)),
                   (x, body.inputs.index(x_v)), (w, w_v.const)]
-    acc = Buffer("gates", 4, "float32", Scope.LOCAL)
-    gid, b, j, kk, g = Var("gid"), Var("b"), Var("j"), Var("kk"), Var("g")
     f32 = "float32"
-
-    def gate(i: int) -> Expr:
-        return Load(acc, Const(i))
+    nub = -(-hid // U)
+    ks = -(-k // S)
+    part = Buffer("part", 4, f32, Scope.LOCAL)
+    red = Buffer("red", S * 4 * U, f32, Scope.SHARED)
+    gate = Buffer("gate", 4 * U, f32, Scope.SHARED)
+    b, j0, u, sl, kk, g, q = (Var(n) for n in ("b", "j0", "u", "sl", "kk", "g", "q"))
+    u1 = u
+    j = Bin("+", j0, u)
+    kv = Bin("+", Bin("*", sl, Const(ks)), kk)
 
     def sigmoid(v: Expr) -> Expr:
         return Bin("/", Const(1.0, f32), Bin("+", Const(1.0, f32),
                                              Call("exp", (Bin("-", Const(0.0, f32), v),), f32)))
 
-    init = For(g, Const(0), Const(4), Store(acc, g, Load(x, Bin(
-        "+", Bin("*", b, Const(4 * hid)), Bin("+", Bin("*", g, Const(hid)), j)))),
-        ForKind.UNROLLED)
-    hv = Load(h, Bin("+", Bin("*", b, Const(k)), kk))
-    update = For(kk, Const(0), Const(k), For(g, Const(0), Const(4), Store(acc, g, Bin(
-        "+", Load(acc, g), Bin("*", hv, Load(w, Bin("+", Bin("*", kk, Const(4 * hid)),
-                                                    Bin("+", Bin("*", g, Const(hid)), j)))))),
-        ForKind.UNROLLED))
+    valid_j = Bin("<", j, Const(hid))
+    in_k = Bin("<", kv, Const(k))
+    wv = Load(w, Bin("+", Bin("*", kv, Const(4 * hid)), Bin("+", Bin("*", g, Const(hid)), j)))
+    hv = Load(h, Bin("+", Bin("*", b, Const(k)), kv))
+    acc = For(kk, Const(0), Const(ks), If(in_k, For(g, Const(0), Const(4), Store(
+        part, g, Bin("+", Load(part, g), Bin("*", hv, wv))), ForKind.UNROLLED)))
+    if k % S == 0:
+        acc = For(kk, Const(0), Const(ks), For(g, Const(0), Const(4), Store(
+            part, g, Bin("+", Load(part, g), Bin("*", hv, wv))), ForKind.UNROLLED))
+    slice_sums = Alloc(part, seq(
+        For(g, Const(0), Const(4), Store(part, g, Const(0.0, f32)), ForKind.UNROLLED),
+        If(valid_j, acc),
+        For(g, Const(0), Const(4), Store(red, Bin("+", Bin("*", Bin("+", Bin("*", sl, Const(4)),
+                                                                   g), Const(U)), u),
+                                         Load(part, g)), ForKind.UNROLLED)))
+    # 4 U threads: gate (g, u) = x + the slices' sums (their own variables: each Let is a
+    # declaration in the block's scope)
+    gu, u, g = Var("gu"), Var("u2"), Var("g2")
+    j = Bin("+", j0, u)
+    valid_j = Bin("<", j, Const(hid))
+    x_at = Bin("+", Bin("*", b, Const(4 * hid)), Bin("+", Bin("*", g, Const(hid)), j))
+    red_at = Bin("+", Bin("*", Bin("+", Bin("*", q, Const(4)), g), Const(U)), u)
+    add = For(q, Const(0), Const(S), Store(gate, gu, Bin("+", Load(gate, gu), Load(red, red_at))))
+    sums = If(valid_j, seq(Store(gate, gu, Load(x, x_at)), add))
+    gsum = Let(gu, THREAD, If(Bin("<", gu, Const(4 * U)), Let(
+        g, Bin("//", gu, Const(U)), Let(u, Bin("%", gu, Const(U)), sums))))
     cn = Var("cn", f32)
-    cell = Bin("+", Bin("*", sigmoid(gate(2)), Load(c, Bin("+", Bin("*", b, Const(hid)), j))),
-               Bin("*", sigmoid(gate(0)), Call("tanh", (gate(3),), f32)))
+    u = Var("u3")
+    j = Bin("+", j0, u)
+    valid_j = Bin("<", j, Const(hid))
+
+    def gv(i: int) -> Expr:
+        return Load(gate, Bin("+", Const(i * U), u))
+
     at = Bin("+", Bin("*", b, Const(hid)), j)
-    fin = Let(cn, cell, seq(
-        Store(out, at, Bin("*", sigmoid(gate(1)), Call("tanh", (cn,), f32))),
-        Store(out, Bin("+", Const(batch * hid), at), cn)))
-    body_stmt = Alloc(acc, seq(init, update, fin))
-    idx = thread_index(THREADS)
-    stmt = Let(gid, idx, If(Bin("<", gid, Const(batch * hid)), Let(
-        b, Bin("//", gid, Const(hid)), Let(j, Bin("%", gid, Const(hid)), body_stmt))))
-    return GpuKernel(name, stmt, grid(batch * hid, THREADS), THREADS, args,
-                     flops=2 * batch * k * 4 * hid,
+    cell = Bin("+", Bin("*", sigmoid(gv(2)), Load(c, at)),
+               Bin("*", sigmoid(gv(0)), Call("tanh", (gv(3),), f32)))
+    update = Let(u, THREAD, If(Bin("&&", Bin("<", u, Const(U)), valid_j), Let(cn, cell, seq(
+        Store(out, at, Bin("*", sigmoid(gv(1)), Call("tanh", (cn,), f32))),
+        Store(out, Bin("+", Const(batch * hid), at), cn)))))
+    per_thread = Let(u1, Bin("%", THREAD, Const(U)), Let(sl, Bin("//", THREAD, Const(U)),
+                                                          slice_sums))
+    body_stmt = seq(per_thread, Barrier(), gsum, Barrier(), update)
+    stmt = Alloc(red, Alloc(gate, Let(b, Bin("//", BLOCK, Const(nub)),
+                                      Let(j0, Bin("*", Bin("%", BLOCK, Const(nub)), Const(U)),
+                                          body_stmt))))
+    return GpuKernel(name, stmt, batch * nub, U * S, args, flops=2 * batch * k * 4 * hid,
                      doc=f"{body.name}: LSTM step B={batch} K={k} H={hid}",
-                     schedule=f"one hidden unit per thread, {THREADS} threads per block")
+                     schedule=f"{U} hidden units per block, k in {S} slices, {U * S} threads")
