@@ -87,11 +87,13 @@ def to_cuda_model(comp: driver.Compilation) -> CudaModel:
     source = prog.source
     persistent = None
     if comp.interleaved:     # a GPU plan: its persistent program too
-        block = max(k.threads for k in comp.gpu_kernels)
-        extra, fid, width, pool = emit_persistent(comp.gpu_kernels, block)
+        program = comp.gpu_kernels + [k for _, k in comp.gpu_variants]
+        block = max(k.threads for k in program)
+        extra, fid, width, pool = emit_persistent(program, block)
         source += extra
         persistent = _persistent_meta(comp, block, pool)
-        persistent.update(fid=fid, width=width)
+        persistent.update(fid=fid, width=width,
+                          rows=[ln["args"] for ln in launches] + comp.variant_args)
     run.add("CUDA C", time.perf_counter() - t, f"{len(source) // 1024} KiB")
     t = time.perf_counter()
     archs = options.current().cuda_arch
@@ -144,11 +146,7 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
             return ["out", s.index, s.offset]
         return ["ws", 0, s.index + s.offset]
 
-    launches = []
-    symbols: dict[int, str] = {}
-    for n, gk in zip(fused, comp.gpu_kernels):
-        if id(gk) not in symbols:
-            symbols[id(gk)] = render_kernel(gk).symbol
+    def bind(n: Any, gk: Any) -> list[list[Any]]:
         src = dict((id(b), s) for b, s in gk.args)
         args = []
         for b in params_of(gk):
@@ -162,8 +160,18 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
                 if v is None:
                     raise EmberError(f"node {n.name!r}: kernel reads an absent input {s}")
                 args.append(where(v))
+        return args
+
+    launches = []
+    symbols: dict[int, str] = {}
+    for n, gk in zip(fused, comp.gpu_kernels):
+        if id(gk) not in symbols:
+            symbols[id(gk)] = render_kernel(gk).symbol
+        args = bind(n, gk)
         if not isinstance(gk.blocks, int):
             raise EmberError(f"node {n.name!r}: a symbolic grid needs the CUDA VM (not yet)")
         launches.append({"kernel": symbols[id(gk)], "grid": int(gk.blocks),
                          "block": gk.threads, "args": args, "node": n.name})
+    # the efficient rKernels a GPU plan may run instead (on their operators' tensors)
+    comp.variant_args = [bind(fused[op], gk) for op, gk in comp.gpu_variants]
     return launches, blob.array()

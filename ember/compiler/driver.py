@@ -72,6 +72,8 @@ class Compilation:
     # the plan's vEUs are GPU vEUs run in turn by one CPU thread (cuda-sim of a GPU plan)
     interleaved: bool = False
     gpu_infos: list[Any] = field(default_factory=list)      # the GPU vDevice's rOperators
+    gpu_variants: list[Any] = field(default_factory=list)   # (operator, efficient GpuKernel)
+    variant_args: list[Any] = field(default_factory=list)   # their bound pointer arguments
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -252,10 +254,16 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     comp.kernels = [simulate(k) for k in comp.gpu_kernels]
     comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     if policy in ("rammer", "ios"):
+        deps = kernel_dependencies(comp.graph)
         costs = [kernel_cost(n, k) for n, k in zip(fused, comp.kernels)]
-        comp.gpu_infos = gpu.kernel_infos(comp.gpu_kernels, costs,
-                                          kernel_dependencies(comp.graph), spec)
+        comp.gpu_variants = gpu.efficient_variants(fused, comp.gpu_kernels,
+                                                   _side_by_side(deps), spec, _body_key)
+        comp.gpu_infos = gpu.kernel_infos(comp.gpu_kernels, costs, deps, spec,
+                                          comp.gpu_variants)
         comp.plan = gpu.gpu_plan(comp.gpu_infos, spec, policy)
+        comp.plan, comp.gpu_infos, comp.gpu_variants = gpu.drop_unused(
+            comp.plan, comp.gpu_infos, comp.gpu_variants)
+        comp.variants = [(op, simulate(k)) for op, k in comp.gpu_variants]
         comp.interleaved = True
     comp.timings["construct"] = time.perf_counter() - t
     run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "

@@ -15,7 +15,7 @@ from ember.kernel.gpu.select import build_gpu_kernel
 from ember.kernel.roller.hal import GPU_SPECS, DeviceSpec, load_spec
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import ExecutionPlan
-from ember.sched.vdevice import KernelInfo, VDevice, makespan
+from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan
 from ember.support import log, options
 
 TARGETS = ("cpu", "cuda", "cuda-sim")
@@ -107,20 +107,58 @@ def vdevice(spec: DeviceSpec) -> VDevice:
     return VDevice(spec.units, wait_s=1.0e-6, task_overhead_s=BLOCK_OVERHEAD_S)
 
 
+def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int],
+                       spec: DeviceSpec, key: object) -> list[tuple[int, GpuKernel]]:
+    """Rammer's efficient rKernels on the GPU (§3.3): for each dense operator in ``ops`` (those
+    sharing a wave with others), its GEMM constructed as if for one SM (the largest block
+    tile the model prefers there: fewer, larger rTasks, the least total work), kept where it
+    has fewer blocks than the operator's own."""
+    from dataclasses import replace
+
+    from ember.kernel.gpu import dense
+
+    one = replace(spec, units=1)
+    prec = options.current().precision
+    built: dict[tuple, GpuKernel | None] = {}
+    out = []
+    for i, (n, k) in enumerate(zip(fused, kernels)):
+        body = n.attrs["body"]
+        if i not in ops or not dense.applicable(body):
+            continue
+        kk = key(n)  # type: ignore[operator]
+        if kk not in built:
+            e = dense.build_dense(f"{n.attrs['master'].lower()}{i}e", body, one,
+                                  precision=prec)
+            built[kk] = e if int(e.blocks) < int(k.blocks) else None
+        var = built[kk]
+        if var is not None:
+            out.append((i, var))
+    return out
+
+
 def kernel_infos(kernels: list[GpuKernel], costs: list[tuple[int, int]],
-                 deps: list[tuple[int, ...]], spec: DeviceSpec) -> list[KernelInfo]:
+                 deps: list[tuple[int, ...]], spec: DeviceSpec,
+                 variants: list[tuple[int, GpuKernel]] = ()) -> list[KernelInfo]:
     """Each operator as the schedulers see it: its blocks (rTasks), the operators it follows,
     and one block's predicted seconds on one SM: its share of the kernel's flops at the SM's
     peak (a block of few warps issues at a fraction of it) or of its bytes at the SM's share
     of HBM bandwidth, whichever is longer."""
-    out = []
-    for i, (gk, (flops, nbytes), d) in enumerate(zip(kernels, costs, deps)):
+    def block_s(gk: GpuKernel, flops: int, nbytes: int) -> float:
         blocks = max(1, int(gk.blocks))
         issue = min(1.0, gk.threads / 256)
         peak = spec.peak_gflops * 1e9 * issue * (8.0 if "TensorCore" in gk.schedule else 1.0)
         bw = spec.bandwidth("HBM") * 1e9 / spec.units
-        task = max(flops / blocks / peak, nbytes / blocks / bw) + 2e-7
-        out.append(KernelInfo(gk.name or f"k{i}", blocks, tuple(d), task))
+        return max(flops / blocks / peak, nbytes / blocks / bw) + 2e-7
+
+    eff = {op: (len(kernels) + j, gk) for j, (op, gk) in enumerate(variants)}
+    out = []
+    for i, (gk, (flops, nbytes), d) in enumerate(zip(kernels, costs, deps)):
+        e = None
+        if i in eff:
+            kernel, var = eff[i]
+            e = Variant(kernel, int(var.blocks), block_s(var, flops, nbytes))
+        out.append(KernelInfo(gk.name or f"k{i}", max(1, int(gk.blocks)), tuple(d),
+                              block_s(gk, flops, nbytes), e))
     return out
 
 
@@ -129,13 +167,38 @@ def gpu_plan(infos: list[KernelInfo], spec: DeviceSpec, policy: str) -> Executio
     vDevice)."""
     dev = vdevice(spec)
     if policy == "rammer":
-        plan = rammer.schedule(infos, dev, select=False)
+        plan = rammer.schedule(infos, dev, select=True)
     elif policy == "ios":
         plan = ios.schedule(infos, dev)
     else:
         plan = sequential.schedule([k.ntasks for k in infos], dev.num_veus)
-    plan.validate([k.ntasks for k in infos])
+    variants = sorted((k.efficient.kernel, k.efficient.ntasks, i) for i, k in enumerate(infos)
+                      if k.efficient is not None)
+    plan.validate([k.ntasks for k in infos] + [n for _, n, _ in variants],
+                  list(range(len(infos))) + [i for _, _, i in variants])
     return plan
+
+
+def drop_unused(plan: ExecutionPlan, infos: list[KernelInfo],
+                variants: list[tuple[int, GpuKernel]]
+                ) -> tuple[ExecutionPlan, list[KernelInfo], list[tuple[int, GpuKernel]]]:
+    """The plan, rOperators and efficient rKernels with only the rKernels the plan runs (the
+    others would only lengthen the program), renumbered."""
+    from dataclasses import replace
+
+    from ember.sched.plan import RTask
+
+    nops = len(infos)
+    used = sorted({e.kernel for p in plan.programs for e in p
+                   if isinstance(e, RTask) and e.kernel >= nops})
+    renumber = {k: nops + j for j, k in enumerate(used)}
+    keep = [variants[k - nops] for k in used]
+    programs = [[RTask(renumber.get(e.kernel, e.kernel), e.begin, e.end)
+                 if isinstance(e, RTask) else e for e in p] for p in plan.programs]
+    new_infos = [replace(k, efficient=replace(k.efficient, kernel=renumber[k.efficient.kernel])
+                         if k.efficient is not None and k.efficient.kernel in renumber
+                         else None) for k in infos]
+    return ExecutionPlan(plan.num_veus, programs, plan.policy), new_infos, keep
 
 
 def predicted_s(plan: ExecutionPlan, infos: list[KernelInfo], spec: DeviceSpec) -> float:

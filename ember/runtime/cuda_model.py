@@ -381,8 +381,8 @@ class _Persistent:
         # row k: program kernel k's pointer arguments, resolved here (inputs' rows again
         # when the input addresses change)
         width = int(p["width"])
-        self.table = np.zeros((len(dev.launches), width), np.uint64)
-        self.rows = [launch["args"] for launch in dev.meta_launches]
+        self.rows = p.get("rows") or [launch["args"] for launch in dev.meta_launches]
+        self.table = np.zeros((len(self.rows), width), np.uint64)
         self._fill(dev, [b.ptr for b in dev.inputs])
         self.args = _upload(self.table)
         self.fid = _upload(np.asarray(p["fid"] or [0], np.int32))

@@ -127,3 +127,19 @@ def test_persistent_program_compiles_for_sm90(name: str, monkeypatch: pytest.Mon
     assert "em_program" in cm.resources["sm_90"]
     assert all(r["spill_stores"] == 0 for r in cm.resources["sm_90"].values())
     assert "st.release.gpu" in cm.source and "ld.acquire.gpu" in cm.source
+
+
+def test_unused_efficient_rkernels_are_dropped_and_the_rest_renumbered() -> None:
+    from ember.compiler.gpu import drop_unused
+    from ember.sched.vdevice import KernelInfo, Variant
+
+    infos = [KernelInfo("a", 4, (), 1e-6, Variant(2, 1, 3e-6)),
+             KernelInfo("b", 4, (0,), 1e-6, Variant(3, 2, 2e-6))]
+    plan = ExecutionPlan(2, [[RTask(0, 0, 2), Wait(((1, 1),)), RTask(3, 0, 1)],
+                             [RTask(0, 2, 4), RTask(3, 1, 2)]], "rammer")
+    variants = [(0, "eff-a"), (1, "eff-b")]
+    plan2, infos2, kept = drop_unused(plan, infos, variants)   # type: ignore[arg-type]
+    assert kept == [(1, "eff-b")]
+    assert [e.kernel for p in plan2.programs for e in p if isinstance(e, RTask)] == [0, 2, 0, 2]
+    assert infos2[0].efficient is None and infos2[1].efficient.kernel == 2
+    plan2.validate([4, 4, 2], [0, 1, 1])
