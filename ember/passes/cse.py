@@ -16,8 +16,10 @@ from ember.ir.graph import Graph, Value
 def _const_key(v: Value) -> tuple:
     arr = v.const
     assert arr is not None
-    return (str(arr.dtype), arr.shape, hashlib.sha1(np.ascontiguousarray(arr).data)
-            .hexdigest())
+    # hashed as bytes: a buffer of ml_dtypes' types (bfloat16, float8...) has no format that
+    # memoryview can export
+    raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return (str(arr.dtype), arr.shape, hashlib.sha1(raw.data).hexdigest())
 
 
 def _canonical_constants(g: Graph) -> dict[int, Value]:

@@ -180,3 +180,25 @@ def test_instance_norm_scale_per_symbolic_channel_is_checked() -> None:
     cm = ember.compile(m)
     with pytest.raises(InputError, match=r"input 'x'"):
         cm.run({"x": np.ones((1, 3, 4), np.float32)})
+
+
+def test_equal_bfloat16_constants_are_merged_not_a_raw_error() -> None:
+    """CSE hashed colliding constants through memoryview, which has no format for ml_dtypes'
+    bfloat16 ("cannot include dtype 'E' in a buffer"): onnx's bf16 attention cases failed."""
+    import ml_dtypes
+    from onnx import TensorProto, helper, numpy_helper
+
+    import ember
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16)
+    inits = [numpy_helper.from_array(w, "w1"), numpy_helper.from_array(w.copy(), "w2")]
+    for t in inits:
+        t.data_type = TensorProto.BFLOAT16
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w1"], ["a"]), helper.make_node("Add", ["a", "w2"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 3])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.ones((2, 3), ml_dtypes.bfloat16)
+    y = ember.compile(m).run({"x": x})["y"]
+    np.testing.assert_array_equal(y.astype(np.float32), 1 + 2 * w.astype(np.float32))
