@@ -261,9 +261,15 @@ PERSISTENT = r"""
    with n rTasks ends at (epoch + 1) * n); a barrier's waits are read by the block's threads in
    parallel, each spinning (with backoff) until the counter it reads is far enough. Release
    and acquire at GPU scope order the tensors written before a step with the reads after the
-   wait. */
+   wait. With `prof` set, thread 0 records each rTask's start and end (the GPU's globaltimer,
+   ns) at prof[2 i], prof[2 i + 1] for plan entry i: the costs Rammer and IOS plan with. */
 static __device__ __forceinline__ void em_publish(unsigned long long *at, unsigned long long v) {
   asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(at), "l"(v) : "memory");
+}
+static __device__ __forceinline__ unsigned long long em_globaltimer(void) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 static __device__ __forceinline__ unsigned long long em_observe(const unsigned long long *at) {
   unsigned long long v;
@@ -273,16 +279,23 @@ static __device__ __forceinline__ unsigned long long em_observe(const unsigned l
 extern "C" __global__ void __launch_bounds__(%(BT)d, 1) em_program(
     const unsigned long long *args, const int *fid, const long long *plan,
     const long long *plan_at, const long long *wl, const long long *wl_at,
-    unsigned long long *steps, const long long *nsteps, long long epoch) {
+    unsigned long long *steps, const long long *nsteps, long long epoch,
+    unsigned long long *prof) {
   extern __shared__ __align__(16) char em_smem[];
   const int v = blockIdx.x;
   unsigned long long step = 0;
   for (long long i = plan_at[v]; i < plan_at[v + 1]; ++i) {
     const long long *p = plan + 3 * i;
     if (p[0] >= 0) {
+      unsigned long long t0 = 0;
+      if (prof != 0 && threadIdx.x == 0) t0 = em_globaltimer();
       for (long long t = p[1]; t < p[2]; ++t) {
         em_dispatch(fid[p[0]], t, em_smem, args + %(W)d * p[0]);
         __syncthreads();
+      }
+      if (prof != 0 && threadIdx.x == 0) {   /* the rTask's start and end (ns) */
+        prof[2 * i] = t0;
+        prof[2 * i + 1] = em_globaltimer();
       }
       ++step;
       if (threadIdx.x == 0) {

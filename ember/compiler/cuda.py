@@ -31,9 +31,10 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
                        schedule: str | None = None) -> CudaModel:
     """``schedule``: "rammer" or "ios" add the persistent program of that plan (one launch per
     inference, run by default); the kernels launched one by one (RammerBase) stay in the model
-    either way (``cm.mode``). "auto" with a GPU present times the launches (with and without a
-    CUDA graph) and both persistent programs on it and keeps the fastest; without one it is
-    "sequential" (nothing to measure on)."""
+    either way (``cm.mode``). "auto" with a GPU present profiles the Rammer program's rTasks
+    on it, plans Rammer and IOS again on the measured costs, times the launches (with and
+    without a CUDA graph) and both persistent programs, and keeps the fastest; without one it
+    is "sequential" (nothing to measure on)."""
     from ember.runtime import cuda_driver
 
     auto = schedule in (None, "auto") and cuda_driver.available()
@@ -43,21 +44,45 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     cm = to_cuda_model(comp)
     if not auto:
         return cm
-    comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, driver.gpu.gpu_spec(), "ios")
-    return _fastest([cm, to_cuda_model(comp)])
+    # Rammer and IOS again on the rTask costs measured on this GPU (Rammer's profiling step)
+    measured = cm.profile_rtasks(_random_feeds(cm))
+    comp.gpu_infos = _with_costs(comp.gpu_infos, measured)
+    spec = driver.gpu.gpu_spec()
+    models = []
+    for policy in ("rammer", "ios"):
+        comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, spec, policy)
+        models.append(to_cuda_model(comp))
+    return _fastest(models)
+
+
+def _with_costs(infos: list[Any], measured: dict[int, float]) -> list[Any]:
+    from dataclasses import replace
+
+    out = []
+    for i, k in enumerate(infos):
+        eff = k.efficient
+        if eff is not None and eff.kernel in measured:
+            eff = replace(eff, task_s=measured[eff.kernel])
+        out.append(replace(k, task_s=measured.get(i, k.task_s), efficient=eff))
+    return out
+
+
+def _random_feeds(cm: CudaModel) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in cm.input_specs:
+        shape, dt = tuple(int(d) for d in spec.shape), spec.dtype
+        feeds[spec.name] = (rng.integers(0, 2, shape).astype(dt) if dt.kind in "iub"
+                            else rng.standard_normal(shape).astype(dt))
+    return feeds
 
 
 def _fastest(models: list[CudaModel]) -> CudaModel:
     """Time every (model, mode) on the GPU with random inputs; the fastest, its mode set and
     the measurements recorded (``meta["schedule"]``)."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for spec in models[0].input_specs:
-        shape, dt = tuple(int(d) for d in spec.shape), spec.dtype
-        feeds[spec.name] = (rng.integers(0, 2, shape).astype(dt) if dt.kind in "iub"
-                            else rng.standard_normal(shape).astype(dt))
+    feeds = _random_feeds(models[0])
     timed = {}
     for cm in models:
         policy = cm.meta["persistent"]["policy"]

@@ -81,6 +81,10 @@ def key(model: Any, input_shapes: Any, opts: Options, threads: int,
             "sanitize": list(opts.sanitize), "residue": opts.residue_variants,
             "spec": spec, "cc": opts.cc or "", "target": target, "gpu": opts.gpu or "",
             "cuda_arch": list(opts.cuda_arch), "precision": opts.precision}
+    if target == "cuda":     # kernels and plans are chosen for (and measured on) the GPU present
+        from ember.runtime import cuda_driver
+
+        what["device"] = cuda_driver.device_info(0).name if cuda_driver.available() else ""
     h = hashlib.blake2b(data, digest_size=20)
     h.update(json.dumps(what, sort_keys=True, default=str).encode())
     return h.hexdigest()

@@ -138,6 +138,24 @@ class CudaModel:
             out.append(timer.stop(dev.stream))
         return out
 
+    def profile_rtasks(self, feeds: Mapping[str, Any], runs: int = 5) -> dict[int, float]:
+        """Seconds one block of each program kernel takes on one vEU, measured in the
+        persistent program (its rTasks timed with the GPU's globaltimer; the median over
+        ``runs`` runs of each rTask's time per block)."""
+        self._execute(feeds, device=True)
+        dev = self._device()
+        if dev.persistent is None:
+            raise EmberError("profile_rtasks needs a persistent program (schedule='rammer' "
+                             "or 'ios')")
+        plan = np.asarray(self._meta["persistent"]["plan"], np.int64).reshape(-1, 3)
+        samples: dict[int, list[float]] = {}
+        for _ in range(runs):
+            spans = dev.persistent.profile(dev)
+            for (k, b, e), (t0, t1) in zip(plan, spans):
+                if k >= 0 and e > b and t1 > t0:
+                    samples.setdefault(int(k), []).append((int(t1) - int(t0)) * 1e-9 / (e - b))
+        return {k: float(np.median(v)) for k, v in samples.items()}
+
     def _launch(self, dev: _DeviceState) -> None:
         if self.mode == "persistent":
             if dev.persistent is None:
@@ -387,11 +405,13 @@ class _Persistent:
         self.args = _upload(self.table)
         self.fid = _upload(np.asarray(p["fid"] or [0], np.int32))
         self.epoch = ctypes.c_longlong(0)
+        self.prof = ctypes.c_uint64(0)     # a device buffer of 2 per plan entry, or 0
+        self.entries = len(p["plan"]) // 3
         cells = [ctypes.c_uint64(self.args.ptr), ctypes.c_uint64(self.fid.ptr),
                  *(ctypes.c_uint64(self.arrays[k].ptr) for k in ("plan", "plan_at", "wl",
                                                                  "wl_at")),
                  ctypes.c_uint64(self.steps.ptr), ctypes.c_uint64(self.arrays["nsteps"].ptr)]
-        self.cells = [*cells, self.epoch]
+        self.cells = [*cells, self.epoch, self.prof]
         self.argv = (ctypes.c_void_p * len(self.cells))(
             *[ctypes.cast(ctypes.byref(c), ctypes.c_void_p) for c in self.cells])
 
@@ -409,6 +429,20 @@ class _Persistent:
         cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
                 self.smem, dev.stream.handle, self.argv)
         self.epoch.value += 1
+
+    def profile(self, dev: _DeviceState) -> np.ndarray:
+        """One run with timing on: (start, end) ns of every plan entry (0 for waits)."""
+        buf = cu.DeviceBuffer(16 * max(self.entries, 1))
+        cu.call("cuMemsetD8Async", buf.ptr, 0, buf.nbytes, dev.stream.handle)
+        self.prof.value = buf.ptr
+        try:
+            self.launch(dev)
+            dev.stream.sync()
+        finally:
+            self.prof.value = 0
+        out = np.zeros((max(self.entries, 1), 2), np.uint64)
+        cu.call("cuMemcpyDtoH_v2", out.ctypes.data, cu.CUdeviceptr(buf.ptr), out.nbytes)
+        return out[:self.entries]
 
 
 def _upload(arr: np.ndarray) -> cu.DeviceBuffer:

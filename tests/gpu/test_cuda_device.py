@@ -89,3 +89,10 @@ def test_persistent_programs_on_the_gpu_match_onnxruntime(name: str, policy: str
         for o, w in zip(cm.output_names, want):
             np.testing.assert_allclose(got[o], w, rtol=1e-4,
                                        atol=1e-5 * max(1.0, float(np.abs(w).max())))
+
+
+def test_rtask_costs_are_measured_in_the_persistent_program() -> None:
+    cm = ember.compile(zoo.build("squeezenet1_1"), target="cuda", schedule="rammer")
+    costs = cm.profile_rtasks(zoo.random_inputs("squeezenet1_1"), runs=3)
+    assert set(costs) >= set(range(len(cm.meta["launches"])))
+    assert all(0 < c < 1e-2 for c in costs.values())
