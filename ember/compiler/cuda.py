@@ -55,6 +55,33 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     return _fastest(models)
 
 
+SPILL_BUDGETS = (96, 64)   # the thread tile's register estimate after a spill, then another
+
+
+def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int) -> bool:
+    """Rebuild the dense kernels whose code ptxas spilled with a thread tile of fewer
+    registers (Roller's estimate misses what an epilogue or an implicit-GEMM gather keeps
+    live); False when none of them is a dense kernel."""
+    from ember.codegen.cuda import render_kernel
+    from ember.kernel.gpu import dense
+    from ember.kernel.gpu.sim import simulate
+
+    spec = driver.gpu.gpu_spec()
+    prec = options.current().precision
+    new: dict[int, Any] = {}
+    for n, gk in zip(comp.fused, comp.gpu_kernels):
+        body = n.attrs["body"]
+        if id(gk) in new or not dense.applicable(body) or render_kernel(gk).symbol not in spilled:
+            continue
+        new[id(gk)] = dense.build_dense(gk.name, body, spec, precision=prec, budget=budget)
+        LOG.info("kernel %s spilled: rebuilt with %s", gk.name, new[id(gk)].schedule)
+    if not new:
+        return False
+    comp.gpu_kernels = [new.get(id(k), k) for k in comp.gpu_kernels]
+    comp.kernels = [simulate(k) for k in comp.gpu_kernels]
+    return True
+
+
 def _with_costs(infos: list[Any], measured: dict[int, float]) -> list[Any]:
     from dataclasses import replace
 
@@ -104,7 +131,7 @@ def _fastest(models: list[CudaModel]) -> CudaModel:
     return cm
 
 
-def to_cuda_model(comp: driver.Compilation) -> CudaModel:
+def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
     run = log.current_run()
     t = time.perf_counter()
     launches, params = bind_launches(comp)
@@ -124,6 +151,11 @@ def to_cuda_model(comp: driver.Compilation) -> CudaModel:
     archs = options.current().cuda_arch
     images = compile_cuda(source, archs)
     run.add("nvcc", time.perf_counter() - t, ", ".join(archs))
+    spilled = {sym for kernels in images.resources.values() for sym, r in kernels.items()
+               if r.get("spill_stores") or r.get("spill_loads")}
+    if spilled and attempt < len(SPILL_BUDGETS) and _rebuild_spilled(comp, spilled,
+                                                                     SPILL_BUDGETS[attempt]):
+        return to_cuda_model(comp, attempt + 1)
     comp.source = source
     meta = driver._meta(comp)
     for key in ("plan", "gpu_plan", "isa"):

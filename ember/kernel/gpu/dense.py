@@ -104,9 +104,11 @@ def applicable(body: Graph) -> bool:
 
 
 def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
-                tile: GemmTile | None = None, precision: str = "fp32") -> GpuKernel:
+                tile: GemmTile | None = None, precision: str = "fp32",
+                budget: int = gemm_gpu.REG_BUDGET) -> GpuKernel:
     """The group's GEMM kernel: FFMA in fp32, or on TensorCores (``precision`` tf32, fp16,
-    bf16: operands rounded to it, float32 accumulators)."""
+    bf16: operands rounded to it, float32 accumulators); ``budget``: the thread tile's
+    estimated registers at most."""
     m = body.nodes[0]
     gm = _conv(name, body, m) if m.op == "ConvNHWC" else _matmul(name, body, m)
     epi = _epilogue(name, body, m, gm)
@@ -114,12 +116,13 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     doc = f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})"
     if precision != "fp32":
         shape = mma.SHAPES[precision]
-        tc = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk)[0]
+        tc = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk,
+                                   budget)[0]
         stmt, blocks = _gemm_tc(gm, tc, epi, shape)
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
                                   f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled)")
-    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk)[0]
+    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk, budget)[0]
     stmt, blocks = _gemm(gm, t, epi)
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)")

@@ -59,7 +59,7 @@ def _pow2_upto(n: int, lo: int = 1) -> list[int]:
     return out
 
 
-def candidates(M: int, N: int, K: int) -> list[GemmTile]:
+def candidates(M: int, N: int, K: int, budget: int = REG_BUDGET) -> list[GemmTile]:
     """Aligned tiles for an ``M × N × K`` product."""
     out = []
     # tiles past the operator's extent only pad (the model charges the waste); at least one
@@ -76,7 +76,7 @@ def candidates(M: int, N: int, K: int) -> list[GemmTile]:
                         t = GemmTile(bm, bn, bk, tm, tn)
                         if t.threads % 32 or not 32 <= t.threads <= MAX_THREADS:
                             continue
-                        if t.smem_bytes() > SMEM_BLOCK or t.registers() > REG_BUDGET:
+                        if t.smem_bytes() > SMEM_BLOCK or t.registers() > budget:
                             continue
                         out.append(t)
     return out
@@ -112,10 +112,11 @@ def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> 
 
 
 def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
-              topk: int = 1) -> list[GemmTile]:
-    """The ``topk`` best tiles for the product, best first."""
+              topk: int = 1, budget: int = REG_BUDGET) -> list[GemmTile]:
+    """The ``topk`` best tiles for the product, best first; ``budget``: the registers a
+    thread's tile may take by the estimate (lowered when ptxas reported a spill)."""
     ranked = sorted(((model(t, M, N, K, batch, spec), -t.BM * t.BN, t)
-                     for t in candidates(M, N, K)), key=lambda r: (r[0], r[1]))
+                     for t in candidates(M, N, K, budget)), key=lambda r: (r[0], r[1]))
     out = []
     for us, _, t in ranked[:max(1, topk)]:
         out.append(GemmTile(t.BM, t.BN, t.BK, t.TM, t.TN, round(us, 3)))
@@ -176,7 +177,8 @@ class TcTile:
                 f"{self.MT}x{self.NT} mma tiles, {self.threads} threads")
 
 
-def tc_candidates(M: int, N: int, K: int, precision: str) -> list[TcTile]:
+def tc_candidates(M: int, N: int, K: int, precision: str,
+                  budget: int = REG_BUDGET) -> list[TcTile]:
     k = MMA_K[precision]
     out = []
     for wm in (1, 2, 4):
@@ -193,7 +195,7 @@ def tc_candidates(M: int, N: int, K: int, precision: str) -> list[TcTile]:
                             continue
                         if bk > k and bk > K:
                             continue
-                        if t.smem_bytes() > SMEM_BLOCK or t.registers(precision) > REG_BUDGET:
+                        if t.smem_bytes() > SMEM_BLOCK or t.registers(precision) > budget:
                             continue
                         out.append(t)
     return out
@@ -224,8 +226,9 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
 
 
 def construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
-                 topk: int = 1) -> list[TcTile]:
+                 topk: int = 1, budget: int = REG_BUDGET) -> list[TcTile]:
     ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision), -t.BM * t.BN, t)
-                     for t in tc_candidates(M, N, K, precision)), key=lambda r: (r[0], r[1]))
+                     for t in tc_candidates(M, N, K, precision, budget)),
+                    key=lambda r: (r[0], r[1]))
     return [TcTile(t.WM, t.WN, t.MT, t.NT, t.BK, round(us, 3))
             for us, _, t in ranked[:max(1, topk)]]
