@@ -21,7 +21,7 @@ PY=${PY:-python3}
   command -v nvcc && nvcc --version | tail -1; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 t0=$(date +%s)
-timeout ${TEST_S:-200} $PY -m pytest -q -p no:cacheprovider -m gpu -x tests/gpu \
+timeout ${TEST_S:-240} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE tests/gpu \
   > "$OUT/tests.log" 2>&1
 echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s"; tail -n 15 "$OUT/tests.log"
 t0=$(date +%s)
