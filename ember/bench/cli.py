@@ -30,6 +30,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--vs", default=None,
                    help="comma-separated engines (default: every default peer installed)")
     b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: the GPU benchmark (ember.bench.gpu: PyTorch eager and "
+                        "torch.compile as peers)")
     b.add_argument("--topk", type=int, default=None,
                    help="ember: time Roller's K best kernels per op (sets EMBER_TOPK)")
     b.add_argument("--batch", type=int, default=1)
@@ -84,6 +87,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def _bench(a: argparse.Namespace) -> int:
+    if a.target == "cuda":
+        from ember.bench import gpu
+
+        args = ["--out", a.out] + (["--models", ",".join(a.models)] if a.models else [])
+        return gpu.main(args)
     if a.list:
         return _list()
     if a.diff:

@@ -1,0 +1,264 @@
+"""The GPU benchmark: ember's CUDA target against PyTorch eager and ``torch.compile`` (default
+and ``max-autotune``) on the model zoo at batch 1, fp32, in one process, interleaved; and a
+4096³ GEMM against ``torch.matmul``.
+
+    ember bench --target cuda [MODEL ...] [--out DIR]
+    python bench/gpu/bench.py --out DIR [--models a,b] [--runs 30] [--budget-s 300]
+    python bench/gpu/bench.py --prepare     # compile every model's CUDA images (no GPU needed)
+
+Every model's ember output is checked against onnxruntime first (max |diff| / max |ref|).
+Times are device times (CUDA events) of the compiled launch sequence (ember: the CUDA graph
+replay; torch: the module's forward on resident inputs), median over interleaved rounds.
+``torch.compile`` runs are skipped once the time budget is spent (they compile for minutes).
+The table goes to stdout, everything to ``DIR/gpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import ember
+from ember import zoo
+
+DEFAULT_MODELS = ["small_cnn", "resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1",
+                  "inception_v3", "resnext29_16x64d", "randwire", "lstm_tc", "bert_base"]
+
+
+def _ort(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _torch_time(fn: Any, args: list[Any], runs: int) -> list[float]:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    with torch.inference_mode():
+        for _ in range(runs):
+            start.record()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end))
+    return out
+
+
+def bench_model(name: str, runs: int, rounds: int, deadline: float,
+                modes: list[str], sched: tuple[str, ...] = ("rammer", "ios")) -> dict[str, Any]:
+    import torch
+
+    from ember.bench.onnx_torch import OnnxTorch
+
+    model = zoo.build(name)
+    feeds = zoo.random_inputs(name)
+    rec: dict[str, Any] = {"model": name}
+    t = time.perf_counter()
+    cm = ember.compile(model, target="cuda")
+    rec["ember_compile_s"] = round(time.perf_counter() - t, 2)
+    ref = _ort(model, feeds)
+    got = cm.run(feeds)
+    rec["ember_rel_err"] = max(float(np.abs(got[o] - r).max() / max(np.abs(r).max(), 1e-30))
+                               for o, r in zip(cm.output_names, ref))
+    plans = {}
+    for policy in sched:     # persistent programs (issue 26): one launch per inference
+        try:
+            pm = ember.compile(model, target="cuda", schedule=policy)
+            got = pm.run(feeds)
+            rec[f"{policy}_rel_err"] = max(
+                float(np.abs(got[o] - r).max() / max(np.abs(r).max(), 1e-30))
+                for o, r in zip(pm.output_names, ref))
+            plans[policy] = pm
+        except Exception as e:
+            rec[f"{policy}"] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+    mod = OnnxTorch(model).cuda().eval()
+    args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
+    def base(graph: bool) -> list[float]:
+        cm.cuda_graph = graph
+        return cm.time_ms(feeds, runs)
+
+    engines: dict[str, Any] = {"ember": lambda: base(True),
+                               "rammerbase": lambda: base(False),
+                               "eager": lambda: _torch_time(mod, args, runs)}
+    for policy, pm in plans.items():
+        engines[policy] = (lambda p=pm: p.time_ms(feeds, runs))
+    compiled = {}
+    for mode in modes:
+        if time.perf_counter() > deadline:
+            rec[f"torch.compile[{mode}]"] = "skipped (time budget)"
+            continue
+        try:
+            fn = torch.compile(mod, mode=None if mode == "default" else mode)
+            t = time.perf_counter()
+            with torch.inference_mode():
+                for _ in range(3):
+                    fn(*args)
+            torch.cuda.synchronize()
+            rec[f"compile_s[{mode}]"] = round(time.perf_counter() - t, 1)
+            compiled[mode] = fn
+        except Exception as e:  # a peer failing is a result, not a crash of the bench
+            rec[f"torch.compile[{mode}]"] = f"failed: {type(e).__name__}: {str(e)[:120]}"
+    for mode, fn in compiled.items():
+        engines[f"compile[{mode}]"] = (lambda f=fn: _torch_time(f, args, runs))
+    for eng in engines.values():   # warm-up
+        eng()
+    times: dict[str, list[float]] = {k: [] for k in engines}
+    for _ in range(rounds):
+        for k, eng in engines.items():
+            times[k] += eng()
+    for k, v in times.items():
+        rec[f"{k}_ms"] = round(statistics.median(v), 4)
+    return rec
+
+
+def gemm_model(n: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """``a @ b`` with ``b`` a constant: (model, a, b), random unit-scale operands."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
+                          [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [n, n])],
+                          [numpy_helper.from_array(b, "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), a, b
+
+
+def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
+    import torch
+
+    m, a, b = gemm_model(n)
+    cm = ember.compile(m, target="cuda", precision=precision)
+    out = cm.run({"a": a})["c"]
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    ref = (ta.double() @ tb.double()).cpu().numpy()
+    rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+    e = statistics.median(cm.time_ms({"a": a}, runs))
+    peer = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
+            "bf16": torch.bfloat16}[precision]
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    tt = statistics.median(_torch_time(torch.matmul, [ta.to(peer), tb.to(peer)], runs))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    flop = 2.0 * n ** 3
+    return {"gemm": n, "precision": precision, "rel_err": rel, "ember_ms": round(e, 3),
+            "torch_ms": round(tt, 3),
+            "ember_tflops": round(flop / e / 1e9, 1), "torch_tflops": round(flop / tt / 1e9, 1),
+            "ratio_of_torch": round(tt / e, 3),
+            "kernel": cm.meta["kernels_cuda"][0]["schedule"]}
+
+
+def prepare(models: list[str], gemm: int, precisions: list[str]) -> None:
+    """Compile every model's (and the GEMM's) CUDA images into the kernel cache: a GPU
+    machine given that cache (``EMBER_CACHE_DIR``) runs the bench without compiling."""
+    for name in models:
+        t = time.perf_counter()
+        for policy in ("sequential", "rammer", "ios"):
+            ember.compile(zoo.build(name), target="cuda", schedule=policy)
+        print(f"{name}: CUDA images in {time.perf_counter() - t:.1f} s", flush=True)
+    for prec in precisions if gemm else []:
+        ember.compile(gemm_model(gemm)[0], target="cuda", precision=prec)
+        print(f"GEMM {gemm} {prec}: done", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=300.0)
+    ap.add_argument("--modes", default="default,max-autotune")
+    ap.add_argument("--gemm", type=int, default=4096)
+    ap.add_argument("--gemm-precisions", default="fp32,tf32,fp16,bf16")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    ap.add_argument("--prepare", action="store_true")
+    a = ap.parse_args(argv)
+    models = [m for m in a.models.split(",") if m]
+    if a.prepare:
+        prepare(models, a.gemm, [p for p in a.gemm_precisions.split(",") if p])
+        return 0
+    from ember.runtime import cuda_driver
+
+    if not cuda_driver.available():
+        print("no CUDA GPU here: nothing to time")
+        return 0
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False    # fp32 means fp32 for every engine
+    torch.backends.cudnn.allow_tf32 = False
+    info = cuda_driver.device_info(0)
+    result: dict[str, Any] = {"device": info.name, "arch": info.arch, "torch": torch.__version__,
+                              "precision": "fp32", "models": []}
+    deadline = time.perf_counter() + a.budget_s
+    modes = [m for m in a.modes.split(",") if m]
+    rows = []
+    for name in models:
+        try:
+            rec = bench_model(name, a.runs, a.rounds, deadline, modes)
+        except Exception as e:
+            rec = {"model": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        result["models"].append(rec)
+        rows.append(rec)
+        print(json.dumps(rec), flush=True)
+    result["gemm"] = []
+    for prec in (p for p in a.gemm_precisions.split(",") if p and a.gemm):
+        try:
+            rec = bench_gemm(a.gemm, 10, prec)
+        except Exception as e:
+            rec = {"precision": prec, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        result["gemm"].append(rec)
+        print(json.dumps(rec), flush=True)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu.json").write_text(json.dumps(result, indent=1))
+    _table(result)
+    return 0
+
+
+def _table(result: dict[str, Any]) -> None:
+    print(f"\n{result['device']} ({result['arch']}), torch {result['torch']}, fp32, batch 1, "
+          "device ms (median)")
+    print(f"{'model':18} {'err':>8} {'ember':>8} {'base':>8} {'rammer':>8} {'ios':>8} "
+          f"{'eager':>8} {'c.def':>8} {'c.max':>8} {'e/eager':>8} {'e/best':>8}")
+    for r in result["models"]:
+        if "error" in r:
+            print(f"{r['model']:18} ERROR {r['error'][:90]}")
+            continue
+        e, ea = r.get("ember_ms"), r.get("eager_ms")
+        mine = [x for x in (e, r.get("rammer_ms"), r.get("ios_ms")) if isinstance(x, float)]
+        e = min(mine) if mine else e
+        cd, cx = r.get("compile[default]_ms"), r.get("compile[max-autotune]_ms")
+        best = min([x for x in (cd, cx) if isinstance(x, float)], default=None)
+
+        def f(x: Any) -> str:
+            return f"{x:8.3f}" if isinstance(x, float) else f"{'-':>8}"
+
+        print(f"{r['model']:18} {r['ember_rel_err']:8.1e} {f(r.get('ember_ms'))} "
+              f"{f(r.get('rammerbase_ms'))} {f(r.get('rammer_ms'))} {f(r.get('ios_ms'))} "
+              f"{f(ea)} {f(cd)} {f(cx)} {f(e / ea if e and ea else None)} "
+              f"{f(e / best if e and best else None)}")
+    for g in result.get("gemm", []):
+        if "ember_ms" not in g:
+            print(f"GEMM {g.get('precision')}: ERROR {g.get('error', '')[:90]}")
+            continue
+        print(f"GEMM {g['gemm']}^3 {g['precision']}: ember {g['ember_tflops']} TFLOP/s, torch "
+              f"{g['torch_tflops']} ({g['ratio_of_torch']:.2f} of torch), rel err "
+              f"{g['rel_err']:.1e}; {g['kernel'][:60]}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
