@@ -251,58 +251,89 @@ def _epilogue(name: str, body: Graph, m: Node, gm: Gemm) -> Callable[[Expr, Expr
 
 
 # ------------------------------------------------------------------ the tiled kernel
+class _Block:
+    """What both GEMM kernels share: a block's coordinates (batch ``b``, the tile's first row
+    ``bm0`` and column ``bn0``), the K step ``k0``, the cooperative copies of the operand tiles
+    and the guarded reads they copy."""
+
+    def __init__(self, gm: Gemm, BM: int, BN: int, BK: int, threads: int) -> None:
+        self.gm, self.BM, self.BN, self.BK, self.T = gm, BM, BN, BK, threads
+        self.mb, self.nb = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
+        self.kb = ceil_div(gm.K, BK)
+        self.b, self.bm0, self.bn0 = Var("b"), Var("bm0"), Var("bn0")
+        self.k0, self.e = Var("k0"), Var("e")
+
+    @property
+    def blocks(self) -> int:
+        return self.gm.batch * self.mb * self.nb
+
+    def copy(self, nelem: int, fill: Callable[[Expr], Stmt]) -> Stmt:
+        """Copy ``nelem`` elements with the block's threads: element ``l * T + THREAD``. Not
+        unrolled: ptxas would keep every round's loop-invariant address terms live across the
+        K loop (255 registers, or spills under the budget)."""
+        ev = Bin("+", Bin("*", self.e, Const(self.T)), THREAD)
+        st = fill(ev)
+        if nelem % self.T:
+            st = If(Bin("<", ev, Const(nelem)), st)
+        return For(self.e, Const(0), Const(ceil_div(nelem, self.T)), st, ForKind.SERIAL)
+
+    def a_value(self, mm: Expr, kq: Expr) -> Expr:
+        """A at (tile row ``mm``, step column ``kq``); 0 outside the operator or its padding."""
+        gm = self.gm
+        row, col = Bin("+", self.bm0, mm), Bin("+", Bin("*", self.k0, Const(self.BK)), kq)
+        idx, valid = gm.a_at(self.b, row, col)
+        return _guarded(Load(gm.a_buf, idx),
+                        [Bin("<", row, Const(gm.M)) if gm.M % self.BM else None,
+                         Bin("<", col, Const(gm.K)) if gm.K % self.BK else None, valid])
+
+    def b_value(self, kq: Expr, nn: Expr) -> Expr:
+        gm = self.gm
+        row, col = Bin("+", Bin("*", self.k0, Const(self.BK)), kq), Bin("+", self.bn0, nn)
+        idx, valid = gm.b_at(self.b, row, col)
+        return _guarded(Load(gm.b_buf, idx),
+                        [Bin("<", row, Const(gm.K)) if gm.K % self.BK else None,
+                         Bin("<", col, Const(gm.N)) if gm.N % self.BN else None, valid])
+
+    def in_bounds(self, row: Expr, col: Expr, st: Stmt) -> Stmt:
+        cond = all_of([c for c in (Bin("<", row, Const(self.gm.M)) if self.gm.M % self.BM else None,
+                                   Bin("<", col, Const(self.gm.N)) if self.gm.N % self.BN else None)
+                       if c is not None])
+        return st if cond is None else If(cond, st)
+
+    def coords(self, body: Stmt) -> Stmt:
+        """``body`` under the block's coordinates (from ``BLOCK``)."""
+        tile = Bin("%", BLOCK, Const(self.mb * self.nb))
+        return Let(self.b, Bin("//", BLOCK, Const(self.mb * self.nb)),
+                   Let(self.bm0, Bin("*", Bin("//", tile, Const(self.nb)), Const(self.BM)),
+                       Let(self.bn0, Bin("*", Bin("%", tile, Const(self.nb)), Const(self.BN)),
+                           body)))
+
+
+def _guarded(v: Expr, conds: list[Expr | None]) -> Expr:
+    cond = all_of([c for c in conds if c is not None])
+    return v if cond is None else Select(cond, v, Const(0.0, "float32"))
+
+
 def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
           ) -> tuple[Stmt, int]:
-    M, N, K = gm.M, gm.N, gm.K
-    T = t.threads
-    mb, nb, kb = ceil_div(M, t.BM), ceil_div(N, t.BN), ceil_div(K, t.BK)
-    blocks = gm.batch * mb * nb
+    blk = _Block(gm, t.BM, t.BN, t.BK, t.threads)
     lda = t.BM + 1
     As = Buffer("As", t.BK * lda, "float32", Scope.SHARED)
     Bs = Buffer("Bs", t.BK * t.BN, "float32", Scope.SHARED)
     acc = Buffer("acc", t.TM * t.TN, "float32", Scope.LOCAL)
     ra = Buffer("ra", t.TM, "float32", Scope.LOCAL)
     rb = Buffer("rb", t.TN, "float32", Scope.LOCAL)
-    b, bm0, bn0 = Var("b"), Var("bm0"), Var("bn0")
     tx, ty = Var("tx"), Var("ty")
-    k0, kk, i, j, e = Var("k0"), Var("kk"), Var("i"), Var("j"), Var("e")
-    zero = Const(0.0, "float32")
+    kk, i, j = Var("kk"), Var("i"), Var("j")
     sx, sy = t.BN // t.TN, t.BM // t.TM     # threads along n and m
-
-    def copy(nelem: int, fill: Callable[[Expr], Stmt]) -> Stmt:
-        """Copy ``nelem`` elements with the block's threads: element ``l * T + THREAD``."""
-        rounds = ceil_div(nelem, T)
-        ev = Bin("+", Bin("*", e, Const(T)), THREAD)
-        st = fill(ev)
-        if nelem % T:
-            st = If(Bin("<", ev, Const(nelem)), st)
-        # not unrolled: ptxas would keep every round's loop-invariant address terms live
-        # across the K loop (255 registers, or spills under the budget)
-        return For(e, Const(0), Const(rounds), st, ForKind.SERIAL)
 
     def fill_a(ev: Expr) -> Stmt:
         mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
-        row, col = Bin("+", bm0, mm), Bin("+", Bin("*", k0, Const(t.BK)), kq)
-        idx, valid = gm.a_at(b, row, col)
-        conds = [c for c in (Bin("<", row, Const(M)) if M % t.BM else None,
-                             Bin("<", col, Const(K)) if K % t.BK else None, valid) if c is not None]
-        v: Expr = Load(gm.a_buf, idx)
-        cond = all_of(conds)
-        if cond is not None:
-            v = Select(cond, v, zero)
-        return Store(As, Bin("+", Bin("*", kq, Const(lda)), mm), v)
+        return Store(As, Bin("+", Bin("*", kq, Const(lda)), mm), blk.a_value(mm, kq))
 
     def fill_b(ev: Expr) -> Stmt:
         kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
-        row, col = Bin("+", Bin("*", k0, Const(t.BK)), kq), Bin("+", bn0, nn)
-        idx, valid = gm.b_at(b, row, col)
-        conds = [c for c in (Bin("<", row, Const(K)) if K % t.BK else None,
-                             Bin("<", col, Const(N)) if N % t.BN else None, valid) if c is not None]
-        v: Expr = Load(gm.b_buf, idx)
-        cond = all_of(conds)
-        if cond is not None:
-            v = Select(cond, v, zero)
-        return Store(Bs, Bin("+", Bin("*", kq, Const(t.BN)), nn), v)
+        return Store(Bs, Bin("+", Bin("*", kq, Const(t.BN)), nn), blk.b_value(kq, nn))
 
     at = Bin("+", Bin("*", i, Const(t.TN)), j)
     a_at = Bin("+", Bin("*", kk, Const(lda)), Bin("+", ty, Bin("*", i, Const(sy))))
@@ -313,29 +344,20 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
         For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), Store(
             acc, at, Bin("+", Load(acc, at), Bin("*", Load(ra, i), Load(rb, j)))),
             ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED)
-    main = For(k0, Const(0), Const(kb), seq(
-        copy(t.BM * t.BK, fill_a), copy(t.BK * t.BN, fill_b), Barrier(),
+    main = For(blk.k0, Const(0), Const(blk.kb), seq(
+        blk.copy(t.BM * t.BK, fill_a), blk.copy(t.BK * t.BN, fill_b), Barrier(),
         Alloc(ra, Alloc(rb, step)), Barrier()))
-    row = Bin("+", bm0, Bin("+", ty, Bin("*", i, Const(sy))))
-    col = Bin("+", bn0, Bin("+", tx, Bin("*", j, Const(sx))))
-    out = store(b, row, col, Load(acc, at))
-    guards = [c for c in (Bin("<", row, Const(M)) if M % t.BM else None,
-                          Bin("<", col, Const(N)) if N % t.BN else None) if c is not None]
-    cond = all_of(guards)
-    if cond is not None:
-        out = If(cond, out)
+    row = Bin("+", blk.bm0, Bin("+", ty, Bin("*", i, Const(sy))))
+    col = Bin("+", blk.bn0, Bin("+", tx, Bin("*", j, Const(sx))))
+    out = blk.in_bounds(row, col, store(blk.b, row, col, Load(acc, at)))
     fin = For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), out, ForKind.UNROLLED),
               ForKind.UNROLLED)
-    init = For(i, Const(0), Const(t.TM * t.TN), Store(acc, i, zero), ForKind.UNROLLED)
-    tile = Bin("%", BLOCK, Const(mb * nb))
-    body = seq(init, main, fin)
-    stmt: Stmt = Let(b, Bin("//", BLOCK, Const(mb * nb)),
-                     Let(bm0, Bin("*", Bin("//", tile, Const(nb)), Const(t.BM)),
-                         Let(bn0, Bin("*", Bin("%", tile, Const(nb)), Const(t.BN)),
-                             Let(tx, Bin("%", THREAD, Const(sx)),
-                                 Let(ty, Bin("//", THREAD, Const(sx)), body)))))
-    stmt = Alloc(As, Alloc(Bs, Alloc(acc, stmt)))
-    return simplify(stmt), blocks  # type: ignore[return-value]
+    init = For(i, Const(0), Const(t.TM * t.TN), Store(acc, i, Const(0.0, "float32")),
+               ForKind.UNROLLED)
+    body = Let(tx, Bin("%", THREAD, Const(sx)),
+               Let(ty, Bin("//", THREAD, Const(sx)), seq(init, main, fin)))
+    stmt = Alloc(As, Alloc(Bs, Alloc(acc, blk.coords(body))))
+    return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------ the TensorCore kernel
@@ -344,103 +366,78 @@ def _gemm_tc(gm: Gemm, t: gemm_gpu.TcTile, store: Callable[[Expr, Expr, Expr, Ex
     """The tiled GEMM on TensorCores: each warp accumulates ``MT x NT`` mma tiles of 16 x 8
     from fragments it reads out of the shared tiles (``As[BM][lda]``: k contiguous,
     ``Bs[BK][ldb]``: n contiguous), ``BK / k`` mma steps per shared tile."""
-    M, N, K = gm.M, gm.N, gm.K
-    T = t.threads
-    mb, nb, kb = ceil_div(M, t.BM), ceil_div(N, t.BN), ceil_div(K, t.BK)
+    blk = _Block(gm, t.BM, t.BN, t.BK, t.threads)
     lda, ldb = t.lda, t.ldb
     As = Buffer("As", t.BM * lda, "float32", Scope.SHARED)
     Bs = Buffer("Bs", t.BK * ldb, "float32", Scope.SHARED)
     accs = [[Buffer(f"c{i}_{j}", 4, "float32", Scope.LOCAL) for j in range(t.NT)]
             for i in range(t.MT)]
-    afr = [Buffer(f"a{i}", shape.a_regs, "float32", Scope.LOCAL) for i in range(t.MT)]
-    bfr = [Buffer(f"b{j}", shape.b_regs, "float32", Scope.LOCAL) for j in range(t.NT)]
-    b, bm0, bn0 = Var("b"), Var("bm0"), Var("bn0")
-    g, tq, wm0, wn0 = Var("g"), Var("tq"), Var("wm0"), Var("wn0")
-    k0, ks, e, r = Var("k0"), Var("ks"), Var("e"), Var("r")
-    zero = Const(0.0, "float32")
-    pair = 1 if shape.precision == "tf32" else 2     # k of a fragment element: pair * t + ...
-
-    def copy(nelem: int, fill: Callable[[Expr], Stmt]) -> Stmt:
-        ev = Bin("+", Bin("*", e, Const(T)), THREAD)
-        st = fill(ev)
-        if nelem % T:
-            st = If(Bin("<", ev, Const(nelem)), st)
-        return For(e, Const(0), Const(ceil_div(nelem, T)), st)
-
-    def guarded(v: Expr, conds: list[Expr | None]) -> Expr:
-        cond = all_of([c for c in conds if c is not None])
-        return v if cond is None else Select(cond, v, zero)
+    g, tq, wm0, wn0, ks = Var("g"), Var("tq"), Var("wm0"), Var("wn0"), Var("ks")
 
     def fill_a(ev: Expr) -> Stmt:
         mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
-        row, col = Bin("+", bm0, mm), Bin("+", Bin("*", k0, Const(t.BK)), kq)
-        idx, valid = gm.a_at(b, row, col)
-        v = guarded(Load(gm.a_buf, idx), [Bin("<", row, Const(M)) if M % t.BM else None,
-                                          Bin("<", col, Const(K)) if K % t.BK else None, valid])
-        return Store(As, Bin("+", Bin("*", mm, Const(lda)), kq), v)
+        return Store(As, Bin("+", Bin("*", mm, Const(lda)), kq), blk.a_value(mm, kq))
 
     def fill_b(ev: Expr) -> Stmt:
         kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
-        row, col = Bin("+", Bin("*", k0, Const(t.BK)), kq), Bin("+", bn0, nn)
-        idx, valid = gm.b_at(b, row, col)
-        v = guarded(Load(gm.b_buf, idx), [Bin("<", row, Const(K)) if K % t.BK else None,
-                                          Bin("<", col, Const(N)) if N % t.BN else None, valid])
-        return Store(Bs, Bin("+", Bin("*", kq, Const(ldb)), nn), v)
+        return Store(Bs, Bin("+", Bin("*", kq, Const(ldb)), nn), blk.b_value(kq, nn))
 
-    kbase = Bin("*", ks, Const(shape.k))
+    inner = _mma_step(t, shape, accs, As, Bs, Bin("*", ks, Const(shape.k)), (g, tq, wm0, wn0))
+    main = For(blk.k0, Const(0), Const(blk.kb), seq(
+        blk.copy(t.BM * t.BK, fill_a), blk.copy(t.BK * t.BN, fill_b), Barrier(),
+        For(ks, Const(0), Const(t.BK // shape.k), inner), Barrier()))
+    r = Var("r")
+    outs: list[Stmt] = []
+    for i in range(t.MT):
+        for j in range(t.NT):
+            row = Bin("+", blk.bm0, Bin("+", wm0, Bin("+", g, Bin(
+                "+", Const(i * 16), Bin("*", Bin("//", r, Const(2)), Const(8))))))
+            col = Bin("+", blk.bn0, Bin("+", wn0, Bin("+", Bin("*", tq, Const(2)), Bin(
+                "+", Const(j * 8), Bin("%", r, Const(2))))))
+            st = blk.in_bounds(row, col, store(blk.b, row, col, Load(accs[i][j], r)))
+            outs.append(For(r, Const(0), Const(4), st, ForKind.UNROLLED))
+    init = [Store(c, Const(q), Const(0.0, "float32")) for row in accs for c in row
+            for q in range(4)]
+    warp, lane = Bin("//", THREAD, Const(32)), Bin("%", THREAD, Const(32))
+    body: Stmt = Let(g, Bin("//", lane, Const(4)), Let(tq, Bin("%", lane, Const(4)), Let(
+        wm0, Bin("*", Bin("//", warp, Const(t.WN)), Const(t.MT * 16)), Let(
+            wn0, Bin("*", Bin("%", warp, Const(t.WN)), Const(t.NT * 8)),
+            seq(*init, main, *outs)))))
+    stmt = blk.coords(body)
+    for row in accs:
+        for c in row:
+            stmt = Alloc(c, stmt)
+    stmt = Alloc(As, Alloc(Bs, stmt))
+    return simplify(stmt), blk.blocks  # type: ignore[return-value]
+
+
+def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]], As: Buffer,
+              Bs: Buffer, kbase: Expr, lane: tuple[Var, Var, Var, Var]) -> Stmt:
+    """One mma step along K: each warp loads its A fragments (one per 16-row tile) and B
+    fragments (one per 8-column tile) from the shared tiles, then issues ``MT x NT``
+    ``mma.sync``."""
+    g, tq, wm0, wn0 = lane
+    pair = 1 if shape.precision == "tf32" else 2     # k of a fragment element: pair * t + ...
+    afr = [Buffer(f"a{i}", shape.a_regs, "float32", Scope.LOCAL) for i in range(t.MT)]
+    bfr = [Buffer(f"b{j}", shape.b_regs, "float32", Scope.LOCAL) for j in range(t.NT)]
     loads: list[Stmt] = []
     for i in range(t.MT):
         for q in range(shape.a_regs):
             ro, co = mma.a_coord(shape, 0, 0, q)
-            row = Bin("+", wm0, Const(i * 16 + ro))
+            row = Bin("+", Bin("+", wm0, Const(i * 16 + ro)), g)
             col = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(co)))
-            loads.append(Store(afr[i], Const(q), Load(As, Bin("+", Bin("*", Bin("+", row, g),
-                                                                       Const(lda)), col))))
+            loads.append(Store(afr[i], Const(q), Load(As, Bin("+", Bin("*", row, Const(t.lda)),
+                                                               col))))
     for j in range(t.NT):
         for q in range(shape.b_regs):
             ko, _ = mma.b_coord(shape, 0, 0, q)
             krow = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(ko)))
             col = Bin("+", wn0, Bin("+", g, Const(j * 8)))
-            loads.append(Store(bfr[j], Const(q), Load(Bs, Bin("+", Bin("*", krow, Const(ldb)),
-                                                              col))))
+            loads.append(Store(bfr[j], Const(q), Load(Bs, Bin("+", Bin("*", krow, Const(t.ldb)),
+                                                               col))))
     ops = [WarpOp(shape.fn, (accs[i][j], afr[i], bfr[j]))
            for i in range(t.MT) for j in range(t.NT)]
     inner: Stmt = seq(*loads, *ops)
     for buf in [*afr, *bfr]:
         inner = Alloc(buf, inner)
-    main = For(k0, Const(0), Const(kb), seq(
-        copy(t.BM * t.BK, fill_a), copy(t.BK * t.BN, fill_b), Barrier(),
-        For(ks, Const(0), Const(t.BK // shape.k), inner), Barrier()))
-    outs: list[Stmt] = []
-    for i in range(t.MT):
-        for j in range(t.NT):
-            row = Bin("+", bm0, Bin("+", wm0, Bin("+", g, Bin("+", Const(i * 16),
-                                                             Bin("*", Bin("//", r, Const(2)),
-                                                                 Const(8))))))
-            col = Bin("+", bn0, Bin("+", wn0, Bin("+", Bin("*", tq, Const(2)),
-                                                  Bin("+", Const(j * 8), Bin("%", r, Const(2))))))
-            st = store(b, row, col, Load(accs[i][j], r))
-            cond = all_of([c for c in (Bin("<", row, Const(M)) if M % t.BM else None,
-                                       Bin("<", col, Const(N)) if N % t.BN else None)
-                          if c is not None])
-            outs.append(For(r, Const(0), Const(4), st if cond is None else If(cond, st),
-                            ForKind.UNROLLED))
-    init = [Store(c, Const(q), zero) for row in accs for c in row for q in range(4)]
-    body: Stmt = seq(*init, main, *outs)
-    warp = Bin("//", THREAD, Const(32))
-    lane = Bin("%", THREAD, Const(32))
-    tile = Bin("%", BLOCK, Const(mb * nb))
-    stmt: Stmt = Let(b, Bin("//", BLOCK, Const(mb * nb)),
-                     Let(bm0, Bin("*", Bin("//", tile, Const(nb)), Const(t.BM)),
-                         Let(bn0, Bin("*", Bin("%", tile, Const(nb)), Const(t.BN)),
-                             Let(g, Bin("//", lane, Const(4)),
-                                 Let(tq, Bin("%", lane, Const(4)),
-                                     Let(wm0, Bin("*", Bin("//", warp, Const(t.WN)),
-                                                  Const(t.MT * 16)),
-                                         Let(wn0, Bin("*", Bin("%", warp, Const(t.WN)),
-                                                      Const(t.NT * 8)), body)))))))
-    for row in accs:
-        for c in row:
-            stmt = Alloc(c, stmt)
-    stmt = Alloc(As, Alloc(Bs, stmt))
-    return simplify(stmt), mb * nb * gm.batch  # type: ignore[return-value]
+    return inner
