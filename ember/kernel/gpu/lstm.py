@@ -12,6 +12,8 @@ two, each pulling all of ``W`` through its own L2 bandwidth.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ember.errors import CompileError
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT
@@ -32,6 +34,7 @@ from ember.loops.ir import (
     Let,
     Load,
     Scope,
+    Stmt,
     Store,
     Var,
     seq,
@@ -46,6 +49,26 @@ def applicable(body: Graph) -> bool:
     return len(body.nodes) == 1 and body.nodes[0].op == "LSTMStep"
 
 
+@dataclass
+class _Step:
+    """The step's sizes, tensors and the block's coordinates (batch row ``b``, first unit
+    ``j0``)."""
+
+    batch: int
+    hid: int
+    k: int
+    out: Buffer
+    h: Buffer
+    c: Buffer
+    x: Buffer
+    w: Buffer
+    b: Var = field(default_factory=lambda: Var("b"))
+    j0: Var = field(default_factory=lambda: Var("j0"))
+
+
+F32 = "float32"
+
+
 def build_lstm_step(name: str, body: Graph) -> GpuKernel:
     m = body.nodes[0]
     h_v, c_v, x_v, w_v = m.inputs[:4]
@@ -54,74 +77,78 @@ def build_lstm_step(name: str, body: Graph) -> GpuKernel:
         raise CompileError(f"LSTMStep kernel needs float32 and constant weights, got {w_v.type}")
     batch, hid = (int(d) for d in static_shape(c_v.type))
     k = int(static_shape(h_v.type)[1])
-    out = Buffer(f"{name}_out", 2 * batch * hid)
-    h = Buffer(f"{name}_h", batch * k)
-    c = Buffer(f"{name}_c", batch * hid)
-    x = Buffer(f"{name}_x", batch * 4 * hid)
-    w = Buffer(f"{name}_w", k * 4 * hid)
-    args: list = [(out, OUTPUT), (h, body.inputs.index(h_v)), (c, body.inputs.index(c_v)),
-                  (x, body.inputs.index(x_v)), (w, w_v.const)]
-    f32 = "float32"
+    st = _Step(batch, hid, k, Buffer(f"{name}_out", 2 * batch * hid),
+               Buffer(f"{name}_h", batch * k), Buffer(f"{name}_c", batch * hid),
+               Buffer(f"{name}_x", batch * 4 * hid), Buffer(f"{name}_w", k * 4 * hid))
+    args: list = [(st.out, OUTPUT), (st.h, body.inputs.index(h_v)),
+                  (st.c, body.inputs.index(c_v)), (st.x, body.inputs.index(x_v)),
+                  (st.w, w_v.const)]
+    red = Buffer("red", S * 4 * U, F32, Scope.SHARED)
+    gate = Buffer("gate", 4 * U, F32, Scope.SHARED)
     nub = -(-hid // U)
-    ks = -(-k // S)
-    part = Buffer("part", 4, f32, Scope.LOCAL)
-    red = Buffer("red", S * 4 * U, f32, Scope.SHARED)
-    gate = Buffer("gate", 4 * U, f32, Scope.SHARED)
-    b, j0, u, sl, kk, g, q = (Var(n) for n in ("b", "j0", "u", "sl", "kk", "g", "q"))
-    u1 = u
-    j = Bin("+", j0, u)
+    body_stmt = seq(_slice_sums(st, red), Barrier(), _gate_sums(st, red, gate), Barrier(),
+                    _cell_update(st, gate))
+    stmt = Alloc(red, Alloc(gate, Let(st.b, Bin("//", BLOCK, Const(nub)),
+                                      Let(st.j0, Bin("*", Bin("%", BLOCK, Const(nub)),
+                                                     Const(U)), body_stmt))))
+    return GpuKernel(name, stmt, batch * nub, U * S, args, flops=2 * batch * k * 4 * hid,
+                     doc=f"{body.name}: LSTM step B={batch} K={k} H={hid}",
+                     schedule=f"{U} hidden units per block, k in {S} slices, {U * S} threads")
+
+
+def _slice_sums(st: _Step, red: Buffer) -> Stmt:
+    """Thread (slice ``sl``, unit ``u``): its slice of k for the four gates, into ``red``."""
+    u, sl, kk, g = Var("u"), Var("sl"), Var("kk"), Var("g")
+    ks = -(-st.k // S)
+    part = Buffer("part", 4, F32, Scope.LOCAL)
+    j = Bin("+", st.j0, u)
     kv = Bin("+", Bin("*", sl, Const(ks)), kk)
+    wv = Load(st.w, Bin("+", Bin("*", kv, Const(4 * st.hid)),
+                        Bin("+", Bin("*", g, Const(st.hid)), j)))
+    hv = Load(st.h, Bin("+", Bin("*", st.b, Const(st.k)), kv))
+    fma: Stmt = For(g, Const(0), Const(4), Store(
+        part, g, Bin("+", Load(part, g), Bin("*", hv, wv))), ForKind.UNROLLED)
+    if st.k % S:
+        fma = If(Bin("<", kv, Const(st.k)), fma)
+    red_at = Bin("+", Bin("*", Bin("+", Bin("*", sl, Const(4)), g), Const(U)), u)
+    sums = Alloc(part, seq(
+        For(g, Const(0), Const(4), Store(part, g, Const(0.0, F32)), ForKind.UNROLLED),
+        If(Bin("<", j, Const(st.hid)), For(kk, Const(0), Const(ks), fma)),
+        For(g, Const(0), Const(4), Store(red, red_at, Load(part, g)), ForKind.UNROLLED)))
+    return Let(u, Bin("%", THREAD, Const(U)), Let(sl, Bin("//", THREAD, Const(U)), sums))
 
-    def sigmoid(v: Expr) -> Expr:
-        return Bin("/", Const(1.0, f32), Bin("+", Const(1.0, f32),
-                                             Call("exp", (Bin("-", Const(0.0, f32), v),), f32)))
 
-    valid_j = Bin("<", j, Const(hid))
-    in_k = Bin("<", kv, Const(k))
-    wv = Load(w, Bin("+", Bin("*", kv, Const(4 * hid)), Bin("+", Bin("*", g, Const(hid)), j)))
-    hv = Load(h, Bin("+", Bin("*", b, Const(k)), kv))
-    acc = For(kk, Const(0), Const(ks), If(in_k, For(g, Const(0), Const(4), Store(
-        part, g, Bin("+", Load(part, g), Bin("*", hv, wv))), ForKind.UNROLLED)))
-    if k % S == 0:
-        acc = For(kk, Const(0), Const(ks), For(g, Const(0), Const(4), Store(
-            part, g, Bin("+", Load(part, g), Bin("*", hv, wv))), ForKind.UNROLLED))
-    slice_sums = Alloc(part, seq(
-        For(g, Const(0), Const(4), Store(part, g, Const(0.0, f32)), ForKind.UNROLLED),
-        If(valid_j, acc),
-        For(g, Const(0), Const(4), Store(red, Bin("+", Bin("*", Bin("+", Bin("*", sl, Const(4)),
-                                                                   g), Const(U)), u),
-                                         Load(part, g)), ForKind.UNROLLED)))
-    # 4 U threads: gate (g, u) = x + the slices' sums (their own variables: each Let is a
-    # declaration in the block's scope)
-    gu, u, g = Var("gu"), Var("u2"), Var("g2")
-    j = Bin("+", j0, u)
-    valid_j = Bin("<", j, Const(hid))
-    x_at = Bin("+", Bin("*", b, Const(4 * hid)), Bin("+", Bin("*", g, Const(hid)), j))
+def _gate_sums(st: _Step, red: Buffer, gate: Buffer) -> Stmt:
+    """4 U threads: gate (g, u) = the input projection + the slices' sums. (Each Let is a
+    declaration in the block's scope: these variables are not the slice phase's.)"""
+    gu, u, g, q = Var("gu"), Var("u2"), Var("g2"), Var("q")
+    j = Bin("+", st.j0, u)
+    x_at = Bin("+", Bin("*", st.b, Const(4 * st.hid)), Bin("+", Bin("*", g, Const(st.hid)), j))
     red_at = Bin("+", Bin("*", Bin("+", Bin("*", q, Const(4)), g), Const(U)), u)
     add = For(q, Const(0), Const(S), Store(gate, gu, Bin("+", Load(gate, gu), Load(red, red_at))))
-    sums = If(valid_j, seq(Store(gate, gu, Load(x, x_at)), add))
-    gsum = Let(gu, THREAD, If(Bin("<", gu, Const(4 * U)), Let(
+    sums = If(Bin("<", j, Const(st.hid)), seq(Store(gate, gu, Load(st.x, x_at)), add))
+    return Let(gu, THREAD, If(Bin("<", gu, Const(4 * U)), Let(
         g, Bin("//", gu, Const(U)), Let(u, Bin("%", gu, Const(U)), sums))))
-    cn = Var("cn", f32)
-    u = Var("u3")
-    j = Bin("+", j0, u)
-    valid_j = Bin("<", j, Const(hid))
+
+
+def _cell_update(st: _Step, gate: Buffer) -> Stmt:
+    """U threads: the cell update of unit ``u`` (the CPU's functions), ``Ht`` and ``Ct``."""
+    u, cn = Var("u3"), Var("cn", F32)
+    j = Bin("+", st.j0, u)
 
     def gv(i: int) -> Expr:
         return Load(gate, Bin("+", Const(i * U), u))
 
-    at = Bin("+", Bin("*", b, Const(hid)), j)
-    cell = Bin("+", Bin("*", sigmoid(gv(2)), Load(c, at)),
-               Bin("*", sigmoid(gv(0)), Call("tanh", (gv(3),), f32)))
-    update = Let(u, THREAD, If(Bin("&&", Bin("<", u, Const(U)), valid_j), Let(cn, cell, seq(
-        Store(out, at, Bin("*", sigmoid(gv(1)), Call("tanh", (cn,), f32))),
-        Store(out, Bin("+", Const(batch * hid), at), cn)))))
-    per_thread = Let(u1, Bin("%", THREAD, Const(U)), Let(sl, Bin("//", THREAD, Const(U)),
-                                                          slice_sums))
-    body_stmt = seq(per_thread, Barrier(), gsum, Barrier(), update)
-    stmt = Alloc(red, Alloc(gate, Let(b, Bin("//", BLOCK, Const(nub)),
-                                      Let(j0, Bin("*", Bin("%", BLOCK, Const(nub)), Const(U)),
-                                          body_stmt))))
-    return GpuKernel(name, stmt, batch * nub, U * S, args, flops=2 * batch * k * 4 * hid,
-                     doc=f"{body.name}: LSTM step B={batch} K={k} H={hid}",
-                     schedule=f"{U} hidden units per block, k in {S} slices, {U * S} threads")
+    at = Bin("+", Bin("*", st.b, Const(st.hid)), j)
+    cell = Bin("+", Bin("*", _sigmoid(gv(2)), Load(st.c, at)),
+               Bin("*", _sigmoid(gv(0)), Call("tanh", (gv(3),), F32)))
+    write = Let(cn, cell, seq(
+        Store(st.out, at, Bin("*", _sigmoid(gv(1)), Call("tanh", (cn,), F32))),
+        Store(st.out, Bin("+", Const(st.batch * st.hid), at), cn)))
+    return Let(u, THREAD, If(Bin("&&", Bin("<", u, Const(U)), Bin("<", j, Const(st.hid))),
+                             write))
+
+
+def _sigmoid(v: Expr) -> Expr:
+    return Bin("/", Const(1.0, F32), Bin("+", Const(1.0, F32),
+                                         Call("exp", (Bin("-", Const(0.0, F32), v),), F32)))
