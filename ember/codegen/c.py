@@ -239,6 +239,12 @@ class CEmitter:
         return f"({a} {op} {b})"
 
     # ------------------------------------------------------------ statements
+    def local_name(self, buf: Buffer) -> str:
+        """A fresh C name for the buffer an ``Alloc`` declares, bound to it."""
+        base = re.sub(r"_?\d+", "", "".join(ch if ch.isalnum() else "_" for ch in buf.name))
+        self.names[buf] = name = f"L{len(self.names)}_{base}"
+        return name
+
     def stmt(self, s: Stmt, out: TextBuffer) -> None:
         if isinstance(s, Seq):
             for x in s.body:
@@ -257,9 +263,7 @@ class CEmitter:
                 with out.indented("else {", "}"):
                     self.stmt(s.orelse, out)
         elif isinstance(s, Alloc):
-            base = re.sub(r"_?\d+", "", "".join(ch if ch.isalnum() else "_" for ch in s.buf.name))
-            name = f"L{len(self.names)}_{base}"
-            self.names[s.buf] = name
+            name = self.local_name(s.buf)
             with out.indented("{", "}"):
                 out.line(f"{ctype(s.buf.dtype, compute=True)} {name}[{s.buf.size}] "
                          "__attribute__((aligned(64)));")

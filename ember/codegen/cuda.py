@@ -40,12 +40,13 @@ from ember.loops.ir import (
     Let,
     Scope,
     Select,
-    Seq,
     Stmt,
     Store,
     Var,
     static_value,
 )
+from ember.loops.transform import iter_stmts
+from ember.support.dtypes import dtype
 from ember.support.text import TextBuffer
 
 _FAULT = r"""/* the run's first fault (kinds in ember.support.faults), for the host to read */
@@ -123,9 +124,7 @@ class CudaEmitter(CEmitter):
         if isinstance(s, Barrier):
             out.line("__syncthreads();")
         elif isinstance(s, Alloc):
-            base = re.sub(r"_?\d+", "", "".join(ch if ch.isalnum() else "_" for ch in s.buf.name))
-            name = f"L{len(self.names)}_{base}"
-            self.names[s.buf] = name
+            name = self.local_name(s.buf)
             t = ctype(s.buf.dtype, compute=s.buf.scope is not Scope.SHARED)
             size = static_value(s.buf.size)
             if size is None:
@@ -134,7 +133,7 @@ class CudaEmitter(CEmitter):
             with out.indented("{", "}"):
                 if shared and self.device:
                     out.line(f"{t} *const {name} = ({t} *)(em_smem + {self.pool});")
-                    self.pool += -(-size * _itemsize(s.buf.dtype) // 16) * 16
+                    self.pool += -(-size * dtype(s.buf.dtype).itemsize // 16) * 16
                 else:
                     out.line(f"{shared}{t} {name}[{size}];")
                 self.stmt(s.body, out)
@@ -171,21 +170,7 @@ def params_of(gk: GpuKernel) -> list[Buffer]:
 
 
 def _stored(s: Stmt) -> set[Buffer]:
-    out: set[Buffer] = set()
-
-    def walk(x: Stmt) -> None:
-        if isinstance(x, Store):
-            out.add(x.buf)
-        elif isinstance(x, Seq):
-            for y in x.body:
-                walk(y)
-        for attr in ("body", "then", "orelse"):
-            y = getattr(x, attr, None)
-            if isinstance(y, Stmt):
-                walk(y)
-
-    walk(s)
-    return out
+    return {x.buf for x in iter_stmts(s) if isinstance(x, Store)}
 
 
 def _fits_int32(gk: GpuKernel) -> bool:
@@ -226,11 +211,6 @@ def render_kernel(gk: GpuKernel) -> CudaKernelText:
     symbol = "em_" + hashlib.sha1(text.encode()).hexdigest()[:16]
     text = f"/* {gk.doc} | {gk.schedule} */\n" + text.replace("NAME(", symbol + "(", 1)
     return CudaKernelText(symbol, text, params)
-
-
-def _itemsize(dtype: str) -> int:
-    return {"float64": 8, "int64": 8, "uint64": 8, "float32": 4, "int32": 4, "uint32": 4,
-            "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2}.get(dtype, 1)
 
 
 def render_device(gk: GpuKernel, block: int) -> tuple[CudaKernelText, int]:

@@ -498,7 +498,8 @@ def _emit_plan(plan: ExecutionPlan, out: TextBuffer, symbolic: bool = False) -> 
     out.line(PLAN_C.replace("%(T)d", str(T)))
 
 
-PLAN_C = r"""
+COUNT_ENTRIES_C = r"""
+/* g_base[v]: the profile entry of vEU v's first rTask; g_entries: the rTasks of the plan */
 static void em_count_entries(void) {
   int64_t e = 0;
   for (int v = 0; v < %(T)d; ++v) {
@@ -507,6 +508,10 @@ static void em_count_entries(void) {
   }
   g_entries = e;
 }
+int ember_profile_entries(void) { if (g_entries < 0) em_count_entries(); return (int)g_entries; }
+"""
+
+PLAN_C = COUNT_ENTRIES_C + r"""
 /* Whether a plan can run to its end and computes every operator once: every vEU reaches the
    end of its program (waits only for steps their vEU reaches, no circular wait), each
    operator runs exactly one of its kernels (em_op_of) and that kernel's rTasks exactly once
@@ -563,7 +568,6 @@ int ember_set_plan(const int64_t *const *progs, const int64_t *lens) {
   em_count_entries();
   return 0;
 }
-int ember_profile_entries(void) { if (g_entries < 0) em_count_entries(); return (int)g_entries; }
 """
 
 PARALLEL_C = r"""
@@ -646,16 +650,7 @@ def symbolic_template(num_kernels: int, num_veus: int) -> ExecutionPlan:
     return sequential.schedule([num_veus] * num_kernels, num_veus)
 
 
-INTERLEAVED_C = r"""
-static void em_count_entries(void) {
-  int64_t e = 0;
-  for (int v = 0; v < %(T)d; ++v) {
-    g_base[v] = e;
-    for (int64_t i = 0; i < g_len[v]; ++i) e += g_prog[v][3 * i] >= 0;
-  }
-  g_entries = e;
-}
-int ember_profile_entries(void) { if (g_entries < 0) em_count_entries(); return (int)g_entries; }
+INTERLEAVED_C = COUNT_ENTRIES_C + r"""
 /* the plan is compiled in (ExecutionPlan.encode_shared); another cannot be swapped in */
 int ember_set_plan(const int64_t *const *progs, const int64_t *lens) {
   (void)progs; (void)lens; return -1;

@@ -16,6 +16,7 @@ import numpy as np
 from ember.codegen.cuda import emit_persistent, emit_program, params_of
 from ember.codegen.program import ParamBlob
 from ember.compiler import driver
+from ember.compiler.autosched import random_feeds
 from ember.errors import EmberError
 from ember.ir.graph import Graph, Value
 from ember.kernel.base import OUTPUT
@@ -44,15 +45,18 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     cm = to_cuda_model(comp)
     if not auto:
         return cm
+    feeds = random_feeds(cm)   # type: ignore[arg-type]   (any model with .inputs)
+    if feeds is None:          # inputs too large to measure on: the kernels in order
+        return cm
     # Rammer and IOS again on the rTask costs measured on this GPU (Rammer's profiling step)
-    measured = cm.profile_rtasks(_random_feeds(cm))
+    measured = cm.profile_rtasks(feeds)
     comp.gpu_infos = _with_costs(comp.gpu_infos, measured)
     spec = driver.gpu.gpu_spec()
     models = []
     for policy in ("rammer", "ios"):
         comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, spec, policy)
         models.append(to_cuda_model(comp))
-    return _fastest(models)
+    return _fastest(models, feeds)
 
 
 SPILL_BUDGETS = (96, 64)   # the thread tile's register estimate after a spill, then another
@@ -94,22 +98,9 @@ def _with_costs(infos: list[Any], measured: dict[int, float]) -> list[Any]:
     return out
 
 
-def _random_feeds(cm: CudaModel) -> dict[str, Any]:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for spec in cm.input_specs:
-        shape, dt = tuple(int(d) for d in spec.shape), spec.dtype
-        feeds[spec.name] = (rng.integers(0, 2, shape).astype(dt) if dt.kind in "iub"
-                            else rng.standard_normal(shape).astype(dt))
-    return feeds
-
-
-def _fastest(models: list[CudaModel]) -> CudaModel:
-    """Time every (model, mode) on the GPU with random inputs; the fastest, its mode set and
-    the measurements recorded (``meta["schedule"]``)."""
-    feeds = _random_feeds(models[0])
+def _fastest(models: list[CudaModel], feeds: dict[str, Any]) -> CudaModel:
+    """Time every (model, mode) on the GPU on ``feeds``; the fastest, its mode set and the
+    measurements recorded (``meta["schedule"]``)."""
     timed = {}
     for cm in models:
         policy = cm.meta["persistent"]["policy"]

@@ -31,6 +31,7 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.types import TensorType, dim_atoms
 from ember.kernel.base import OUTPUT, Kernel
 from ember.kernel.cost import kernel_cost
+from ember.kernel.gpu.select import build_gpu_kernel
 from ember.kernel.select import build_kernel
 from ember.lower import dims
 from ember.passes import pipeline
@@ -41,7 +42,7 @@ from ember.runtime.host import isa_features, physical_memory
 from ember.runtime.toolchain import compile_shared
 from ember.runtime.units import compile_units
 from ember.sched import sequential
-from ember.sched.plan import ExecutionPlan, RTask
+from ember.sched.plan import ExecutionPlan
 from ember.sched.vdevice import levels
 from ember.support import log, options
 
@@ -218,7 +219,8 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     one = TopK(1, picker.spec, picker.topk)     # the efficient rKernels' picker: one vEU
     ctx1 = one.context()
     with dims.symbols(table or dims.SymbolTable()):
-        comp.kernels = _build_kernels(fused, ctx, table is not None)
+        comp.kernels = _build_kernels(
+            fused, lambda name, n: _build_kernel(name, n, ctx, table is not None))
         if variants and table is None and threads > 1:
             comp.variants = _efficient_variants(fused, comp.kernels, ctx1,
                                                 _side_by_side(kernel_dependencies(g)))
@@ -250,7 +252,10 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     run = log.current_run()
     t = time.perf_counter()
     spec = gpu.gpu_spec()
-    comp.gpu_kernels = gpu.build_gpu_kernels(fused, spec, topk or 1, _body_key)
+    precision = options.current().precision
+    comp.gpu_kernels = _build_kernels(
+        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk or 1, precision),
+        "GPU kernels")
     comp.kernels = [simulate(k) for k in comp.gpu_kernels]
     comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     if policy in ("rammer", "ios"):
@@ -317,16 +322,17 @@ def _emit(comp: Compilation) -> None:
     comp.source = comp.units.source
 
 
-def _build_kernels(fused: list[Node], ctx: Any, symbolic: bool) -> list[Kernel]:
-    """Each fused node's kernel; nodes with equal bodies share one."""
-    built: dict[tuple, Kernel] = {}
+def _build_kernels(fused: list[Node], build: Callable[[str, Node], Any],
+                   what: str = "kernels") -> list[Any]:
+    """Each fused node's kernel, ``build(name, node)``; nodes with equal bodies share one."""
+    built: dict[tuple, Any] = {}
     out = []
-    bar = log.progress(len(fused), "kernels")
+    bar = log.progress(len(fused), what)
     try:
         for i, n in enumerate(fused):
             key = _body_key(n)
             if key not in built:
-                built[key] = _build_kernel(f"{n.attrs['master'].lower()}{i}", n, ctx, symbolic)
+                built[key] = build(f"{n.attrs['master'].lower()}{i}", n)
             out.append(built[key])
             bar.update()
     finally:
@@ -505,15 +511,11 @@ def _drop_unused_variants(comp: Compilation) -> bool:
     the plan runs all of them."""
     assert comp.plan is not None
     nops = len(comp.kernels)
-    used = sorted(k for k in comp.plan.kernels() if k >= nops)
-    if len(used) == len(comp.variants):
+    plan, renumber = comp.plan.without_unused(nops)
+    if len(renumber) == len(comp.variants):
         return False
-    renumber = {k: nops + j for j, k in enumerate(used)}
-    comp.variants = [comp.variants[k - nops] for k in used]
-    plan = comp.plan
-    comp.plan = ExecutionPlan(plan.num_veus, [
-        [RTask(renumber.get(e.kernel, e.kernel), e.begin, e.end) if isinstance(e, RTask) else e
-         for e in prog] for prog in plan.programs], plan.policy)
+    comp.variants = [comp.variants[k - nops] for k in sorted(renumber)]
+    comp.plan = plan
     comp.plan.validate([k.ntasks for k in comp.program_kernels], comp.op_of)
     _emit(comp)
     return True

@@ -11,12 +11,11 @@ from __future__ import annotations
 from ember.errors import EmberError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel.gpu.base import GpuKernel
-from ember.kernel.gpu.select import build_gpu_kernel
 from ember.kernel.roller.hal import GPU_SPECS, DeviceSpec, load_spec
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import ExecutionPlan
 from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan
-from ember.support import log, options
+from ember.support import options
 
 TARGETS = ("cpu", "cuda", "cuda-sim")
 GPU_TARGETS = ("cuda", "cuda-sim")
@@ -69,25 +68,6 @@ def _present_gpu() -> DeviceSpec | None:
               MemLayer("HBM", d.memory, 32, d.hbm_gbs, shared=True))
     return replace(base, name=d.name, units=d.sms, peak_gflops=per_sm, layers=layers,
                    source=f"device {d.arch}")
-
-
-def build_gpu_kernels(fused: list[Node], spec: DeviceSpec, topk: int,
-                      key: object) -> list[GpuKernel]:
-    """Each fused node's GPU kernel; nodes with equal bodies (``key(node)``) share one."""
-    built: dict[tuple, GpuKernel] = {}
-    out = []
-    bar = log.progress(len(fused), "GPU kernels")
-    try:
-        for i, n in enumerate(fused):
-            k = key(n)  # type: ignore[operator]
-            if k not in built:
-                built[k] = build_gpu_kernel(f"{n.attrs['master'].lower()}{i}", n, spec, topk,
-                                            options.current().precision)
-            out.append(built[k])
-            bar.update()
-    finally:
-        bar.close()
-    return out
 
 
 def require_static(symbolic: bool) -> None:
@@ -186,19 +166,13 @@ def drop_unused(plan: ExecutionPlan, infos: list[KernelInfo],
     others would only lengthen the program), renumbered."""
     from dataclasses import replace
 
-    from ember.sched.plan import RTask
-
     nops = len(infos)
-    used = sorted({e.kernel for p in plan.programs for e in p
-                   if isinstance(e, RTask) and e.kernel >= nops})
-    renumber = {k: nops + j for j, k in enumerate(used)}
-    keep = [variants[k - nops] for k in used]
-    programs = [[RTask(renumber.get(e.kernel, e.kernel), e.begin, e.end)
-                 if isinstance(e, RTask) else e for e in p] for p in plan.programs]
+    plan, renumber = plan.without_unused(nops)
+    keep = [variants[k - nops] for k in sorted(renumber)]
     new_infos = [replace(k, efficient=replace(k.efficient, kernel=renumber[k.efficient.kernel])
                          if k.efficient is not None and k.efficient.kernel in renumber
                          else None) for k in infos]
-    return ExecutionPlan(plan.num_veus, programs, plan.policy), new_infos, keep
+    return plan, new_infos, keep
 
 
 def predicted_s(plan: ExecutionPlan, infos: list[KernelInfo], spec: DeviceSpec) -> float:

@@ -18,7 +18,7 @@ from ember.kernel.schedule import (
 )
 from ember.loops.ir import Bin, Buffer, If, Store, hint_of
 from ember.loops.transform import format_stmt
-from ember.lower.group import group_to_te
+from ember.lower.group import GroupTE, group_to_te
 from ember.support.dtypes import dtype
 from ember.te.lower import lower
 
@@ -27,18 +27,7 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
                   ctx: RollerContext | None = None) -> Kernel:
     """The group as a TE nest under the default schedule; with a Roller context, an
     element-wise nest's rTask is the streaming tile Roller constructs."""
-    g = group_to_te(body)
-    out_buf = Buffer(f"{name}_out", numel(g.output.shape), g.output.dtype)
-    args: list = [(out_buf, OUTPUT)]
-    bufs = {}
-    for i, (_v, t) in enumerate(g.inputs):
-        b = Buffer(t.name, numel(t.shape), t.dtype)
-        bufs[t] = b
-        args.append((b, i))
-    for arr, t in g.consts:
-        b = Buffer(t.name, numel(t.shape), t.dtype)
-        bufs[t] = b
-        args.append((b, arr))
+    g, out_buf, bufs, args = group_buffers(name, body)
     nest = flatten_elementwise(lower(g.output, out_buf, bufs))
     chunk = None
     if ctx is not None and isinstance(nest.body, Store) and nest.loops:
@@ -60,6 +49,22 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
         # every vEU a range of every kernel, empty ones too; in place, a second run is wrong)
         stmt = If(Bin("<", T0, T1), stmt)
     return Kernel(name, stmt, ntasks, args, doc=body.name, loops=format_stmt(stmt))
+
+
+def group_buffers(name: str, body: Graph) -> tuple[GroupTE, Buffer, dict, list]:
+    """The group as TE, its output buffer, a buffer per placeholder (body inputs and
+    constants) and the kernel's args binding them."""
+    g = group_to_te(body)
+    out_buf = Buffer(f"{name}_out", numel(g.output.shape), g.output.dtype)
+    args: list = [(out_buf, OUTPUT)]
+    bufs = {}
+    for i, (_v, t) in enumerate(g.inputs):
+        bufs[t] = Buffer(t.name, numel(t.shape), t.dtype)
+        args.append((bufs[t], i))
+    for arr, t in g.consts:
+        bufs[t] = Buffer(t.name, numel(t.shape), t.dtype)
+        args.append((bufs[t], arr))
+    return g, out_buf, bufs, args
 
 
 def transposed_axis(body: Graph) -> int | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ember.loops.ir import (
     Alloc,
@@ -71,6 +71,20 @@ def map_stmt(s: Stmt, fe: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(s, WarpOp):
         return WarpOp(s.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in s.args))
     raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def iter_stmts(s: Stmt) -> Iterator[Stmt]:
+    """``s`` and every statement nested in it, outer first."""
+    yield s
+    if isinstance(s, Seq):
+        for x in s.body:
+            yield from iter_stmts(x)
+    elif isinstance(s, (For, Alloc, Let)):
+        yield from iter_stmts(s.body)
+    elif isinstance(s, If):
+        yield from iter_stmts(s.then)
+        if s.orelse is not None:
+            yield from iter_stmts(s.orelse)
 
 
 def substitute(node: Expr | Stmt, mapping: dict[Var, Expr]) -> Expr | Stmt:

@@ -28,7 +28,7 @@ import numpy as np
 from ember.errors import EmberError, InputError
 from ember.runtime import cuda_driver as cu
 from ember.runtime.artifact import read_bundle, save_bundle
-from ember.runtime.compiled import _specs, _validate
+from ember.runtime.compiled import TensorSpec, _specs, _validate
 from ember.runtime.cuda_images import CudaImages
 from ember.support import faults
 
@@ -90,9 +90,12 @@ class CudaModel:
         return [s.name for s in self._outputs]
 
     @property
-    def input_specs(self) -> tuple[Any, ...]:
-        """Name, shape and dtype of each input."""
-        return tuple(self._inputs)
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
 
     @property
     def resources(self) -> dict[str, dict[str, dict[str, int]]]:
@@ -191,8 +194,7 @@ class CudaModel:
             dev.bind_inputs(ptrs)
             self._launch(dev)
             if device:
-                dev.stream.sync()
-                self._check_fault(dev)
+                self._sync_and_check(dev)
                 return [DeviceTensor(b.ptr, tuple(int(d) for d in s.shape), s.dtype, self)
                         for b, s in zip(dev.outputs, self._outputs)]
             outs = []
@@ -201,8 +203,7 @@ class CudaModel:
                 cu.call("cuMemcpyDtoHAsync_v2", o.ctypes.data, b.ptr, o.nbytes,
                         dev.stream.handle)
                 outs.append(o)
-            dev.stream.sync()
-            self._check_fault(dev)
+            self._sync_and_check(dev)
             return outs
 
     def _device(self) -> _DeviceState:
@@ -212,10 +213,16 @@ class CudaModel:
         cu.make_current(0)
         return self._dev
 
-    def _check_fault(self, dev: _DeviceState) -> None:
-        kind = dev.read_fault()
-        if not kind:
-            return
+    def _sync_and_check(self, dev: _DeviceState) -> None:
+        """Wait for the run; the fault word comes back with it (one copy queued behind the
+        run's work, no second round trip)."""
+        cu.call("cuMemcpyDtoHAsync_v2", ctypes.addressof(dev.fault_word),
+                cu.CUdeviceptr(dev.fault_ptr), 4, dev.stream.handle)
+        dev.stream.sync()
+        if dev.fault_word.value:
+            self._raise_fault(dev, dev.fault_word.value)
+
+    def _raise_fault(self, dev: _DeviceState, kind: int) -> None:
         value, bound = dev.fault_detail()
         kernel = dev.find_faulting_launch()
         dev.clear_fault()
@@ -289,6 +296,7 @@ class _DeviceState:
         self.inputs = [cu.DeviceBuffer(_nbytes(s)) for s in inputs]
         self.outputs = [cu.DeviceBuffer(_nbytes(s)) for s in outputs]
         self.fault_ptr, _ = self.module.global_ptr("g_fault")
+        self.fault_word = ctypes.c_int(0)      # where each run's fault kind is copied back
         self.fault_value_ptr, _ = self.module.global_ptr("g_fault_value")
         self.fault_bound_ptr, _ = self.module.global_ptr("g_fault_bound")
         self.launches = []

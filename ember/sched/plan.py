@@ -172,6 +172,16 @@ class ExecutionPlan:
             plan.programs.append(prog)
         return plan
 
+    def without_unused(self, num_ops: int) -> tuple[ExecutionPlan, dict[int, int]]:
+        """The plan with the other rKernels it runs (program kernels ``>= num_ops``)
+        renumbered densely after the operators' own, and that renumbering (old -> new): an
+        rKernel missing from it is one the plan does not run."""
+        used = sorted(k for k in self.kernels() if k >= num_ops)
+        renumber = {k: num_ops + j for j, k in enumerate(used)}
+        programs = [[RTask(renumber.get(e.kernel, e.kernel), e.begin, e.end)
+                     if isinstance(e, RTask) else e for e in prog] for prog in self.programs]
+        return ExecutionPlan(self.num_veus, programs, self.policy), renumber
+
     def encode_shared(self) -> tuple[list[list[int]], list[list[int]]]:
         """The compact encoding of a plan over many vEUs (a GPU's): each program's triples are
         ``(kernel, begin, end)`` for an rTask and ``(-1 - w, 0, 0)`` for a barrier whose waits

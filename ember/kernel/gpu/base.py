@@ -14,19 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.loops.ir import (
-    Alloc,
-    Barrier,
-    Buffer,
-    Extent,
-    For,
-    If,
-    Let,
-    Scope,
-    Seq,
-    Stmt,
-    WarpOp,
-)
+from ember.loops.ir import Alloc, Barrier, Buffer, Extent, Scope, Stmt, WarpOp
+from ember.loops.transform import iter_stmts
+from ember.support.dtypes import dtype
 
 WARP = 32
 
@@ -46,47 +36,17 @@ class GpuKernel:
 
     def shared_bytes(self) -> int:
         """Bytes of shared memory one block declares."""
-        return sum(int(b.size) * _itemsize(b.dtype) for b in shared_buffers(self.body))
-
-
-def _itemsize(dtype: str) -> int:
-    return int(np.dtype({"bfloat16": "uint16"}.get(dtype, dtype)).itemsize)
+        return sum(int(b.size) * dtype(b.dtype).itemsize for b in shared_buffers(self.body))
 
 
 def shared_buffers(s: Stmt) -> list[Buffer]:
     """The ``Scope.SHARED`` buffers ``s`` allocates."""
-    out: list[Buffer] = []
-
-    def walk(x: Stmt) -> None:
-        if isinstance(x, Alloc):
-            if x.buf.scope is Scope.SHARED:
-                out.append(x.buf)
-            walk(x.body)
-        elif isinstance(x, Seq):
-            for y in x.body:
-                walk(y)
-        elif isinstance(x, (For, Let)):
-            walk(x.body)
-        elif isinstance(x, If):
-            walk(x.then)
-            if x.orelse is not None:
-                walk(x.orelse)
-
-    walk(s)
-    return out
+    return [x.buf for x in iter_stmts(s) if isinstance(x, Alloc) and x.buf.scope is Scope.SHARED]
 
 
 def has_barrier(s: Stmt) -> bool:
     """Does ``s`` hold a point where threads of a block meet (a barrier, a warp op)?"""
-    if isinstance(s, (Barrier, WarpOp)):
-        return True
-    if isinstance(s, Seq):
-        return any(has_barrier(x) for x in s.body)
-    if isinstance(s, (For, Let, Alloc)):
-        return has_barrier(s.body)
-    if isinstance(s, If):
-        return has_barrier(s.then) or (s.orelse is not None and has_barrier(s.orelse))
-    return False
+    return any(isinstance(x, (Barrier, WarpOp)) for x in iter_stmts(s))
 
 
 def ceil_div(a: int, b: int) -> int:

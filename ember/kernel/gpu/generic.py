@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from ember.errors import CompileError
 from ember.ir.graph import Graph
-from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.base import T0, T1, Kernel
+from ember.kernel.generic import group_buffers
 from ember.kernel.gpu.base import GpuKernel, ceil_div
-from ember.kernel.schedule import fuse_all, numel
+from ember.kernel.schedule import fuse_all
 from ember.loops.ir import (
     BLOCK,
     THREAD,
     Bin,
-    Buffer,
     Const,
     Eval,
     Expr,
@@ -28,8 +28,7 @@ from ember.loops.ir import (
     as_expr,
     static_value,
 )
-from ember.loops.transform import format_stmt, simplify, substitute
-from ember.lower.group import group_to_te
+from ember.loops.transform import format_stmt, iter_stmts, simplify, substitute
 from ember.te.lower import lower
 
 THREADS = 256
@@ -47,18 +46,7 @@ def grid(total: Extent, threads: int) -> Extent:
 
 
 def build_generic(name: str, body: Graph, threads: int = THREADS) -> GpuKernel:
-    g = group_to_te(body)
-    out_buf = Buffer(f"{name}_out", numel(g.output.shape), g.output.dtype)
-    args: list = [(out_buf, OUTPUT)]
-    bufs = {}
-    for i, (_v, t) in enumerate(g.inputs):
-        b = Buffer(t.name, numel(t.shape), t.dtype)
-        bufs[t] = b
-        args.append((b, i))
-    for arr, t in g.consts:
-        b = Buffer(t.name, numel(t.shape), t.dtype)
-        bufs[t] = b
-        args.append((b, arr))
+    g, out_buf, bufs, args = group_buffers(name, body)
     nest = lower(g.output, out_buf, bufs, scalar=True)
     stmt: Stmt = nest.body
     if nest.guards:
@@ -89,21 +77,7 @@ def from_tasks(k: Kernel, threads: int = 128) -> GpuKernel:
 
 
 def _has_eval(s: Stmt) -> bool:
-    found = []
-
-    def walk(x: object) -> None:
-        if isinstance(x, Eval):
-            found.append(x)
-        for attr in ("body", "then", "orelse"):
-            y = getattr(x, attr, None)
-            if isinstance(y, list):
-                for z in y:
-                    walk(z)
-            elif y is not None:
-                walk(y)
-
-    walk(s)
-    return bool(found)
+    return any(isinstance(x, Eval) for x in iter_stmts(s))
 
 
 def describe(gk: GpuKernel) -> str:

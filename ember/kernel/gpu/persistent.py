@@ -26,7 +26,7 @@ from ember.loops.ir import (
     WarpOp,
     seq,
 )
-from ember.loops.transform import free_vars
+from ember.loops.transform import free_vars, iter_stmts
 
 
 def pad_threads(gk: GpuKernel, block: int) -> Stmt:
@@ -36,7 +36,7 @@ def pad_threads(gk: GpuKernel, block: int) -> Stmt:
                            f"{block}")
     if block == gk.threads:
         return gk.body
-    if any(isinstance(x, WarpOp) for x in _walk(gk.body)) and gk.threads % 32:
+    if any(isinstance(x, WarpOp) for x in iter_stmts(gk.body)) and gk.threads % 32:
         raise CompileError(f"kernel {gk.name}: warp ops need whole warps")
     return _Pad(gk.threads).pad(gk.body)
 
@@ -75,15 +75,3 @@ class _Pad:
         if isinstance(s, Let):       # a value every thread may compute (index arithmetic)
             return Let(s.var, s.value, self.pad(s.body))
         raise CompileError(f"cannot pad {type(s).__name__} to a larger block")
-
-
-def _walk(s: Stmt) -> list[Stmt]:
-    out = [s]
-    if isinstance(s, Seq):
-        for x in s.body:
-            out += _walk(x)
-    for attr in ("body", "then", "orelse"):
-        y = getattr(s, attr, None)
-        if isinstance(y, Stmt):
-            out += _walk(y)
-    return out
