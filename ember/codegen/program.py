@@ -697,21 +697,22 @@ int ember_run(void *const *inputs, void *const *outputs, void *ws) {
 
 
 def _emit_interleaved(plan: ExecutionPlan, out: TextBuffer) -> None:
-    """The compiled-in plan in its compact form (``encode_shared``) and its one-thread
-    runner."""
+    """The compiled-in plan in its compact form (``encode_flat``) and its one-thread runner."""
     T = plan.num_veus
-    progs, lists = plan.encode_shared()
-    for v, flat in enumerate(progs):
-        out.line(f"static const int64_t em_plan_v{v}[] = {{{', '.join(map(str, flat)) or '0'}}};")
-    flat_lists = [x for wl in lists for x in wl]
-    at = [0]
-    for wl in lists:
-        at.append(at[-1] + len(wl) // 2)
-    out.line(f"static const int64_t em_wl[] = {{{', '.join(map(str, flat_lists)) or '0'}}};")
-    out.line(f"static const int64_t em_wl_at[] = {{{', '.join(map(str, at))}}};")
+    flat = plan.encode_flat()
+    at = flat["plan_at"]
+
+    def array(values: list[int]) -> str:
+        return ", ".join(map(str, values)) or "0"
+
+    for v in range(T):
+        out.line(f"static const int64_t em_plan_v{v}[] = "
+                 f"{{{array(flat['plan'][3 * at[v]:3 * at[v + 1]])}}};")
+    out.line(f"static const int64_t em_wl[] = {{{array(flat['wl'])}}};")
+    out.line(f"static const int64_t em_wl_at[] = {{{array(flat['wl_at'])}}};")
     out.line(f"static const int64_t *g_prog[{T}] = "
              f"{{{', '.join(f'em_plan_v{v}' for v in range(T))}}};")
-    out.line(f"static int64_t g_len[{T}] = {{{', '.join(str(len(f) // 3) for f in progs)}}};")
+    out.line(f"static int64_t g_len[{T}] = {{{array([at[v + 1] - at[v] for v in range(T)])}}};")
     out.line(f"static int64_t g_base[{T}];")
     out.line("static int64_t g_entries = -1;")
     for line in INTERLEAVED_C.replace("%(T)d", str(T)).splitlines():

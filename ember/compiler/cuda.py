@@ -164,16 +164,8 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
 def _persistent_meta(comp: driver.Compilation, block: int, pool: int) -> dict[str, Any]:
     """The persistent program's launch and its plan as the arrays ``em_program`` reads."""
     assert comp.plan is not None
-    progs, lists = comp.plan.encode_shared()
-    plan_at, wl_at = [0], [0]
-    for p in progs:
-        plan_at.append(plan_at[-1] + len(p) // 3)
-    for wl in lists:
-        wl_at.append(wl_at[-1] + len(wl) // 2)
-    nsteps = [sum(1 for i in range(0, len(p), 3) if p[i] >= 0) for p in progs]
     return {"policy": comp.plan.policy, "veus": comp.plan.num_veus, "block": block,
-            "smem": pool, "plan": [x for p in progs for x in p], "plan_at": plan_at,
-            "wl": [x for wl in lists for x in wl], "wl_at": wl_at, "nsteps": nsteps}
+            "smem": pool, **comp.plan.encode_flat()}
 
 
 def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.ndarray]:

@@ -205,6 +205,21 @@ class ExecutionPlan:
             progs.append(flat)
         return progs, [[x for pair in waits for x in pair] for waits in lists]
 
+    def encode_flat(self) -> dict[str, list[int]]:
+        """``encode_shared`` as the flat arrays a runner indexes: ``plan`` (every vEU's
+        triples, one after another) with ``plan_at[v]`` the first triple of vEU v (and its
+        end, ``plan_at[v + 1]``), ``wl`` the wait lists' (vEU, step) pairs with ``wl_at`` the
+        same for lists, and ``nsteps[v]`` the rTasks of vEU v (its steps per run)."""
+        progs, lists = self.encode_shared()
+        plan_at, wl_at = [0], [0]
+        for p in progs:
+            plan_at.append(plan_at[-1] + len(p) // 3)
+        for wl in lists:
+            wl_at.append(wl_at[-1] + len(wl) // 2)
+        return {"plan": [x for p in progs for x in p], "plan_at": plan_at,
+                "wl": [x for wl in lists for x in wl], "wl_at": wl_at,
+                "nsteps": [sum(1 for i in range(0, len(p), 3) if p[i] >= 0) for p in progs]}
+
     def to_json(self) -> dict:
         return {"policy": self.policy, "num_veus": self.num_veus, "programs": self.encode()}
 
