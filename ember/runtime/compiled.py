@@ -89,7 +89,30 @@ def _specs(entries: list[Mapping[str, Any]], what: str) -> tuple[TensorSpec, ...
     return tuple(specs)
 
 
-class CompiledModel:
+class ModelSpecs:
+    """The inputs and outputs of a compiled model (``_inputs`` / ``_outputs``, set by it)."""
+
+    _inputs: tuple[TensorSpec, ...]
+    _outputs: tuple[TensorSpec, ...]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self._inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self._outputs]
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
+
+
+class CompiledModel(ModelSpecs):
     """A compiled static model: call it like a function.
 
     ``model(x)`` / ``model(x, y)`` / ``model(x=..., y=...)`` return the output array when the
@@ -132,22 +155,6 @@ class CompiledModel:
             self._module.set_plan(meta["plan"]["programs"])
 
     # ------------------------------------------------------------------ properties
-
-    @property
-    def input_names(self) -> list[str]:
-        return [s.name for s in self._inputs]
-
-    @property
-    def output_names(self) -> list[str]:
-        return [s.name for s in self._outputs]
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     @property
     def meta(self) -> dict[str, Any]:

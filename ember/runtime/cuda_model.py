@@ -28,7 +28,7 @@ import numpy as np
 from ember.errors import EmberError, InputError
 from ember.runtime import cuda_driver as cu
 from ember.runtime.artifact import read_bundle, save_bundle
-from ember.runtime.compiled import TensorSpec, _specs, _validate
+from ember.runtime.compiled import ModelSpecs, _specs, _validate
 from ember.runtime.cuda_images import CudaImages
 from ember.support import faults
 
@@ -52,7 +52,7 @@ class DeviceTensor:
         return out
 
 
-class CudaModel:
+class CudaModel(ModelSpecs):
     """A compiled static model for NVIDIA GPUs: call it like a ``CompiledModel``."""
 
     def __init__(self, images: CudaImages, params: np.ndarray, meta: Mapping[str, Any],
@@ -80,22 +80,6 @@ class CudaModel:
     @property
     def source(self) -> str | None:
         return self._source
-
-    @property
-    def input_names(self) -> list[str]:
-        return [s.name for s in self._inputs]
-
-    @property
-    def output_names(self) -> list[str]:
-        return [s.name for s in self._outputs]
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     @property
     def resources(self) -> dict[str, dict[str, dict[str, int]]]:
