@@ -1,31 +1,43 @@
 #!/usr/bin/env bash
-# The one-shot GPU check (issue 25): the gpu-marked tests, then the GPU benchmark, on a lent
+# The one-shot GPU check (issues 25, 26): the gpu-marked tests, then the GPU benchmark, on a lent
 # H100/H200 with nothing fetched from the network. Results go under $OUT; a short table last.
 #   run:  bash bench/gpu/check.sh          (from the repository root)
 # Without a GPU it runs the same steps, which skip. To spend no device time on nvcc, fill the
-# kernel cache beforehand on any machine with nvcc and carry it (the device tool's `carry`):
-#   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H100 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
+# kernel cache beforehand on any machine with nvcc and carry it (the device tool's `carry`),
+# for the GPU the check will find (EMBER_GPU: H100 or H200):
+#   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     python bench/gpu/bench.py --prepare
+# Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ember-gpu}
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export EMBER_GPU=${EMBER_GPU:-H100} EMBER_CUDA_ARCH=${EMBER_CUDA_ARCH:-sm_90}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$gpu_name" in *H200*) dflt=H200 ;; *) dflt=H100 ;; esac
+export EMBER_GPU=${EMBER_GPU:-$dflt} EMBER_CUDA_ARCH=${EMBER_CUDA_ARCH:-sm_90}
 export EMBER_MODEL_CACHE=0 EMBER_PROGRESS=0
 # the CUDA images bench/gpu/bench.py --prepare built elsewhere (no compiler needed on a hit)
 export EMBER_CACHE_DIR=${EMBER_CACHE_DIR:-$PWD/.gpu-cache}
 PY=${PY:-python3}
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1;
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1;
   $PY -c "import torch, numpy, onnx; print('torch', torch.__version__, 'numpy', numpy.__version__, 'onnx', onnx.__version__)";
-  command -v nvcc && nvcc --version | tail -1; } > "$OUT/machine.txt" 2>&1
+  command -v nvcc && nvcc --version | tail -1;
+  echo "EMBER_GPU=$EMBER_GPU  kernel cache: $(ls "$EMBER_CACHE_DIR"/kernels 2>/dev/null | wc -l) files";
+  # the spec ember reads from the driver when no datasheet is named
+  env -u EMBER_GPU $PY -c "from ember.compiler.gpu import gpu_spec; s = gpu_spec(); print('present GPU spec:', s.name, s.units, 'SMs', round(s.peak_gflops), 'GFLOP/s per SM', s.source, [(l.name, l.capacity, round(l.bandwidth)) for l in s.layers])";
+} > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
+# a test that hangs (a persistent program that never ends) names itself: pytest-timeout, where
+# the machine has it, dumps every thread's stack and ends the run
+per_test=""
+$PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${PER_TEST_S:-150} --timeout-method thread"
 t0=$(date +%s)
-timeout ${TEST_S:-240} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE tests/gpu \
-  > "$OUT/tests.log" 2>&1
-echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s"; tail -n 15 "$OUT/tests.log"
+timeout ${TEST_S:-240} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
+  ${TESTS:-tests/gpu} > "$OUT/tests.log" 2>&1
+echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s"
+grep -E "passed|failed|skipped|error|Error|FAILED|ERROR|Timeout" "$OUT/tests.log" | tail -n 25
 t0=$(date +%s)
-# the schedule bench's seven models and ResNet-50 (the other zoo models: BENCH_ARGS=--models ...)
 timeout ${BENCH_S:-330} $PY bench/gpu/bench.py --out "$OUT" --budget-s ${BUDGET_S:-150} \
   ${BENCH_ARGS:---models lstm_tc,squeezenet1_1,inception_v3,mobilenet_v2,resnext29_16x64d,randwire,bert_base,resnet50} \
   > "$OUT/bench.log" 2>&1

@@ -7,8 +7,9 @@ and ``max-autotune``) on the model zoo at batch 1, fp32, in one process, interle
     python bench/gpu/bench.py --prepare     # compile every model's CUDA images (no GPU needed)
 
 Every model's ember output is checked against onnxruntime first (max |diff| / max |ref|).
-Times are device times (CUDA events) of the compiled launch sequence (ember: the CUDA graph
-replay; torch: the module's forward on resident inputs), median over interleaved rounds.
+Times are device times (CUDA events) of one inference on resident inputs (ember: what
+``schedule="auto"`` chose, and its alternatives; torch: the module's forward), median over
+interleaved rounds.
 ``torch.compile`` runs are skipped once the time budget is spent (they compile for minutes).
 The table goes to stdout, everything to ``DIR/gpu.json``.
 """
@@ -57,8 +58,18 @@ def _torch_time(fn: Any, args: list[Any], runs: int) -> list[float]:
     return out
 
 
+def _rel_err(cm: Any, feeds: dict[str, np.ndarray], ref: list[np.ndarray]) -> float:
+    got = cm.run(feeds)
+    return max(float(np.abs(got[o] - r).max() / max(np.abs(r).max(), 1e-30))
+               for o, r in zip(cm.output_names, ref))
+
+
 def bench_model(name: str, runs: int, rounds: int, deadline: float,
-                modes: list[str], sched: tuple[str, ...] = ("rammer", "ios")) -> dict[str, Any]:
+                modes: list[str]) -> dict[str, Any]:
+    """One model: ember's ``schedule="auto"`` compile (it profiles the Rammer program's rTasks,
+    plans Rammer and IOS on the measured costs, times them and the launches, keeps the
+    fastest: its own figures are ``auto``), then, interleaved with PyTorch: the choice, the
+    kernels launched one by one (RammerBase) and as a CUDA graph, and the persistent program."""
     import torch
 
     from ember.bench.onnx_torch import OnnxTorch
@@ -69,32 +80,28 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     t = time.perf_counter()
     cm = ember.compile(model, target="cuda")
     rec["ember_compile_s"] = round(time.perf_counter() - t, 2)
+    rec["auto"] = cm.meta.get("schedule", {})
+    chosen = (cm.mode, cm.cuda_graph)
     ref = _ort(model, feeds)
-    got = cm.run(feeds)
-    rec["ember_rel_err"] = max(float(np.abs(got[o] - r).max() / max(np.abs(r).max(), 1e-30))
-                               for o, r in zip(cm.output_names, ref))
-    plans = {}
-    for policy in sched:     # persistent programs (issue 26): one launch per inference
-        try:
-            pm = ember.compile(model, target="cuda", schedule=policy)
-            got = pm.run(feeds)
-            rec[f"{policy}_rel_err"] = max(
-                float(np.abs(got[o] - r).max() / max(np.abs(r).max(), 1e-30))
-                for o, r in zip(pm.output_names, ref))
-            plans[policy] = pm
-        except Exception as e:
-            rec[f"{policy}"] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+    rec["ember_rel_err"] = _rel_err(cm, feeds, ref)
     mod = OnnxTorch(model).cuda().eval()
     args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
-    def base(graph: bool) -> list[float]:
-        cm.cuda_graph = graph
-        return cm.time_ms(feeds, runs)
 
-    engines: dict[str, Any] = {"ember": lambda: base(True),
-                               "rammerbase": lambda: base(False),
+    def ember_in(mode: str, graph: bool) -> Any:
+        def go() -> list[float]:
+            cm.mode, cm.cuda_graph = mode, graph
+            return cm.time_ms(feeds, runs)
+        return go
+
+    engines: dict[str, Any] = {"ember": ember_in(*chosen),
+                               "rammerbase": ember_in("launches", False),
+                               "graph": ember_in("launches", True),
                                "eager": lambda: _torch_time(mod, args, runs)}
-    for policy, pm in plans.items():
-        engines[policy] = (lambda p=pm: p.time_ms(feeds, runs))
+    if "persistent" in cm.meta:
+        policy = cm.meta["persistent"]["policy"]
+        engines[policy] = ember_in("persistent", True)
+        cm.mode = "persistent"
+        rec[f"{policy}_rel_err"] = _rel_err(cm, feeds, ref)
     compiled = {}
     for mode in modes:
         if time.perf_counter() > deadline:
@@ -119,6 +126,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     for _ in range(rounds):
         for k, eng in engines.items():
             times[k] += eng()
+    cm.mode, cm.cuda_graph = chosen
     for k, v in times.items():
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     return rec
@@ -231,26 +239,29 @@ def main(argv: list[str] | None = None) -> int:
 
 def _table(result: dict[str, Any]) -> None:
     print(f"\n{result['device']} ({result['arch']}), torch {result['torch']}, fp32, batch 1, "
-          "device ms (median)")
-    print(f"{'model':18} {'err':>8} {'ember':>8} {'base':>8} {'rammer':>8} {'ios':>8} "
-          f"{'eager':>8} {'c.def':>8} {'c.max':>8} {'e/eager':>8} {'e/best':>8}")
+          "device ms (median); ember = what schedule='auto' chose")
+    print(f"{'model':17} {'err':>7} {'chosen':>13} {'ember':>8} {'base':>8} {'graph':>8} "
+          f"{'rammer':>8} {'ios':>8} {'eager':>8} {'c.def':>8} {'c.max':>8} {'e/eager':>7} "
+          f"{'e/best':>7}")
+
+    def f(x: Any, w: int = 8) -> str:
+        return f"{x:{w}.3f}" if isinstance(x, float) else f"{'-':>{w}}"
+
     for r in result["models"]:
         if "error" in r:
-            print(f"{r['model']:18} ERROR {r['error'][:90]}")
+            print(f"{r['model']:17} ERROR {r['error'][:100]}")
             continue
         e, ea = r.get("ember_ms"), r.get("eager_ms")
-        mine = [x for x in (e, r.get("rammer_ms"), r.get("ios_ms")) if isinstance(x, float)]
-        e = min(mine) if mine else e
+        auto = r.get("auto", {}).get("measured_ms", {})
         cd, cx = r.get("compile[default]_ms"), r.get("compile[max-autotune]_ms")
         best = min([x for x in (cd, cx) if isinstance(x, float)], default=None)
-
-        def f(x: Any) -> str:
-            return f"{x:8.3f}" if isinstance(x, float) else f"{'-':>8}"
-
-        print(f"{r['model']:18} {r['ember_rel_err']:8.1e} {f(r.get('ember_ms'))} "
-              f"{f(r.get('rammerbase_ms'))} {f(r.get('rammer_ms'))} {f(r.get('ios_ms'))} "
-              f"{f(ea)} {f(cd)} {f(cx)} {f(e / ea if e and ea else None)} "
-              f"{f(e / best if e and best else None)}")
+        ram = r.get("rammer_ms", auto.get("rammer"))
+        ios_ = r.get("ios_ms", auto.get("ios"))
+        print(f"{r['model']:17} {r['ember_rel_err']:7.1e} "
+              f"{str(r.get('auto', {}).get('chosen', '-'))[:13]:>13} {f(e)} "
+              f"{f(r.get('rammerbase_ms'))} {f(r.get('graph_ms'))} {f(ram)} {f(ios_)} {f(ea)} "
+              f"{f(cd)} {f(cx)} {f(e / ea if e and ea else None, 7)} "
+              f"{f(e / best if e and best else None, 7)}")
     for g in result.get("gemm", []):
         if "ember_ms" not in g:
             print(f"GEMM {g.get('precision')}: ERROR {g.get('error', '')[:90]}")

@@ -15,7 +15,9 @@ from ember.kernel.roller.hal import GPU_SPECS, DeviceSpec, load_spec
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import ExecutionPlan
 from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan
-from ember.support import options
+from ember.support import log, options
+
+LOG = log.LOG.getChild("gpu")
 
 TARGETS = ("cpu", "cuda", "cuda-sim")
 GPU_TARGETS = ("cuda", "cuda-sim")
@@ -60,8 +62,12 @@ def _present_gpu() -> DeviceSpec | None:
     if not cuda_driver.available():
         return None
     d = cuda_driver.device_info(0)
-    per_sm = 2 * _FP32_PER_SM.get(d.arch, 128) * d.clock_ghz
     base = GPU_SPECS["H100"]
+    if d.clock_ghz <= 0 or d.hbm_gbs <= 0 or d.sms <= 0:   # a driver that hides its clocks
+        LOG.info("GPU %s reports no clocks: the H100 datasheet's rates", d.name)
+        return replace(base, name=d.name, units=d.sms if d.sms > 0 else base.units,
+                       source=f"device {d.arch}, datasheet rates")
+    per_sm = 2 * _FP32_PER_SM.get(d.arch, 128) * d.clock_ghz
     layers = (MemLayer("reg", 64 << 10 << 2, 4, per_sm * 6),
               MemLayer("smem", d.smem_sm, 128, 128 * d.clock_ghz),
               MemLayer("L2", d.l2, 32, d.hbm_gbs * 2.5, shared=True),
