@@ -83,6 +83,9 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int) -
         return False
     comp.gpu_kernels = [new.get(id(k), k) for k in comp.gpu_kernels]
     comp.kernels = [simulate(k) for k in comp.gpu_kernels]
+    if comp.interleaved:     # a rebuilt kernel has other blocks: the plan is made again
+        assert comp.plan is not None
+        driver.plan_gpu(comp, comp.plan.policy)
     return True
 
 
@@ -130,7 +133,11 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
     source = prog.source
     persistent = None
     if comp.interleaved:     # a GPU plan: its persistent program too
-        program = comp.gpu_kernels + [k for _, k in comp.gpu_variants]
+        program = comp.gpu_program
+        assert comp.plan is not None   # it must cover the blocks of the kernels emitted
+        comp.plan.validate([int(k.blocks) for k in program],
+                           list(range(len(comp.gpu_kernels))) + [op for op, _ in
+                                                                  comp.gpu_variants])
         block = max(k.threads for k in program)
         extra, fid, width, pool = emit_persistent(program, block)
         source += extra

@@ -75,6 +75,8 @@ class Compilation:
     gpu_infos: list[Any] = field(default_factory=list)      # the GPU vDevice's rOperators
     gpu_variants: list[Any] = field(default_factory=list)   # (operator, efficient GpuKernel)
     variant_args: list[Any] = field(default_factory=list)   # their bound pointer arguments
+    # a GPU plan's persistent program: its rKernels (operator i's at i, then the variants)
+    gpu_program: list[Any] = field(default_factory=list)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -259,17 +261,7 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     comp.kernels = [simulate(k) for k in comp.gpu_kernels]
     comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     if policy in ("rammer", "ios"):
-        deps = kernel_dependencies(comp.graph)
-        costs = [kernel_cost(n, k) for n, k in zip(fused, comp.kernels)]
-        comp.gpu_variants = gpu.efficient_variants(fused, comp.gpu_kernels,
-                                                   _side_by_side(deps), spec, _body_key)
-        comp.gpu_infos = gpu.kernel_infos(comp.gpu_kernels, costs, deps, spec,
-                                          comp.gpu_variants)
-        comp.plan = gpu.gpu_plan(comp.gpu_infos, spec, policy)
-        comp.plan, comp.gpu_infos, comp.gpu_variants = gpu.drop_unused(
-            comp.plan, comp.gpu_infos, comp.gpu_variants)
-        comp.variants = [(op, simulate(k)) for op, k in comp.gpu_variants]
-        comp.interleaved = True
+        plan_gpu(comp, policy)
     comp.timings["construct"] = time.perf_counter() - t
     run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "
             f"{spec.name}")
@@ -279,6 +271,30 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     _emit(comp)
     comp.timings["codegen"] = time.perf_counter() - t
     run.add("C", comp.timings["codegen"], f"{len(comp.source) // 1024} KiB")
+
+
+def plan_gpu(comp: Compilation, policy: str) -> None:
+    """``policy``'s plan of ``comp``'s GPU kernels over the GPU's vEUs, with the efficient
+    rKernels it runs. Called again whenever a kernel is rebuilt: a plan covers each kernel's
+    blocks as they were when it was made (Pre: ``comp.gpu_kernels`` and ``comp.kernels``
+    built)."""
+    from ember.kernel.gpu.sim import simulate
+
+    spec = gpu.gpu_spec()
+    deps = kernel_dependencies(comp.graph)
+    costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.kernels)]   # as packed: alike
+    variants = gpu.efficient_variants(comp.fused, comp.gpu_kernels, _side_by_side(deps), spec,
+                                      _body_key)
+    # the program's rKernels: its block size, narrow kernels' blocks packed side by side
+    program, variants = gpu.program_rkernels(comp.gpu_kernels, variants, spec)
+    comp.gpu_infos = gpu.kernel_infos(program, costs, deps, spec, variants)
+    comp.plan = gpu.gpu_plan(comp.gpu_infos, spec, policy)
+    comp.plan, comp.gpu_infos, comp.gpu_variants = gpu.drop_unused(comp.plan, comp.gpu_infos,
+                                                                  variants)
+    comp.gpu_program = program + [k for _, k in comp.gpu_variants]
+    comp.kernels = [simulate(k) for k in program]     # what cuda-sim runs: the plan's kernels
+    comp.variants = [(op, simulate(k)) for op, k in comp.gpu_variants]
+    comp.interleaved = True
 
 
 def _check_memory(g: Graph) -> None:

@@ -122,6 +122,19 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
     return out
 
 
+def program_rkernels(kernels: list[GpuKernel], variants: list[tuple[int, GpuKernel]],
+                     spec: DeviceSpec) -> tuple[list[GpuKernel], list[tuple[int, GpuKernel]]]:
+    """The persistent program's rKernels: one block size for all (the widest kernel's), each
+    narrower kernel with as many of its blocks packed side by side as the block and the SM's
+    shared memory hold (``persistent.pack_blocks``)."""
+    from ember.kernel.gpu.persistent import pack_blocks
+
+    block = max([k.threads for k in kernels] + [k.threads for _, k in variants] + [32])
+    smem = spec.layer("smem").capacity - 1024
+    return ([pack_blocks(k, block, smem) for k in kernels],
+            [(op, pack_blocks(k, block, smem)) for op, k in variants])
+
+
 def kernel_infos(kernels: list[GpuKernel], costs: list[tuple[int, int]],
                  deps: list[tuple[int, ...]], spec: DeviceSpec,
                  variants: list[tuple[int, GpuKernel]] = ()) -> list[KernelInfo]:

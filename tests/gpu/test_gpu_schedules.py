@@ -15,7 +15,7 @@ from ember import zoo
 from ember.codegen.program import BoundKernel, emit_units
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.gpu.base import GpuKernel
-from ember.kernel.gpu.persistent import pad_threads
+from ember.kernel.gpu.persistent import pack_blocks, pad_threads
 from ember.kernel.gpu.sim import simulate
 from ember.loops.ir import (
     BLOCK,
@@ -26,6 +26,7 @@ from ember.loops.ir import (
     Buffer,
     Const,
     For,
+    If,
     Load,
     Scope,
     Store,
@@ -106,6 +107,50 @@ def test_padded_rkernels_compute_the_same() -> None:
     np.testing.assert_array_equal(outs[1], want)
 
 
+def _run_rev(kern: GpuKernel, n: int) -> np.ndarray:
+    k = simulate(kern)
+    x, y = [b for b, _ in kern.args][::-1]
+    bound = [BoundKernel(k, {y: "(char *)g_out[0]", x: "(char *)g_in[0]"})]
+    plan = ExecutionPlan(1, [[RTask(0, 0, int(kern.blocks))]], "test")
+    mod = NativeModule(compile_shared(emit_units(bound, plan).source))
+    mod.init(np.zeros(64, np.uint8))
+    out = np.full(n, np.nan, np.float32)
+    mod.run([np.arange(n, dtype=np.float32)], [out], aligned_empty((64,)))
+    return out
+
+
+@pytest.mark.parametrize("blocks,block,smem,groups", [(5, 192, 1 << 16, 3), (5, 256, 1 << 16, 4),
+                                                      (5, 256, 600, 2), (1, 256, 1 << 16, 1)])
+def test_packed_rkernels_compute_the_same(blocks: int, block: int, smem: int,
+                                          groups: int) -> None:
+    """The block reversal with its blocks packed side by side (``groups`` per block, each on
+    its own copy of the shared tile, the groups past the last block idle at the barrier):
+    every element written once, as unpacked; a tile of 256 bytes in 600 allows 2 copies."""
+
+    t = 64
+    n = blocks * t
+    x, y = Buffer("x", n), Buffer("y", n)
+    sh = Buffer("tile", t, scope=Scope.SHARED)
+    gi = Bin("+", Bin("*", BLOCK, Const(t)), THREAD)
+    body = Alloc(sh, seq(Store(sh, THREAD, Load(x, gi)), Barrier(),
+                         Store(y, gi, Load(sh, Bin("-", Const(t - 1), THREAD)))))
+    gk = GpuKernel("rev", body, blocks, t, [(y, OUTPUT), (x, 0)])
+    packed = pack_blocks(gk, block, smem)
+    assert packed.threads == groups * t and packed.blocks == -(-blocks // groups)
+    assert packed.shared_bytes() == groups * t * 4
+    padded = GpuKernel("rev", pad_threads(packed, block), packed.blocks, block, gk.args)
+    want = np.arange(n, dtype=np.float32).reshape(-1, t)[:, ::-1].reshape(-1)
+    np.testing.assert_array_equal(_run_rev(padded, n), want)
+
+
+def test_blocks_meeting_barriers_under_their_own_conditions_are_not_packed() -> None:
+
+    x = Buffer("x", 256)
+    body = If(Bin("<", BLOCK, Const(2)), seq(Store(x, THREAD, Const(1.0, "float32")), Barrier()))
+    gk = GpuKernel("k", body, 4, 64, [(x, OUTPUT)])
+    assert pack_blocks(gk, 256, 1 << 16) is gk
+
+
 def test_shared_wait_lists_encode_the_same_plan() -> None:
     plan = ExecutionPlan(3, [[RTask(0, 0, 1), Wait(((1, 1), (2, 1))), RTask(1, 0, 1)],
                              [RTask(0, 1, 2), Wait(((0, 1), (2, 1))), RTask(1, 1, 2)],
@@ -143,3 +188,26 @@ def test_unused_efficient_rkernels_are_dropped_and_the_rest_renumbered() -> None
     assert [e.kernel for p in plan2.programs for e in p if isinstance(e, RTask)] == [0, 2, 0, 2]
     assert infos2[0].efficient is None and infos2[1].efficient.kernel == 2
     plan2.validate([4, 4, 2], [0, 1, 1])
+
+
+def test_a_rebuilt_kernel_gets_a_plan_over_its_new_blocks() -> None:
+    """ptxas spilling a dense kernel makes it rebuilt with a smaller thread tile, so with other
+    blocks: the persistent program's plan is made again over them (a stale plan ran blocks the
+    kernel no longer has and left others out: wrong outputs on an H200, 2026-11-27)."""
+    from ember.compiler import cuda, driver
+    from ember.frontend.onnx.importer import import_model
+    from ember.kernel.gpu import dense
+
+    g = import_model(zoo.build("squeezenet1_1"))
+    comp = driver.build_graph(g, target="cuda", gpu_schedule="rammer")
+    before = [int(k.blocks) for k in comp.gpu_kernels]
+    from ember.codegen.cuda import render_kernel
+
+    spilled = {render_kernel(k).symbol for n, k in zip(comp.fused, comp.gpu_kernels)
+               if dense.applicable(n.attrs["body"])}
+    assert spilled and cuda._rebuild_spilled(comp, spilled, 32)
+    after = [int(k.blocks) for k in comp.gpu_kernels]
+    assert after != before
+    assert comp.plan is not None and comp.plan.policy == "rammer"
+    comp.plan.validate([int(k.blocks) for k in comp.gpu_program],
+                       list(range(len(comp.gpu_kernels))) + [op for op, _ in comp.gpu_variants])
