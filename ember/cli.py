@@ -201,8 +201,10 @@ def _inspect_gpu(a: argparse.Namespace) -> int:
     if comp.interleaved:
         from ember.compiler import gpu
 
-        spec = gpu.gpu_spec()
-        print(f"\n==== {policy} plan over {comp.plan.num_veus} SM vEUs ({spec.name}) ====")
+        spec = comp.gpu_vspec
+        per_sm = spec.units // gpu.gpu_spec().units
+        print(f"\n==== {policy} plan over {comp.plan.num_veus} vEUs, {per_sm} per SM "
+              f"({spec.name}) ====")
         print(f"  predicted {gpu.predicted_s(comp.plan, comp.gpu_infos, spec) * 1e6:.1f} us, "
               f"{sum(len(p) for p in comp.plan.programs)} entries")
     if a.schedule_picture:

@@ -176,7 +176,7 @@ def gpu_schedule_picture(comp: Any, path: Path) -> Path:
     from ember.sched.vdevice import simulate
 
     plan = comp.plan
-    spec = gpu.gpu_spec()
+    spec = comp.gpu_vspec
     predicted = simulate(plan, comp.gpu_infos, gpu.vdevice(spec))
     labels = [n.attrs["master"] for n in comp.fused]
     return gantt(plan.entries(), labels, {f"predicted ({plan.policy}, {spec.name})": predicted},

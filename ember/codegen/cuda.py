@@ -256,7 +256,7 @@ static __device__ __forceinline__ unsigned long long em_observe(const unsigned l
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
   return v;
 }
-extern "C" __global__ void __launch_bounds__(%(BT)d, 1) em_program(
+extern "C" __global__ void __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
     const unsigned long long *args, const int *fid, const long long *plan,
     const long long *plan_at, const long long *wl, const long long *wl_at,
     unsigned long long *steps, const long long *nsteps, long long epoch,
@@ -298,12 +298,14 @@ extern "C" __global__ void __launch_bounds__(%(BT)d, 1) em_program(
 """
 
 
-def emit_persistent(kernels: list[GpuKernel], block: int) -> tuple[str, list[int], int, int]:
+def emit_persistent(kernels: list[GpuKernel], block: int, per_sm: int = 1
+                    ) -> tuple[str, list[int], int, int]:
     """The persistent program of ``kernels`` (program kernel ``k`` runs ``kernels[k]``) for
     blocks of ``block`` threads, as source to append to ``emit_program(kernels)``'s (which has
     the prelude). Its tensors are data: program kernel ``k`` reads its pointer parameters from
     row ``k`` of a table of ``width`` device addresses, and calls distinct function
-    ``fid[k]`` (equal kernels on other tensors, every step of an unrolled LSTM, share one).
+    ``fid[k]`` (equal kernels on other tensors, every step of an unrolled LSTM, share one);
+    ``per_sm`` blocks are meant to share an SM (``__launch_bounds__``).
     Returns (source, fid, width, bytes of the shared pool: the largest kernel's)."""
     funcs: dict[str, tuple[int, CudaKernelText]] = {}
     fid, pool = [], 0
@@ -323,7 +325,7 @@ def emit_persistent(kernels: list[GpuKernel], block: int) -> tuple[str, list[int
                 "\n".join(cases) + "\n    default: break;\n  }\n}\n")
     body = "\n".join(t.text for _, t in funcs.values())
     src = "\n" + body + "\n" + dispatch + PERSISTENT.replace("%(BT)d", str(block)).replace(
-        "%(W)d", str(width))
+        "%(W)d", str(width)).replace("%(PER_SM)d", str(per_sm))
     return src, fid, width, pool
 
 

@@ -51,10 +51,9 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     # Rammer and IOS again on the rTask costs measured on this GPU (Rammer's profiling step)
     measured = cm.profile_rtasks(feeds)
     comp.gpu_infos = _with_costs(comp.gpu_infos, measured)
-    spec = driver.gpu.gpu_spec()
     models = []
     for policy in ("rammer", "ios"):
-        comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, spec, policy)
+        comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, comp.gpu_vspec, policy)
         models.append(to_cuda_model(comp))
     return _fastest(models, feeds)
 
@@ -139,7 +138,8 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
                            list(range(len(comp.gpu_kernels))) + [op for op, _ in
                                                                   comp.gpu_variants])
         block = max(k.threads for k in program)
-        extra, fid, width, pool = emit_persistent(program, block)
+        extra, fid, width, pool = emit_persistent(program, block,
+                                                  driver.gpu.veus_per_sm(block))
         source += extra
         persistent = _persistent_meta(comp, block, pool)
         persistent.update(fid=fid, width=width,

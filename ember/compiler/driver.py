@@ -77,6 +77,7 @@ class Compilation:
     variant_args: list[Any] = field(default_factory=list)   # their bound pointer arguments
     # a GPU plan's persistent program: its rKernels (operator i's at i, then the variants)
     gpu_program: list[Any] = field(default_factory=list)
+    gpu_vspec: Any = None      # the GPU as the program's vEUs see it (compiler.gpu.program_spec)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -286,9 +287,9 @@ def plan_gpu(comp: Compilation, policy: str) -> None:
     variants = gpu.efficient_variants(comp.fused, comp.gpu_kernels, _side_by_side(deps), spec,
                                       _body_key)
     # the program's rKernels: its block size, narrow kernels' blocks packed side by side
-    program, variants = gpu.program_rkernels(comp.gpu_kernels, variants, spec)
-    comp.gpu_infos = gpu.kernel_infos(program, costs, deps, spec, variants)
-    comp.plan = gpu.gpu_plan(comp.gpu_infos, spec, policy)
+    program, variants, comp.gpu_vspec = gpu.program_rkernels(comp.gpu_kernels, variants, spec)
+    comp.gpu_infos = gpu.kernel_infos(program, costs, deps, comp.gpu_vspec, variants)
+    comp.plan = gpu.gpu_plan(comp.gpu_infos, comp.gpu_vspec, policy)
     comp.plan, comp.gpu_infos, comp.gpu_variants = gpu.drop_unused(comp.plan, comp.gpu_infos,
                                                                   variants)
     comp.gpu_program = program + [k for _, k in comp.gpu_variants]

@@ -88,8 +88,9 @@ BLOCK_OVERHEAD_S = 0.5e-6    # a persistent block's dispatch of one rTask and it
 
 
 def vdevice(spec: DeviceSpec) -> VDevice:
-    """The GPU as Rammer's vDevice: a vEU is a persistent thread block, one per SM (each has
-    the SM's resources); a wait is a step counter read through L2 (about a microsecond)."""
+    """The GPU as Rammer's vDevice: a vEU is a persistent thread block, a unit of ``spec``
+    (``program_spec``: one or more per SM, each with its share of the SM's resources); a
+    wait is a step counter read through L2 (about a microsecond)."""
     return VDevice(spec.units, wait_s=1.0e-6, task_overhead_s=BLOCK_OVERHEAD_S)
 
 
@@ -122,17 +123,43 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
     return out
 
 
+def veus_per_sm(block: int) -> int:
+    """Persistent blocks of ``block`` threads one SM holds at once: as many as its registers
+    allow at the per-thread budget the kernels are built for (``codegen.cuda.REGISTERS``),
+    at most 2048 threads."""
+    from ember.codegen.cuda import REGISTERS
+
+    return max(1, min(65536 // (block * REGISTERS), 2048 // block))
+
+
+def program_spec(spec: DeviceSpec, block: int) -> DeviceSpec:
+    """The GPU as the persistent program's vEUs see it: ``veus_per_sm(block)`` vEUs per SM,
+    each with that share of the SM's peak and shared memory (the schedulers' device)."""
+    from dataclasses import replace
+
+    r = veus_per_sm(block)
+    if r == 1:
+        return spec
+    layers = tuple(replace(lay, capacity=lay.capacity // r, bandwidth=lay.bandwidth / r)
+                   if not lay.shared else lay for lay in spec.layers)
+    return replace(spec, units=spec.units * r, peak_gflops=spec.peak_gflops / r,
+                   layers=layers)
+
+
 def program_rkernels(kernels: list[GpuKernel], variants: list[tuple[int, GpuKernel]],
-                     spec: DeviceSpec) -> tuple[list[GpuKernel], list[tuple[int, GpuKernel]]]:
+                     spec: DeviceSpec
+                     ) -> tuple[list[GpuKernel], list[tuple[int, GpuKernel]], DeviceSpec]:
     """The persistent program's rKernels: one block size for all (the widest kernel's), each
-    narrower kernel with as many of its blocks packed side by side as the block and the SM's
-    shared memory hold (``persistent.pack_blocks``)."""
+    narrower kernel with as many of its blocks packed side by side as the block and its
+    vEU's share of the SM's shared memory hold (``persistent.pack_blocks``); and the vEU-level
+    device spec (``program_spec``) they are planned on."""
     from ember.kernel.gpu.persistent import pack_blocks
 
     block = max([k.threads for k in kernels] + [k.threads for _, k in variants] + [32])
-    smem = spec.layer("smem").capacity - 1024
+    vspec = program_spec(spec, block)
+    smem = vspec.layer("smem").capacity - 1024
     return ([pack_blocks(k, block, smem) for k in kernels],
-            [(op, pack_blocks(k, block, smem)) for op, k in variants])
+            [(op, pack_blocks(k, block, smem)) for op, k in variants], vspec)
 
 
 def kernel_infos(kernels: list[GpuKernel], costs: list[tuple[int, int]],

@@ -384,6 +384,11 @@ class _Persistent:
         self.veus, self.block, self.smem = int(p["veus"]), int(p["block"]), int(p["smem"])
         if self.smem > 48 << 10:   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             cu.call("cuFuncSetAttribute", self.fn, 8, self.smem)
+        # every vEU's block must be resident at once (they wait on each other)
+        per_sm = ctypes.c_int()
+        cu.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.byref(per_sm), self.fn,
+                self.block, ctypes.c_size_t(self.smem))
+        self.resident = per_sm.value * cu.device_info(0).sms
         self.arrays = {k: _upload(np.asarray(p[k] or [0], np.int64))
                        for k in ("plan", "plan_at", "wl", "wl_at", "nsteps")}
         self.steps = cu.DeviceBuffer(8 * self.veus)
@@ -418,6 +423,13 @@ class _Persistent:
         cu.call("cuMemcpyHtoD_v2", self.args.ptr, self.table.ctypes.data, self.table.nbytes)
 
     def launch(self, dev: _DeviceState) -> None:
+        if self.resident < self.veus:
+            raise EmberError(
+                f"the persistent program's {self.veus} vEUs ({self.block} threads, "
+                f"{self.smem} B of shared memory each) do not fit this GPU at once (it holds "
+                f"{self.resident}): its plan was made for another GPU; compile it here (or "
+                "with EMBER_GPU naming this one), or run the kernels one by one "
+                "(cm.mode = 'launches')")
         cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
                 self.smem, dev.stream.handle, self.argv)
         self.epoch.value += 1
