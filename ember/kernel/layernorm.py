@@ -42,7 +42,7 @@ def applicable(body: Graph) -> bool:
     return len(body.nodes) == 1 and body.nodes[0].op == "LayerNormalization"
 
 
-def _param(name: str, v: Value | None, inner: tuple[int, ...], body: Graph,
+def param_buffer(name: str, v: Value | None, inner: tuple[int, ...], body: Graph,
            args: list) -> Buffer | None:
     """The scale / bias buffer, broadcast to the normalized shape (constants at compile time)."""
     if v is None:
@@ -94,8 +94,9 @@ def build_layernorm(name: str, body: Graph) -> Kernel:
     rows = numel(shape[:axis])
     x, y = Buffer(f"{name}_x", mul_extent(rows, k)), Buffer(f"{name}_y", mul_extent(rows, k))
     args: list = [(y, OUTPUT), (x, body.inputs.index(x_v))]
-    scale = _param(f"{name}_scale", n.inputs[1], inner, body, args)
-    bias = _param(f"{name}_bias", n.inputs[2] if len(n.inputs) > 2 else None, inner, body, args)
+    scale = param_buffer(f"{name}_scale", n.inputs[1], inner, body, args)
+    bias = param_buffer(f"{name}_bias", n.inputs[2] if len(n.inputs) > 2 else None, inner,
+                        body, args)
     row, j = Var("row"), Var("j")
     zero = Const(0)
     xv = Load(x, Bin("+", Bin("*", row, Const(k)), j))

@@ -118,6 +118,29 @@ def test_row_and_generic_schedules(op: str, attrs: dict, shape: tuple) -> None:
     check(op, inputs, attrs, const=tuple(range(1, len(inputs))), target=SIM)
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.data())
+def test_row_kernels_match_onnxruntime_on_random_rows(data: st.DataObject) -> None:
+    """Softmax / LogSoftmax / LayerNormalization a row per block: rows shorter and longer
+    than the block, not a multiple of it, on any axis, with a NaN row and large offsets."""
+    from ember.kernel.gpu.rows import threads_for
+
+    op = data.draw(st.sampled_from(["Softmax", "LogSoftmax", "LayerNormalization"]))
+    shape = tuple(data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
+    shape += (data.draw(st.sampled_from([1, 7, 33, 128, 300, 1030])),)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+    x = (rng.standard_normal(shape) * 4 + rng.uniform(-50, 50)).astype(F32)
+    if x.size > 3 and data.draw(st.booleans()):
+        x.flat[x.size // 2] = np.nan
+    inputs: list = [x]
+    if op == "LayerNormalization":
+        inner = shape[axis % len(shape):]
+        inputs += [rng.standard_normal(inner).astype(F32), rng.standard_normal(inner).astype(F32)]
+    assert threads_for(int(np.prod(shape[axis % len(shape):]))) in (32, 64, 128, 256)
+    check(op, inputs, {"axis": axis}, const=tuple(range(1, len(inputs))), target=SIM)
+
+
 def test_gather_out_of_range_is_a_named_error() -> None:
     table = np.random.default_rng(0).standard_normal((10, 4)).astype(F32)
     feeds = {"ids": np.array([[1, 12]], np.int64)}

@@ -1,7 +1,7 @@
 """Picks the GPU kernel generator of a fused group by its master op.
 
 Dense products get the tiled GEMM; Softmax and LayerNormalization their row kernels with a row
-per thread; the scatters, scans and TopK their CPU kernels with an rTask per thread; every
+per block (``rows``); the scatters, scans and TopK their CPU kernels with an rTask per thread; every
 other group the generic schedule (one output point per thread). A group none of them can lower
 is an ``UnsupportedOpError`` naming its node: no silent CPU fallback.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from ember.errors import CompileError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel import layernorm, scatter, softmax
-from ember.kernel.gpu import dense, generic, lstm
+from ember.kernel.gpu import dense, generic, lstm, rows
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller.hal import DeviceSpec
 
@@ -27,9 +27,9 @@ def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1,
         if lstm.applicable(body):
             return lstm.build_lstm_step(name, body)
         if softmax.applicable(body):
-            return generic.from_tasks(softmax.build_softmax(name, body))
+            return rows.build_softmax(name, body)
         if layernorm.applicable(body):
-            return generic.from_tasks(layernorm.build_layernorm(name, body))
+            return rows.build_layernorm(name, body)
         if scatter.applicable(body):   # scatters, scans, TopK: an rTask (range, row) a thread
             return generic.from_tasks(scatter.build(name, body, 4 * spec.units))
         return generic.build_generic(name, body)
