@@ -52,3 +52,13 @@ timeout ${COMPILE_S:-180} $PY bench/gpu/bench.py --out "$OUT/compile" --gemm 0 \
 echo "bench with torch.compile: exit $? in $(( $(date +%s) - t0 )) s"
 grep -v -i warn "$OUT/bench.log" | tail -n 16
 grep -v -i warn "$OUT/bench_compile.log" | tail -n 8
+# where each model's time goes: the three longest kernels (all of them in gpu.json)
+$PY - "$OUT/gpu.json" <<'PYEOF' 2>/dev/null
+import json, sys
+r = json.load(open(sys.argv[1]))
+for m in r.get("models", []):
+    top = m.get("kernels_top", [])[:3]
+    if top:
+        print(f"{m['model']:16} kernels {m['kernels_ms_total']:.3f} ms; longest: " + "; ".join(
+            f"{k['ms']:.3f} {k['node'][:18]} {k['grid']}x{k['block']}" for k in top))
+PYEOF

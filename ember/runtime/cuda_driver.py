@@ -201,6 +201,29 @@ class Graph:
         call("cuGraphLaunch", self.exe, stream.handle)
 
 
+class Event:
+    """A CUDA event: ``record`` it on a stream; ``ms(a, b)`` is the device time between two."""
+
+    def __init__(self) -> None:
+        self.handle = c_void_p()
+        call("cuEventCreate", ctypes.byref(self.handle), 0)
+
+    def record(self, stream: Stream) -> None:
+        call("cuEventRecord", self.handle, stream.handle)
+
+    @staticmethod
+    def ms(a: Event, b: Event) -> float:
+        call("cuEventSynchronize", b.handle)
+        out = ctypes.c_float()
+        call("cuEventElapsedTime", ctypes.byref(out), a.handle, b.handle)
+        return float(out.value)
+
+    def __del__(self) -> None:
+        lib = _lib()
+        if lib is not None and getattr(self, "handle", None) and self.handle.value:
+            lib.cuEventDestroy_v2(self.handle)
+
+
 class Timer:
     """Device time between two events on a stream (ms)."""
 

@@ -125,6 +125,29 @@ class CudaModel(ModelSpecs):
             out.append(timer.stop(dev.stream))
         return out
 
+    def profile_kernels(self, feeds: Mapping[str, Any], runs: int = 5) -> list[dict[str, Any]]:
+        """Each launch's device time (median of ``runs``, events between launches, no CUDA
+        graph) with its node, kernel, grid and block: where an inference's time goes."""
+        self._execute(feeds, device=True)
+        dev = self._device()
+        n = len(dev.launches)
+        events = [cu.Event() for _ in range(n + 1)]
+        samples: list[list[float]] = [[] for _ in range(n)]
+        for _ in range(runs):
+            for i in range(n):
+                events[i].record(dev.stream)
+                dev.launch_one(i)
+            events[n].record(dev.stream)
+            for i in range(n):
+                samples[i].append(cu.Event.ms(events[i], events[i + 1]))
+        self._sync_and_check(dev)
+        out = []
+        for i, entry in enumerate(self._meta["launches"]):
+            out.append({"launch": i, "node": entry.get("node", ""), "kernel": entry["kernel"],
+                        "grid": entry["grid"], "block": entry["block"],
+                        "ms": float(np.median(samples[i]))})
+        return out
+
     def profile_rtasks(self, feeds: Mapping[str, Any], runs: int = 5) -> dict[int, float]:
         """Seconds one block of each program kernel takes on one vEU, measured in the
         persistent program (its rTasks timed with the GPU's globaltimer; the median over

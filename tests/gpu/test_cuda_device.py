@@ -98,3 +98,10 @@ def test_rtask_costs_are_measured_in_the_persistent_program() -> None:
     # every program kernel the plan runs (an operator's own kernel or its efficient variant)
     assert set(costs) == {int(k) for k, b, e in plan if k >= 0 and e > b}
     assert all(0 < c < 1e-2 for c in costs.values())
+
+
+def test_each_launch_is_timed_on_the_device() -> None:
+    cm = ember.compile(zoo.build("small_cnn"), target="cuda", schedule="sequential")
+    prof = cm.profile_kernels(zoo.random_inputs("small_cnn"), runs=3)
+    assert [p["launch"] for p in prof] == list(range(len(cm.meta["launches"])))
+    assert all(0 < p["ms"] < 100 and p["grid"] >= 1 for p in prof)
