@@ -24,6 +24,7 @@ from ember.codegen.c import C_TYPES, BufferBinding, CEmitter, ctype
 from ember.codegen.checks import CHECKS_C
 from ember.codegen.cmath import MATH_C
 from ember.errors import CompileError
+from ember.kernel.gpu import async_copy
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.gpu.mma import CUDA_MMA
 from ember.kernel.gpu.persistent import pad_threads
@@ -348,4 +349,6 @@ def emit_program(kernels: list[GpuKernel]) -> CudaProgram:
     body = "\n".join(seen.values())
     half = "#include <cuda_fp16.h>\n" if "__half" in body else ""
     tc = CUDA_MMA if "em_mma_" in body else ""
+    if "em_cp_" in body:
+        tc += async_copy.CUDA
     return CudaProgram(half + PRELUDE + tc + "\n" + body, texts)

@@ -31,7 +31,7 @@ from ember.ir.ops.layout import conv_pads
 from ember.kernel.base import OUTPUT
 from ember.kernel.conv import core_body, transposed_output
 from ember.kernel.epilogue import element_epilogue
-from ember.kernel.gpu import mma
+from ember.kernel.gpu import async_copy, mma
 from ember.kernel.gpu.base import GpuKernel, ceil_div
 from ember.kernel.roller import gemm_gpu
 from ember.kernel.roller.gemm_gpu import GemmTile
@@ -277,22 +277,34 @@ class _Block:
             st = If(Bin("<", ev, Const(nelem)), st)
         return For(self.e, Const(0), Const(ceil_div(nelem, self.T)), st, ForKind.SERIAL)
 
+    def a_src(self, mm: Expr, kq: Expr, k0: Expr | None = None) -> tuple[Expr, Expr | None]:
+        """Where A's (tile row ``mm``, step column ``kq``) is, and when it is inside the
+        operator and its padding (``k0``: the K step, the loop's by default)."""
+        gm = self.gm
+        row = Bin("+", self.bm0, mm)
+        col = Bin("+", Bin("*", self.k0 if k0 is None else k0, Const(self.BK)), kq)
+        idx, valid = gm.a_at(self.b, row, col)
+        return idx, all_of([c for c in (
+            Bin("<", row, Const(gm.M)) if gm.M % self.BM else None,
+            Bin("<", col, Const(gm.K)) if gm.K % self.BK else None, valid) if c is not None])
+
+    def b_src(self, kq: Expr, nn: Expr, k0: Expr | None = None) -> tuple[Expr, Expr | None]:
+        gm = self.gm
+        row = Bin("+", Bin("*", self.k0 if k0 is None else k0, Const(self.BK)), kq)
+        col = Bin("+", self.bn0, nn)
+        idx, valid = gm.b_at(self.b, row, col)
+        return idx, all_of([c for c in (
+            Bin("<", row, Const(gm.K)) if gm.K % self.BK else None,
+            Bin("<", col, Const(gm.N)) if gm.N % self.BN else None, valid) if c is not None])
+
     def a_value(self, mm: Expr, kq: Expr) -> Expr:
         """A at (tile row ``mm``, step column ``kq``); 0 outside the operator or its padding."""
-        gm = self.gm
-        row, col = Bin("+", self.bm0, mm), Bin("+", Bin("*", self.k0, Const(self.BK)), kq)
-        idx, valid = gm.a_at(self.b, row, col)
-        return _guarded(Load(gm.a_buf, idx),
-                        [Bin("<", row, Const(gm.M)) if gm.M % self.BM else None,
-                         Bin("<", col, Const(gm.K)) if gm.K % self.BK else None, valid])
+        idx, ok = self.a_src(mm, kq)
+        return _guarded(Load(self.gm.a_buf, idx), [ok])
 
     def b_value(self, kq: Expr, nn: Expr) -> Expr:
-        gm = self.gm
-        row, col = Bin("+", Bin("*", self.k0, Const(self.BK)), kq), Bin("+", self.bn0, nn)
-        idx, valid = gm.b_at(self.b, row, col)
-        return _guarded(Load(gm.b_buf, idx),
-                        [Bin("<", row, Const(gm.K)) if gm.K % self.BK else None,
-                         Bin("<", col, Const(gm.N)) if gm.N % self.BN else None, valid])
+        idx, ok = self.b_src(kq, nn)
+        return _guarded(Load(self.gm.b_buf, idx), [ok])
 
     def in_bounds(self, row: Expr, col: Expr, st: Stmt) -> Stmt:
         cond = all_of([c for c in (Bin("<", row, Const(self.gm.M)) if self.gm.M % self.BM else None,
@@ -316,36 +328,63 @@ def _guarded(v: Expr, conds: list[Expr | None]) -> Expr:
 
 def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
           ) -> tuple[Stmt, int]:
+    """The FFMA GEMM: the block's A and B tiles in shared memory in two stages, the next K
+    step's copied asynchronously (``cp.async``) while the block computes on the current one;
+    each thread's ``TM x TN`` tile of C in registers."""
     blk = _Block(gm, t.BM, t.BN, t.BK, t.threads)
     lda = t.BM + 1
-    As = Buffer("As", t.BK * lda, "float32", Scope.SHARED)
-    Bs = Buffer("Bs", t.BK * t.BN, "float32", Scope.SHARED)
+    a_size, b_size = t.BK * lda, t.BK * t.BN
+    As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
+    Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
     acc = Buffer("acc", t.TM * t.TN, "float32", Scope.LOCAL)
     ra = Buffer("ra", t.TM, "float32", Scope.LOCAL)
     rb = Buffer("rb", t.TN, "float32", Scope.LOCAL)
     tx, ty = Var("tx"), Var("ty")
     kk, i, j = Var("kk"), Var("i"), Var("j")
     sx, sy = t.BN // t.TN, t.BM // t.TM     # threads along n and m
+    one = Const(1)
 
-    def fill_a(ev: Expr) -> Stmt:
-        mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
-        return Store(As, Bin("+", Bin("*", kq, Const(lda)), mm), blk.a_value(mm, kq))
+    def stage(k: Expr) -> tuple[Expr, Expr]:   # the offsets of K step k's stage in As, Bs
+        st = Bin("%", k, Const(2))
+        return Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
 
-    def fill_b(ev: Expr) -> Stmt:
-        kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
-        return Store(Bs, Bin("+", Bin("*", kq, Const(t.BN)), nn), blk.b_value(kq, nn))
+    def issue(k: Expr) -> Stmt:
+        """K step ``k``'s tiles into its stage, asynchronously (A transposed: an odd row
+        spreads the transposed writes over the banks)."""
+        a_off, b_off = stage(k)
 
+        def fill_a(ev: Expr) -> Stmt:
+            mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
+            idx, ok = blk.a_src(mm, kq, k)
+            at = Bin("+", a_off, Bin("+", Bin("*", kq, Const(lda)), mm))
+            return async_copy.copy(As, at, gm.a_buf, idx, one if ok is None else ok)
+
+        def fill_b(ev: Expr) -> Stmt:
+            kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
+            idx, ok = blk.b_src(kq, nn, k)
+            at = Bin("+", b_off, Bin("+", Bin("*", kq, Const(t.BN)), nn))
+            return async_copy.copy(Bs, at, gm.b_buf, idx, one if ok is None else ok)
+
+        return seq(blk.copy(t.BM * t.BK, fill_a), blk.copy(t.BK * t.BN, fill_b))
+
+    a_off, b_off = stage(blk.k0)
     at = Bin("+", Bin("*", i, Const(t.TN)), j)
-    a_at = Bin("+", Bin("*", kk, Const(lda)), Bin("+", ty, Bin("*", i, Const(sy))))
-    b_at = Bin("+", Bin("*", kk, Const(t.BN)), Bin("+", tx, Bin("*", j, Const(sx))))
+    a_at = Bin("+", a_off, Bin("+", Bin("*", kk, Const(lda)),
+                                Bin("+", ty, Bin("*", i, Const(sy)))))
+    b_at = Bin("+", b_off, Bin("+", Bin("*", kk, Const(t.BN)),
+                                Bin("+", tx, Bin("*", j, Const(sx)))))
     step = For(kk, Const(0), Const(t.BK), seq(
         For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, a_at)), ForKind.UNROLLED),
         For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, b_at)), ForKind.UNROLLED),
         For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), Store(
             acc, at, Bin("+", Load(acc, at), Bin("*", Load(ra, i), Load(rb, j)))),
             ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED)
+    nxt = Bin("+", blk.k0, one)
+    # step k0: issue k0 + 1's copies (a group, empty at the last step), wait for k0's group,
+    # compute; the barrier after it keeps k0's stage until every thread is done with it
     main = For(blk.k0, Const(0), Const(blk.kb), seq(
-        blk.copy(t.BM * t.BK, fill_a), blk.copy(t.BK * t.BN, fill_b), Barrier(),
+        If(Bin("<", nxt, Const(blk.kb)), issue(nxt)), async_copy.commit(),
+        async_copy.wait_prior(1), Barrier(),
         Alloc(ra, Alloc(rb, step)), Barrier()))
     row = Bin("+", blk.bm0, Bin("+", ty, Bin("*", i, Const(sy))))
     col = Bin("+", blk.bn0, Bin("+", tx, Bin("*", j, Const(sx))))
@@ -354,8 +393,9 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
               ForKind.UNROLLED)
     init = For(i, Const(0), Const(t.TM * t.TN), Store(acc, i, Const(0.0, "float32")),
                ForKind.UNROLLED)
+    first = seq(issue(Const(0)), async_copy.commit())
     body = Let(tx, Bin("%", THREAD, Const(sx)),
-               Let(ty, Bin("//", THREAD, Const(sx)), seq(init, main, fin)))
+               Let(ty, Bin("//", THREAD, Const(sx)), seq(init, first, main, fin)))
     stmt = Alloc(As, Alloc(Bs, Alloc(acc, blk.coords(body))))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 

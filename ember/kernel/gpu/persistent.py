@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.errors import CompileError
+from ember.kernel.gpu import async_copy
 from ember.kernel.gpu.base import GpuKernel, has_barrier, shared_buffers
 from ember.loops.ir import (
     BLOCK,
@@ -127,7 +128,7 @@ def _packable(body: Stmt) -> bool:
     """Do the barriers stand in code uniform across blocks, and no call take a shared
     buffer?"""
     for x in iter_stmts(body):
-        if isinstance(x, (Eval, WarpOp)) and any(
+        if isinstance(x, (Eval, WarpOp)) and x.fn != async_copy.COPY and any(
                 isinstance(a, Buffer) and a.scope is Scope.SHARED for a in x.args):
             return False
     return _uniform(body, {BLOCK})
@@ -192,6 +193,10 @@ def _private_shared(s: Stmt, grp: Var, groups: int) -> Stmt:
             return Alloc(x.buf, walk(x.body))
         if isinstance(x, Let):
             return Let(x.var, fe(x.value), walk(x.body))
+        if isinstance(x, Eval) and x.fn == async_copy.COPY and x.args[0] in copies:
+            dst, di, *rest = x.args         # (dst, dst index, src, src index, ok)
+            return Eval(x.fn, (copies[dst][0], fe(shift(di, dst)),  # type: ignore[arg-type]
+                               *(a if isinstance(a, Buffer) else fe(a) for a in rest)))
         if isinstance(x, Eval):
             return Eval(x.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in x.args))
         if isinstance(x, WarpOp):

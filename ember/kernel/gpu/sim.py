@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ember.errors import CompileError
 from ember.kernel.base import T0, T1, Kernel
-from ember.kernel.gpu import mma
+from ember.kernel.gpu import async_copy, mma
 from ember.kernel.gpu.base import GpuKernel, has_barrier
 from ember.loops.ir import BLOCK as BLOCK_VAR
 from ember.loops.ir import (
@@ -38,7 +38,14 @@ from ember.loops.ir import (
     WarpOp,
     seq,
 )
-from ember.loops.transform import format_stmt, free_vars, map_expr, map_stmt, substitute
+from ember.loops.transform import (
+    format_stmt,
+    free_vars,
+    iter_stmts,
+    map_expr,
+    map_stmt,
+    substitute,
+)
 
 
 def simulate(gk: GpuKernel) -> Kernel:
@@ -47,6 +54,8 @@ def simulate(gk: GpuKernel) -> Kernel:
     body = ser.run(gk.body)
     stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
     support = {mma.sim_name(p): mma.sim_c(p) for p in sorted(ser.mma)}
+    used = {x.fn for x in iter_stmts(gk.body) if isinstance(x, Eval)}
+    support.update({n: c for n, c in async_copy.SIM_C.items() if n in used})
     return Kernel(gk.name, stmt, gk.blocks, list(gk.args), support, flops=gk.flops,
                   doc=f"{gk.doc} [cuda-sim: {gk.schedule}]", loops=format_stmt(stmt))
 

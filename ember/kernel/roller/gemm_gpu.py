@@ -41,7 +41,9 @@ class GemmTile:
         return (self.BM // self.TM) * (self.BN // self.TN)
 
     def smem_bytes(self) -> int:
-        return (self.BK * (self.BM + 1) + self.BK * self.BN) * 4
+        """Two stages of the A (transposed, odd rows) and B tiles: the next K step's copy
+        lands while the block computes on the current one."""
+        return 2 * (self.BK * (self.BM + 1) + self.BK * self.BN) * 4
 
     def registers(self) -> int:
         return self.TM * self.TN + self.TM + self.TN + 28
