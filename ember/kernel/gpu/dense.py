@@ -51,7 +51,6 @@ from ember.loops.ir import (
     Let,
     Load,
     Scope,
-    Select,
     Stmt,
     Store,
     Var,
@@ -297,14 +296,33 @@ class _Block:
             Bin("<", row, Const(gm.K)) if gm.K % self.BK else None,
             Bin("<", col, Const(gm.N)) if gm.N % self.BN else None, valid) if c is not None])
 
-    def a_value(self, mm: Expr, kq: Expr) -> Expr:
-        """A at (tile row ``mm``, step column ``kq``); 0 outside the operator or its padding."""
-        idx, ok = self.a_src(mm, kq)
-        return _guarded(Load(self.gm.a_buf, idx), [ok])
+    def pipeline(self, issue: Callable[[Expr, Expr], Stmt],
+                 compute: Callable[[Expr], Stmt]) -> Stmt:
+        """The K loop over two shared stages: ``issue(k, stage)`` copies K step ``k``'s tiles
+        into ``stage`` (asynchronously); step ``k0`` issues ``k0 + 1``'s (a group, empty at
+        the last step), waits for its own group, and runs ``compute(stage)``; the barrier
+        after it keeps the stage until every thread is done with it."""
+        one = Const(1)
 
-    def b_value(self, kq: Expr, nn: Expr) -> Expr:
-        idx, ok = self.b_src(kq, nn)
-        return _guarded(Load(self.gm.b_buf, idx), [ok])
+        def stage(k: Expr) -> Expr:
+            return Bin("%", k, Const(2))
+
+        nxt = Bin("+", self.k0, one)
+        main = For(self.k0, Const(0), Const(self.kb), seq(
+            If(Bin("<", nxt, Const(self.kb)), issue(nxt, stage(nxt))), async_copy.commit(),
+            async_copy.wait_prior(1), Barrier(), compute(stage(self.k0)), Barrier()))
+        return seq(issue(Const(0), Const(0)), async_copy.commit(), main)
+
+    def async_tile(self, dst: Buffer, at: Callable[[Expr, Expr], Expr], rows: int, cols: int,
+                   src: Callable[[Expr, Expr, Expr], tuple[Expr, Expr | None]], k: Expr,
+                   buf: Buffer) -> Stmt:
+        """Copy a ``rows x cols`` operand tile (element ``(r, c)`` from ``src(r, c, k)`` of
+        ``buf`` to ``dst[at(r, c)]``) with the block's threads, asynchronously."""
+        def fill(ev: Expr) -> Stmt:
+            r, c = Bin("//", ev, Const(cols)), Bin("%", ev, Const(cols))
+            idx, ok = src(r, c, k)
+            return async_copy.copy(dst, at(r, c), buf, idx, Const(1) if ok is None else ok)
+        return self.copy(rows * cols, fill)
 
     def in_bounds(self, row: Expr, col: Expr, st: Stmt) -> Stmt:
         cond = all_of([c for c in (Bin("<", row, Const(self.gm.M)) if self.gm.M % self.BM else None,
@@ -319,11 +337,6 @@ class _Block:
                    Let(self.bm0, Bin("*", Bin("//", tile, Const(self.nb)), Const(self.BM)),
                        Let(self.bn0, Bin("*", Bin("%", tile, Const(self.nb)), Const(self.BN)),
                            body)))
-
-
-def _guarded(v: Expr, conds: list[Expr | None]) -> Expr:
-    cond = all_of([c for c in conds if c is not None])
-    return v if cond is None else Select(cond, v, Const(0.0, "float32"))
 
 
 def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
@@ -342,50 +355,35 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
     tx, ty = Var("tx"), Var("ty")
     kk, i, j = Var("kk"), Var("i"), Var("j")
     sx, sy = t.BN // t.TN, t.BM // t.TM     # threads along n and m
-    one = Const(1)
 
-    def stage(k: Expr) -> tuple[Expr, Expr]:   # the offsets of K step k's stage in As, Bs
-        st = Bin("%", k, Const(2))
-        return Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
+    def issue(k: Expr, st: Expr) -> Stmt:
+        """K step ``k``'s tiles into stage ``st`` (A transposed: an odd row spreads the
+        transposed writes over the banks)."""
+        a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
+        return seq(
+            blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", kq, Const(lda)),
+                                                                    mm)),
+                           t.BM, t.BK, blk.a_src, k, gm.a_buf),
+            blk.async_tile(Bs, lambda kq, nn: Bin("+", b_off, Bin("+", Bin("*", kq, Const(t.BN)),
+                                                                    nn)),
+                           t.BK, t.BN, blk.b_src, k, gm.b_buf))
 
-    def issue(k: Expr) -> Stmt:
-        """K step ``k``'s tiles into its stage, asynchronously (A transposed: an odd row
-        spreads the transposed writes over the banks)."""
-        a_off, b_off = stage(k)
+    def compute(st: Expr) -> Stmt:
+        a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
+        a_at = Bin("+", a_off, Bin("+", Bin("*", kk, Const(lda)),
+                                    Bin("+", ty, Bin("*", i, Const(sy)))))
+        b_at = Bin("+", b_off, Bin("+", Bin("*", kk, Const(t.BN)),
+                                    Bin("+", tx, Bin("*", j, Const(sx)))))
+        step = For(kk, Const(0), Const(t.BK), seq(
+            For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, a_at)), ForKind.UNROLLED),
+            For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, b_at)), ForKind.UNROLLED),
+            For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), Store(
+                acc, at, Bin("+", Load(acc, at), Bin("*", Load(ra, i), Load(rb, j)))),
+                ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED)
+        return Alloc(ra, Alloc(rb, step))
 
-        def fill_a(ev: Expr) -> Stmt:
-            mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
-            idx, ok = blk.a_src(mm, kq, k)
-            at = Bin("+", a_off, Bin("+", Bin("*", kq, Const(lda)), mm))
-            return async_copy.copy(As, at, gm.a_buf, idx, one if ok is None else ok)
-
-        def fill_b(ev: Expr) -> Stmt:
-            kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
-            idx, ok = blk.b_src(kq, nn, k)
-            at = Bin("+", b_off, Bin("+", Bin("*", kq, Const(t.BN)), nn))
-            return async_copy.copy(Bs, at, gm.b_buf, idx, one if ok is None else ok)
-
-        return seq(blk.copy(t.BM * t.BK, fill_a), blk.copy(t.BK * t.BN, fill_b))
-
-    a_off, b_off = stage(blk.k0)
     at = Bin("+", Bin("*", i, Const(t.TN)), j)
-    a_at = Bin("+", a_off, Bin("+", Bin("*", kk, Const(lda)),
-                                Bin("+", ty, Bin("*", i, Const(sy)))))
-    b_at = Bin("+", b_off, Bin("+", Bin("*", kk, Const(t.BN)),
-                                Bin("+", tx, Bin("*", j, Const(sx)))))
-    step = For(kk, Const(0), Const(t.BK), seq(
-        For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, a_at)), ForKind.UNROLLED),
-        For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, b_at)), ForKind.UNROLLED),
-        For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), Store(
-            acc, at, Bin("+", Load(acc, at), Bin("*", Load(ra, i), Load(rb, j)))),
-            ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED)
-    nxt = Bin("+", blk.k0, one)
-    # step k0: issue k0 + 1's copies (a group, empty at the last step), wait for k0's group,
-    # compute; the barrier after it keeps k0's stage until every thread is done with it
-    main = For(blk.k0, Const(0), Const(blk.kb), seq(
-        If(Bin("<", nxt, Const(blk.kb)), issue(nxt)), async_copy.commit(),
-        async_copy.wait_prior(1), Barrier(),
-        Alloc(ra, Alloc(rb, step)), Barrier()))
+    main = blk.pipeline(issue, compute)
     row = Bin("+", blk.bm0, Bin("+", ty, Bin("*", i, Const(sy))))
     col = Bin("+", blk.bn0, Bin("+", tx, Bin("*", j, Const(sx))))
     out = blk.in_bounds(row, col, store(blk.b, row, col, Load(acc, at)))
@@ -393,9 +391,8 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
               ForKind.UNROLLED)
     init = For(i, Const(0), Const(t.TM * t.TN), Store(acc, i, Const(0.0, "float32")),
                ForKind.UNROLLED)
-    first = seq(issue(Const(0)), async_copy.commit())
     body = Let(tx, Bin("%", THREAD, Const(sx)),
-               Let(ty, Bin("//", THREAD, Const(sx)), seq(init, first, main, fin)))
+               Let(ty, Bin("//", THREAD, Const(sx)), seq(init, main, fin)))
     stmt = Alloc(As, Alloc(Bs, Alloc(acc, blk.coords(body))))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
@@ -408,24 +405,30 @@ def _gemm_tc(gm: Gemm, t: gemm_gpu.TcTile, store: Callable[[Expr, Expr, Expr, Ex
     ``Bs[BK][ldb]``: n contiguous), ``BK / k`` mma steps per shared tile."""
     blk = _Block(gm, t.BM, t.BN, t.BK, t.threads)
     lda, ldb = t.lda, t.ldb
-    As = Buffer("As", t.BM * lda, "float32", Scope.SHARED)
-    Bs = Buffer("Bs", t.BK * ldb, "float32", Scope.SHARED)
+    a_size, b_size = t.BM * lda, t.BK * ldb
+    As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
+    Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
     accs = [[Buffer(f"c{i}_{j}", 4, "float32", Scope.LOCAL) for j in range(t.NT)]
             for i in range(t.MT)]
     g, tq, wm0, wn0, ks = Var("g"), Var("tq"), Var("wm0"), Var("wn0"), Var("ks")
 
-    def fill_a(ev: Expr) -> Stmt:
-        mm, kq = Bin("//", ev, Const(t.BK)), Bin("%", ev, Const(t.BK))
-        return Store(As, Bin("+", Bin("*", mm, Const(lda)), kq), blk.a_value(mm, kq))
+    def issue(k: Expr, st: Expr) -> Stmt:
+        a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
+        return seq(
+            blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", mm, Const(lda)),
+                                                                    kq)),
+                           t.BM, t.BK, blk.a_src, k, gm.a_buf),
+            blk.async_tile(Bs, lambda kq, nn: Bin("+", b_off, Bin("+", Bin("*", kq, Const(ldb)),
+                                                                    nn)),
+                           t.BK, t.BN, blk.b_src, k, gm.b_buf))
 
-    def fill_b(ev: Expr) -> Stmt:
-        kq, nn = Bin("//", ev, Const(t.BN)), Bin("%", ev, Const(t.BN))
-        return Store(Bs, Bin("+", Bin("*", kq, Const(ldb)), nn), blk.b_value(kq, nn))
+    def compute(st: Expr) -> Stmt:
+        offs = (Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size)))
+        inner = _mma_step(t, shape, accs, (As, Bs), offs, Bin("*", ks, Const(shape.k)),
+                          (g, tq, wm0, wn0))
+        return For(ks, Const(0), Const(t.BK // shape.k), inner)
 
-    inner = _mma_step(t, shape, accs, As, Bs, Bin("*", ks, Const(shape.k)), (g, tq, wm0, wn0))
-    main = For(blk.k0, Const(0), Const(blk.kb), seq(
-        blk.copy(t.BM * t.BK, fill_a), blk.copy(t.BK * t.BN, fill_b), Barrier(),
-        For(ks, Const(0), Const(t.BK // shape.k), inner), Barrier()))
+    main = blk.pipeline(issue, compute)
     r = Var("r")
     outs: list[Stmt] = []
     for i in range(t.MT):
@@ -451,12 +454,14 @@ def _gemm_tc(gm: Gemm, t: gemm_gpu.TcTile, store: Callable[[Expr, Expr, Expr, Ex
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 
-def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]], As: Buffer,
-              Bs: Buffer, kbase: Expr, lane: tuple[Var, Var, Var, Var]) -> Stmt:
+def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
+              tiles: tuple[Buffer, Buffer], offs: tuple[Expr, Expr], kbase: Expr,
+              lane: tuple[Var, Var, Var, Var]) -> Stmt:
     """One mma step along K: each warp loads its A fragments (one per 16-row tile) and B
-    fragments (one per 8-column tile) from the shared tiles, then issues ``MT x NT``
-    ``mma.sync``."""
+    fragments (one per 8-column tile) from the shared tiles (the stage at ``offs``), then
+    issues ``MT x NT`` ``mma.sync``."""
     g, tq, wm0, wn0 = lane
+    (As, Bs), (a_off, b_off) = tiles, offs
     pair = 1 if shape.precision == "tf32" else 2     # k of a fragment element: pair * t + ...
     afr = [Buffer(f"a{i}", shape.a_regs, "float32", Scope.LOCAL) for i in range(t.MT)]
     bfr = [Buffer(f"b{j}", shape.b_regs, "float32", Scope.LOCAL) for j in range(t.NT)]
@@ -466,15 +471,15 @@ def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
             ro, co = mma.a_coord(shape, 0, 0, q)
             row = Bin("+", Bin("+", wm0, Const(i * 16 + ro)), g)
             col = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(co)))
-            loads.append(Store(afr[i], Const(q), Load(As, Bin("+", Bin("*", row, Const(t.lda)),
-                                                               col))))
+            loads.append(Store(afr[i], Const(q), Load(As, Bin("+", a_off, Bin(
+                "+", Bin("*", row, Const(t.lda)), col)))))
     for j in range(t.NT):
         for q in range(shape.b_regs):
             ko, _ = mma.b_coord(shape, 0, 0, q)
             krow = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(ko)))
             col = Bin("+", wn0, Bin("+", g, Const(j * 8)))
-            loads.append(Store(bfr[j], Const(q), Load(Bs, Bin("+", Bin("*", krow, Const(t.ldb)),
-                                                               col))))
+            loads.append(Store(bfr[j], Const(q), Load(Bs, Bin("+", b_off, Bin(
+                "+", Bin("*", krow, Const(t.ldb)), col)))))
     ops = [WarpOp(shape.fn, (accs[i][j], afr[i], bfr[j]))
            for i in range(t.MT) for j in range(t.NT)]
     inner: Stmt = seq(*loads, *ops)

@@ -168,7 +168,8 @@ class TcTile:
         return self.BN + (8 - self.BN) % 32
 
     def smem_bytes(self) -> int:
-        return (self.BM * self.lda + self.BK * self.ldb) * 4
+        """Two stages of the A and B tiles (double buffering, as ``GemmTile``)."""
+        return 2 * (self.BM * self.lda + self.BK * self.ldb) * 4
 
     def registers(self, precision: str) -> int:
         a, b = FRAG[precision]
