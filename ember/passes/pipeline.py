@@ -17,6 +17,7 @@ from ember.passes import (
     layout_nhwc,
     memplan,
     shape_analysis,
+    subpixel_convt,
 )
 
 Pass = tuple[str, Callable[[Graph], Graph]]
@@ -29,6 +30,7 @@ OPTIMIZE: list[Pass] = [
     ("cse", cse.run),
     ("fold_bn", fold_bn.run),
     ("fold_constants", fold_constants.run),
+    ("subpixel_convt", subpixel_convt.run),
     ("layout_nhwc", layout_nhwc.run),
     ("canonicalize", canonicalize.run),
     ("fold_constants", fold_constants.run),

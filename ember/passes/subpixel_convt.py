@@ -1,0 +1,141 @@
+"""ConvTranspose as a sub-pixel convolution: one dense Conv, then a depth-to-space interleave.
+
+A transposed convolution of stride ``s`` writes output position ``o = i·s + k - p`` from input
+``i`` and tap ``k`` (dilation 1). Output positions of one residue ``r = (o + p) mod s`` take
+only the taps ``k ≡ r (mod s)``: each residue ("phase") is an ordinary stride-1 correlation of
+the input with the flipped sub-kernel ``w[r + (M-1-j)·s]``, ``M = ceil(K / s)`` taps, zero where
+``r + m·s >= K`` (Shi et al., "Real-Time Single Image and Video Super-Resolution Using an
+Efficient Sub-Pixel Convolutional Neural Network", 2016; the transposed-conv equivalence of
+Dumoulin & Visin, "A guide to convolution arithmetic", 2016). Stacking the ``prod(s)`` phases
+as output channels makes the whole operator ONE Conv (stride 1, left pad ``M - 1``) that the
+dense kernels run, with weights built here at compile time; the phases' outputs then interleave
+(Reshape, Transpose, Reshape: an injective copy the fusion pass keeps as one kernel) and the
+``pads`` and ``output_padding`` become a crop (Slice). Every group, stride, pad and
+output_padding of a 2-D ConvTranspose; the bias rides on the Conv (``subpixel_weights`` is
+written for any rank, but ember generates 2-D convolutions only).
+
+Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 2-D
+``ConvTranspose`` with constant weights, dilation 1 and a static input remains; the others
+(1-D and 3-D, dilated, run-time weights, symbolic shapes) keep their generic kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node, Value
+from ember.ir.types import TensorType
+
+
+def run(g: Graph) -> Graph:
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op == "ConvTranspose" and _applicable(n):
+            out += _rewrite(n)
+        else:
+            out.append(n)
+    g.nodes = out
+    return g
+
+
+def _applicable(n: Node) -> bool:
+    x, w = n.inputs[0], n.inputs[1]
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    if x is None or w is None or not w.is_const or (b is not None and not b.is_const):
+        return False
+    if not (x.type.is_static and n.output.type.is_static) or x.type.rank != 4:
+        return False
+    if x.type.dtype.name not in ("float32", "float64", "float16"):
+        return False
+    return all(int(d) == 1 for d in n.attrs.get("dilations") or [1] * (x.type.rank - 2))
+
+
+def subpixel_weights(w: np.ndarray, strides: list[int], group: int) -> np.ndarray:
+    """The Conv weight ``[G·P·Cg, Cin/G, M...]`` of a ConvTranspose weight ``[Cin, Cg, K...]``:
+    output channel ``(g, phase, co)``, phase ``r`` (row-major over the axes) holding the flipped
+    taps ``w[..., r + (M-1-j)·s]`` (0 past ``K``)."""
+    cin, cg, ks = w.shape[0], w.shape[1], w.shape[2:]
+    nd = len(ks)
+    ms = [-(-k // s) for k, s in zip(ks, strides, strict=True)]
+    cin_g = cin // group
+    out = np.zeros((group, *strides, cg, cin_g, *ms), w.dtype)
+    wg = w.reshape(group, cin_g, cg, *ks)
+    for r in np.ndindex(*strides):
+        for j in np.ndindex(*ms):
+            k = tuple(r[a] + (ms[a] - 1 - j[a]) * strides[a] for a in range(nd))
+            if all(k[a] < ks[a] for a in range(nd)):
+                # out[g, r..., co, ci, j...] = w[g·cin_g + ci, co, k...]
+                out[(slice(None), *r, slice(None), slice(None), *j)] = \
+                    wg[(slice(None), slice(None), slice(None), *k)].transpose(0, 2, 1)
+    return out.reshape(group * math.prod(strides) * cg, cin_g, *ms)
+
+
+def _rewrite(n: Node) -> list[Node]:
+    x, w = n.inputs[0], n.inputs[1]
+    assert x is not None and w is not None and w.const is not None
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    nd = x.type.rank - 2
+    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
+    pads = [int(p) for p in n.attrs.get("pads") or [0] * (2 * nd)]
+    group = int(n.attrs.get("group", 1))
+    wk = np.asarray(w.const)
+    cg = wk.shape[1]
+    ms = [-(-int(k) // s) for k, s in zip(wk.shape[2:], strides, strict=True)]
+    ins = [int(d) for d in x.type.shape[2:]]
+    outs = [int(d) for d in n.output.type.shape[2:]]
+    # the Conv's output length Z per axis covers every needed full-output position q·s + r
+    need = [-(-(pads[a] + outs[a]) // strides[a]) for a in range(nd)]
+    right = [max(0, need[a] - ins[a]) for a in range(nd)]
+    zs = [ins[a] + right[a] for a in range(nd)]
+    nphase = math.prod(strides)
+    wc = Value.constant(subpixel_weights(wk, strides, group))
+    conv_in: list[Value | None] = [x, wc]
+    if b is not None:
+        bias = np.asarray(b.const).reshape(group, 1, cg)
+        conv_in.append(Value.constant(np.broadcast_to(bias, (group, nphase, cg)).reshape(-1)))
+    dt = x.type.dtype
+    batch = int(x.type.shape[0])
+
+    def value(shape: list[int], tag: str) -> Value:
+        return Value(TensorType(tuple(shape), dt), f"{n.name}_{tag}")
+
+    conv = Node("Conv", conv_in, [value([batch, group * nphase * cg, *zs], "phases")],
+                {"kernel_shape": ms, "strides": [1] * nd, "dilations": [1] * nd,
+                 "pads": [m - 1 for m in ms] + right, "group": group}, name=f"{n.name}_phases")
+    return [conv, *_interleave_nhwc(n, conv.output, group, strides, cg, zs, pads, outs)]
+
+
+def _interleave_nhwc(n: Node, z: Value, group: int, strides: list[int], cg: int,
+                     zs: list[int], pads: list[int], outs: list[int]) -> list[Node]:
+    """2-D: the interleave channels-last, where each move is a whole run of ``Cg`` contiguous
+    channels (``[N, Z0, Z1, G, s0, s1, Cg] -> [N, Z0, s0, Z1, s1, G, Cg]``), between a
+    transpose to NHWC that cancels against the layout pass's after the Conv and one back to
+    NCHW that it sinks into the consumers (or cancels against the next convolution's)."""
+    batch, dt = int(z.type.shape[0]), z.type.dtype
+    (z0, z1), (s0, s1) = zs, strides
+
+    def node(op: str, x: Value, shape: list[int], attrs: dict, tag: str,
+             out: Value | None = None) -> Node:
+        ins: list[Value | None] = [x]
+        if op == "Reshape":
+            ins.append(Value.constant(np.array(shape, np.int64)))
+        y = out if out is not None else Value(TensorType(tuple(shape), dt), f"{n.name}_{tag}")
+        return Node(op, ins, [y], attrs, name=f"{n.name}_{tag}" if out is None else n.name)
+
+    c = group * s0 * s1 * cg
+    t1 = node("Transpose", z, [batch, z0, z1, c], {"perm": [0, 2, 3, 1]}, "nhwc")
+    r1 = node("Reshape", t1.output, [batch, z0, z1, group, s0, s1, cg], {}, "split")
+    tr = node("Transpose", r1.output, [batch, z0, s0, z1, s1, group, cg],
+              {"perm": [0, 1, 4, 2, 5, 3, 6]}, "interleave")
+    full = [batch, z0 * s0, z1 * s1, group * cg]
+    r2 = node("Reshape", tr.output, full, {}, "full")
+    nodes = [t1, r1, tr, r2]
+    if pads[:2] != [0, 0] or full[1:3] != outs:      # the pads and output_padding: a crop
+        nodes.append(node("Slice", r2.output, [batch, outs[0], outs[1], group * cg],
+                          {"starts": pads[:2], "ends": [pads[0] + outs[0], pads[1] + outs[1]],
+                           "axes": [1, 2]}, "crop"))
+    nodes.append(node("Transpose", nodes[-1].output, [], {"perm": [0, 3, 1, 2]}, "nchw",
+                      n.output))
+    return nodes

@@ -1,0 +1,101 @@
+"""ConvTranspose as one sub-pixel Conv and an interleave: the graph after the pass, its numerics
+in the graph interpreter (the ops' numpy references), and compiled against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import ember
+from ember.ir.graph import Graph, Value
+from ember.ir.interp import run_graph
+from ember.ir.types import TensorType
+from ember.ir.verifier import verify
+from ember.passes import subpixel_convt
+from tests.modelkit import make_model, run_ort
+from tests.passes.test_passes import structure
+
+rng = np.random.default_rng(7)
+
+
+def convt_graph(cin: int, cout_g: int, k: tuple[int, int], hw: tuple[int, int], attrs: dict,
+                bias: bool = True) -> Graph:
+    x = Value(TensorType((1, cin, *hw)), "x")
+    g = Graph([x])
+    group = attrs.get("group", 1)
+    w = Value.constant(rng.standard_normal((cin, cout_g, *k)).astype(np.float32))
+    ins = [x, w] + ([Value.constant(rng.standard_normal(cout_g * group).astype(np.float32))]
+                    if bias else [])
+    nd = 2
+    full = {"strides": [1] * nd, "pads": [0] * 2 * nd, "dilations": [1] * nd,
+            "output_padding": [0] * nd, "group": 1, "kernel_shape": list(k), **attrs}
+    g.outputs = [g.add("ConvTranspose", ins, full).output]
+    return g
+
+
+@pytest.mark.parametrize("cin,cout_g,k,hw,attrs", [
+    (4, 3, (2, 2), (5, 6), {"strides": [2, 2]}),
+    (4, 3, (4, 4), (5, 5), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (6, 2, (3, 3), (4, 7), {"strides": [2, 3], "pads": [1, 0, 2, 1],
+                            "output_padding": [1, 2], "group": 3}),
+    (2, 5, (3, 2), (3, 3), {"strides": [1, 1], "pads": [0, 1, 2, 0]}),
+    (3, 2, (5, 5), (4, 4), {"strides": [3, 2], "output_padding": [2, 1]}),
+])
+def test_convtranspose_becomes_one_conv_and_an_interleave(cin: int, cout_g: int, k: tuple,
+                                                          hw: tuple, attrs: dict) -> None:
+    g = convt_graph(cin, cout_g, k, hw, attrs)
+    xv = rng.standard_normal(g.inputs[0].type.shape).astype(np.float32)
+    want = run_graph(g, {"x": xv})[0]
+    subpixel_convt.run(g)
+    verify(g)
+    s = structure(g)
+    assert s[:4] == ["Conv(%in0, const, const)", "Transpose(#0)", "Reshape(#1, const)",
+                     "Transpose(#2)"]
+    assert s[-1].startswith("Transpose(") and "ConvTranspose" not in " ".join(s)
+    conv = g.nodes[0]
+    strides = attrs["strides"]
+    assert conv.attrs["strides"] == [1, 1] and conv.attrs["group"] == attrs.get("group", 1)
+    assert conv.attrs["kernel_shape"] == [-(-kk // ss) for kk, ss in zip(k, strides)]
+    np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_dilated_or_runtime_weights_keep_their_convtranspose() -> None:
+    g = convt_graph(2, 2, (3, 3), (4, 4), {"strides": [2, 2], "dilations": [2, 2]})
+    subpixel_convt.run(g)
+    assert [n.op for n in g.nodes] == ["ConvTranspose"]
+    x, w = Value(TensorType((1, 2, 4, 4)), "x"), Value(TensorType((2, 2, 3, 3)), "w")
+    g2 = Graph([x, w])
+    g2.outputs = [g2.add("ConvTranspose", [x, w], {"strides": [2, 2], "pads": [0] * 4,
+                                                    "dilations": [1, 1], "group": 1,
+                                                    "output_padding": [0, 0],
+                                                    "kernel_shape": [3, 3]}).output]
+    subpixel_convt.run(g2)
+    assert [n.op for n in g2.nodes] == ["ConvTranspose"]
+
+
+def test_a_decoder_of_convtransposes_matches_onnxruntime() -> None:
+    """A text detector's head: ConvTranspose x2 (BN folded into it, ReLU), ConvTranspose x2,
+    Sigmoid: channels-last from the first Conv to the exit."""
+    x = rng.standard_normal((1, 16, 20, 24)).astype(np.float32)
+    inits = {"w1": rng.standard_normal((16, 8, 2, 2)).astype(np.float32) * 0.2,
+             "b1": rng.standard_normal(8).astype(np.float32),
+             "s": rng.uniform(0.5, 1.5, 8).astype(np.float32),
+             "t": rng.standard_normal(8).astype(np.float32),
+             "m": rng.standard_normal(8).astype(np.float32) * 0.1,
+             "v": rng.uniform(0.5, 1.5, 8).astype(np.float32),
+             "w2": rng.standard_normal((8, 1, 4, 4)).astype(np.float32) * 0.2}
+    nodes = [helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["a"], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["a", "s", "t", "m", "v"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "w2"], ["c"], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["y"])]
+    m = make_model(nodes, {"x": x}, inits, ["y"])
+    cm = ember.compile(m)
+    np.testing.assert_allclose(cm.run({"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-4,
+                               atol=1e-5)
+    ops = [op for k in cm.meta["profile"]["kernels"] for _, op in k["nodes"]]
+    assert "ConvTranspose" not in ops and ops.count("ConvNHWC") == 2
+    # the input's transpose and the two interleaves; the exit (one channel) is a view
+    assert ops.count("Transpose") == 3
