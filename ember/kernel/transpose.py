@@ -231,6 +231,8 @@ def build_transpose(name: str, body: Graph, threads: int) -> Kernel:
     row_bytes = L.width * L.pixel * L.item
     want = max(threads, -(-L.rows * row_bytes // TASK_BYTES))
     least = PIECE if L.R == 1 else max(1, PIECE_BYTES // (L.pixel * L.item))
+    if L.pixel * L.item >= PIECE_BYTES:   # a pixel is a long run already (NHWC -> NCHW:
+        least = BLOCK if block else 1     # a channel plane): split the row by pixels
     if L.rows >= want:        # whole rows per task
         per_row, rows_per = 1, -(-L.rows // want)
     else:                     # rows split into column pieces (``least`` pixels at least)
