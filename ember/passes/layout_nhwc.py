@@ -6,7 +6,8 @@ Transpose(NHWC→NCHW)``, pools likewise. The padding stays on the ConvNHWC as i
 where its kernel reads the border itself (``_reads_border``: depthwise, or enough channels
 per group), instead of a Pad node that is a pass over the whole input;
 then transposes are sunk through layout-agnostic ops (element-wise, broadcast with constants,
-Concat, global pools as reductions) and cancelled in pairs, so a chain of convolutions keeps
+Concat, global pools as reductions, Resize with its per-axis attributes permuted) and cancelled
+in pairs, so a chain of convolutions keeps
 NHWC and transposes remain only at its boundaries.
 A transpose that only moves size-1 dims becomes a Reshape (a view).
 
@@ -113,7 +114,7 @@ def _kind(n: Node) -> str | None:
 def _layout_agnostic(n: Node) -> bool:
     """The ops a transpose may sink through (``_try_sink``, which sinks only these): they keep
     a chain in one layout."""
-    if n.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool"):
+    if n.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize"):
         return True
     return len(n.outputs) == 1 and registry.get(n.op).pattern <= Pattern.BROADCAST
 
@@ -233,7 +234,9 @@ def _try_sink(u: Node) -> list[Node] | None:
         axis = u.attrs["axis"] % len(perm)
         c = _mk("Concat", [s for s, _ in tin], {"axis": perm[axis]}, u.name)
         return [c, Node("Transpose", [c.output], [u.output], {"perm": perm}, u.name + "_t")]
-    if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool"):
+    if u.op == "Resize" and ins[0] is not None and len(u.inputs) == 1:
+        return _sink_resize(u, *ins[0])
+    if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize"):
         return None
     rank = len(perm)
     if u.output.type.rank != rank:
@@ -252,6 +255,30 @@ def _try_sink(u: Node) -> list[Node] | None:
         else:
             return None
     m = _mk(u.op, new_in, dict(u.attrs), u.name)
+    return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
+
+
+def _sink_resize(u: Node, src: Value, perm: list[int]) -> list[Node]:
+    """``Resize(Transpose(src, perm))`` as ``Transpose(Resize'(src), perm)``: the per-axis
+    attributes (scales, sizes, the roi's starts and ends) follow their axes, so an FPN's
+    upsampling runs channels-last between convolutions (axis ``i`` of the transposed tensor
+    is axis ``perm[i]`` of ``src``)."""
+    attrs = dict(u.attrs)
+    rank = len(perm)
+
+    def moved(vals: list) -> list:
+        out = [None] * rank
+        for i, p in enumerate(perm):
+            out[p] = vals[i]
+        return out
+
+    for key in ("scales", "sizes"):
+        if attrs.get(key) is not None:
+            attrs[key] = moved(list(attrs[key]))
+    if attrs.get("roi") is not None and len(attrs["roi"]) == 2 * rank:
+        roi = list(attrs["roi"])
+        attrs["roi"] = moved(roi[:rank]) + moved(roi[rank:])
+    m = _mk("Resize", [src], attrs, u.name)
     return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
 
 

@@ -314,3 +314,36 @@ def test_layout_converts_pool_between_convs() -> None:
     canonicalize.run(g)
     dce.run(g)
     assert "MaxPoolNHWC" in [n.op for n in g.nodes] and "MaxPool" not in [n.op for n in g.nodes]
+
+
+@pytest.mark.parametrize("attrs", [
+    {"scales": [1.0, 1.0, 2.0, 2.0], "sizes": [1, 16, 20, 20], "mode": "nearest",
+     "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+    {"sizes": [1, 16, 17, 13], "mode": "linear",
+     "coordinate_transformation_mode": "half_pixel"},
+    {"sizes": [1, 16, 7, 9], "mode": "cubic", "coordinate_transformation_mode": "align_corners",
+     "cubic_coeff_a": -0.5},
+    {"sizes": [1, 16, 12, 8], "mode": "linear",
+     "coordinate_transformation_mode": "tf_crop_and_resize",
+     "roi": [0.0, 0.0, 0.1, 0.2, 1.0, 1.0, 0.8, 0.9], "extrapolation_value": 0.0},
+])
+def test_layout_keeps_nhwc_through_resize(attrs: dict) -> None:
+    """conv -> Resize -> conv: the transposes sink through the Resize (its per-axis scales,
+    sizes and roi moved with their axes) and cancel; the numerics stay the reference's."""
+    x = Value(TensorType((1, 8, 10, 10)), "x")
+    g = Graph([x], name="fpn")
+    conv = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1,
+            "kernel_shape": [3, 3]}
+    c1 = g.add("Conv", [x, Value.constant(f32(16, 8, 3, 3))], conv)
+    full = {"roi": None, "scales": None, "sizes": None, "nearest_mode": "round_prefer_floor",
+            "cubic_coeff_a": -0.75, "exclude_outside": 0, "extrapolation_value": 0.0,
+            "antialias": 0, **attrs}
+    r = g.add("Resize", [c1.output], full)
+    c2 = g.add("Conv", [r.output, Value.constant(f32(4, 16, 3, 3))], conv)
+    g.outputs = [c2.output]
+    xv = f32(1, 8, 10, 10)
+    want = run_graph(g, {"x": xv})[0]
+    _to_nhwc(g)
+    assert structure(g) == ["Transpose(%in0)", "Pad(#0)", "ConvNHWC(#1, const)", "Resize(#2)",
+                            "ConvNHWC(#3, const)", "Transpose(#4)"]
+    np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-4, atol=1e-4)
