@@ -123,6 +123,9 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
     return out
 
 
+MIN_BLOCK = 128     # a persistent program's fewest threads per block
+
+
 def veus_per_sm(block: int) -> int:
     """Persistent blocks of ``block`` threads one SM holds at once: as many as its registers
     allow at the per-thread budget the kernels are built for (``codegen.cuda.REGISTERS``),
@@ -155,7 +158,9 @@ def program_rkernels(kernels: list[GpuKernel], variants: list[tuple[int, GpuKern
     device spec (``program_spec``) they are planned on."""
     from ember.kernel.gpu.persistent import pack_blocks
 
-    block = max([k.threads for k in kernels] + [k.threads for _, k in variants] + [32])
+    # at least 128 threads: narrower kernels are packed 4 or more to a block rather than
+    # the program running 16 one-warp vEUs per SM (a plan over 2,000 vEUs)
+    block = max([k.threads for k in kernels] + [k.threads for _, k in variants] + [MIN_BLOCK])
     vspec = program_spec(spec, block)
     smem = vspec.layer("smem").capacity - 1024
     return ([pack_blocks(k, block, smem) for k in kernels],
