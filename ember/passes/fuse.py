@@ -136,6 +136,10 @@ def _copies_in_place(m: Node) -> bool:
             and all(v.type.is_static for v in (*m.inputs, m.output)))
 
 
+def _blends(n: Node) -> bool:
+    return n.op == "Resize" and n.attrs.get("mode", "nearest") != "nearest"
+
+
 def profitable(group: Group, n: Node) -> bool:
     if len(group.nodes) >= MAX_GROUP:
         return False
@@ -148,6 +152,11 @@ def profitable(group: Group, n: Node) -> bool:
     # Concat's own kernel copies runs (SqueezeNet's 55x55x128: 23 µs, then a 30 µs pool,
     # where the fused pool took 74; a global pool, one read per element, stays fused)
     if n.op in POOLS and any(_copies_in_place(m) for m in group.nodes):
+        return False
+    # a Resize that blends several taps (linear, cubic) inlines its producer once per tap:
+    # over another blending Resize the expression multiplies (linear -> linear -> cubic, 256
+    # terms an element, kept the C compiler busy for minutes), so each runs as its own kernel
+    if _blends(n) and any(_blends(m) for m in group.nodes):
         return False
     # a crop feeding a layout transpose (a sub-pixel ConvTranspose's exit): the crop copies
     # contiguous channel runs and the tiled transpose kernel takes the rest; fused, each

@@ -347,3 +347,29 @@ def test_layout_keeps_nhwc_through_resize(attrs: dict) -> None:
     assert structure(g) == ["Transpose(%in0)", "Pad(#0)", "ConvNHWC(#1, const)", "Resize(#2)",
                             "ConvNHWC(#3, const)", "Transpose(#4)"]
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("modes,want", [
+    (["linear", "linear", "cubic"], [["Resize"], ["Resize"], ["Resize"]]),
+    (["nearest", "nearest", "linear"], [["Resize", "Resize", "Resize"]]),
+])
+def test_blending_resizes_do_not_inline_each_other(modes: list[str], want: list) -> None:
+    """A linear or cubic Resize reads its input at 2 or 4 taps an axis: fused over another
+    blending Resize its producer's expression is inlined per tap (a fuzz case's chain
+    linear -> linear -> cubic: 256 terms an element, the C compiler ran for minutes)."""
+    x = Value(TensorType((2, 4, 4, 3)), "x")
+    g = Graph([x], name="resizes")
+    v, shape = x, [2, 4, 4, 3]
+    for mode in modes:
+        shape = [shape[0], shape[1], shape[2] + 1, shape[3] * 2]
+        v = g.add("Resize", [v], {"roi": None, "scales": None, "sizes": list(shape),
+                                  "mode": mode, "coordinate_transformation_mode": "half_pixel",
+                                  "nearest_mode": "round_prefer_floor", "cubic_coeff_a": -0.75,
+                                  "exclude_outside": 0, "extrapolation_value": 0.0,
+                                  "antialias": 0}).output
+    g.outputs = [v]
+    xv = f32(2, 4, 4, 3)
+    ref = run_graph(g, {"x": xv})[0]
+    g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=True)
+    assert [[m.op for m in n.attrs["body"].nodes] for n in g.nodes if n.op == "Fused"] == want
+    np.testing.assert_allclose(run_graph(g, {"x": xv})[0], ref, rtol=1e-5, atol=1e-5)
