@@ -81,10 +81,11 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int) -
     if not new:
         return False
     comp.gpu_kernels = [new.get(id(k), k) for k in comp.gpu_kernels]
-    comp.kernels = [simulate(k) for k in comp.gpu_kernels]
     if comp.interleaved:     # a rebuilt kernel has other blocks: the plan is made again
         assert comp.plan is not None
         driver.plan_gpu(comp, comp.plan.policy)
+    else:
+        comp.kernels = [simulate(k) for k in comp.gpu_kernels]
     return True
 
 

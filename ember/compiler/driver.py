@@ -259,10 +259,11 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     comp.gpu_kernels = _build_kernels(
         fused, lambda name, n: build_gpu_kernel(name, n, spec, topk or 1, precision),
         "GPU kernels")
-    comp.kernels = [simulate(k) for k in comp.gpu_kernels]
-    comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     if policy in ("rammer", "ios"):
-        plan_gpu(comp, policy)
+        plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels
+    else:
+        comp.kernels = [simulate(k) for k in comp.gpu_kernels]
+        comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     comp.timings["construct"] = time.perf_counter() - t
     run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "
             f"{spec.name}")
@@ -276,14 +277,14 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
 
 def plan_gpu(comp: Compilation, policy: str) -> None:
     """``policy``'s plan of ``comp``'s GPU kernels over the GPU's vEUs, with the efficient
-    rKernels it runs. Called again whenever a kernel is rebuilt: a plan covers each kernel's
-    blocks as they were when it was made (Pre: ``comp.gpu_kernels`` and ``comp.kernels``
-    built)."""
+    rKernels it runs, and the CPU renderings cuda-sim runs (``comp.kernels``). Called again
+    whenever a kernel is rebuilt: a plan covers each kernel's blocks as they were when it was
+    made (Pre: ``comp.gpu_kernels`` built)."""
     from ember.kernel.gpu.sim import simulate
 
     spec = gpu.gpu_spec()
     deps = kernel_dependencies(comp.graph)
-    costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.kernels)]   # as packed: alike
+    costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.gpu_kernels)]
     variants = gpu.efficient_variants(comp.fused, comp.gpu_kernels, _side_by_side(deps), spec,
                                       _body_key)
     # the program's rKernels: its block size, narrow kernels' blocks packed side by side

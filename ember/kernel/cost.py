@@ -11,9 +11,13 @@ read or written once. Their ratio is the kernel's arithmetic intensity on a roof
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import Kernel
+
+if TYPE_CHECKING:
+    from ember.kernel.gpu.base import GpuKernel
 from ember.support.dtypes import dtype
 
 _FREE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Slice",
@@ -52,8 +56,9 @@ def body_flops(body: Graph) -> int:
     return sum(node_flops(n) for n in body.nodes)
 
 
-def kernel_cost(fused: Node, kernel: Kernel) -> tuple[int, int]:
-    """``(flops, bytes)`` of ``kernel`` built for ``fused``."""
+def kernel_cost(fused: Node, kernel: Kernel | GpuKernel) -> tuple[int, int]:
+    """``(flops, bytes)`` of ``kernel`` (a CPU or GPU kernel: its flops and buffers) built for
+    ``fused``."""
     flops = kernel.flops or body_flops(fused.attrs["body"])
     nbytes = 0
     for buf, _src in kernel.args:

@@ -10,6 +10,8 @@ against the spread, as in a transformer's residual stream), then ``y = (x - mean
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ember.errors import CompileError
@@ -23,6 +25,7 @@ from ember.loops.ir import (
     Call,
     Const,
     Expr,
+    Extent,
     For,
     ForKind,
     Load,
@@ -81,7 +84,39 @@ def _row_sum(acc: Buffer, s: Buffer, k: int, term: Expr, j: Var) -> Stmt:
     return seq(*stmts)
 
 
-def build_layernorm(name: str, body: Graph) -> Kernel:
+@dataclass
+class Operands:
+    """A LayerNormalization as rows (the CPU and GPU kernels'): ``rows`` rows of ``k``
+    contiguous elements of ``x`` into ``y``, the scale and bias broadcast to a row (None when
+    absent), all bound in ``args`` as a kernel's buffers."""
+
+    x: Buffer
+    y: Buffer
+    scale: Buffer | None
+    bias: Buffer | None
+    args: list
+    k: int
+    rows: Extent
+    eps: float
+
+    def inv_std(self, sumsq: Expr) -> Expr:
+        """``1 / sqrt(sumsq / k + eps)``, from the sum of squared deviations of a row."""
+        return Bin("/", Const(1.0, "float32"), Call("sqrt", (Bin(
+            "+", Bin("*", sumsq, Const(1.0 / self.k, "float32")),
+            Const(self.eps, "float32")),)))
+
+    def value(self, dev: Expr, inv: Expr, j: Expr) -> Expr:
+        """``y`` at row element ``j`` from its deviation from the mean: ``dev * inv * scale[j]
+        + bias[j]``."""
+        val: Expr = Bin("*", dev, inv)
+        if self.scale is not None:
+            val = Bin("*", val, Load(self.scale, j))
+        if self.bias is not None:
+            val = Bin("+", val, Load(self.bias, j))
+        return val
+
+
+def operands(name: str, body: Graph) -> Operands:
     n = body.nodes[0]
     x_v = n.inputs[0]
     assert x_v is not None
@@ -97,29 +132,28 @@ def build_layernorm(name: str, body: Graph) -> Kernel:
     scale = param_buffer(f"{name}_scale", n.inputs[1], inner, body, args)
     bias = param_buffer(f"{name}_bias", n.inputs[2] if len(n.inputs) > 2 else None, inner,
                         body, args)
+    return Operands(x, y, scale, bias, args, k, rows, float(n.attrs.get("epsilon", 1e-5)))
+
+
+def build_layernorm(name: str, body: Graph) -> Kernel:
+    ops = operands(name, body)
+    k, rows, x, y = ops.k, ops.rows, ops.x, ops.y
     row, j = Var("row"), Var("j")
     zero = Const(0)
     xv = Load(x, Bin("+", Bin("*", row, Const(k)), j))
     acc = Buffer("acc", LANES, scope=Scope.LOCAL)
     mean, inv = Buffer("mean", 1, scope=Scope.LOCAL), Buffer("inv", 1, scope=Scope.LOCAL)
     dev = Bin("-", xv, Load(mean, zero))
-    eps = float(n.attrs.get("epsilon", 1e-5))
     stmts = [
         _row_sum(acc, mean, k, xv, j),
         Store(mean, zero, Bin("*", Load(mean, zero), Const(1.0 / k, "float32"))),
         _row_sum(acc, inv, k, Bin("*", dev, dev), j),
-        Store(inv, zero, Bin("/", Const(1.0, "float32"), Call("sqrt", (Bin(
-            "+", Bin("*", Load(inv, zero), Const(1.0 / k, "float32")),
-            Const(eps, "float32")),)))),
+        Store(inv, zero, ops.inv_std(Load(inv, zero))),
     ]
-    val: Expr = Bin("*", dev, Load(inv, zero))
-    if scale is not None:
-        val = Bin("*", val, Load(scale, j))
-    if bias is not None:
-        val = Bin("+", val, Load(bias, j))
-    stmts.append(For(j, zero, Const(k), Store(y, Bin("+", Bin("*", row, Const(k)), j), val),
+    stmts.append(For(j, zero, Const(k), Store(y, Bin("+", Bin("*", row, Const(k)), j),
+                                               ops.value(dev, Load(inv, zero), j)),
                      ForKind.VECTORIZED))
     stmt = For(row, T0, Bin("-", T1, T0),
                Alloc(acc, Alloc(mean, Alloc(inv, seq(*stmts)))))
-    return Kernel(name, stmt, rows, args, doc=f"LayerNormalization rows={rows} K={k}",
+    return Kernel(name, stmt, rows, ops.args, doc=f"LayerNormalization rows={rows} K={k}",
                   loops=format_stmt(stmt))

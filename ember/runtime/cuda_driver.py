@@ -228,16 +228,11 @@ class Timer:
     """Device time between two events on a stream (ms)."""
 
     def __init__(self) -> None:
-        self.a, self.b = c_void_p(), c_void_p()
-        call("cuEventCreate", ctypes.byref(self.a), 0)
-        call("cuEventCreate", ctypes.byref(self.b), 0)
+        self.a, self.b = Event(), Event()
 
     def start(self, stream: Stream) -> None:
-        call("cuEventRecord", self.a, stream.handle)
+        self.a.record(stream)
 
     def stop(self, stream: Stream) -> float:
-        call("cuEventRecord", self.b, stream.handle)
-        call("cuEventSynchronize", self.b)
-        ms = ctypes.c_float()
-        call("cuEventElapsedTime", ctypes.byref(ms), self.a, self.b)
-        return float(ms.value)
+        self.b.record(stream)
+        return Event.ms(self.a, self.b)

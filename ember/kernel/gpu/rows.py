@@ -15,13 +15,10 @@ Post: a ``GpuKernel`` of one block per row, ``T`` (32..256, a power of two) thre
 
 from __future__ import annotations
 
-import numpy as np
-
-from ember.errors import CompileError
 from ember.ir.graph import Graph
+from ember.kernel import layernorm, softmax
 from ember.kernel.base import OUTPUT
 from ember.kernel.gpu.base import GpuKernel
-from ember.kernel.layernorm import param_buffer
 from ember.loops.ir import (
     BLOCK,
     THREAD,
@@ -43,7 +40,6 @@ from ember.loops.ir import (
     seq,
 )
 from ember.loops.transform import substitute
-from ember.lower.computes import static_shape
 
 
 def threads_for(k: int) -> int:
@@ -101,76 +97,43 @@ class _Row:
 
 
 def build_softmax(name: str, body: Graph) -> GpuKernel:
-    n = body.nodes[0]
-    shape = [int(d) for d in static_shape(n.output.type)]
-    axis = n.attrs.get("axis", -1) % len(shape)
-    outer, k, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:]))
-    dt = n.output.type.dtype.name
-    acc = "float64" if dt == "float64" else "float32"
-    x, y = Buffer(f"{name}_x", outer * k * inner, dt), Buffer(f"{name}_y", outer * k * inner, dt)
+    r = softmax.rows(name, body)
+    k, inner = int(r.k), int(r.inner)
     t = threads_for(k)
-    row = _Row(k, t, acc)
+    row = _Row(k, t, r.acc)
     base = Var("base")
     at = Bin("+", base, Bin("*", row.j, Const(inner)))
-    mx, sm = Buffer("mx", 1, acc, Scope.LOCAL), Buffer("sm", 1, acc, Scope.LOCAL)
+    mx, sm = Buffer("mx", 1, r.acc, Scope.LOCAL), Buffer("sm", 1, r.acc, Scope.LOCAL)
     zero = Const(0)
-    xv = Load(x, at)
+    xv = Load(r.x, at)
     shifted = Bin("-", xv, Load(mx, zero))
-    stmts = [row.reduce(-3.4028234663852886e38, "max", xv, mx),
-             row.reduce(0.0, "+", Call("exp", (shifted,), acc), sm)]
-    if n.op == "Softmax":
-        stmts += [Store(sm, zero, Bin("/", Const(1.0, acc), Load(sm, zero))),
-                  row.each(Store(y, at, Bin("*", Call("exp", (shifted,), acc),
-                                            Load(sm, zero))))]
-    else:
-        stmts += [Store(sm, zero, Call("log", (Load(sm, zero),), acc)),
-                  row.each(Store(y, at, Bin("-", shifted, Load(sm, zero))))]
-    # row r of the (outer, inner) grid starts at (r // inner) * k * inner + r % inner
-    start = Bin("+", Bin("*", Bin("//", BLOCK, Const(inner)), Const(k * inner)),
-                Bin("%", BLOCK, Const(inner)))
-    stmt = Let(base, start, row.wrap(seq(*stmts), mx, sm))
-    return GpuKernel(name, stmt, outer * inner, t, [(y, OUTPUT), (x, 0)],
-                     doc=f"{n.op} axis={axis}",
+    stmts = [row.reduce(softmax.LOWEST, "max", xv, mx),
+             row.reduce(0.0, "+", Call("exp", (shifted,), r.acc), sm),
+             Store(sm, zero, r.finish(Load(sm, zero))),
+             row.each(Store(r.y, at, r.value(shifted, Load(sm, zero))))]
+    stmt = Let(base, r.start(BLOCK), row.wrap(seq(*stmts), mx, sm))
+    return GpuKernel(name, stmt, int(r.outer) * inner, t, [(r.y, OUTPUT), (r.x, 0)],
+                     doc=f"{r.op} axis={r.axis}",
                      schedule=f"a row per block, {t} threads, tree reductions in shared memory")
 
 
 def build_layernorm(name: str, body: Graph) -> GpuKernel:
-    n = body.nodes[0]
-    x_v = n.inputs[0]
-    assert x_v is not None
-    if x_v.type.dtype.name != "float32":
-        raise CompileError(f"LayerNormalization kernel handles float32, got {x_v.type}")
-    shape = tuple(int(d) for d in static_shape(x_v.type))
-    axis = int(n.attrs.get("axis", -1)) % len(shape)
-    inner = shape[axis:]
-    k, rows = int(np.prod(inner)), int(np.prod(shape[:axis]))
-    x, y = Buffer(f"{name}_x", rows * k), Buffer(f"{name}_y", rows * k)
-    args: list = [(y, OUTPUT), (x, body.inputs.index(x_v))]
-    scale = param_buffer(f"{name}_scale", n.inputs[1], inner, body, args)
-    bias = param_buffer(f"{name}_bias", n.inputs[2] if len(n.inputs) > 2 else None, inner,
-                        body, args)
+    ops = layernorm.operands(name, body)
+    k, rows = ops.k, int(ops.rows)
     t = threads_for(k)
     row = _Row(k, t, "float32")
     at = Bin("+", Bin("*", BLOCK, Const(k)), row.j)
     mean, inv = Buffer("mean", 1, scope=Scope.LOCAL), Buffer("inv", 1, scope=Scope.LOCAL)
     zero = Const(0)
-    xv = Load(x, at)
+    xv = Load(ops.x, at)
     dev = Bin("-", xv, Load(mean, zero))
-    eps = float(n.attrs.get("epsilon", 1e-5))
-    val: Expr = Bin("*", dev, Load(inv, zero))
-    if scale is not None:
-        val = Bin("*", val, Load(scale, row.j))
-    if bias is not None:
-        val = Bin("+", val, Load(bias, row.j))
     stmts = [
         row.reduce(0.0, "+", xv, mean),
         Store(mean, zero, Bin("*", Load(mean, zero), Const(1.0 / k, "float32"))),
         row.reduce(0.0, "+", Bin("*", dev, dev), inv),
-        Store(inv, zero, Bin("/", Const(1.0, "float32"), Call("sqrt", (Bin(
-            "+", Bin("*", Load(inv, zero), Const(1.0 / k, "float32")),
-            Const(eps, "float32")),)))),
-        row.each(Store(y, at, val)),
+        Store(inv, zero, ops.inv_std(Load(inv, zero))),
+        row.each(Store(ops.y, at, ops.value(dev, Load(inv, zero), row.j))),
     ]
-    return GpuKernel(name, row.wrap(seq(*stmts), mean, inv), rows, t, args,
+    return GpuKernel(name, row.wrap(seq(*stmts), mean, inv), rows, t, ops.args,
                      doc=f"LayerNormalization rows={rows} K={k}",
                      schedule=f"a row per block, {t} threads, tree reductions in shared memory")
