@@ -236,11 +236,15 @@ def _try_sink(u: Node) -> list[Node] | None:
         return [c, Node("Transpose", [c.output], [u.output], {"perm": perm}, u.name + "_t")]
     if u.op == "Resize" and ins[0] is not None and len(u.inputs) == 1:
         return _sink_resize(u, *ins[0])
-    if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize"):
-        return None
+    if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize", "BatchNormalization"):
+        return None     # (BatchNormalization's channels are axis 1: not layout-agnostic)
     rank = len(perm)
     if u.output.type.rank != rank:
         return None
+    attrs = dict(u.attrs)
+    if u.op == "Expand":   # the target shape's entries follow their axes
+        shape = [1] * (rank - len(attrs["shape"])) + list(attrs["shape"])
+        attrs["shape"] = [shape[inv_i] for inv_i in _inverse(perm)]
     inv = _inverse(perm)
     new_in: list[Value | None] = []
     for v, t in zip(u.inputs, ins):
@@ -254,7 +258,7 @@ def _try_sink(u: Node) -> list[Node] | None:
             new_in.append(Value.constant(np.ascontiguousarray(np.transpose(arr, inv))))
         else:
             return None
-    m = _mk(u.op, new_in, dict(u.attrs), u.name)
+    m = _mk(u.op, new_in, attrs, u.name)
     return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
 
 

@@ -1,0 +1,206 @@
+"""ATen converters: convolutions, matrix products, normalizations, softmax, pools, resampling.
+
+Each lowers through the standard operator with the same semantics (``Conv``, ``Gemm``,
+``BatchNormalization``, ``LayerNormalization``, ``MaxPool``...), so a torch module and its
+ONNX export reach the same ember ops and the same kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.errors import UnsupportedOpError
+from ember.frontend.torch.context import TorchCtx, aten
+from ember.ir.graph import Value
+
+
+def _spatial(v: Any, n: int) -> list[int]:
+    vals = [int(x) for x in (v if isinstance(v, list | tuple) else [v])]
+    return vals * n if len(vals) == 1 and n > 1 else vals
+
+
+@aten("convolution.default", "conv2d.default", "conv1d.default")
+def convolution(ctx: TorchCtx, x: Value, w: Value, b: Value | None, stride: Any = 1,
+                padding: Any = 0, dilation: Any = 1, transposed: bool = False,
+                output_padding: Any = 0, groups: int = 1) -> Value:
+    if "conv2d" in str(ctx.fx_node.target) or "conv1d" in str(ctx.fx_node.target):
+        groups, transposed = int(transposed or 1), False   # convNd(x, w, b, s, p, d, groups)
+    nd = w.type.rank - 2
+    if isinstance(padding, str):
+        raise UnsupportedOpError(f"convolution padding={padding!r} is not supported")
+    pads = _spatial(padding, nd)
+    attrs: dict[str, Any] = {"strides": _spatial(stride, nd), "dilations": _spatial(dilation, nd),
+                             "pads": pads + pads, "group": int(groups),
+                             "kernel_shape": [int(k) for k in w.type.shape[2:]]}
+    if transposed:
+        attrs["output_padding"] = _spatial(output_padding, nd)
+        return ctx.op1("ConvTranspose", [x, w, b], attrs)
+    return ctx.op1("Conv", [x, w, b], attrs)
+
+
+@aten("addmm.default")
+def addmm(ctx: TorchCtx, bias: Value, a: Value, b: Value, beta: Any = 1,
+          alpha: Any = 1) -> Value:
+    return ctx.op1("Gemm", [a, b, bias], {"alpha": float(alpha), "beta": float(beta)})
+
+
+@aten("mm.default", "bmm.default", "matmul.default")
+def mm(ctx: TorchCtx, a: Value, b: Value) -> Value:
+    return ctx.op1("MatMul", [a, b])
+
+
+@aten("baddbmm.default")
+def baddbmm(ctx: TorchCtx, bias: Value, a: Value, b: Value, beta: Any = 1,
+            alpha: Any = 1) -> Value:
+    dt = ctx.out_dtype
+    y = ctx.op1("MatMul", [a, b])
+    if alpha != 1:
+        y = ctx.op1("Mul", [y, ctx.tensor(alpha, dt)])
+    if beta == 0:
+        return y
+    if beta != 1:
+        bias = ctx.op1("Mul", [bias, ctx.tensor(beta, dt)])
+    return ctx.op1("Add", [y, bias])
+
+
+@aten("linear.default")
+def linear(ctx: TorchCtx, x: Value, w: Value, b: Value | None = None) -> Value:
+    y = ctx.op1("MatMul", [x, ctx.op1("Transpose", [w], {"perm": [1, 0]})])
+    return y if b is None else ctx.op1("Add", [y, b])
+
+
+# --------------------------------------------------------------------------- normalization
+def _ones(ctx: TorchCtx, n: Any, dt: Any, value: float) -> Value:
+    if not isinstance(n, int):
+        raise UnsupportedOpError("a normalization over a symbolic channel count without "
+                                 "weights is not supported")
+    return ctx.const(np.full((n,), value, dt.np))
+
+
+@aten("_native_batch_norm_legit_no_training.default")
+def batch_norm(ctx: TorchCtx, x: Value, w: Value | None, b: Value | None, mean: Value,
+               var: Value, momentum: float, eps: float) -> list[Any]:
+    c, dt = x.type.shape[1], x.type.dtype
+    w = w if w is not None else _ones(ctx, c, dt, 1.0)
+    b = b if b is not None else _ones(ctx, c, dt, 0.0)
+    y = ctx.op1("BatchNormalization", [x, w, b, mean, var], {"epsilon": float(eps)})
+    return [y, None, None]
+
+
+@aten("native_layer_norm.default")
+def layer_norm(ctx: TorchCtx, x: Value, shape: list[int], w: Value | None, b: Value | None,
+               eps: float) -> list[Any]:
+    n = len(shape)
+    if w is None:
+        w = ctx.const(np.ones(tuple(int(s) for s in shape), x.type.dtype.np))
+    y = ctx.op1("LayerNormalization", [x, w, b], {"axis": -n, "epsilon": float(eps)})
+    return [y, None, None]
+
+
+@aten("native_group_norm.default")
+def group_norm(ctx: TorchCtx, x: Value, w: Value | None, b: Value | None, n: Any, c: Any,
+               hw: Any, group: int, eps: float) -> list[Any]:
+    dt = x.type.dtype
+    c = x.type.shape[1]
+    w = w if w is not None else _ones(ctx, c, dt, 1.0)
+    b = b if b is not None else _ones(ctx, c, dt, 0.0)
+    y = ctx.op1("GroupNormalization", [x, w, b], {"num_groups": int(group),
+                                                  "epsilon": float(eps)})
+    return [y, None, None]
+
+
+@aten("_softmax.default", "_log_softmax.default", "softmax.int", "log_softmax.int")
+def softmax(ctx: TorchCtx, x: Value, dim: int, half_to_float: Any = False) -> Value:
+    op = "LogSoftmax" if "log_softmax" in str(ctx.fx_node.target) else "Softmax"
+    return ctx.cast(ctx.op1(op, [ctx.cast(x, ctx.out_dtype)], {"axis": int(dim)}),
+                    ctx.out_dtype)
+
+
+@aten("_prelu_kernel.default", "prelu.default")
+def prelu(ctx: TorchCtx, x: Value, w: Value) -> Value:
+    if x.type.rank > 2 and w.type.rank == 1:
+        w = ctx.op1("Unsqueeze", [w, ctx.const(np.arange(1, x.type.rank - 1, dtype=np.int64))])
+    return ctx.op1("PRelu", [x, w])
+
+
+# --------------------------------------------------------------------------- pools
+def _pool_attrs(x: Value, kernel: Any, stride: Any, padding: Any, ceil: bool,
+                dilation: Any = 1) -> dict[str, Any]:
+    nd = x.type.rank - 2
+    k = _spatial(kernel, nd)
+    s = _spatial(stride, nd) if stride not in (None, [], ()) else k
+    p = _spatial(padding, nd)
+    return {"kernel_shape": k, "strides": s, "pads": p + p, "ceil_mode": int(bool(ceil)),
+            "dilations": _spatial(dilation, nd)}
+
+
+@aten("max_pool2d_with_indices.default", "max_pool1d_with_indices.default",
+      "max_pool2d.default")
+def max_pool(ctx: TorchCtx, x: Value, kernel: Any, stride: Any = None, padding: Any = 0,
+             dilation: Any = 1, ceil_mode: bool = False) -> Any:
+    y = ctx.op1("MaxPool", [x], _pool_attrs(x, kernel, stride, padding, ceil_mode, dilation))
+    return [y, None] if "with_indices" in str(ctx.fx_node.target) else y
+
+
+@aten("avg_pool2d.default", "avg_pool1d.default")
+def avg_pool(ctx: TorchCtx, x: Value, kernel: Any, stride: Any = None, padding: Any = 0,
+             ceil_mode: bool = False, count_include_pad: bool = True,
+             divisor_override: Any = None) -> Value:
+    if divisor_override is not None:
+        raise UnsupportedOpError("avg_pool divisor_override is not supported")
+    attrs = _pool_attrs(x, kernel, stride, padding, ceil_mode)
+    attrs.pop("dilations")
+    attrs["count_include_pad"] = int(bool(count_include_pad))
+    return ctx.op1("AveragePool", [x], attrs)
+
+
+@aten("_adaptive_avg_pool2d.default", "adaptive_avg_pool2d.default",
+      "adaptive_max_pool2d.default", "_adaptive_avg_pool1d.default",
+      "adaptive_avg_pool1d.default")
+def adaptive_pool(ctx: TorchCtx, x: Value, output_size: Any) -> Any:
+    is_max = "max" in str(ctx.fx_node.target)
+    nd = x.type.rank - 2
+    out = _spatial(output_size, nd)
+    sizes = x.type.shape[2:]
+    if all(o == 1 for o in out):
+        y = ctx.op1("GlobalMaxPool" if is_max else "GlobalAveragePool", [x])
+    elif all(isinstance(s, int) and s % o == 0 for s, o in zip(sizes, out)):
+        k = [int(s) // o for s, o in zip(sizes, out)]
+        y = ctx.op1("MaxPool" if is_max else "AveragePool", [x],
+                    {"kernel_shape": k, "strides": k})
+    else:
+        raise UnsupportedOpError(f"adaptive pooling of {x.type} to {out} (input sizes not "
+                                 "multiples of the output's) is not supported")
+    return [y, None] if is_max else y
+
+
+# --------------------------------------------------------------------------- resampling
+@aten("upsample_nearest2d.vec", "upsample_nearest2d.default", "upsample_bilinear2d.vec",
+      "upsample_bilinear2d.default", "upsample_nearest1d.vec", "upsample_linear1d.vec")
+def upsample(ctx: TorchCtx, x: Value, output_size: Any, *args: Any) -> Value:
+    name = str(ctx.fx_node.target)
+    nearest = "nearest" in name
+    align = bool(args[0]) if not nearest and args and isinstance(args[0], bool) else False
+    out = [int(d) for d in tuple(ctx.out_meta.shape)[2:]]
+    if not all(isinstance(d, int) for d in out):
+        raise UnsupportedOpError("upsampling to a symbolic size is not supported")
+    lead = [d for d in x.type.shape[:2]]
+    sizes = ctx.ints([*lead, *out], "sizes") if all(isinstance(d, int) for d in lead) else \
+        ctx.op1("Concat", [ctx.op1("Slice", [ctx.op1("Shape", [x]),
+                                             ctx.const(np.array([0], np.int64)),
+                                             ctx.const(np.array([2], np.int64))]),
+                           ctx.ints(out, "sizes")], {"axis": 0})
+    attrs: dict[str, Any] = {"mode": "nearest" if nearest else "linear"}
+    if nearest:
+        attrs.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    else:
+        attrs["coordinate_transformation_mode"] = "align_corners" if align else \
+            "pytorch_half_pixel"
+    return ctx.op1("Resize", [x, None, None, sizes], attrs)
+
+
+@aten("pixel_shuffle.default")
+def pixel_shuffle(ctx: TorchCtx, x: Value, factor: int) -> Value:
+    return ctx.op1("DepthToSpace", [x], {"blocksize": int(factor), "mode": "CRD"})

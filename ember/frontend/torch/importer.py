@@ -1,0 +1,293 @@
+"""torch.nn.Module -> ember Graph, through ``torch.export``.
+
+``export_module`` captures the module with ``torch.export.export`` (non-strict; dynamic dims
+from ``torch.export.Dim``) and decomposes it to the core ATen op set (``run_decompositions``).
+``import_exported`` walks the exported FX graph in order:
+
+* placeholders: parameters, buffers and lifted constants become constant Values; user inputs
+  become typed graph inputs, each dynamic dim a ``Sym`` named after its ``torch.export.Dim``
+  (or torch's own symbol, ``s0``, where no name was given);
+* ``call_function`` nodes go through the converter registered for their ATen overload
+  (``aten_*.py``, see ``context.py``); SymInt arithmetic (``sym_size``, ``operator.mul``...)
+  becomes int64 scalars whose values the importer tracks symbolically, so reshapes keep
+  symbolic types; the runtime asserts torch inserts are dropped (ember checks dims itself);
+* every converted result is checked against the node's fake tensor (rank, static dims, dtype):
+  a converter that disagrees with torch is an error naming the node, never a wrong program.
+
+Refused, with an ``EmberError`` naming the node and its source line: an ATen op without a
+converter (``UnsupportedOpError``), a module that mutates its buffers or inputs (a BatchNorm in
+training mode: call ``module.eval()``), a module torch.export cannot capture (``ModelError``
+with torch's reason). torch is imported only here, never by ``import ember``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.errors import EmberError, ModelError, RuntimeOperandError, UnsupportedOpError
+from ember.frontend.torch import aten_math, aten_nn, aten_tensor  # noqa: F401  (register)
+from ember.frontend.torch.context import TorchCtx, lookup_aten, torch_dtype
+from ember.ir.graph import Graph, Value
+from ember.ir.types import Sym, TensorType
+from ember.support import dtypes
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:   # pragma: no cover - the extra is missing
+        raise EmberError("compiling a torch.nn.Module needs PyTorch: pip install "
+                         "'ember[torch]'") from e
+    return torch
+
+
+def export_module(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None,
+                  dynamic_shapes: Any = None) -> Any:
+    """The module as a core-ATen ``ExportedProgram``."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise ModelError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(args, tuple | list):
+        args = (args,)
+    try:
+        ep = torch.export.export(module, tuple(args), dict(kwargs or {}),
+                                 dynamic_shapes=dynamic_shapes, strict=False)
+        return ep.run_decompositions()
+    except EmberError:
+        raise
+    except Exception as e:  # noqa: BLE001  (torch raises many kinds: say what it said)
+        raise ModelError(f"torch.export could not capture {type(module).__name__}: "
+                         f"{type(e).__name__}: {str(e).strip()[:2000]}") from e
+
+
+def import_module(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None,
+                  dynamic_shapes: Any = None) -> tuple[Graph, Any]:
+    """(the module's ember Graph, its ExportedProgram)."""
+    if not isinstance(args, tuple | list):
+        args = (args,)
+    ep = export_module(module, args, kwargs, dynamic_shapes)
+    names = dim_names(module, args, kwargs, dynamic_shapes)
+    return import_exported(ep, names, name=type(module).__name__), ep
+
+
+def dim_names(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+              dynamic_shapes: Any) -> dict[tuple[str, int], str]:
+    """(input name, axis) -> the name of the ``torch.export.Dim`` the user gave that axis."""
+    if not dynamic_shapes:
+        return {}
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **dict(kwargs or {}))
+        arg_names = list(bound.arguments)
+    except (TypeError, ValueError):
+        arg_names = [f"arg{i}" for i in range(len(args))]
+    if isinstance(dynamic_shapes, Mapping):
+        specs = dict(dynamic_shapes)
+    else:
+        specs = dict(zip(arg_names, dynamic_shapes))
+    out: dict[tuple[str, int], str] = {}
+    for name, spec in specs.items():
+        axes = spec.items() if isinstance(spec, Mapping) else enumerate(spec or ())
+        for axis, d in axes:
+            dname = getattr(d, "__name__", None)
+            if isinstance(dname, str):
+                out[(name, int(axis))] = dname
+    return out
+
+
+class _Importer:
+    def __init__(self, ep: Any, names: Mapping[tuple[str, int], str], name: str) -> None:
+        self.ep = ep
+        self.graph = Graph(name=name)
+        self.ctx = TorchCtx(self.graph)
+        self.ctx.specialize = True
+        self.env: dict[Any, Any] = {}
+        self.syms: dict[str, Sym] = {}
+        self.names = names
+
+    # ------------------------------------------------------------------ placeholders
+    def placeholders(self) -> None:
+        sig = self.ep.graph_signature
+        if getattr(sig, "buffers_to_mutate", None) or getattr(sig, "user_inputs_to_mutate",
+                                                                  None):
+            what = sorted({*sig.buffers_to_mutate.values(), *sig.user_inputs_to_mutate.values()})
+            raise ModelError(f"the module mutates {', '.join(what)} while it runs (a BatchNorm "
+                             "in training mode does); ember compiles inference: call "
+                             "module.eval() before compiling")
+        kinds = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+        for node in self.ep.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            spec = kinds.get(node.name)
+            kind = getattr(getattr(spec, "kind", None), "name", "USER_INPUT")
+            if kind == "USER_INPUT":
+                self.env[node] = self._input(node)
+            else:
+                self.env[node] = self._constant(node, spec)
+
+    def _constant(self, node: Any, spec: Any) -> Value:
+        target = spec.target
+        source = self.ep.constants if target in self.ep.constants else self.ep.state_dict
+        t = source[target]
+        if not hasattr(t, "detach"):
+            raise UnsupportedOpError(f"constant {target!r} of type {type(t).__name__} is not a "
+                                     "tensor; ember takes tensor parameters and buffers")
+        v = Value.constant(tensor_to_numpy(t))
+        v.name = node.name
+        return v
+
+    def _input(self, node: Any) -> Value:
+        meta = node.meta.get("val")
+        if not hasattr(meta, "shape"):
+            raise UnsupportedOpError(f"input {node.name!r} is a {type(meta).__name__}, not a "
+                                     "tensor; pass non-tensor arguments as constants")
+        dims = []
+        for axis, d in enumerate(meta.shape):
+            if isinstance(d, int):
+                dims.append(d)
+                continue
+            key = str(d.node.expr) if hasattr(d, "node") else str(d)
+            if key not in self.syms:
+                self.syms[key] = Sym(self.names.get((node.name, axis), key))
+            dims.append(self.syms[key])
+        v = Value(TensorType(tuple(dims), torch_dtype(meta.dtype)), node.name)
+        self.graph.inputs.append(v)
+        return v
+
+    # ------------------------------------------------------------------ nodes
+    def run(self) -> Graph:
+        self.placeholders()
+        for node in self.ep.graph.nodes:
+            if node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                self._outputs(node)
+            elif node.op == "get_attr":
+                self.env[node] = self._attr(node)
+            elif node.op != "placeholder":
+                raise UnsupportedOpError(f"{_where(node)}: FX node kind {node.op!r} is not "
+                                         "supported")
+        return self.graph
+
+    def _attr(self, node: Any) -> Any:
+        obj = self.ep.graph_module
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part)
+        if hasattr(obj, "detach"):
+            return Value.constant(tensor_to_numpy(obj))
+        raise UnsupportedOpError(f"{_where(node)}: submodule {node.target!r} (control flow "
+                                 "such as torch.cond) is not supported yet")
+
+    def _call(self, node: Any) -> None:
+        fn, key = _converter(node.target)
+        if fn is None:
+            raise UnsupportedOpError(
+                f"{_where(node)}: ATen op {key} has no ember converter; rewrite the module "
+                "with supported ops, or export it to ONNX (ember.compile takes .onnx files)")
+        args = self._args(node.args)
+        kwargs = {k: self._args(v) for k, v in node.kwargs.items()}
+        self.ctx.begin_fx(node, node.name)
+        try:
+            out = fn(self.ctx, *args, **kwargs)
+            self.env[node] = self._checked(node, out)
+        except RuntimeOperandError as e:
+            raise UnsupportedOpError(f"{_where(node)}: {e}") from e
+        except EmberError as e:
+            raise type(e)(f"{_where(node)}: {e}") from e
+        except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as e:
+            raise ModelError(f"{_where(node)}: {type(e).__name__}: {e}") from e
+
+    def _args(self, a: Any) -> Any:
+        if isinstance(a, list | tuple):
+            return type(a)(self._args(x) for x in a)
+        if hasattr(a, "op") and hasattr(a, "meta") and hasattr(a, "users"):   # an fx Node
+            return self.env[a]
+        return a
+
+    def _checked(self, node: Any, out: Any) -> Any:
+        """``out`` checked against the node's fake result; dtypes brought to torch's."""
+        meta = node.meta.get("val")
+        if isinstance(out, Value) and hasattr(meta, "shape"):
+            return self._check_one(node, out, meta)
+        if isinstance(out, list | tuple) and isinstance(meta, list | tuple):
+            return [self._check_one(node, o, m) if isinstance(o, Value) and hasattr(m, "shape")
+                    else o for o, m in zip(out, meta)]
+        return out
+
+    def _check_one(self, node: Any, v: Value, meta: Any) -> Value:
+        shape = tuple(meta.shape)
+        if v.type.rank != len(shape) or any(
+                isinstance(a, int) and isinstance(b, int) and a != b
+                for a, b in zip(v.type.shape, shape)):
+            raise ModelError(f"ember's result {v.type} disagrees with torch's shape "
+                             f"{tuple(shape)} (a converter bug: please report it)")
+        want = torch_dtype(meta.dtype)
+        if v.type.dtype != want:
+            v = self.ctx.cast(v, want)
+        return v
+
+    def _outputs(self, node: Any) -> None:
+        outs = node.args[0]
+        outs = outs if isinstance(outs, list | tuple) else [outs]
+        names = [s.arg.name for s in self.ep.graph_signature.output_specs
+                 if getattr(s.kind, "name", "") == "USER_OUTPUT" and hasattr(s.arg, "name")]
+        seen: set[int] = set()
+        graph_outs = []
+        for i, o in enumerate(outs):
+            v = self.env[o] if hasattr(o, "op") else o
+            if not isinstance(v, Value):
+                raise UnsupportedOpError(f"output {i} is a {type(v).__name__}; ember returns "
+                                         "tensors only")
+            name = names[i] if i < len(names) else f"output{i}"
+            if v.is_const or v.producer is None or v.uid in seen:
+                v = self.graph.add("Identity", [v], name=f"output_{i}").output
+            seen.add(v.uid)
+            v.name = name if name not in {g.name for g in graph_outs} else f"{name}_{i}"
+            graph_outs.append(v)
+        self.graph.outputs = graph_outs
+
+
+def import_exported(ep: Any, names: Mapping[tuple[str, int], str] | None = None,
+                    name: str = "module") -> Graph:
+    """An ``ExportedProgram`` (core ATen) as an ember Graph; ``names`` names dynamic dims."""
+    return _Importer(ep, names or {}, name).run()
+
+
+def _converter(target: Any) -> tuple[Any, str]:
+    if isinstance(target, type(operator.add)) and getattr(target, "__module__", "") in (
+            "_operator", "operator"):
+        key = f"operator.{target.__name__}"
+        return lookup_aten(key), key
+    name = getattr(target, "__name__", str(target))
+    module = getattr(target, "__module__", "")
+    if hasattr(target, "_schema"):          # an OpOverload: aten.add.Tensor
+        ns = str(target).split(".", 1)[0]
+        key = str(target)
+        return (lookup_aten(key.split(".", 1)[1]) if ns == "aten" else None), key
+    key = f"{module}.{name}"
+    return lookup_aten(key), key
+
+
+def _where(node: Any) -> str:
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    frames = [ln.strip() for ln in trace if ln.strip().startswith("File ")]
+    src = ""
+    if frames:
+        last = trace.index(next(ln for ln in reversed(trace) if ln.strip() == frames[-1]))
+        code = trace[last + 1].strip() if last + 1 < len(trace) else ""
+        src = f" at {frames[-1].removeprefix('File ')}" + (f": {code}" if code else "")
+    return f"node {node.name!r} ({node.target}){src}"
+
+
+def tensor_to_numpy(t: Any) -> np.ndarray:
+    """A torch tensor's values as a numpy array (bfloat16 through ml_dtypes)."""
+    t = t.detach().cpu()
+    if str(t.dtype) == "torch.bfloat16":
+        return t.view(__import__("torch").int16).numpy().view(dtypes.BY_NAME["bfloat16"].np)
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.numpy().copy()
