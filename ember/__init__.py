@@ -1,9 +1,12 @@
-"""ember: a deep-learning compiler. ONNX in, one compiled C program out.
+"""ember: a deep-learning compiler. ONNX or PyTorch in, one compiled C program out.
 
     import ember
     cm = ember.compile("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
     y = cm(x)                # or cm.run({"x": x}) -> {name: array}
     cm.save("model.ember"); cm2 = ember.load("model.ember")
+
+    tm = ember.compile(torch_module, (example,), dynamic_shapes={"x": {0: Dim("batch")}})
+    y = tm(x)                # torch tensors in, torch tensors out (as the module returns them)
 """
 
 from ember.errors import EmberError
@@ -15,9 +18,16 @@ __all__ = ["compile", "load", "CompiledModel", "EmberError", "Options", "__versi
 
 
 def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=None,  # noqa: A001
-            schedule=None, profile=None, dim_hints=None, precision=None, options=None):
+            schedule=None, profile=None, dim_hints=None, precision=None, options=None,
+            dynamic_shapes=None, example_kwargs=None):
     """Compile an ONNX model (path, ModelProto, bytes) for ``target``; returns a CompiledModel (a
     ``VMModel`` when shapes depend on values computed at run time).
+
+    A ``torch.nn.Module`` compiles through ``torch.export``: the second argument is then its
+    example inputs (a tuple of ``forward``'s positional arguments, or one tensor;
+    ``example_kwargs`` its keyword arguments), ``dynamic_shapes`` as ``torch.export`` takes it
+    (a ``torch.export.Dim`` per dynamic axis; the Dim's name is the symbol's). The result, a
+    ``TorchModel``, takes and returns what the module does, as torch tensors.
 
     Inputs whose dims stay symbolic (a ``dim_param`` not fixed by ``input_shapes``) give a
     model compiled once for every value of them; ``dim_hints`` ({"seq": 128}) are the sizes
@@ -37,7 +47,13 @@ def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=No
     "fp32" (the default), or on TensorCores "tf32", "fp16", "bf16" (float32 accumulation).
     """
     from ember.compiler.api import compile as _compile
+    from ember.compiler.api import compile_module, is_torch_module
 
+    if is_torch_module(model):
+        return compile_module(model, input_shapes, dynamic_shapes, example_kwargs,
+                              target=target, num_threads=num_threads, topk=topk,
+                              schedule=schedule, profile=profile, dim_hints=dim_hints,
+                              precision=precision, options=options)
     return _compile(model, input_shapes, target, num_threads=num_threads, topk=topk,
                     schedule=schedule, profile=profile, dim_hints=dim_hints,
                     precision=precision, options=options)

@@ -1,13 +1,16 @@
-"""``ember.compile``: an ONNX model in, a compiled model out — one static program
-(``compiler.driver``), or a VM executable when its shapes depend on values computed at run
-time (``compiler.vm``).
+"""``ember.compile``: an ONNX model (or an imported Graph) in, a compiled model out — one
+static program (``compiler.driver``), or a VM executable when its shapes depend on values
+computed at run time (``compiler.vm``). ``compile_module``: a ``torch.nn.Module`` through the
+torch frontend, wrapped so it takes and returns what the module does (``TorchModel``).
 
-Pre: a model the importer accepts. Post: a ``CompiledModel`` or a ``VMModel``.
+Pre: a model the importer accepts. Post: a ``CompiledModel``, a ``VMModel`` or a ``TorchModel``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -16,6 +19,7 @@ from ember.compiler import driver, gpu, model_cache
 from ember.compiler.vm import compile_vm, needs_vm
 from ember.errors import EmberError
 from ember.frontend.onnx.importer import import_model
+from ember.ir.graph import Graph
 from ember.runtime.compiled import CompiledModel
 from ember.support import log
 from ember.support.options import PRECISIONS, Options, resolve, using
@@ -59,7 +63,8 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
 def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts: Options,
              run: log.CompileRun) -> CompiledModel | VMModel:
     hints = dict(opts.dim_hints) if opts.dim_hints else None
-    g = run.stage("import", import_model, model, input_shapes)
+    g = model if isinstance(model, Graph) else run.stage("import", import_model, model,
+                                                         input_shapes)
     if needs_vm(g):
         if target != "cpu":
             raise EmberError(f"target {target!r}: models with shapes computed at run time "
@@ -73,3 +78,31 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
     return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
                                topk=opts.topk, schedule=opts.schedule, profile=opts.profile,
                                dim_hints=hints)[1]
+
+
+def is_torch_module(model: Any) -> bool:
+    """Whether ``model`` is a ``torch.nn.Module`` (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def compile_module(module: Any, example_inputs: Any, dynamic_shapes: Any = None,
+                   example_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Compile a ``torch.nn.Module`` for the example inputs (a tuple of positional arguments,
+    or one tensor); ``dynamic_shapes`` as ``torch.export`` takes it (``torch.export.Dim`` per
+    dynamic axis; each becomes a symbol named like the Dim). ``kwargs``: ``ember.compile``'s.
+    Returns a ``TorchModel``."""
+    from ember.frontend.torch.importer import import_module
+    from ember.runtime.torch_model import TorchModel
+
+    if example_inputs is None:
+        raise EmberError("compiling a torch.nn.Module needs example_inputs (a tuple of the "
+                         "arguments of one call of its forward)")
+    args = tuple(example_inputs) if isinstance(example_inputs, Sequence) else (example_inputs,)
+    with log.compile_run(type(module).__name__) as run:   # one run: export and compile
+        g, ep = run.stage("export", import_module, module, args, example_kwargs,
+                          dynamic_shapes)
+        cm = compile(g, None, **kwargs)
+    return TorchModel(cm, ep.call_spec.in_spec, ep.call_spec.out_spec,
+                      [s.arg.name for s in ep.graph_signature.input_specs
+                       if getattr(s.kind, "name", "") == "USER_INPUT"])

@@ -20,9 +20,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 
 from ember.errors import EmberError
+from ember.ir.graph import Graph, Value
 from ember.runtime import cache
 from ember.runtime.artifact import read_meta
 from ember.runtime.compiled import load_model
@@ -46,7 +48,45 @@ def ember_digest() -> str:
     return h.hexdigest()
 
 
+def graph_digest(g: Graph) -> bytes:
+    """What identifies a Graph (a frontend's output, e.g. the torch frontend's): its inputs'
+    and outputs' names and types, every node's op, attributes and operands (constants by the
+    digest of their bytes), in order."""
+    h = hashlib.blake2b(digest_size=20)
+    ids: dict[int, str] = {}
+
+    def ref(v: Value | None) -> str:
+        if v is None:
+            return "-"
+        if v.is_const:
+            arr = np.ascontiguousarray(v.const)
+            return f"c{arr.dtype}{arr.shape}" + hashlib.blake2b(arr.tobytes(),
+                                                                 digest_size=16).hexdigest()
+        return ids.setdefault(v.uid, f"v{len(ids)}")
+
+    def attr(a: Any) -> str:
+        if isinstance(a, np.ndarray):
+            return ref(Value.constant(a))
+        if isinstance(a, list | tuple):
+            return "[" + ",".join(attr(x) for x in a) + "]"
+        if isinstance(a, dict):
+            return "{" + ",".join(f"{k}:{attr(a[k])}" for k in sorted(a)) + "}"
+        return repr(a)
+
+    for v in g.inputs:
+        h.update(f"in {v.name} {v.type} {ref(v)}\n".encode())
+    for n in g.nodes:
+        ins = ",".join(ref(v) for v in n.inputs)
+        outs = ",".join(f"{ref(o)}:{o.type}" for o in n.outputs)
+        h.update(f"{n.op}({ins})->{outs} {attr(n.attrs)}\n".encode())
+    for v in g.outputs:
+        h.update(f"out {v.name} {ref(v)}\n".encode())
+    return h.digest()
+
+
 def _model_bytes(model: Any) -> bytes | None:
+    if isinstance(model, Graph):
+        return graph_digest(model)
     if isinstance(model, onnx.ModelProto):
         return model.SerializeToString()
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -62,7 +102,7 @@ def _model_bytes(model: Any) -> bytes | None:
 def key(model: Any, input_shapes: Any, opts: Options, threads: int,
         target: str = "cpu") -> str | None:
     """The cache key of one compile; None where it is not cached (``model_cache`` off, or a
-    model that is not bytes, a path or a ModelProto)."""
+    model that is not bytes, a path, a ModelProto or an imported Graph)."""
     if not opts.model_cache:
         return None
     data = _model_bytes(model)

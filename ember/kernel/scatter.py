@@ -38,6 +38,7 @@ from ember.loops.ir import (
     Cast,
     Const,
     Expr,
+    Extent,
     For,
     ForKind,
     If,
@@ -49,6 +50,7 @@ from ember.loops.ir import (
     Store,
     Var,
     all_of,
+    as_expr,
     seq,
 )
 from ember.loops.transform import format_stmt, simplify
@@ -71,12 +73,20 @@ def build(name: str, body: Graph, threads: int = 1) -> Kernel:
 def _bind(name: str, v: Value | None, body: Graph, args: list) -> Buffer:
     """A global buffer for input ``v``: a constant array or a group input."""
     assert v is not None
-    buf = Buffer(name, max(math.prod(static_shape(v.type)), 1), v.type.dtype.name)
+    buf = Buffer(name, _size(static_shape(v.type)), v.type.dtype.name)
     if v.is_const:
         args.append((buf, np.ascontiguousarray(v.const)))
     else:
         args.append((buf, body.inputs.index(v)))
     return buf
+
+
+def _size(shape: tuple[Extent, ...]) -> Extent:
+    """A buffer's element count (at least 1 when static; an expression of the dims when not)."""
+    total: Extent = 1
+    for d in shape:
+        total = total * d
+    return max(total, 1) if isinstance(total, int) else total
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -190,41 +200,51 @@ def _build_scatternd(name: str, body: Graph, n: Node, threads: int) -> Kernel:
 
 
 # --------------------------------------------------------------------------- scans
-def _scan_geometry(shape: tuple[int, ...], axis: int) -> tuple[int, int, int, int, int]:
-    """(outer, n, inner, block, units): a unit is ``block`` neighbouring rows of one outer."""
-    outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
-    block = min(inner, SCAN_BLOCK)
-    return outer, n, inner, block, outer * -(-inner // max(block, 1))
+def _scan_geometry(shape: tuple[Extent, ...], axis: int
+                   ) -> tuple[Extent, Extent, Extent, Extent, Extent]:
+    """(outer, n, inner, block, units): a unit is ``block`` neighbouring rows of one outer
+    (extents: expressions of the dims where the shape is symbolic)."""
+    outer: Extent = 1
+    for d in shape[:axis]:
+        outer = outer * d
+    inner: Extent = 1
+    for d in shape[axis + 1:]:
+        inner = inner * d
+    block = min(inner, SCAN_BLOCK) if isinstance(inner, int) else SCAN_BLOCK
+    nb = -(-inner // max(block, 1)) if isinstance(inner, int) else (inner + (block - 1)) // block
+    return outer, shape[axis], inner, block, outer * nb
 
 
-def _scan_units(n_op: Node, x: Buffer, y: Buffer, acc: Buffer, shape: tuple[int, ...],
-                axis: int, t: Expr, tasks: int) -> Stmt:
+def _scan_units(n_op: Node, x: Buffer, y: Buffer, acc: Buffer, shape: tuple[Extent, ...],
+                axis: int, t: Expr, tasks: Extent) -> Stmt:
     """Task ``t``'s share of the units of the scan along ``axis``."""
     outer, n, inner, block, units = _scan_geometry(shape, axis)
-    nb = -(-inner // block)
+    nb = as_expr(units) // as_expr(outer) if not isinstance(units, int) else units // outer
     dt = x.dtype
     prod = n_op.op == "CumProd"
     unit_v, j, i = Var("unit"), Var("j"), Var("i")
-    first = Bin("//", Bin("*", t, Const(units)), Const(tasks))
-    last = Bin("//", Bin("*", Bin("+", t, Const(1)), Const(units)), Const(tasks))
-    o, i0 = Bin("//", unit_v, Const(nb)), Bin("*", Bin("%", unit_v, Const(nb)), Const(block))
-    width = Bin("min", Const(block), Bin("-", Const(inner), i0))
-    jj: Expr = Bin("-", Const(n - 1), j) if n_op.attrs.get("reverse", 0) else j
-    at = Bin("+", Bin("+", Bin("*", o, Const(n * inner)), Bin("*", jj, Const(inner))),
+    if isinstance(tasks, int):
+        first = Bin("//", Bin("*", t, Const(units)), Const(tasks))
+        last = Bin("//", Bin("*", Bin("+", t, Const(1)), Const(units)), Const(tasks))
+    else:                                        # symbolic: one unit per task
+        first, last = t, Bin("+", t, Const(1))
+    o, i0 = Bin("//", unit_v, as_expr(nb)), Bin("*", Bin("%", unit_v, as_expr(nb)), Const(block))
+    width = Bin("min", Const(block), Bin("-", as_expr(inner), i0))
+    jj: Expr = Bin("-", as_expr(n) - 1, j) if n_op.attrs.get("reverse", 0) else j
+    at = Bin("+", Bin("+", Bin("*", o, as_expr(n * inner)), Bin("*", jj, as_expr(inner))),
              Bin("+", i0, i))
     grow = Store(acc, i, Bin("*" if prod else "+", Load(acc, i), Load(x, at)))
     emit = Store(y, at, Load(acc, i))
     step = seq(emit, grow) if n_op.attrs.get("exclusive", 0) else seq(grow, emit)
     unit = seq(For(i, Const(0), width, Store(acc, i, Const(1 if prod else 0, dt))),
-               For(j, Const(0), Const(n), For(i, Const(0), width, step, ForKind.VECTORIZED)))
+               For(j, Const(0), as_expr(n), For(i, Const(0), width, step, ForKind.VECTORIZED)))
     return For(unit_v, first, Bin("-", last, first), unit)
 
 
 def _build_scan(name: str, body: Graph, n: Node, threads: int) -> Kernel:
-    shape = static_shape(n.output.type)
+    shape = static_shape(n.output.type)   # extents: symbolic dims are expressions
     rank = len(shape)
-    total = max(math.prod(shape), 1)
-    y = Buffer(f"{name}_y", total, n.output.type.dtype.name)
+    y = Buffer(f"{name}_y", _size(shape), n.output.type.dtype.name)
     args: list = [(y, OUTPUT)]
     x = _bind(f"{name}_x", n.inputs[0], body, args)
     av = n.inputs[1]
@@ -232,9 +252,12 @@ def _build_scan(name: str, body: Graph, n: Node, threads: int) -> Kernel:
     t = Var("task")
     if av.const is not None:
         axes = [int(np.ravel(av.const)[0]) % rank]
-    else:
+    elif all(isinstance(d, int) for d in shape):
         axes = list(range(rank))
-    tasks = max(1, max(_scan_geometry(shape, a)[4] for a in axes))
+    else:
+        raise TypeError("a scan along a run-time axis needs static shapes")
+    units = [_scan_geometry(shape, a)[4] for a in axes]
+    tasks: Extent = max(1, *units) if all(isinstance(u, int) for u in units) else units[0]
     acc = Buffer("acc", SCAN_BLOCK, y.dtype, Scope.LOCAL)
     if av.const is not None:
         work: Stmt = _scan_units(n, x, y, acc, shape, axes[0], t, tasks)

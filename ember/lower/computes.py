@@ -365,21 +365,40 @@ def _slice(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> 
     starts, steps = _slice_params(attrs, x.shape)
 
     def body(*i: Expr) -> Expr:
-        return x[tuple(Const(starts[k]) + i[k] * steps[k] for k in range(x.ndim))]
+        return x[tuple(as_expr(starts[k]) + i[k] * steps[k] for k in range(x.ndim))]
 
     return [te.compute(shape, body, name="slice")]
 
 
-def _slice_params(attrs: dict[str, Any], shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
-    starts, steps = [0] * len(shape), [1] * len(shape)
+def _slice_params(attrs: dict[str, Any], shape: tuple[Any, ...]) -> tuple[list[Any], list[int]]:
+    """Each axis's first index read and step; a symbolic axis's start is an expression of its
+    extent (clamped as ONNX clamps; where the clamp would matter the output is empty, so no
+    index is read)."""
+    starts: list[Any] = [0] * len(shape)
+    steps = [1] * len(shape)
     axes = attrs.get("axes") or list(range(len(attrs["starts"])))
     st = attrs.get("steps") or [1] * len(axes)
     for a, s0, e0, step in zip(axes, attrs["starts"], attrs["ends"], st):
         a %= len(shape)
-        r = range(shape[a])[slice(int(s0), int(e0), int(step))]  # ONNX clamps like Python
-        starts[a] = r.start if len(r) else 0
-        steps[a] = int(step)
+        s0, step = int(s0), int(step)
+        steps[a] = step
+        if isinstance(shape[a], int | np.integer):
+            r = range(int(shape[a]))[slice(s0, int(e0), step)]  # ONNX clamps like Python
+            starts[a] = r.start if len(r) else 0
+        else:
+            starts[a] = _symbolic_start(as_expr(shape[a]), s0, step)
     return starts, steps
+
+
+def _symbolic_start(dim: Expr, s0: int, step: int) -> Expr:
+    if step > 0:
+        if s0 >= 0:
+            return as_expr(s0)          # s0 >= dim: empty output
+        v = dim + s0
+        return Select(v < 0, as_expr(0), v)
+    if s0 < 0:
+        return dim + s0                 # dim + s0 < 0: empty output
+    return Select(as_expr(s0) > dim - 1, dim - 1, as_expr(s0))
 
 
 @register("Expand")

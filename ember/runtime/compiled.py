@@ -44,6 +44,7 @@ from ember.runtime.artifact import (
     save_artifact,
     validate_meta,
 )
+from ember.runtime import interop
 from ember.runtime.host import isa_features
 from ember.runtime.module import (
     ALIGNMENT,
@@ -188,12 +189,17 @@ class CompiledModel(ModelSpecs):
                 f"run() takes a dict of input name -> array, got {type(feeds).__name__}; "
                 f"inputs are {self.input_names}"
             )
-        values = self._order(feeds)
+        torch_out = interop.any_torch(feeds.values())
+        values = self._order({k: interop.host_array(v, k) for k, v in feeds.items()})
         outs = self._execute(values)
+        if torch_out:
+            outs = [interop.to_torch(a) for a in outs]
         return {s.name: a for s, a in zip(self._outputs, outs, strict=True)}
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        """Inputs positionally (in input order) and/or by name."""
+        """Inputs positionally (in input order) and/or by name: numpy arrays, torch CPU
+        tensors or anything with ``__dlpack__``, read without a copy where the layout allows
+        (``runtime.interop``); torch tensors in give torch tensors out."""
         n = len(self._inputs)
         if len(args) > n:
             raise InputError(
@@ -205,7 +211,10 @@ class CompiledModel(ModelSpecs):
             if name in feeds:
                 raise InputError(f"input {name!r} given both positionally and by name")
             feeds[name] = value
-        outs = self._execute(self._order(feeds))
+        torch_out = interop.any_torch(feeds.values())
+        outs = self._execute(self._order({k: interop.host_array(v, k) for k, v in feeds.items()}))
+        if torch_out:   # torch tensors in: torch tensors out, over the same buffers
+            outs = [interop.to_torch(a) for a in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _order(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:

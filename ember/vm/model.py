@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.runtime import interop
 from ember.errors import InputError
 from ember.vm.builtins import forward
 from ember.vm.executable import Executable
@@ -100,10 +101,16 @@ class VMModel:
         return [np.asarray(x) for x in forward(value)]
 
     def __call__(self, *args: Any) -> Any:
+        """Inputs in order: numpy arrays, torch CPU tensors or anything with ``__dlpack__``
+        (``runtime.interop``); torch tensors in give torch tensors out."""
+        torch_out = interop.any_torch(args)
+        args = tuple(interop.host_array(a, n) for a, n in zip(args, self.input_names))
         result = self.vm.run(*self._inputs(args))
         n = len(self.output_names)
         values = result.fields if n > 1 else (result,)
         outs = tuple(self._output(v, k) for v, k in zip(values, self._out_kinds))
+        if torch_out:
+            outs = tuple(interop.to_torch(o) if isinstance(o, np.ndarray) else o for o in outs)
         return outs[0] if n == 1 else outs
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:

@@ -204,3 +204,66 @@ def upsample(ctx: TorchCtx, x: Value, output_size: Any, *args: Any) -> Value:
 @aten("pixel_shuffle.default")
 def pixel_shuffle(ctx: TorchCtx, x: Value, factor: int) -> Value:
     return ctx.op1("DepthToSpace", [x], {"blocksize": int(factor), "mode": "CRD"})
+
+
+# --------------------------------------------------------------------------- attention
+@aten("scaled_dot_product_attention.default")
+def sdpa(ctx: TorchCtx, q: Value, k: Value, v: Value, attn_mask: Value | None = None,
+         dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+         enable_gqa: bool = False) -> Value:
+    """softmax(Q Kᵀ · scale + mask) V, torch's semantics: a bool mask keeps where True, a float
+    mask adds; ``is_causal`` keeps key ``j <= i`` for query ``i`` (top-left aligned); with
+    ``enable_gqa`` each K/V head serves ``Hq / Hkv`` consecutive query heads."""
+    dt = q.type.dtype
+    head = q.type.shape[-1]
+    if scale is None:
+        if not isinstance(head, int):
+            raise UnsupportedOpError("attention over a symbolic head size needs scale=")
+        scale = 1.0 / float(np.sqrt(head))
+    if enable_gqa and q.type.shape[-3] != k.type.shape[-3]:
+        k, v = (_repeat_heads(ctx, t, q.type.shape[-3]) for t in (k, v))
+    kt = ctx.op1("Transpose", [k], {"perm": [*range(k.type.rank - 2), k.type.rank - 1,
+                                             k.type.rank - 2]})
+    s = ctx.op1("Mul", [ctx.op1("MatMul", [q, kt]), ctx.tensor(scale, dt)])
+    if is_causal:
+        s = _masked(ctx, s, _causal(ctx, q, k))
+    if attn_mask is not None:
+        s = _masked(ctx, s, attn_mask) if attn_mask.type.dtype.name == "bool" else \
+            ctx.op1("Add", [s, ctx.cast(attn_mask, dt)])
+    p = ctx.op1("Softmax", [s], {"axis": -1})
+    return ctx.op1("MatMul", [p, v])
+
+
+def _masked(ctx: TorchCtx, s: Value, keep: Value) -> Value:
+    return ctx.op1("Where", [keep, s, ctx.tensor(-np.inf, s.type.dtype)])
+
+
+def _causal(ctx: TorchCtx, q: Value, k: Value) -> Value:
+    i64 = np.int64
+
+    def positions(t: Value) -> Value:
+        n = ctx.op1("Gather", [ctx.op1("Shape", [t]), ctx.const(np.array(-2, i64))], {"axis": 0})
+        return ctx.op1("Range", [ctx.const(np.array(0, i64)), n, ctx.const(np.array(1, i64))])
+
+    rows = ctx.op1("Unsqueeze", [positions(q), ctx.const(np.array([1], i64))])
+    cols = ctx.op1("Unsqueeze", [positions(k), ctx.const(np.array([0], i64))])
+    return ctx.op1("LessOrEqual", [cols, rows])
+
+
+def _repeat_heads(ctx: TorchCtx, t: Value, hq: Any) -> Value:
+    hk = t.type.shape[-3]
+    if not (isinstance(hq, int) and isinstance(hk, int)):
+        raise UnsupportedOpError("grouped-query attention over symbolic head counts")
+    rep = hq // hk
+    shape = ctx.op1("Shape", [t])
+    x = ctx.op1("Unsqueeze", [t, ctx.const(np.array([t.type.rank - 2], np.int64))])
+    x = ctx.op1("Expand", [x, ctx.op1("Concat", [
+        ctx.op1("Slice", [shape, ctx.const(np.array([0], np.int64)),
+                          ctx.const(np.array([t.type.rank - 2], np.int64))]),
+        ctx.const(np.array([rep], np.int64)),
+        ctx.op1("Slice", [shape, ctx.const(np.array([t.type.rank - 2], np.int64)),
+                          ctx.const(np.array([t.type.rank], np.int64))])], {"axis": 0})])
+    lead = [0] * (t.type.rank - 3)
+    return ctx.op1("Reshape", [x, ctx.const(np.array([*lead, hq, -1, t.type.shape[-1]]
+                                                     if isinstance(t.type.shape[-1], int)
+                                                     else [*lead, hq, 0, -1], np.int64))])

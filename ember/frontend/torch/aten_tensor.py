@@ -209,17 +209,17 @@ def index(ctx: TorchCtx, x: Value, indices: list[Value | None]) -> Value:
         return ctx.op1("Gather", [x, idx[0]], {"axis": axes[0]})
     rest = [a for a in range(x.type.rank) if a not in axes]
     moved = ctx.op1("Transpose", [x], {"perm": axes + rest})
-    bshape = np.broadcast_shapes(*[tuple(1 if not isinstance(d, int) else d
-                                         for d in v.type.shape) for v in idx])
-    if not all(v.type.is_static for v in idx):
-        raise UnsupportedOpError("advanced indexing with several index tensors of symbolic "
-                                 "shapes is not supported")
-    parts = [ctx.op1("Unsqueeze", [ctx.op1("Expand", [v, _i64(ctx, list(bshape))]),
-                                   _i64(ctx, [-1])]) for v in idx]
+    zero = None        # the index tensors broadcast against each other: idx + 0·(all of them)
+    for v in idx:
+        z = ctx.op1("Mul", [v, ctx.const(np.array(0, np.int64))])
+        zero = z if zero is None else ctx.op1("Add", [zero, z])
+    assert zero is not None
+    parts = [ctx.op1("Unsqueeze", [ctx.op1("Add", [v, zero]), _i64(ctx, [-1])]) for v in idx]
     y = ctx.op1("GatherND", [moved, ctx.op1("Concat", parts, {"axis": -1})])
+    nb = zero.type.rank
     adjacent = axes == list(range(axes[0], axes[-1] + 1))
     if adjacent and axes[0] > 0:
-        nb, k = len(bshape), axes[0]
+        k = axes[0]
         perm = list(range(nb, nb + k)) + list(range(nb)) + list(range(nb + k, y.type.rank))
         y = ctx.op1("Transpose", [y], {"perm": perm})
     return y

@@ -57,12 +57,27 @@ def export_module(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | 
     try:
         ep = torch.export.export(module, tuple(args), dict(kwargs or {}),
                                  dynamic_shapes=dynamic_shapes, strict=False)
-        return ep.run_decompositions()
+        return ep.run_decompositions(_decompositions(torch))
     except EmberError:
         raise
     except Exception as e:  # noqa: BLE001  (torch raises many kinds: say what it said)
         raise ModelError(f"torch.export could not capture {type(module).__name__}: "
                          f"{type(e).__name__}: {str(e).strip()[:2000]}") from e
+
+
+# kept whole: ember lowers attention itself (torch's decomposition of it can fail to trace a
+# later view, as in Hugging Face's GPT-2, and ember has its own attention lowering)
+KEPT = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_attention_math")
+
+
+def _decompositions(torch: Any) -> Any:
+    """torch.export's core-ATen decomposition table, less the ops in ``KEPT``."""
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if str(op).split(".")[1] in KEPT:
+            del table[op]
+    return table
 
 
 def import_module(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None,

@@ -1,0 +1,54 @@
+"""A compiled ``torch.nn.Module``: called as the module is, returning what it returns.
+
+``TorchModel`` keeps the compiled program (``.compiled``: a ``CompiledModel`` or ``VMModel``,
+with ``save``, ``profile``, ``source``...) and the module's calling convention from
+``torch.export`` (the pytree specs of its arguments and results). A call flattens the
+arguments as the export did, passes the tensors to the program without copies
+(``runtime.interop``), and rebuilds the module's result (a tensor, a tuple, a dict, a Hugging
+Face ``ModelOutput``...) from torch tensors over ember's output buffers. Arguments that were
+not tensors at export were baked into the program: a call must pass the same values.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ember.errors import InputError
+from ember.runtime import interop
+
+
+class TorchModel:
+    def __init__(self, compiled: Any, in_spec: Any, out_spec: Any,
+                 input_names: list[str]) -> None:
+        self.compiled = compiled
+        self._in_spec = in_spec
+        self._out_spec = out_spec
+        self.input_names = input_names
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        pytree = sys.modules["torch"].utils._pytree
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            raise InputError(f"the arguments' structure {spec} differs from the example "
+                             f"inputs' {self._in_spec} the module was compiled for")
+        tensors = [x for x in leaves if interop.is_torch_tensor(x) or hasattr(x, "__array__")]
+        if len(tensors) != len(self.input_names):
+            raise InputError(f"expected {len(self.input_names)} tensor argument(s) "
+                             f"({', '.join(self.input_names)}), got {len(tensors)}")
+        feeds = {n: interop.host_array(t, n) for n, t in zip(self.input_names, tensors)}
+        outs = self.compiled.run(feeds)
+        flat = [interop.to_torch(outs[n]) for n in self.compiled.output_names]
+        return pytree.tree_unflatten(flat, self._out_spec)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.compiled.output_names)
+
+    def save(self, path: Any) -> Any:
+        """Save the compiled program (``ember.load`` gives it back, called with arrays by
+        input name; the module's argument structure is not saved)."""
+        return self.compiled.save(path)
+
+    def __repr__(self) -> str:
+        return f"TorchModel({self.compiled!r})"
