@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import ArtifactError, DataError, EmberError, InputError
+from ember.runtime import interop
 from ember.runtime.artifact import (
     ARTIFACT_FORMAT,
     artifact_bytes,
@@ -44,7 +45,6 @@ from ember.runtime.artifact import (
     save_artifact,
     validate_meta,
 )
-from ember.runtime import interop
 from ember.runtime.host import isa_features
 from ember.runtime.module import (
     ALIGNMENT,

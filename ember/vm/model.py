@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.runtime import interop
 from ember.errors import InputError
+from ember.runtime import interop
 from ember.vm.builtins import forward
 from ember.vm.executable import Executable
 from ember.vm.interpreter import PackedFunc, VirtualMachine
