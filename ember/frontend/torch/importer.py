@@ -57,7 +57,7 @@ def export_module(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | 
     try:
         ep = torch.export.export(module, tuple(args), dict(kwargs or {}),
                                  dynamic_shapes=dynamic_shapes, strict=False)
-        return ep.run_decompositions(_decompositions(torch))
+        return ep.run_decompositions(decompositions(torch))
     except EmberError:
         raise
     except Exception as e:  # noqa: BLE001  (torch raises many kinds: say what it said)
@@ -71,7 +71,7 @@ KEPT = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for
         "_scaled_dot_product_attention_math")
 
 
-def _decompositions(torch: Any) -> Any:
+def decompositions(torch: Any) -> Any:
     """torch.export's core-ATen decomposition table, less the ops in ``KEPT``."""
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
@@ -115,8 +115,10 @@ def dim_names(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None
 
 
 class _Importer:
-    def __init__(self, ep: Any, names: Mapping[tuple[str, int], str], name: str) -> None:
-        self.ep = ep
+    """Walks one FX graph of ATen ops; subclasses say what its placeholders are."""
+
+    def __init__(self, gm: Any, names: Mapping[tuple[str, int], str], name: str) -> None:
+        self.gm = gm
         self.graph = Graph(name=name)
         self.ctx = TorchCtx(self.graph)
         self.ctx.specialize = True
@@ -124,36 +126,11 @@ class _Importer:
         self.syms: dict[str, Sym] = {}
         self.names = names
 
-    # ------------------------------------------------------------------ placeholders
     def placeholders(self) -> None:
-        sig = self.ep.graph_signature
-        if getattr(sig, "buffers_to_mutate", None) or getattr(sig, "user_inputs_to_mutate",
-                                                                  None):
-            what = sorted({*sig.buffers_to_mutate.values(), *sig.user_inputs_to_mutate.values()})
-            raise ModelError(f"the module mutates {', '.join(what)} while it runs (a BatchNorm "
-                             "in training mode does); ember compiles inference: call "
-                             "module.eval() before compiling")
-        kinds = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
-        for node in self.ep.graph.nodes:
-            if node.op != "placeholder":
-                continue
-            spec = kinds.get(node.name)
-            kind = getattr(getattr(spec, "kind", None), "name", "USER_INPUT")
-            if kind == "USER_INPUT":
-                self.env[node] = self._input(node)
-            else:
-                self.env[node] = self._constant(node, spec)
+        raise NotImplementedError
 
-    def _constant(self, node: Any, spec: Any) -> Value:
-        target = spec.target
-        source = self.ep.constants if target in self.ep.constants else self.ep.state_dict
-        t = source[target]
-        if not hasattr(t, "detach"):
-            raise UnsupportedOpError(f"constant {target!r} of type {type(t).__name__} is not a "
-                                     "tensor; ember takes tensor parameters and buffers")
-        v = Value.constant(tensor_to_numpy(t))
-        v.name = node.name
-        return v
+    def output_names(self) -> list[str]:
+        return []
 
     def _input(self, node: Any) -> Value:
         meta = node.meta.get("val")
@@ -176,7 +153,7 @@ class _Importer:
     # ------------------------------------------------------------------ nodes
     def run(self) -> Graph:
         self.placeholders()
-        for node in self.ep.graph.nodes:
+        for node in self.gm.graph.nodes:
             if node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
@@ -189,7 +166,7 @@ class _Importer:
         return self.graph
 
     def _attr(self, node: Any) -> Any:
-        obj = self.ep.graph_module
+        obj = self.gm
         for part in str(node.target).split("."):
             obj = getattr(obj, part)
         if hasattr(obj, "detach"):
@@ -248,8 +225,7 @@ class _Importer:
     def _outputs(self, node: Any) -> None:
         outs = node.args[0]
         outs = outs if isinstance(outs, list | tuple) else [outs]
-        names = [s.arg.name for s in self.ep.graph_signature.output_specs
-                 if getattr(s.kind, "name", "") == "USER_OUTPUT" and hasattr(s.arg, "name")]
+        names = self.output_names()
         seen: set[int] = set()
         graph_outs = []
         for i, o in enumerate(outs):
@@ -266,10 +242,95 @@ class _Importer:
         self.graph.outputs = graph_outs
 
 
+class _ExportImporter(_Importer):
+    """An ``ExportedProgram``: its signature says which placeholders are parameters, buffers
+    and constants (constant Values) and which the user's inputs."""
+
+    def __init__(self, ep: Any, names: Mapping[tuple[str, int], str], name: str) -> None:
+        super().__init__(ep.graph_module, names, name)
+        self.ep = ep
+
+    def placeholders(self) -> None:
+        sig = self.ep.graph_signature
+        if getattr(sig, "buffers_to_mutate", None) or getattr(sig, "user_inputs_to_mutate",
+                                                                  None):
+            what = sorted({*sig.buffers_to_mutate.values(), *sig.user_inputs_to_mutate.values()})
+            raise ModelError(f"the module mutates {', '.join(what)} while it runs (a BatchNorm "
+                             "in training mode does); ember compiles inference: call "
+                             "module.eval() before compiling")
+        kinds = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+        for node in self.gm.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            spec = kinds.get(node.name)
+            kind = getattr(getattr(spec, "kind", None), "name", "USER_INPUT")
+            if kind == "USER_INPUT":
+                self.env[node] = self._input(node)
+            else:
+                self.env[node] = self._constant(node, spec)
+
+    def _constant(self, node: Any, spec: Any) -> Value:
+        target = spec.target
+        source = self.ep.constants if target in self.ep.constants else self.ep.state_dict
+        t = source[target]
+        if not hasattr(t, "detach"):
+            raise UnsupportedOpError(f"constant {target!r} of type {type(t).__name__} is not a "
+                                     "tensor; ember takes tensor parameters and buffers")
+        v = Value.constant(tensor_to_numpy(t))
+        v.name = node.name
+        return v
+
+    def output_names(self) -> list[str]:
+        return [s.arg.name for s in self.ep.graph_signature.output_specs
+                if getattr(s.kind, "name", "") == "USER_OUTPUT" and hasattr(s.arg, "name")]
+
+
+class _FxImporter(_Importer):
+    """A plain FX GraphModule of ATen ops (what ``aot_autograd`` gives a ``torch.compile``
+    backend): placeholder ``i`` is the constant ``constants[i]`` where given, a SymInt is the
+    size of the input dim it equals, every other placeholder is an input."""
+
+    def __init__(self, gm: Any, constants: Mapping[int, Any], name: str) -> None:
+        super().__init__(gm, {}, name)
+        self.constants = constants
+
+    def placeholders(self) -> None:
+        nodes = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        sizes: dict[str, tuple[Value, int]] = {}
+        for i, node in enumerate(nodes):
+            if i in self.constants:
+                c = self.constants[i]
+                self.env[node] = Value.constant(c if isinstance(c, np.ndarray)
+                                                else tensor_to_numpy(c))
+            elif hasattr(node.meta.get("val"), "shape"):
+                v = self.env[node] = self._input(node)
+                for axis, d in enumerate(node.meta["val"].shape):
+                    if not isinstance(d, int):
+                        sizes.setdefault(str(d.node.expr), (v, axis))
+        for node in nodes:
+            if node in self.env:
+                continue
+            meta = node.meta.get("val")
+            key = str(meta.node.expr) if hasattr(meta, "node") else None
+            if key not in sizes:
+                raise UnsupportedOpError(f"graph input {node.name!r} "
+                                         f"({node.meta.get('val')!r}) is neither a tensor nor "
+                                         "the size of an input tensor's dim")
+            v, axis = sizes[key]
+            self.ctx.begin_fx(node, node.name)
+            self.env[node] = aten_math.sym_size(self.ctx, v, axis)
+
+
 def import_exported(ep: Any, names: Mapping[tuple[str, int], str] | None = None,
                     name: str = "module") -> Graph:
     """An ``ExportedProgram`` (core ATen) as an ember Graph; ``names`` names dynamic dims."""
-    return _Importer(ep, names or {}, name).run()
+    return _ExportImporter(ep, names or {}, name).run()
+
+
+def import_fx(gm: Any, constants: Mapping[int, Any], name: str = "graph") -> Graph:
+    """An FX GraphModule of core ATen ops as an ember Graph; ``constants`` maps placeholder
+    positions to the tensors they always are (parameters, buffers)."""
+    return _FxImporter(gm, constants, name).run()
 
 
 def _converter(target: Any) -> tuple[Any, str]:
