@@ -8,8 +8,9 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# the torch extra too: the torch frontend's tests run in `make test` (torch==2.13.0, a CPU wheel)
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,torch]'
 	touch $@
 
 demo: $(VENV)/.installed-test
@@ -22,7 +23,7 @@ test-all: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m ''
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/pip install -q -e '.[test,torch,bench]'
 	touch $@
 
 bench: $(VENV)/.installed-bench

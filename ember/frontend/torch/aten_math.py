@@ -27,7 +27,7 @@ _UNARY = {
     "abs": "Abs", "neg": "Neg", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
     "reciprocal": "Reciprocal", "sin": "Sin", "cos": "Cos", "tan": "Tan", "tanh": "Tanh",
     "sigmoid": "Sigmoid", "relu": "Relu", "erf": "Erf", "floor": "Floor", "ceil": "Ceil",
-    "sign": "Sign", "asin": "Asin", "acos": "Acos", "atan": "Atan", "sinh": "Sinh",
+    "asin": "Asin", "acos": "Acos", "atan": "Atan", "sinh": "Sinh",
     "cosh": "Cosh", "asinh": "Asinh", "acosh": "Acosh", "atanh": "Atanh", "isnan": "IsNaN",
     "logical_not": "Not",
 }
@@ -49,6 +49,15 @@ for _name, _op in _UNARY.items():
 @aten("round.default")
 def round_(ctx: TorchCtx, x: Value) -> Value:
     return ctx.op1("Round", [x])
+
+
+@aten("sign.default", "sgn.default")
+def sign(ctx: TorchCtx, x: Value) -> Value:
+    """torch's sign of NaN is 0 (ONNX's is NaN)."""
+    y = ctx.op1("Sign", [x])
+    if not x.type.dtype.is_float:
+        return y
+    return ctx.op1("Where", [ctx.op1("IsNaN", [x]), ctx.tensor(0.0, x.type.dtype), y])
 
 
 @aten("rsqrt.default")
@@ -332,6 +341,27 @@ def _count(ctx: TorchCtx, x: Value, dim: Any) -> Value:
     sizes = ctx.op1("Gather", [shape, ctx.const(np.asarray(axes, np.int64))], {"axis": 0})
     n = ctx.op1("ReduceProd", [sizes], {"keepdims": 0})
     return ctx.cast(n, x.type.dtype)
+
+
+@aten("linalg_vector_norm.default")
+def vector_norm(ctx: TorchCtx, x: Value, ord: Any = 2, dim: Any = None,  # noqa: A002
+                keepdim: bool = False, dtype: Any = None) -> Value:
+    x = ctx.cast(x, ctx.out_dtype)
+    a = ctx.op1("Abs", [x])
+    p = float(ord)
+    if p == float("inf") or p == float("-inf"):
+        return _reduce(ctx, "ReduceMax" if p > 0 else "ReduceMin", a, dim, keepdim)
+    if p == 0:
+        nz = ctx.cast(ctx.op1("Not", [ctx.op1("Equal", [a, ctx.tensor(0.0, a.type.dtype)])]),
+                      a.type.dtype)
+        return _reduce(ctx, "ReduceSum", nz, dim, keepdim)
+    if p == 1:
+        return _reduce(ctx, "ReduceSum", a, dim, keepdim)
+    if p == 2:
+        return ctx.op1("Sqrt", [_reduce(ctx, "ReduceSum", ctx.op1("Mul", [a, a]), dim,
+                                        keepdim)])
+    s = _reduce(ctx, "ReduceSum", ctx.op1("Pow", [a, ctx.tensor(p, a.type.dtype)]), dim, keepdim)
+    return ctx.op1("Pow", [s, ctx.tensor(1.0 / p, a.type.dtype)])
 
 
 @aten("max.dim", "min.dim")

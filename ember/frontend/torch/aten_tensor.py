@@ -152,7 +152,7 @@ def flip(ctx: TorchCtx, x: Value, dims: list[int]) -> Value:
 def repeat(ctx: TorchCtx, x: Value, repeats: list[Any]) -> Value:
     extra = len(repeats) - x.type.rank
     if extra > 0:
-        x = ctx.op1("Reshape", [x, ctx.ints([1] * extra + [0] * x.type.rank, "shape")])
+        x = ctx.op1("Unsqueeze", [x, _i64(ctx, list(range(extra)))])
     return ctx.op1("Tile", [x, ctx.ints(repeats, "repeats")])
 
 

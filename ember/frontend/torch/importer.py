@@ -91,33 +91,51 @@ def import_module(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | 
 
 
 def dim_names(module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
-              dynamic_shapes: Any) -> dict[tuple[str, int], str]:
-    """(input name, axis) -> the name of the ``torch.export.Dim`` the user gave that axis."""
+              dynamic_shapes: Any) -> dict[tuple[int, int], str]:
+    """(index of the tensor among the flattened inputs, axis) -> the name of the
+    ``torch.export.Dim`` the user gave that axis."""
     if not dynamic_shapes:
         return {}
     try:
         bound = inspect.signature(module.forward).bind(*args, **dict(kwargs or {}))
-        arg_names = list(bound.arguments)
+        values = list(bound.arguments.values())
+        keys = list(bound.arguments)
     except (TypeError, ValueError):
-        arg_names = [f"arg{i}" for i in range(len(args))]
+        values, keys = [*args, *dict(kwargs or {}).values()], []
     if isinstance(dynamic_shapes, Mapping):
-        specs = dict(dynamic_shapes)
+        specs = [dynamic_shapes.get(k) for k in keys]
     else:
-        specs = dict(zip(arg_names, dynamic_shapes))
-    out: dict[tuple[str, int], str] = {}
-    for name, spec in specs.items():
+        specs = list(dynamic_shapes) + [None] * (len(values) - len(dynamic_shapes))
+    flat: list[Any] = []
+    for value, spec in zip(values, specs):
+        _flatten_spec(value, spec, flat)
+    out: dict[tuple[int, int], str] = {}
+    for i, spec in enumerate(flat):
         axes = spec.items() if isinstance(spec, Mapping) else enumerate(spec or ())
         for axis, d in axes:
             dname = getattr(d, "__name__", None)
             if isinstance(dname, str):
-                out[(name, int(axis))] = dname
+                out[(i, int(axis))] = dname
     return out
+
+
+def _flatten_spec(value: Any, spec: Any, out: list[Any]) -> None:
+    """The per-tensor dynamic-shape specs of ``value``, in the order torch flattens it."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        out.append(spec)
+    elif isinstance(value, list | tuple):
+        subs = spec if isinstance(spec, list | tuple) else [None] * len(value)
+        for v, sp in zip(value, subs):
+            _flatten_spec(v, sp, out)
+    elif isinstance(value, Mapping):
+        for k in sorted(value) if not isinstance(spec, Mapping) else value:
+            _flatten_spec(value[k], spec.get(k) if isinstance(spec, Mapping) else None, out)
 
 
 class _Importer:
     """Walks one FX graph of ATen ops; subclasses say what its placeholders are."""
 
-    def __init__(self, gm: Any, names: Mapping[tuple[str, int], str], name: str) -> None:
+    def __init__(self, gm: Any, names: Mapping[tuple[int, int], str], name: str) -> None:
         self.gm = gm
         self.graph = Graph(name=name)
         self.ctx = TorchCtx(self.graph)
@@ -144,7 +162,8 @@ class _Importer:
                 continue
             key = str(d.node.expr) if hasattr(d, "node") else str(d)
             if key not in self.syms:
-                self.syms[key] = Sym(self.names.get((node.name, axis), key))
+                index = len(self.graph.inputs)
+                self.syms[key] = Sym(self.names.get((index, axis), key))
             dims.append(self.syms[key])
         v = Value(TensorType(tuple(dims), torch_dtype(meta.dtype)), node.name)
         self.graph.inputs.append(v)
@@ -246,7 +265,7 @@ class _ExportImporter(_Importer):
     """An ``ExportedProgram``: its signature says which placeholders are parameters, buffers
     and constants (constant Values) and which the user's inputs."""
 
-    def __init__(self, ep: Any, names: Mapping[tuple[str, int], str], name: str) -> None:
+    def __init__(self, ep: Any, names: Mapping[tuple[int, int], str], name: str) -> None:
         super().__init__(ep.graph_module, names, name)
         self.ep = ep
 
@@ -321,7 +340,7 @@ class _FxImporter(_Importer):
             self.env[node] = aten_math.sym_size(self.ctx, v, axis)
 
 
-def import_exported(ep: Any, names: Mapping[tuple[str, int], str] | None = None,
+def import_exported(ep: Any, names: Mapping[tuple[int, int], str] | None = None,
                     name: str = "module") -> Graph:
     """An ``ExportedProgram`` (core ATen) as an ember Graph; ``names`` names dynamic dims."""
     return _ExportImporter(ep, names or {}, name).run()
