@@ -62,7 +62,8 @@ def test_unary(fn, shape):
 
 
 BINARY = [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.minimum,
-          lambda a, b: torch.add(a, b, alpha=2), lambda a, b: torch.div(a, b, rounding_mode="floor"),
+          lambda a, b: torch.add(a, b, alpha=2),
+          lambda a, b: torch.div(a, b, rounding_mode="floor"),
           lambda a, b: torch.div(a, b, rounding_mode="trunc"), torch.remainder, torch.fmod,
           lambda a, b: a.abs().pow(b), torch.eq, torch.ne, torch.lt, torch.le, torch.gt,
           torch.ge, lambda a, b: torch.where(a > b, a, b), lambda a, b: (a > 0) & (b > 0),

@@ -7,7 +7,6 @@ import sys
 import textwrap
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
