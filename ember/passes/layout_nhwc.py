@@ -111,10 +111,15 @@ def _kind(n: Node) -> str | None:
     return "Conv"
 
 
+# reductions over an ``axes`` attribute: a transpose sinks through them (``_sink_reduce``)
+REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                        "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"})
+
+
 def _layout_agnostic(n: Node) -> bool:
     """The ops a transpose may sink through (``_try_sink``, which sinks only these): they keep
     a chain in one layout."""
-    if n.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize"):
+    if n.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize") or n.op in REDUCTIONS:
         return True
     return len(n.outputs) == 1 and registry.get(n.op).pattern <= Pattern.BROADCAST
 
@@ -236,6 +241,8 @@ def _try_sink(u: Node) -> list[Node] | None:
         return [c, Node("Transpose", [c.output], [u.output], {"perm": perm}, u.name + "_t")]
     if u.op == "Resize" and ins[0] is not None and len(u.inputs) == 1:
         return _sink_resize(u, *ins[0])
+    if u.op in REDUCTIONS and ins[0] is not None and len(u.inputs) == 1:
+        return _sink_reduce(u, *ins[0])
     if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize", "BatchNormalization"):
         return None     # (BatchNormalization's channels are axis 1: not layout-agnostic)
     rank = len(perm)
@@ -260,6 +267,28 @@ def _try_sink(u: Node) -> list[Node] | None:
             return None
     m = _mk(u.op, new_in, attrs, u.name)
     return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
+
+
+def _sink_reduce(u: Node, src: Value, perm: list[int]) -> list[Node] | None:
+    """``Reduce(Transpose(src, perm), axes)`` as ``Transpose'(Reduce(src, perm[axes]))``: the
+    reduction reads the tensor in its own layout (a ``mean((2, 3))`` after a channels-last
+    convolution needs no transpose of the whole tensor, only of the small result, often none);
+    ``perm'`` orders the kept axes (without ``keepdims``) as the transposed tensor had them."""
+    rank = len(perm)
+    axes = u.attrs.get("axes")
+    if not axes and u.attrs.get("noop_with_empty_axes", 0):
+        return None                      # an identity: left alone
+    axes = list(range(rank)) if not axes else [a % rank for a in axes]
+    attrs = dict(u.attrs, axes=sorted(perm[a] for a in axes))
+    if u.attrs.get("keepdims", 1):
+        out_perm = perm
+    else:
+        kept = [perm[i] for i in range(rank) if i not in axes]
+        out_perm = [sorted(kept).index(k) for k in kept]
+    if out_perm == list(range(len(out_perm))):     # the kept axes are in order: no transpose
+        return [Node(u.op, [src], [u.output], attrs, u.name)]
+    r = _mk(u.op, [src], attrs, u.name)
+    return [r, Node("Transpose", [r.output], [u.output], {"perm": out_perm}, u.name + "_t")]
 
 
 def _sink_resize(u: Node, src: Value, perm: list[int]) -> list[Node]:

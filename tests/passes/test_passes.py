@@ -349,6 +349,31 @@ def test_layout_keeps_nhwc_through_resize(attrs: dict) -> None:
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("op,axes,keep,tail", [
+    ("ReduceMean", [2, 3], 1, ["ReduceMean(#1)", "Reshape(#2, const)"]),  # SE block's mean
+    ("ReduceMean", [2, 3], 0, ["ReduceMean(#1)"]),                     # torch's x.mean((2, 3))
+    ("ReduceMax", [1], 0, ["ReduceMax(#1)"]),                         # over the channels
+    ("ReduceSum", [2], 0, ["ReduceSum(#1)", "Transpose(#2)"]),        # [N, C, W] from NWC
+    ("ReduceSum", None, 0, ["ReduceSum(#1)"]),
+])
+def test_layout_sinks_transposes_through_reductions(op: str, axes: list | None, keep: int,
+                                                    tail: list) -> None:
+    """conv -> reduction: the reduction reads the channels-last tensor (axes moved with the
+    transpose), so only its small result is transposed (or nothing is)."""
+    x = Value(TensorType((1, 8, 6, 6)), "x")
+    g = Graph([x], name="reduce")
+    conv = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1,
+            "kernel_shape": [1, 1]}
+    c1 = g.add("Conv", [x, Value.constant(f32(16, 8, 1, 1))], conv)
+    r = g.add(op, [c1.output], {"axes": axes, "keepdims": keep})
+    g.outputs = [r.output]
+    xv = f32(1, 8, 6, 6)
+    want = run_graph(g, {"x": xv})[0]
+    _to_nhwc(g)
+    assert structure(g) == ["Transpose(%in0)", "ConvNHWC(#0, const)", *tail]
+    np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("modes,want", [
     (["linear", "linear", "cubic"], [["Resize"], ["Resize"], ["Resize"]]),
     (["nearest", "nearest", "linear"], [["Resize", "Resize", "Resize"]]),
