@@ -5,6 +5,7 @@
                 [--readme bench/README.md] [--no-plots] [--no-profile] [--list]
                 [--compare OLD.json]
     ember bench --diff OLD.json NEW.json
+    ember bench --frontend torch [MODEL ...]     (the PyTorch frontend, ember.bench.torch_frontend)
     ember bench --report RUN.json [--out DIR] [--readme README.md]
 
 MODEL is a zoo name (``--list``) or an ONNX file; no MODEL means the whole zoo. Writes
@@ -33,6 +34,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: the GPU benchmark (ember.bench.gpu: PyTorch eager and "
                         "torch.compile as peers)")
+    b.add_argument("--frontend", choices=["onnx", "torch"], default="onnx",
+                   help="torch: the zoo's PyTorch definitions through both frontends and "
+                        "torch.compile(backend='ember'), against eager and inductor "
+                        "(ember.bench.torch_frontend)")
     b.add_argument("--topk", type=int, default=None,
                    help="ember: time Roller's K best kernels per op (sets EMBER_TOPK)")
     b.add_argument("--batch", type=int, default=1)
@@ -92,6 +97,11 @@ def _bench(a: argparse.Namespace) -> int:
 
         args = ["--out", a.out] + (["--models", ",".join(a.models)] if a.models else [])
         return gpu.main(args)
+    if a.frontend == "torch":
+        from ember.bench import torch_frontend
+
+        return torch_frontend.main([*a.models, "--threads", str(a.threads), "--out", a.out,
+                                    "--min-time", str(a.min_time)])
     if a.list:
         return _list()
     if a.diff:

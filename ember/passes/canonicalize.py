@@ -7,7 +7,13 @@ a ``Split`` whose parts have static sizes along its axis becomes one ``Slice`` p
 kernel writes one tensor; other dims may be symbolic);
 a ``Concat`` takes the inputs of a ``Concat`` input along the same axis that nothing else uses
 (Inception-v3's branch of two concatenated convs inside its block's concat), so one copy
-kernel writes the whole output; the inner one is left dead for ``dce``.
+kernel writes the whole output; the inner one is left dead for ``dce``;
+an ``Expand``, ``Reshape`` or ``Transpose`` whose output has its input's type is an identity
+(torch's ``matmul`` expands operands to the shape they have);
+``Reshape(MatMul(Reshape(a), Reshape(b) | W))`` whose reshapes only merge and split the same
+leading (batch) dims is ``MatMul(a, b | W)`` (torch's ``linear`` and ``matmul`` on 3-D and 4-D
+operands export as ``view -> mm / bmm -> view``: one batched product, its bias fusable, instead
+of copies around a 2-D one); the inner nodes are left dead for ``dce``.
 """
 
 from __future__ import annotations
@@ -26,10 +32,15 @@ def run(g: Graph) -> Graph:
     for n in g.nodes:
         if n.op == "Concat":
             _flatten_concat(n, users, outputs)
-        if n.op in ("Identity", "Dropout") and n.inputs[0] is not None \
+        if (n.op in ("Identity", "Dropout") or _same_type_view(n)) and n.inputs[0] is not None \
                 and n.outputs[0].uid not in outputs:
             g.replace_uses(n.outputs[0], n.inputs[0])
             continue
+        if n.op == "Reshape":
+            mm = _batched_matmul(n, users, outputs)
+            if mm is not None:
+                keep.append(mm)
+                continue
         if n.op == "Split" and n.inputs[0] is not None and _static_parts(n):
             keep += _split_to_slices(n)
             continue
@@ -58,6 +69,56 @@ def _flatten_concat(n: Node, users: dict[Value, list[Node]], outputs: set[int]) 
             flat.append(v)
     if len(flat) != len(n.inputs) and concat_copy_inputs(flat):
         n.inputs = flat
+
+
+def _same_type_view(n: Node) -> bool:
+    """An Expand / Reshape / Transpose that returns its input unchanged."""
+    x = n.inputs[0] if n.inputs else None
+    if n.op not in ("Expand", "Reshape", "Transpose") or x is None or len(n.outputs) != 1:
+        return False
+    if n.op == "Transpose" and list(n.attrs.get("perm", [])) != list(range(x.type.rank)):
+        return False
+    t = n.outputs[0].type
+    return isinstance(t, TensorType) and t == x.type and t.is_static
+
+
+def _reshape_source(v: Value | None, users: dict[Value, list[Node]],
+                    outputs: set[int]) -> Value | None:
+    """The input of the Reshape producing ``v`` when only one node reads ``v``."""
+    p = v.producer if v is not None else None
+    if p is None or p.op != "Reshape" or v.uid in outputs or len(users.get(v, [])) != 1:
+        return None
+    return p.inputs[0]
+
+
+def _batched_matmul(n: Node, users: dict[Value, list[Node]], outputs: set[int]) -> Node | None:
+    """``n`` = Reshape(MatMul(Reshape(a), B)) as one MatMul of ``a``, or None."""
+    m = n.inputs[0].producer if n.inputs[0] is not None else None
+    if m is None or m.op != "MatMul" or n.inputs[0].uid in outputs \
+            or len(users.get(n.inputs[0], [])) != 1:
+        return None
+    a = _reshape_source(m.inputs[0], users, outputs)
+    if a is None or not (a.type.is_static and n.output.type.is_static):
+        return None
+    ma, mb = m.inputs[0], m.inputs[1]
+    assert ma is not None and mb is not None
+    lead = tuple(a.type.shape[:-2])              # a: [*lead, S, K] -> ma: [prod, S, K] or [M, K]
+    if mb.type.rank == 2:                        # a linear layer: merge every leading dim
+        lead = tuple(a.type.shape[:-1])
+        if ma.type.rank != 2 or a.type.shape[-1] != ma.type.shape[-1]:
+            return None
+        b = mb
+        want = (*lead, mb.type.shape[-1])
+    else:
+        b = _reshape_source(mb, users, outputs)
+        if (b is None or ma.type.rank != 3 or not b.type.is_static
+                or tuple(b.type.shape[:-2]) != lead or a.type.shape[-2:] != ma.type.shape[-2:]
+                or b.type.shape[-2:] != mb.type.shape[-2:]):
+            return None
+        want = (*lead, a.type.shape[-2], b.type.shape[-1])
+    if tuple(n.output.type.shape) != want or a.type.rank < 3:
+        return None
+    return Node("MatMul", [a, b], [n.output], {}, m.name)
 
 
 def _static_parts(n: Node) -> bool:

@@ -398,3 +398,41 @@ def test_blending_resizes_do_not_inline_each_other(modes: list[str], want: list)
     g = pipeline.run(g, pipeline.OPTIMIZE + pipeline.FUSE, verify_each=True)
     assert [[m.op for m in n.attrs["body"].nodes] for n in g.nodes if n.op == "Fused"] == want
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def _reshape(g: Graph, v: Value, shape: tuple) -> Value:
+    return g.add("Reshape", [v, Value.constant(np.array(shape, np.int64))]).output
+
+
+@pytest.mark.parametrize("case", ["linear", "bmm", "mixes_k"])
+def test_view_matmul_view_is_one_batched_matmul(case: str) -> None:
+    """torch's linear / matmul on 3-D and 4-D operands (view -> mm / bmm -> view, an expand of
+    an operand to its own shape first) canonicalize to one MatMul of the original operands;
+    a view that mixes the contracted dim is left alone."""
+    if case == "linear":
+        x = Value(TensorType((2, 7, 8)), "x")
+        g = Graph([x], name="linear")
+        m = g.add("MatMul", [_reshape(g, x, (14, 8)), Value.constant(f32(8, 5))])
+        g.outputs = [_reshape(g, m.output, (2, 7, 5))]
+        feeds, want = {"x": f32(2, 7, 8)}, ["MatMul(%in0, const)"]
+    elif case == "bmm":
+        a, b = Value(TensorType((2, 3, 4, 8)), "a"), Value(TensorType((2, 3, 8, 5)), "b")
+        g = Graph([a, b], name="bmm")
+        ea = g.add("Expand", [a], {"shape": [2, 3, 4, 8]}).output
+        m = g.add("MatMul", [_reshape(g, ea, (6, 4, 8)), _reshape(g, b, (6, 8, 5))])
+        g.outputs = [g.add("Relu", [_reshape(g, m.output, (2, 3, 4, 5))]).output]
+        feeds = {"a": f32(2, 3, 4, 8), "b": f32(2, 3, 8, 5)}
+        want = ["MatMul(%in0, %in1)", "Relu(#0)"]
+    else:
+        x = Value(TensorType((2, 4, 6)), "x")
+        g = Graph([x], name="mixed")
+        m = g.add("MatMul", [_reshape(g, x, (4, 12)), Value.constant(f32(12, 3))])
+        g.outputs = [_reshape(g, m.output, (2, 2, 3))]
+        feeds = {"x": f32(2, 4, 6)}
+        want = ["Reshape(%in0, const)", "MatMul(#0, const)", "Reshape(#1, const)"]
+    ref = run_graph(g, feeds)[0]
+    canonicalize.run(g)
+    dce.run(g)
+    verify(g)
+    assert structure(g) == want
+    np.testing.assert_allclose(run_graph(g, feeds)[0], ref, rtol=1e-5, atol=1e-5)
