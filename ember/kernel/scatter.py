@@ -89,6 +89,14 @@ def _size(shape: tuple[Extent, ...]) -> Extent:
     return max(total, 1) if isinstance(total, int) else total
 
 
+def _static(shape: tuple[Extent, ...], what: str) -> tuple[int, ...]:
+    """``shape`` when every extent is an int; a TypeError (the driver's "no kernel for its
+    symbolic shapes") otherwise."""
+    if not all(isinstance(d, int) for d in shape):
+        raise TypeError(f"the {what} kernel needs static shapes")
+    return shape  # type: ignore[return-value]
+
+
 def _strides(shape: tuple[int, ...]) -> list[int]:
     out, s = [], 1
     for d in reversed(shape):
@@ -137,8 +145,8 @@ def _scatter_frame(name: str, n: Node, data: Buffer, out: Buffer, total: int, up
 def _scatter_operands(name: str, body: Graph, n: Node) -> tuple:
     """(output shape, indices shape, out, data, indices, updates buffers, the reduction's
     combine, the kernel's args) of a ScatterElements / ScatterND node."""
-    shape = static_shape(n.output.type)
-    ishape = static_shape(n.inputs[1].type)  # type: ignore[union-attr]
+    shape = _static(static_shape(n.output.type), n.op)
+    ishape = _static(static_shape(n.inputs[1].type), n.op)  # type: ignore[union-attr]
     out = Buffer(f"{name}_out", max(math.prod(shape), 1), n.output.type.dtype.name)
     args: list = [(out, OUTPUT)]
     data, idx, upd = (_bind(f"{name}_{what}", v, body, args)
@@ -278,7 +286,7 @@ def _build_scan(name: str, body: Graph, n: Node, threads: int) -> Kernel:
 def _build_topk(name: str, body: Graph, n: Node, threads: int) -> Kernel:
     xv = n.inputs[0]
     assert xv is not None
-    shape = static_shape(xv.type)
+    shape = _static(static_shape(xv.type), "TopK")
     axis = int(n.attrs.get("axis", -1)) % len(shape)
     k = int(n.attrs["k"])
     largest = bool(n.attrs.get("largest", 1))
