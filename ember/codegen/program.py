@@ -193,12 +193,21 @@ class ParamBlob:
         return self._offset[key]
 
     def array(self) -> np.ndarray:
-        """The blob as the uint8 array ``ember_init`` receives (never empty)."""
-        out = np.zeros(max(self._size, 1), dtype=np.uint8)
+        """The blob as the uint8 array ``ember_init`` receives (never empty), starting on an
+        ``ALIGN`` boundary (so the runtime need not copy it again); only the padding between
+        the arrays is zeroed (a BERT's 440 MB are written once, not zeroed first)."""
+        size = max(self._size, 1)
+        raw = np.empty(size + self.ALIGN, dtype=np.uint8)
+        shift = -raw.ctypes.data % self.ALIGN
+        out = raw[shift:shift + size]
+        end = 0
         for arr in self._arrays:
             at = self._offset[id(arr)]
             flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            out[end:at] = 0
             out[at:at + flat.size] = flat
+            end = at + flat.size
+        out[end:] = 0
         return out
 
 
