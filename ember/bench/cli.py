@@ -38,6 +38,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="torch: the zoo's PyTorch definitions through both frontends and "
                         "torch.compile(backend='ember'), against eager and inductor "
                         "(ember.bench.torch_frontend)")
+    b.add_argument("--warm", action="store_true",
+                   help="--frontend torch: time compiles with warm caches (a second run)")
     b.add_argument("--topk", type=int, default=None,
                    help="ember: time Roller's K best kernels per op (sets EMBER_TOPK)")
     b.add_argument("--batch", type=int, default=1)
@@ -101,7 +103,8 @@ def _bench(a: argparse.Namespace) -> int:
         from ember.bench import torch_frontend
 
         return torch_frontend.main([*a.models, "--threads", str(a.threads), "--out", a.out,
-                                    "--min-time", str(a.min_time)])
+                                    "--min-time", str(a.min_time)] + (["--warm"] if a.warm
+                                                                      else []))
     if a.list:
         return _list()
     if a.diff:
