@@ -68,7 +68,8 @@ BINARY = [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.minim
           lambda a, b: a.abs().pow(b), torch.eq, torch.ne, torch.lt, torch.le, torch.gt,
           torch.ge, lambda a, b: torch.where(a > b, a, b), lambda a, b: (a > 0) & (b > 0),
           lambda a, b: (a > 0) | (b > 0), lambda a, b: (a > 0) ^ (b > 0),
-          lambda a, b: a - 2.5 * b, lambda a, b: 3 - a, lambda a, b: a.masked_fill(b > 0, -1.0)]
+          lambda a, b: a - 2.5 * b, lambda a, b: 3 - a, lambda a, b: a.masked_fill(b > 0, -1.0),
+          torch.atan2, lambda a, b: torch.atan2(a, torch.zeros_like(b))]
 
 
 @pytest.mark.parametrize("fn", BINARY, ids=range(len(BINARY)))
@@ -119,7 +120,8 @@ SHAPE = [lambda x: x.reshape(-1), lambda x: x.permute(*reversed(range(x.dim())))
          lambda x: x + torch.arange(x.shape[-1]), lambda x: x.new_full((2,), 3.0),
          lambda x: x.contiguous().clone(), lambda x: x.to(torch.float64),
          lambda x: x.int(), lambda x: x.topk(1, -1)[0], lambda x: x.sort(-1)[0],
-         lambda x: x.sort(0, descending=True)[1]]
+         lambda x: x.sort(0, descending=True)[1], lambda x: x.roll(1, 0),
+         lambda x: x.roll((-1, 2), (0, -1)), lambda x: x.roll(3)]
 
 
 @pytest.mark.parametrize("fn", SHAPE, ids=range(len(SHAPE)))
@@ -198,3 +200,18 @@ def test_symbolic_views_keep_named_symbols():
     g = check(lambda x: x.reshape(x.shape[0], -1) * 2, torch.randn(3, 4, 5),
               dynamic={"xs": ({0: Dim("batch")},)})
     assert str(g.outputs[0].type) == "float32[batch, 20]"
+
+
+@pytest.mark.parametrize("case", ["mask", "rows", "pairs_accumulate"])
+def test_index_put(case):
+    def fn(x, i):
+        y = x.clone()
+        if case == "mask":
+            y[y > 0.5] = -1.0
+        elif case == "rows":
+            y[i] = torch.ones(4)
+        else:
+            y.index_put_((i, i.flip(0)), torch.full((4,), 2.0), accumulate=True)
+        return y
+
+    check(fn, torch.randn(4, 4), torch.tensor([3, 0, 2, 1]))

@@ -434,3 +434,18 @@ def scalar_tensor(ctx: TorchCtx, s: Any, **kwargs: Any) -> Value:
 @aten("operator.getitem")
 def getitem(ctx: TorchCtx, seq: Any, i: int) -> Any:
     return seq[i]
+
+
+@aten("atan2.default")
+def atan2(ctx: TorchCtx, y: Value, x: Value) -> Value:
+    """atan(y / x) moved to the quadrant of (x, y); x = 0 gives ±π/2 by y's sign (0 at 0)."""
+    dt = ctx.out_dtype
+    y, x = ctx.cast(y, dt), ctx.cast(x, dt)
+    zero = ctx.tensor(0.0, dt)
+    base = ctx.op1("Atan", [ctx.op1("Div", [y, x])])
+    pi = ctx.op1("Where", [ctx.op1("Less", [y, zero]), ctx.tensor(-np.pi, dt),
+                           ctx.tensor(np.pi, dt)])
+    left = ctx.op1("Less", [x, zero])
+    out = ctx.op1("Where", [left, ctx.op1("Add", [base, pi]), base])
+    axis = ctx.op1("Mul", [ctx.op1("Sign", [y]), ctx.tensor(np.pi / 2, dt)])
+    return ctx.op1("Where", [ctx.op1("Equal", [x, zero]), axis, out])

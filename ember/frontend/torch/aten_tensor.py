@@ -313,3 +313,59 @@ def arange(ctx: TorchCtx, *args: Any, **kwargs: Any) -> Value:
 @aten("lift_fresh.default")
 def lift_fresh(ctx: TorchCtx, x: Value) -> Value:
     return x
+
+
+@aten("roll.default")
+def roll(ctx: TorchCtx, x: Value, shifts: list[int], dims: list[int] | None = None) -> Value:
+    """Each shift as the axis's two parts swapped (static sizes along the rolled axes)."""
+    shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
+    if not dims:
+        flat = ctx.op1("Reshape", [x, _i64(ctx, [-1])])
+        return ctx.op1("Reshape", [roll(ctx, flat, shifts[:1], [0]), ctx.op1("Shape", [x])])
+    for s, d in zip(shifts, dims):
+        n = x.type.shape[int(d)]
+        if not isinstance(n, int):
+            raise UnsupportedOpError("roll along a symbolic dim is not supported")
+        k = int(s) % n if n else 0
+        if k == 0:
+            continue
+        tail = ctx.op1("Slice", [x, _i64(ctx, [n - k]), _i64(ctx, [n]), _i64(ctx, [int(d)])])
+        head = ctx.op1("Slice", [x, _i64(ctx, [0]), _i64(ctx, [n - k]), _i64(ctx, [int(d)])])
+        x = ctx.op1("Concat", [tail, head], {"axis": int(d)})
+    return x
+
+
+@aten("index_put.default")
+def index_put(ctx: TorchCtx, x: Value, indices: list[Value | None], values: Value,
+              accumulate: bool = False) -> Value:
+    """``x[indices] = values``: a boolean mask over the leading dims writes where it is true
+    (``Where``; one value: a tensor of values, one per true element, is not supported);
+    integer index tensors over the leading axes scatter (``ScatterND``, added
+    with ``accumulate``)."""
+    values = ctx.cast(values, x.type.dtype)
+    if len(indices) == 1 and indices[0] is not None and indices[0].type.dtype == BOOL:
+        mask = indices[0]
+        one_value = values.type.is_static and values.type.numel == 1
+        if accumulate or not one_value:
+            raise UnsupportedOpError("masked assignment of a tensor of values (its size "
+                                     "depends on the mask) is not supported; use torch.where")
+        for _ in range(x.type.rank - mask.type.rank):
+            mask = ctx.op1("Unsqueeze", [mask, _i64(ctx, [-1])])
+        return ctx.op1("Where", [mask, ctx.op1("Reshape", [values, _i64(ctx, [])]), x])
+    if any(i is None for i in indices) or not indices:
+        raise UnsupportedOpError("index_put with a skipped (None) axis is not supported")
+    idx = [ctx.cast(i, I64) for i in indices]  # type: ignore[arg-type]
+    zero = None
+    for v in idx:
+        z = ctx.op1("Mul", [v, ctx.const(np.array(0, np.int64))])
+        zero = z if zero is None else ctx.op1("Add", [zero, z])
+    assert zero is not None
+    coords = ctx.op1("Concat", [ctx.op1("Unsqueeze", [ctx.op1("Add", [v, zero]),
+                                                      _i64(ctx, [-1])]) for v in idx],
+                     {"axis": -1})
+    upd_shape = ctx.op1("Concat", [ctx.op1("Shape", [zero]),
+                                   ctx.op1("Slice", [ctx.op1("Shape", [x]),
+                                                     _i64(ctx, [len(idx)]),
+                                                     _i64(ctx, [INT_MAX])])], {"axis": 0})
+    upd = ctx.op1("Expand", [values, upd_shape])
+    return ctx.op1("ScatterND", [x, coords, upd], {"reduction": "add" if accumulate else "none"})
