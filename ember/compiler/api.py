@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import onnx
@@ -98,11 +98,8 @@ def compile_module(module: Any, example_inputs: Any, dynamic_shapes: Any = None,
     if example_inputs is None:
         raise EmberError("compiling a torch.nn.Module needs example_inputs (a tuple of the "
                          "arguments of one call of its forward)")
-    args = tuple(example_inputs) if isinstance(example_inputs, Sequence) else (example_inputs,)
     with log.compile_run(type(module).__name__) as run:   # one run: export and compile
-        g, ep = run.stage("export", import_module, module, args, example_kwargs,
+        g, ep = run.stage("export", import_module, module, example_inputs, example_kwargs,
                           dynamic_shapes)
         cm = compile(g, None, **kwargs)
-    return TorchModel(cm, ep.call_spec.in_spec, ep.call_spec.out_spec,
-                      [s.arg.name for s in ep.graph_signature.input_specs
-                       if getattr(s.kind, "name", "") == "USER_INPUT"])
+    return TorchModel(cm, ep.call_spec.in_spec, ep.call_spec.out_spec)

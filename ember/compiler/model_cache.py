@@ -55,18 +55,20 @@ def graph_digest(g: Graph) -> bytes:
     h = hashlib.blake2b(digest_size=20)
     ids: dict[int, str] = {}
 
+    def array(a: np.ndarray) -> str:
+        a = np.ascontiguousarray(a)
+        return f"c{a.dtype}{a.shape}" + hashlib.blake2b(a.tobytes(), digest_size=16).hexdigest()
+
     def ref(v: Value | None) -> str:
         if v is None:
             return "-"
         if v.is_const:
-            arr = np.ascontiguousarray(v.const)
-            return f"c{arr.dtype}{arr.shape}" + hashlib.blake2b(arr.tobytes(),
-                                                                 digest_size=16).hexdigest()
+            return array(v.const)  # type: ignore[arg-type]
         return ids.setdefault(v.uid, f"v{len(ids)}")
 
     def attr(a: Any) -> str:
         if isinstance(a, np.ndarray):
-            return ref(Value.constant(a))
+            return array(a)
         if isinstance(a, list | tuple):
             return "[" + ",".join(attr(x) for x in a) + "]"
         if isinstance(a, dict):

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import Kernel
+from ember.support.dtypes import dtype
 
 if TYPE_CHECKING:
     from ember.kernel.gpu.base import GpuKernel
-from ember.support.dtypes import dtype
 
 _FREE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Slice",
          "Concat", "Gather", "Expand", "Cast", "Pad", "Split", "Shape", "Dropout"}

@@ -81,11 +81,17 @@ def _bind(name: str, v: Value | None, body: Graph, args: list) -> Buffer:
     return buf
 
 
-def _size(shape: tuple[Extent, ...]) -> Extent:
-    """A buffer's element count (at least 1 when static; an expression of the dims when not)."""
+def _prod(extents: tuple[Extent, ...]) -> Extent:
+    """The product of extents: an int, or an expression of the dims."""
     total: Extent = 1
-    for d in shape:
+    for d in extents:
         total = total * d
+    return total
+
+
+def _size(shape: tuple[Extent, ...]) -> Extent:
+    """A buffer's element count (at least 1 when static)."""
+    total = _prod(shape)
     return max(total, 1) if isinstance(total, int) else total
 
 
@@ -210,24 +216,20 @@ def _build_scatternd(name: str, body: Graph, n: Node, threads: int) -> Kernel:
 # --------------------------------------------------------------------------- scans
 def _scan_geometry(shape: tuple[Extent, ...], axis: int
                    ) -> tuple[Extent, Extent, Extent, Extent, Extent]:
-    """(outer, n, inner, block, units): a unit is ``block`` neighbouring rows of one outer
-    (extents: expressions of the dims where the shape is symbolic)."""
-    outer: Extent = 1
-    for d in shape[:axis]:
-        outer = outer * d
-    inner: Extent = 1
-    for d in shape[axis + 1:]:
-        inner = inner * d
-    block = min(inner, SCAN_BLOCK) if isinstance(inner, int) else SCAN_BLOCK
-    nb = -(-inner // max(block, 1)) if isinstance(inner, int) else (inner + (block - 1)) // block
-    return outer, shape[axis], inner, block, outer * nb
+    """(outer, n, inner, block, blocks): a unit is ``block`` neighbouring rows of one outer,
+    ``blocks`` units per outer (extents: expressions of the dims where the shape is symbolic)."""
+    outer, inner = _prod(shape[:axis]), _prod(shape[axis + 1:])
+    if isinstance(inner, int):
+        block = min(inner, SCAN_BLOCK)
+        return outer, shape[axis], inner, block, -(-inner // max(block, 1))
+    return outer, shape[axis], inner, SCAN_BLOCK, (inner + (SCAN_BLOCK - 1)) // SCAN_BLOCK
 
 
 def _scan_units(n_op: Node, x: Buffer, y: Buffer, acc: Buffer, shape: tuple[Extent, ...],
                 axis: int, t: Expr, tasks: Extent) -> Stmt:
     """Task ``t``'s share of the units of the scan along ``axis``."""
-    outer, n, inner, block, units = _scan_geometry(shape, axis)
-    nb = as_expr(units) // as_expr(outer) if not isinstance(units, int) else units // outer
+    outer, n, inner, block, nb = _scan_geometry(shape, axis)
+    units = outer * nb
     dt = x.dtype
     prod = n_op.op == "CumProd"
     unit_v, j, i = Var("unit"), Var("j"), Var("i")
@@ -264,7 +266,7 @@ def _build_scan(name: str, body: Graph, n: Node, threads: int) -> Kernel:
         axes = list(range(rank))
     else:
         raise TypeError("a scan along a run-time axis needs static shapes")
-    units = [_scan_geometry(shape, a)[4] for a in axes]
+    units = [g[0] * g[4] for g in (_scan_geometry(shape, a) for a in axes)]
     tasks: Extent = max(1, *units) if all(isinstance(u, int) for u in units) else units[0]
     acc = Buffer("acc", SCAN_BLOCK, y.dtype, Scope.LOCAL)
     if av.const is not None:

@@ -102,21 +102,19 @@ def _batched_matmul(n: Node, users: dict[Value, list[Node]], outputs: set[int]) 
         return None
     ma, mb = m.inputs[0], m.inputs[1]
     assert ma is not None and mb is not None
-    lead = tuple(a.type.shape[:-2])              # a: [*lead, S, K] -> ma: [prod, S, K] or [M, K]
-    if mb.type.rank == 2:                        # a linear layer: merge every leading dim
-        lead = tuple(a.type.shape[:-1])
-        if ma.type.rank != 2 or a.type.shape[-1] != ma.type.shape[-1]:
-            return None
-        b = mb
-        want = (*lead, mb.type.shape[-1])
-    else:
+    if a.type.rank < 3 or a.type.shape[-1] != ma.type.shape[-1]:
+        return None
+    if mb.type.rank == 2:          # a linear layer: [*lead, K] -> [M, K] @ [K, N]
+        b, want = mb, (*a.type.shape[:-1], mb.type.shape[-1])
+        merged = ma.type.rank == 2
+    else:                          # a batched product: [*lead, S, K] -> [prod, S, K] @ ...
         b = _reshape_source(mb, users, outputs)
-        if (b is None or ma.type.rank != 3 or not b.type.is_static
-                or tuple(b.type.shape[:-2]) != lead or a.type.shape[-2:] != ma.type.shape[-2:]
-                or b.type.shape[-2:] != mb.type.shape[-2:]):
-            return None
-        want = (*lead, a.type.shape[-2], b.type.shape[-1])
-    if tuple(n.output.type.shape) != want or a.type.rank < 3:
+        want = (*a.type.shape[:-1], b.type.shape[-1]) if b is not None else ()
+        merged = (b is not None and b.type.is_static and ma.type.rank == 3
+                  and b.type.shape[:-2] == a.type.shape[:-2]
+                  and a.type.shape[-2:] == ma.type.shape[-2:]
+                  and b.type.shape[-2:] == mb.type.shape[-2:])
+    if not merged or tuple(n.output.type.shape) != want:
         return None
     return Node("MatMul", [a, b], [n.output], {}, m.name)
 

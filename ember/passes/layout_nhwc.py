@@ -121,7 +121,9 @@ def _layout_agnostic(n: Node) -> bool:
     a chain in one layout."""
     if n.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize") or n.op in REDUCTIONS:
         return True
-    return len(n.outputs) == 1 and registry.get(n.op).pattern <= Pattern.BROADCAST
+    # BatchNormalization broadcasts, but its channels are axis 1: it has a layout
+    return len(n.outputs) == 1 and registry.get(n.op).pattern <= Pattern.BROADCAST \
+        and n.op != "BatchNormalization"
 
 
 def isolated(g: Graph) -> set[int]:
@@ -243,16 +245,16 @@ def _try_sink(u: Node) -> list[Node] | None:
         return _sink_resize(u, *ins[0])
     if u.op in REDUCTIONS and ins[0] is not None and len(u.inputs) == 1:
         return _sink_reduce(u, *ins[0])
-    if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize", "BatchNormalization"):
-        return None     # (BatchNormalization's channels are axis 1: not layout-agnostic)
+    if u.op in ("Concat", "GlobalAveragePool", "GlobalMaxPool", "Resize"):
+        return None
     rank = len(perm)
     if u.output.type.rank != rank:
         return None
+    inv = _inverse(perm)
     attrs = dict(u.attrs)
     if u.op == "Expand":   # the target shape's entries follow their axes
         shape = [1] * (rank - len(attrs["shape"])) + list(attrs["shape"])
-        attrs["shape"] = [shape[inv_i] for inv_i in _inverse(perm)]
-    inv = _inverse(perm)
+        attrs["shape"] = [shape[i] for i in inv]
     new_in: list[Value | None] = []
     for v, t in zip(u.inputs, ins):
         if v is None:

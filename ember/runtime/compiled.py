@@ -189,11 +189,7 @@ class CompiledModel(ModelSpecs):
                 f"run() takes a dict of input name -> array, got {type(feeds).__name__}; "
                 f"inputs are {self.input_names}"
             )
-        torch_out = interop.any_torch(feeds.values())
-        values = self._order({k: interop.host_array(v, k) for k, v in feeds.items()})
-        outs = self._execute(values)
-        if torch_out:
-            outs = [interop.to_torch(a) for a in outs]
+        outs = self._call(feeds)
         return {s.name: a for s, a in zip(self._outputs, outs, strict=True)}
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
@@ -211,11 +207,15 @@ class CompiledModel(ModelSpecs):
             if name in feeds:
                 raise InputError(f"input {name!r} given both positionally and by name")
             feeds[name] = value
-        torch_out = interop.any_torch(feeds.values())
-        outs = self._execute(self._order({k: interop.host_array(v, k) for k, v in feeds.items()}))
-        if torch_out:   # torch tensors in: torch tensors out, over the same buffers
-            outs = [interop.to_torch(a) for a in outs]
+        outs = self._call(feeds)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _call(self, feeds: Mapping[str, Any]) -> list[Any]:
+        """One inference on ``feeds`` by name; torch tensors in give torch tensors out, over
+        the same buffers."""
+        feeds, torch_in = interop.host_feeds(feeds)
+        outs = self._execute(self._order(feeds))
+        return [interop.to_torch(a) for a in outs] if torch_in else outs
 
     def _order(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         unknown = [k for k in feeds if k not in self._input_index]

@@ -13,7 +13,7 @@ here: a torch tensor can only reach this module from a program that imported tor
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -53,8 +53,14 @@ def host_array(value: Any, name: str = "") -> Any:
     return value
 
 
-def any_torch(values: Iterable[Any]) -> bool:
-    return any(is_torch_tensor(v) for v in values)
+def host_feeds(feeds: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
+    """``feeds`` with every value as ``host_array`` reads it, and whether any was a torch
+    tensor (then the outputs go back as torch tensors). numpy feeds pass untouched: one type
+    check per input on a compiled model's call path."""
+    if all(type(v) is np.ndarray for v in feeds.values()):
+        return feeds, False
+    torch_in = any(is_torch_tensor(v) for v in feeds.values())
+    return {k: host_array(v, k) for k, v in feeds.items()}, torch_in
 
 
 def to_torch(array: np.ndarray) -> Any:

@@ -19,12 +19,15 @@ from ember.runtime import interop
 
 
 class TorchModel:
-    def __init__(self, compiled: Any, in_spec: Any, out_spec: Any,
-                 input_names: list[str]) -> None:
+    def __init__(self, compiled: Any, in_spec: Any, out_spec: Any) -> None:
         self.compiled = compiled
         self._in_spec = in_spec
         self._out_spec = out_spec
-        self.input_names = input_names
+
+    @property
+    def input_names(self) -> list[str]:
+        """The module's tensor arguments, flattened as torch.export flattens them."""
+        return list(self.compiled.input_names)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         pytree = sys.modules["torch"].utils._pytree
@@ -33,12 +36,12 @@ class TorchModel:
             raise InputError(f"the arguments' structure {spec} differs from the example "
                              f"inputs' {self._in_spec} the module was compiled for")
         tensors = [x for x in leaves if interop.is_torch_tensor(x) or hasattr(x, "__array__")]
-        if len(tensors) != len(self.input_names):
-            raise InputError(f"expected {len(self.input_names)} tensor argument(s) "
-                             f"({', '.join(self.input_names)}), got {len(tensors)}")
-        feeds = {n: interop.host_array(t, n) for n, t in zip(self.input_names, tensors)}
-        outs = self.compiled.run(feeds)
-        flat = [interop.to_torch(outs[n]) for n in self.compiled.output_names]
+        names = self.input_names
+        if len(tensors) != len(names):
+            raise InputError(f"expected {len(names)} tensor argument(s) ({', '.join(names)}), "
+                             f"got {len(tensors)}")
+        outs = self.compiled.run(dict(zip(names, tensors)))
+        flat = [o if interop.is_torch_tensor(o) else interop.to_torch(o) for o in outs.values()]
         return pytree.tree_unflatten(flat, self._out_spec)
 
     @property

@@ -103,13 +103,13 @@ class VMModel:
     def __call__(self, *args: Any) -> Any:
         """Inputs in order: numpy arrays, torch CPU tensors or anything with ``__dlpack__``
         (``runtime.interop``); torch tensors in give torch tensors out."""
-        torch_out = interop.any_torch(args)
-        args = tuple(interop.host_array(a, n) for a, n in zip(args, self.input_names))
+        feeds, torch_in = interop.host_feeds(dict(zip(self.input_names, args)))
+        args = tuple(feeds.values()) + args[len(feeds):]
         result = self.vm.run(*self._inputs(args))
         n = len(self.output_names)
         values = result.fields if n > 1 else (result,)
         outs = tuple(self._output(v, k) for v, k in zip(values, self._out_kinds))
-        if torch_out:
+        if torch_in:
             outs = tuple(interop.to_torch(o) if isinstance(o, np.ndarray) else o for o in outs)
         return outs[0] if n == 1 else outs
 

@@ -182,8 +182,10 @@ def test_attention(causal, mask, gqa):
     if mask == "bool":
         m = torch.rand(5, k.shape[2]) > 0.3
         m[:, 0] = True
+        m[2] = False                  # a query with no key: zeros, as torch's safe softmax
     elif mask == "float":
         m = torch.randn(5, k.shape[2])
+        m[1] = -float("inf")
 
     def fn(q, k, v):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m,

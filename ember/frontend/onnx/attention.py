@@ -282,7 +282,7 @@ def _bias(ctx: Ctx, like: Value, d: _Dims, mask: Value | None, nonpad: Value | N
     return bias
 
 
-def _masked_rows(ctx: Ctx, bias: Value | None) -> Value | None:
+def masked_rows(ctx: Ctx, bias: Value | None) -> Value | None:
     """Bool [..., Sq, 1]: rows whose every key is masked (-inf); None when there are none."""
     if bias is None:
         return None
@@ -371,7 +371,7 @@ def attention(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         bias = _grouped(ctx, bias, d)
         s = ctx.add1("Add", [s, bias])
     p = _softmax(ctx, s, attrs)
-    rows = _masked_rows(ctx, bias)
+    rows = masked_rows(ctx, bias)
     if rows is not None:
         p = ctx.add1("Where", [rows, _const(ctx, 0.0, p), p])
     outs = [_weighted(ctx, p, v, d), k, v]

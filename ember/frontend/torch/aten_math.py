@@ -323,8 +323,6 @@ def reduce(ctx: TorchCtx, x: Value, dim: Any = None, keepdim: bool = False,
 @aten("var.correction", "var.dim", "std.correction", "std.dim")
 def var(ctx: TorchCtx, x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = False,
         correction: Any = None) -> Value:
-    if isinstance(unbiased, list | tuple):
-        dim, unbiased = unbiased, None
     corr = 1.0 if correction is None and unbiased in (None, True) else float(correction or 0)
     mean = _reduce(ctx, "ReduceMean", x, dim, True)
     d = ctx.op1("Sub", [x, mean])

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import UnsupportedOpError
+from ember.frontend.onnx.attention import masked_rows
 from ember.frontend.torch.context import TorchCtx, aten
 from ember.ir.graph import Value
 
@@ -121,7 +122,7 @@ def softmax(ctx: TorchCtx, x: Value, dim: int, half_to_float: Any = False) -> Va
 @aten("_prelu_kernel.default", "prelu.default")
 def prelu(ctx: TorchCtx, x: Value, w: Value) -> Value:
     if x.type.rank > 2 and w.type.rank == 1:
-        w = ctx.op1("Unsqueeze", [w, ctx.const(np.arange(1, x.type.rank - 1, dtype=np.int64))])
+        w = ctx.op1("Unsqueeze", [w, ctx.ints(range(1, x.type.rank - 1))])
     return ctx.op1("PRelu", [x, w])
 
 
@@ -183,15 +184,12 @@ def upsample(ctx: TorchCtx, x: Value, output_size: Any, *args: Any) -> Value:
     name = str(ctx.fx_node.target)
     nearest = "nearest" in name
     align = bool(args[0]) if not nearest and args and isinstance(args[0], bool) else False
-    out = [int(d) for d in tuple(ctx.out_meta.shape)[2:]]
+    out = tuple(ctx.out_meta.shape)[2:]
     if not all(isinstance(d, int) for d in out):
         raise UnsupportedOpError("upsampling to a symbolic size is not supported")
-    lead = [d for d in x.type.shape[:2]]
-    sizes = ctx.ints([*lead, *out], "sizes") if all(isinstance(d, int) for d in lead) else \
-        ctx.op1("Concat", [ctx.op1("Slice", [ctx.op1("Shape", [x]),
-                                             ctx.const(np.array([0], np.int64)),
-                                             ctx.const(np.array([2], np.int64))]),
-                           ctx.ints(out, "sizes")], {"axis": 0})
+    # [N, C] of x, then the output's spatial sizes (a constant when N and C are static)
+    lead = ctx.op1("Slice", [ctx.op1("Shape", [x]), ctx.ints([0]), ctx.ints([2])])
+    sizes = ctx.op1("Concat", [lead, ctx.ints(out)], {"axis": 0})
     attrs: dict[str, Any] = {"mode": "nearest" if nearest else "linear"}
     if nearest:
         attrs.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
@@ -211,9 +209,11 @@ def pixel_shuffle(ctx: TorchCtx, x: Value, factor: int) -> Value:
 def sdpa(ctx: TorchCtx, q: Value, k: Value, v: Value, attn_mask: Value | None = None,
          dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
          enable_gqa: bool = False) -> Value:
-    """softmax(Q Kᵀ · scale + mask) V, torch's semantics: a bool mask keeps where True, a float
-    mask adds; ``is_causal`` keeps key ``j <= i`` for query ``i`` (top-left aligned); with
-    ``enable_gqa`` each K/V head serves ``Hq / Hkv`` consecutive query heads."""
+    """softmax(Q Kᵀ · scale + bias) V, torch's semantics: a bool mask keeps where True, a float
+    mask adds, ``is_causal`` keeps key ``j <= i`` for query ``i`` (top-left aligned); a query
+    whose every key is masked gets zeros (torch's safe softmax); with ``enable_gqa`` each K/V
+    head serves ``Hq / Hkv`` consecutive query heads. (The ONNX frontend's ``Attention``
+    lowering needs static heads and lengths; this one takes symbolic sequence lengths.)"""
     dt = q.type.dtype
     head = q.type.shape[-1]
     if scale is None:
@@ -222,48 +222,49 @@ def sdpa(ctx: TorchCtx, q: Value, k: Value, v: Value, attn_mask: Value | None = 
         scale = 1.0 / float(np.sqrt(head))
     if enable_gqa and q.type.shape[-3] != k.type.shape[-3]:
         k, v = (_repeat_heads(ctx, t, q.type.shape[-3]) for t in (k, v))
-    kt = ctx.op1("Transpose", [k], {"perm": [*range(k.type.rank - 2), k.type.rank - 1,
-                                             k.type.rank - 2]})
+    rank = k.type.rank
+    kt = ctx.op1("Transpose", [k], {"perm": [*range(rank - 2), rank - 1, rank - 2]})
     s = ctx.op1("Mul", [ctx.op1("MatMul", [q, kt]), ctx.tensor(scale, dt)])
-    if is_causal:
-        s = _masked(ctx, s, _causal(ctx, q, k))
-    if attn_mask is not None:
-        s = _masked(ctx, s, attn_mask) if attn_mask.type.dtype.name == "bool" else \
-            ctx.op1("Add", [s, ctx.cast(attn_mask, dt)])
+    bias = None
+    for keep in ([_causal(ctx, q, k)] if is_causal else []) + \
+            ([attn_mask] if attn_mask is not None else []):
+        b = ctx.op1("Where", [keep, ctx.tensor(0.0, dt), ctx.tensor(-np.inf, dt)]) \
+            if keep.type.dtype.name == "bool" else ctx.cast(keep, dt)
+        bias = b if bias is None else ctx.op1("Add", [bias, b])
+    if bias is not None:
+        s = ctx.op1("Add", [s, bias])
     p = ctx.op1("Softmax", [s], {"axis": -1})
+    empty = masked_rows(ctx, bias)
+    if empty is not None:
+        p = ctx.op1("Where", [empty, ctx.tensor(0.0, dt), p])
     return ctx.op1("MatMul", [p, v])
 
 
-def _masked(ctx: TorchCtx, s: Value, keep: Value) -> Value:
-    return ctx.op1("Where", [keep, s, ctx.tensor(-np.inf, s.type.dtype)])
-
-
 def _causal(ctx: TorchCtx, q: Value, k: Value) -> Value:
-    i64 = np.int64
-
     def positions(t: Value) -> Value:
-        n = ctx.op1("Gather", [ctx.op1("Shape", [t]), ctx.const(np.array(-2, i64))], {"axis": 0})
-        return ctx.op1("Range", [ctx.const(np.array(0, i64)), n, ctx.const(np.array(1, i64))])
+        n = ctx.op1("Gather", [ctx.op1("Shape", [t]), ctx.const(np.array(-2, np.int64))],
+                    {"axis": 0})
+        zero, one = ctx.const(np.array(0, np.int64)), ctx.const(np.array(1, np.int64))
+        return ctx.op1("Range", [zero, n, one])
 
-    rows = ctx.op1("Unsqueeze", [positions(q), ctx.const(np.array([1], i64))])
-    cols = ctx.op1("Unsqueeze", [positions(k), ctx.const(np.array([0], i64))])
+    rows = ctx.op1("Unsqueeze", [positions(q), ctx.ints([1])])
+    cols = ctx.op1("Unsqueeze", [positions(k), ctx.ints([0])])
     return ctx.op1("LessOrEqual", [cols, rows])
 
 
 def _repeat_heads(ctx: TorchCtx, t: Value, hq: Any) -> Value:
-    hk = t.type.shape[-3]
+    """[..., Hkv, S, D] -> [..., Hq, S, D], each K/V head repeated for its query heads."""
+    hk, r = t.type.shape[-3], t.type.rank
     if not (isinstance(hq, int) and isinstance(hk, int)):
         raise UnsupportedOpError("grouped-query attention over symbolic head counts")
-    rep = hq // hk
     shape = ctx.op1("Shape", [t])
-    x = ctx.op1("Unsqueeze", [t, ctx.const(np.array([t.type.rank - 2], np.int64))])
-    x = ctx.op1("Expand", [x, ctx.op1("Concat", [
-        ctx.op1("Slice", [shape, ctx.const(np.array([0], np.int64)),
-                          ctx.const(np.array([t.type.rank - 2], np.int64))]),
-        ctx.const(np.array([rep], np.int64)),
-        ctx.op1("Slice", [shape, ctx.const(np.array([t.type.rank - 2], np.int64)),
-                          ctx.const(np.array([t.type.rank], np.int64))])], {"axis": 0})])
-    lead = [0] * (t.type.rank - 3)
-    return ctx.op1("Reshape", [x, ctx.const(np.array([*lead, hq, -1, t.type.shape[-1]]
-                                                     if isinstance(t.type.shape[-1], int)
-                                                     else [*lead, hq, 0, -1], np.int64))])
+
+    def dims(a: int, b: int) -> Value:
+        return ctx.op1("Slice", [shape, ctx.ints([a]), ctx.ints([b])])
+
+    def cat(*parts: Value) -> Value:
+        return ctx.op1("Concat", list(parts), {"axis": 0})
+
+    x = ctx.op1("Unsqueeze", [t, ctx.ints([r - 2])])                  # [..., Hkv, 1, S, D]
+    x = ctx.op1("Expand", [x, cat(dims(0, r - 2), ctx.ints([hq // hk]), dims(r - 2, r))])
+    return ctx.op1("Reshape", [x, cat(dims(0, r - 3), ctx.ints([hq]), dims(r - 2, r))])

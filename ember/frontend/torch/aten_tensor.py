@@ -21,14 +21,10 @@ BOOL = dtypes.BY_NAME["bool"]
 INT_MAX = 2**63 - 1
 
 
-def _i64(ctx: TorchCtx, items: list[int]) -> Value:
-    return ctx.const(np.asarray(items, np.int64).reshape(-1))
-
-
 # --------------------------------------------------------------------------- views
 @aten("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default")
 def view(ctx: TorchCtx, x: Value, size: list[Any]) -> Value:
-    return ctx.op1("Reshape", [x, ctx.ints(size, "size")])
+    return ctx.op1("Reshape", [x, ctx.ints(size)])
 
 
 @aten("permute.default", "permute_copy.default")
@@ -53,7 +49,7 @@ def transpose(ctx: TorchCtx, x: Value, d0: int, d1: int) -> Value:
 def expand(ctx: TorchCtx, x: Value, size: list[Any], implicit: bool = False) -> Value:
     # -1 keeps the input's dim: 1 does the same under ONNX's bidirectional broadcast
     size = [1 if (isinstance(s, int) and s == -1) else s for s in size]
-    return ctx.op1("Expand", [x, ctx.ints(size, "size")])
+    return ctx.op1("Expand", [x, ctx.ints(size)])
 
 
 @aten("squeeze")
@@ -64,12 +60,12 @@ def squeeze(ctx: TorchCtx, x: Value, dim: Any = None) -> Value:
     axes = sorted({int(d) % rank for d in dims if rank and x.type.shape[int(d) % rank] == 1})
     if not axes:
         return x
-    return ctx.op1("Squeeze", [x, _i64(ctx, axes)])
+    return ctx.op1("Squeeze", [x, ctx.ints(axes)])
 
 
 @aten("unsqueeze.default", "unsqueeze_copy.default")
 def unsqueeze(ctx: TorchCtx, x: Value, dim: int) -> Value:
-    return ctx.op1("Unsqueeze", [x, _i64(ctx, [int(dim) % (x.type.rank + 1)])])
+    return ctx.op1("Unsqueeze", [x, ctx.ints([int(dim) % (x.type.rank + 1)])])
 
 
 @aten("flatten.using_ints")
@@ -77,9 +73,9 @@ def flatten(ctx: TorchCtx, x: Value, start_dim: int = 0, end_dim: int = -1) -> V
     rank = max(x.type.rank, 1)
     s, e = start_dim % rank, end_dim % rank
     shape = ctx.op1("Shape", [x])
-    head = ctx.op1("Slice", [shape, _i64(ctx, [0]), _i64(ctx, [s])])
-    tail = ctx.op1("Slice", [shape, _i64(ctx, [e + 1]), _i64(ctx, [INT_MAX])])
-    return ctx.op1("Reshape", [x, ctx.op1("Concat", [head, _i64(ctx, [-1]), tail],
+    head = ctx.op1("Slice", [shape, ctx.ints([0]), ctx.ints([s])])
+    tail = ctx.op1("Slice", [shape, ctx.ints([e + 1]), ctx.ints([INT_MAX])])
+    return ctx.op1("Reshape", [x, ctx.op1("Concat", [head, ctx.ints([-1]), tail],
                                            {"axis": 0})])
 
 
@@ -108,8 +104,8 @@ def slice_(ctx: TorchCtx, x: Value, dim: int = 0, start: Any = None, end: Any = 
     if (isinstance(start, int) and start == 0 and isinstance(end, int) and end >= INT_MAX
             and step == 1):
         return x
-    return ctx.op1("Slice", [x, ctx.ints([start], "start"), ctx.ints([end], "end"),
-                             _i64(ctx, [int(dim)]), _i64(ctx, [int(step)])])
+    return ctx.op1("Slice", [x, ctx.ints([start]), ctx.ints([end]),
+                             ctx.ints([int(dim)]), ctx.ints([int(step)])])
 
 
 @aten("select.int", "select_copy.int")
@@ -121,7 +117,7 @@ def select(ctx: TorchCtx, x: Value, dim: int, index: Any) -> Value:
 
 @aten("split_with_sizes.default", "split_with_sizes_copy.default")
 def split_with_sizes(ctx: TorchCtx, x: Value, sizes: list[int], dim: int = 0) -> list[Value]:
-    return ctx.op("Split", [x, _i64(ctx, [int(s) for s in sizes])], {"axis": int(dim)},
+    return ctx.op("Split", [x, ctx.ints([int(s) for s in sizes])], {"axis": int(dim)},
                   n_out=len(sizes))
 
 
@@ -144,16 +140,16 @@ def unbind(ctx: TorchCtx, x: Value, dim: int = 0) -> list[Value]:
 @aten("flip.default")
 def flip(ctx: TorchCtx, x: Value, dims: list[int]) -> Value:
     n = len(dims)
-    return ctx.op1("Slice", [x, _i64(ctx, [-1] * n), _i64(ctx, [-INT_MAX] * n),
-                             _i64(ctx, [int(d) for d in dims]), _i64(ctx, [-1] * n)])
+    return ctx.op1("Slice", [x, ctx.ints([-1] * n), ctx.ints([-INT_MAX] * n),
+                             ctx.ints([int(d) for d in dims]), ctx.ints([-1] * n)])
 
 
 @aten("repeat.default")
 def repeat(ctx: TorchCtx, x: Value, repeats: list[Any]) -> Value:
     extra = len(repeats) - x.type.rank
     if extra > 0:
-        x = ctx.op1("Unsqueeze", [x, _i64(ctx, list(range(extra)))])
-    return ctx.op1("Tile", [x, ctx.ints(repeats, "repeats")])
+        x = ctx.op1("Unsqueeze", [x, ctx.ints(list(range(extra)))])
+    return ctx.op1("Tile", [x, ctx.ints(repeats)])
 
 
 @aten("tril.default", "triu.default")
@@ -168,7 +164,7 @@ def constant_pad_nd(ctx: TorchCtx, x: Value, pad: list[int], value: float = 0) -
     begins, ends = [0] * rank, [0] * rank
     for i in range(len(pad) // 2):
         begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
-    return ctx.op1("Pad", [x, _i64(ctx, begins + ends), ctx.tensor(value, x.type.dtype)],
+    return ctx.op1("Pad", [x, ctx.ints(begins + ends), ctx.tensor(value, x.type.dtype)],
                    {"mode": "constant"})
 
 
@@ -209,20 +205,26 @@ def index(ctx: TorchCtx, x: Value, indices: list[Value | None]) -> Value:
         return ctx.op1("Gather", [x, idx[0]], {"axis": axes[0]})
     rest = [a for a in range(x.type.rank) if a not in axes]
     moved = ctx.op1("Transpose", [x], {"perm": axes + rest})
-    zero = None        # the index tensors broadcast against each other: idx + 0·(all of them)
-    for v in idx:
-        z = ctx.op1("Mul", [v, ctx.const(np.array(0, np.int64))])
-        zero = z if zero is None else ctx.op1("Add", [zero, z])
-    assert zero is not None
-    parts = [ctx.op1("Unsqueeze", [ctx.op1("Add", [v, zero]), _i64(ctx, [-1])]) for v in idx]
-    y = ctx.op1("GatherND", [moved, ctx.op1("Concat", parts, {"axis": -1})])
-    nb = zero.type.rank
+    coords = _coordinates(ctx, idx)
+    y = ctx.op1("GatherND", [moved, coords])
+    nb = coords.type.rank - 1
     adjacent = axes == list(range(axes[0], axes[-1] + 1))
     if adjacent and axes[0] > 0:
         k = axes[0]
         perm = list(range(nb, nb + k)) + list(range(nb)) + list(range(nb + k, y.type.rank))
         y = ctx.op1("Transpose", [y], {"perm": perm})
     return y
+
+
+def _coordinates(ctx: TorchCtx, idx: list[Value]) -> Value:
+    """The index tensors broadcast against each other (``v + 0·(all of them)``: also for
+    symbolic shapes) and stacked on a new last axis: GatherND / ScatterND coordinates."""
+    zero = None
+    for v in idx:
+        z = ctx.op1("Mul", [v, ctx.const(np.array(0, np.int64))])
+        zero = z if zero is None else ctx.op1("Add", [zero, z])
+    parts = [ctx.op1("Unsqueeze", [ctx.op1("Add", [v, zero]), ctx.ints([-1])]) for v in idx]
+    return ctx.op1("Concat", parts, {"axis": -1})
 
 
 @aten("scatter.src", "scatter.value", "scatter_add.default", "scatter.reduce",
@@ -249,24 +251,19 @@ def masked_fill(ctx: TorchCtx, x: Value, mask: Value, value: Any) -> Value:
 @aten("topk.default")
 def topk(ctx: TorchCtx, x: Value, k: Any, dim: int = -1, largest: bool = True,
          sorted: bool = True) -> list[Value]:  # noqa: A002
-    return ctx.op("TopK", [x, ctx.ints([k], "k")],
+    return ctx.op("TopK", [x, ctx.ints([k])],
                   {"axis": int(dim), "largest": int(largest), "sorted": 1}, n_out=2)
 
 
 @aten("sort.default", "sort.stable")
-def sort(ctx: TorchCtx, x: Value, *args: Any, dim: int = -1, descending: bool = False,
+def sort(ctx: TorchCtx, x: Value, dim: int = -1, descending: bool = False,
          stable: Any = None) -> list[Value]:
-    if args:
-        if isinstance(args[0], bool | None) and len(args) > 1:
-            dim = args[1]
-            descending = args[2] if len(args) > 2 else descending
-        else:
-            dim = args[0]
-            descending = args[1] if len(args) > 1 else descending
-    n = ctx.op1("Gather", [ctx.op1("Shape", [x]),
-                           ctx.const(np.array(int(dim) % x.type.rank, np.int64))], {"axis": 0})
-    return ctx.op("TopK", [x, ctx.op1("Unsqueeze", [n, _i64(ctx, [0])])],
-                  {"axis": int(dim), "largest": int(bool(descending)), "sorted": 1}, n_out=2)
+    """A TopK of the whole axis (ties keep their order: ONNX's TopK takes the lower index
+    first, so every sort is stable)."""
+    d = int(dim) % x.type.rank
+    n = ctx.op1("Slice", [ctx.op1("Shape", [x]), ctx.ints([d]), ctx.ints([d + 1])])
+    return ctx.op("TopK", [x, n], {"axis": d, "largest": int(bool(descending)), "sorted": 1},
+                  n_out=2)
 
 
 # --------------------------------------------------------------------------- creation
@@ -274,7 +271,7 @@ def _filled(ctx: TorchCtx, size: list[Any], value: Any) -> Value:
     dt = ctx.out_dtype
     if all(isinstance(s, int) for s in size):
         return ctx.const(np.full(tuple(int(s) for s in size), value, dt.np))
-    return ctx.op1("Expand", [ctx.tensor(value, dt), ctx.ints(size, "size")])
+    return ctx.op1("Expand", [ctx.tensor(value, dt), ctx.ints(size)])
 
 
 @aten("full.default")
@@ -320,7 +317,7 @@ def roll(ctx: TorchCtx, x: Value, shifts: list[int], dims: list[int] | None = No
     """Each shift as the axis's two parts swapped (static sizes along the rolled axes)."""
     shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
     if not dims:
-        flat = ctx.op1("Reshape", [x, _i64(ctx, [-1])])
+        flat = ctx.op1("Reshape", [x, ctx.ints([-1])])
         return ctx.op1("Reshape", [roll(ctx, flat, shifts[:1], [0]), ctx.op1("Shape", [x])])
     for s, d in zip(shifts, dims):
         n = x.type.shape[int(d)]
@@ -329,8 +326,8 @@ def roll(ctx: TorchCtx, x: Value, shifts: list[int], dims: list[int] | None = No
         k = int(s) % n if n else 0
         if k == 0:
             continue
-        tail = ctx.op1("Slice", [x, _i64(ctx, [n - k]), _i64(ctx, [n]), _i64(ctx, [int(d)])])
-        head = ctx.op1("Slice", [x, _i64(ctx, [0]), _i64(ctx, [n - k]), _i64(ctx, [int(d)])])
+        tail = ctx.op1("Slice", [x, ctx.ints([n - k]), ctx.ints([n]), ctx.ints([int(d)])])
+        head = ctx.op1("Slice", [x, ctx.ints([0]), ctx.ints([n - k]), ctx.ints([int(d)])])
         x = ctx.op1("Concat", [tail, head], {"axis": int(d)})
     return x
 
@@ -350,22 +347,15 @@ def index_put(ctx: TorchCtx, x: Value, indices: list[Value | None], values: Valu
             raise UnsupportedOpError("masked assignment of a tensor of values (its size "
                                      "depends on the mask) is not supported; use torch.where")
         for _ in range(x.type.rank - mask.type.rank):
-            mask = ctx.op1("Unsqueeze", [mask, _i64(ctx, [-1])])
-        return ctx.op1("Where", [mask, ctx.op1("Reshape", [values, _i64(ctx, [])]), x])
+            mask = ctx.op1("Unsqueeze", [mask, ctx.ints([-1])])
+        return ctx.op1("Where", [mask, ctx.op1("Reshape", [values, ctx.ints([])]), x])
     if any(i is None for i in indices) or not indices:
         raise UnsupportedOpError("index_put with a skipped (None) axis is not supported")
-    idx = [ctx.cast(i, I64) for i in indices]  # type: ignore[arg-type]
-    zero = None
-    for v in idx:
-        z = ctx.op1("Mul", [v, ctx.const(np.array(0, np.int64))])
-        zero = z if zero is None else ctx.op1("Add", [zero, z])
-    assert zero is not None
-    coords = ctx.op1("Concat", [ctx.op1("Unsqueeze", [ctx.op1("Add", [v, zero]),
-                                                      _i64(ctx, [-1])]) for v in idx],
-                     {"axis": -1})
-    upd_shape = ctx.op1("Concat", [ctx.op1("Shape", [zero]),
-                                   ctx.op1("Slice", [ctx.op1("Shape", [x]),
-                                                     _i64(ctx, [len(idx)]),
-                                                     _i64(ctx, [INT_MAX])])], {"axis": 0})
+    coords = _coordinates(ctx, [ctx.cast(i, I64) for i in indices])  # type: ignore[arg-type]
+    lead = ctx.op1("Slice", [ctx.op1("Shape", [coords]), ctx.ints([0]), ctx.ints([-1])])
+    upd_shape = ctx.op1("Concat", [lead, ctx.op1("Slice", [ctx.op1("Shape", [x]),
+                                                           ctx.ints([len(indices)]),
+                                                           ctx.ints([INT_MAX])])],
+                        {"axis": 0})
     upd = ctx.op1("Expand", [values, upd_shape])
     return ctx.op1("ScatterND", [x, coords, upd], {"reduction": "add" if accumulate else "none"})

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ember.errors import RuntimeOperandError
+from ember.errors import RuntimeOperandError, UnsupportedOpError
 from ember.frontend.onnx import specialize, symbolic
 from ember.frontend.onnx.converters import Ctx, lookup
 from ember.ir.graph import Graph, Value
@@ -108,18 +108,13 @@ class TorchCtx(Ctx):
         return self.op(op_type, ins, attrs)[0]
 
     # ------------------------------------------------------------------ dtypes
-    def meta_dtype(self, meta: Any = None) -> dtypes.DType | None:
-        """The ember dtype of a fake tensor (the current node's result by default)."""
-        meta = self.out_meta if meta is None else meta
-        dt = getattr(meta, "dtype", None)
-        return None if dt is None else torch_dtype(dt)
-
     @property
     def out_dtype(self) -> dtypes.DType:
-        dt = self.meta_dtype()
+        """The ember dtype of the current node's result (its fake tensor)."""
+        dt = getattr(self.out_meta, "dtype", None)
         if dt is None:
             raise TypeError(f"{self.op_type} has no tensor result")
-        return dt
+        return torch_dtype(dt)
 
     def cast(self, v: Value, to: dtypes.DType) -> Value:
         return v if v.type.dtype == to else self.op1("Cast", [v], {"to": to.onnx})
@@ -130,8 +125,9 @@ class TorchCtx(Ctx):
             return self.cast(x, dtype)
         return self.const(np.asarray(x, dtype=dtype.np))
 
-    def ints(self, items: Sequence[Any], what: str) -> Value:
-        """A 1-D int64 tensor of ``items`` (ints and SymInt scalar Values)."""
+    def ints(self, items: Sequence[Any]) -> Value:
+        """A 1-D int64 tensor of ``items`` (ints and SymInt scalar Values): a constant when
+        every item is an int."""
         if all(not isinstance(i, Value) for i in items):
             return self.const(np.asarray([int(i) for i in items], np.int64).reshape(-1))
         parts = [self.op1("Unsqueeze", [self.cast(i, dtypes.BY_NAME["int64"]),
@@ -141,19 +137,12 @@ class TorchCtx(Ctx):
         return self.op1("Concat", parts, {"axis": 0})
 
 
-_TORCH_NAMES = {"bool": "bool", "uint8": "uint8", "int8": "int8", "int16": "int16",
-                "int32": "int32", "int64": "int64", "float16": "float16", "bfloat16": "bfloat16",
-                "float32": "float32", "float64": "float64", "complex64": "complex64"}
-
-
 def torch_dtype(dt: Any) -> dtypes.DType:
-    """torch dtype -> ember dtype."""
-    name = str(dt).removeprefix("torch.")
-    if name not in _TORCH_NAMES or _TORCH_NAMES[name] not in dtypes.BY_NAME:
-        from ember.errors import UnsupportedOpError
-
+    """torch dtype -> ember dtype (torch's names are ember's, for the types both have)."""
+    d = dtypes.BY_NAME.get(str(dt).removeprefix("torch."))
+    if d is None:
         raise UnsupportedOpError(f"tensors of dtype {dt} are not supported by ember")
-    return dtypes.BY_NAME[_TORCH_NAMES[name]]
+    return d
 
 
 def arg_meta(ctx: TorchCtx, i: int) -> Any:
@@ -163,14 +152,10 @@ def arg_meta(ctx: TorchCtx, i: int) -> Any:
     return a.meta.get("val") if hasattr(a, "meta") else a
 
 
-def promoted(ctx: TorchCtx, *idx: int) -> dtypes.DType:
-    """The dtype torch computes the current node's arguments ``idx`` in (its promotion rules:
-    a dimensioned tensor's dtype wins over a 0-d tensor's, which wins over a Python number's,
-    within a category)."""
+def promoted(ctx: TorchCtx, i: int, j: int) -> dtypes.DType:
+    """The dtype torch computes the current node's arguments ``i`` and ``j`` in (its promotion
+    rules: a dimensioned tensor's dtype wins over a 0-d tensor's, which wins over a Python
+    number's, within a category)."""
     import torch
 
-    metas = [arg_meta(ctx, i) for i in idx]
-    dt = metas[0] if len(metas) == 1 else torch.result_type(metas[0], metas[1])
-    if len(metas) == 1:
-        dt = getattr(dt, "dtype", None) or torch.result_type(torch.tensor(0), dt)
-    return torch_dtype(dt)
+    return torch_dtype(torch.result_type(arg_meta(ctx, i), arg_meta(ctx, j)))

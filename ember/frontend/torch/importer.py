@@ -139,7 +139,6 @@ class _Importer:
         self.gm = gm
         self.graph = Graph(name=name)
         self.ctx = TorchCtx(self.graph)
-        self.ctx.specialize = True
         self.env: dict[Any, Any] = {}
         self.syms: dict[str, Sym] = {}
         self.names = names
