@@ -21,7 +21,7 @@ import hashlib
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
-from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, uk_name
+from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, heights, uk_name
 from ember.kernel.schedule import mul_extent, numel
 from ember.loops.ir import (
     Bin,
@@ -72,13 +72,14 @@ def _batch_layout(ba: tuple, bb: tuple) -> str | None:
     return None
 
 
-def _tile_fn(name: str, M: str, N: str, K: str, layout: str) -> str:
-    """The C function of one rTask over a batch of ``M x K`` by ``K x N`` products."""
+def _tile_fn(name: str, M: str, N: str, K: str, layout: str, hs: list[int]) -> str:
+    """The C function of one rTask over a batch of ``M x K`` by ``K x N`` products, calling
+    the micro-kernels of heights ``hs``."""
     a_b = "0" if layout == "a1" else "b"
     b_b = "0" if layout == "b1" else "b"
     cases = "\n".join(
         f"          case {r}: {uk_name(r, V)}(rows, pk + j * K * {NB}, 1, 1, K, 0, 0, "
-        f"c + p * N + j * {NB}, N, 0, nvalid, K); break;" for r in range(R, 0, -1))
+        f"c + p * N + j * {NB}, N, 0, nvalid, K); break;" for r in hs)
     return f"""#include <stdlib.h>
 static void {name}(int64_t task, float *c, const float *a, const float *bm) {{
   const int64_t M = {M}, N = {N}, K = {K};
@@ -149,9 +150,10 @@ def build_batched(name: str, body: Graph) -> Kernel:
                                                           ForKind.VECTORIZED))))
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS}
-    for r in range(1, R + 1):
+    hs = heights(M, PT, R)
+    for r in hs:
         support[uk_name(r, V)] = emit_microkernel(r, V)
-    support[fn] = _tile_fn(fn, ms, ns, ks, layout)
+    support[fn] = _tile_fn(fn, ms, ns, ks, layout, hs)
     flops = 2 * hint_of(batch) * hint_of(M) * hint_of(N) * hint_of(K)
     doc = f"{body.name}: batched {ms}x{ks} · {ks}x{ns} ({layout})"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))

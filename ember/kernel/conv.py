@@ -24,7 +24,7 @@ from ember.ir.types import TensorType
 from ember.kernel import transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
-from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, uk_name
+from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, heights, uk_name
 from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, register_epilogue
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
@@ -193,7 +193,7 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
         return "\n".join(
             f"        case {r}: {uk_name(r, t.V, epi, indirect)}({table}, wb, {g.KH}, {g.KW}, "
             f"icc, {strides}, cb + {crow}, {ldc}, c > 0, nvalid, {t.KC}{tail}); break;"
-            for r in range(t.R, 0, -1))
+            for r in heights(P, t.PT, t.R))
 
     if not g.padded or t.pack:
         rows_c = _row_pointers(g, t, rows)
@@ -443,7 +443,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
             _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    support = _helpers(g, t, reg)
+    support = _helpers(g, t, reg, g.P if sym is None else sym)
     support[fn] = _tile_fn(fn, g, t, local, None if sym is None else dims.c_expr(sym), reg)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
@@ -454,15 +454,16 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
 
 
-def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None) -> dict[str, str]:
+def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
+             rows: object) -> dict[str, str]:
     """The C helpers a tile function calls: partial vectors, the epilogue's ops, the
-    micro-kernel of each height (and its indirect variant and zero block, for a padded
-    conv's border)."""
+    micro-kernel of each height its tasks reach over ``rows`` (and its indirect variant and
+    zero block, for a padded conv's border)."""
     support = {"part": PART_HELPERS}
     if reg is not None:
         support["epi"] = EPI_HELPERS
     border = g.padded and not t.pack
-    for r in range(1, t.R + 1):
+    for r in heights(rows, t.PT, t.R):
         support[uk_name(r, t.V, reg)] = emit_microkernel(r, t.V, reg)
         if border:
             support[uk_name(r, t.V, reg, True)] = emit_microkernel(r, t.V, reg, True)

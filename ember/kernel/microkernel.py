@@ -38,6 +38,18 @@ def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None,
     return f"{base}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
 
 
+def heights(rows: object, span: int, R: int) -> list[int]:
+    """The micro-kernel heights (largest first) that a task's row loop calls: each task walks
+    its ``span`` rows (the last task the rest of ``rows``) ``R`` at a time. Every height 1..R
+    where ``rows`` is not a constant (a symbolic row count). Each height is a function of its
+    own (its C compile costs 0.1-0.3 s), so a kernel names only those it reaches."""
+    if not isinstance(rows, int):
+        return list(range(R, 0, -1))
+    spans = {min(span, rows)} | ({rows % span} if rows > span and rows % span else set())
+    out = {h for s in spans for h in ((R,) if s >= R else ()) + ((s % R,) if s % R else ())}
+    return sorted(out, reverse=True)
+
+
 def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
                      indirect: bool = False) -> str:
     nb = LANES * vecs

@@ -301,12 +301,12 @@ static inline void em_win_mstore(float *p, em_v16a v, unsigned m) {
   for (int i = 0; i < 16; ++i) if ((m >> i) & 1u) p[i] = v[i];
 }
 #ifdef EM_SPLIT8
-#include <immintrin.h>
-/* AVX/AVX2: per 8-lane half, maxps(b, a) (a where either is NaN), then b where b is NaN
-   (gcc scalarizes compares of 64-byte vectors) */
+/* AVX/AVX2: per 8-lane half (gcc scalarizes compares of 64-byte vectors): b where a < b or
+   b is NaN, else a */
+typedef int32_t em_win_v8i __attribute__((vector_size(32)));
 static inline em_v8a em_win_max8(em_v8a a, em_v8a b) {
-  const __m256 nan = _mm256_cmp_ps((__m256)b, (__m256)b, _CMP_UNORD_Q);
-  return (em_v8a)_mm256_blendv_ps(_mm256_max_ps((__m256)b, (__m256)a), (__m256)b, nan);
+  const em_win_v8i m = (a < b) | (b != b);
+  return (em_v8a)((m & (em_win_v8i)b) | (~m & (em_win_v8i)a));
 }
 static inline em_v16a em_win_max(em_v16a a, em_v16a b) {  /* NaN in either wins */
   return EM_JOIN8(em_win_max8(EM_LO8(a), EM_LO8(b)), em_win_max8(EM_HI8(a), EM_HI8(b)));
