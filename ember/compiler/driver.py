@@ -7,6 +7,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ class Compilation:
     plan: ExecutionPlan | None = None
     source: str = ""
     units: ProgramUnits | None = None    # the source as translation units (compiled apart)
-    params: np.ndarray | None = None
+    # the parameter blob, or the future filling it (a BERT's 440 MB are copied while cc runs)
+    blob: np.ndarray | Future | None = None
     timings: dict[str, float] = field(default_factory=dict)
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
@@ -78,6 +80,13 @@ class Compilation:
     # a GPU plan's persistent program: its rKernels (operator i's at i, then the variants)
     gpu_program: list[Any] = field(default_factory=list)
     gpu_vspec: Any = None      # the GPU as the program's vEUs see it (compiler.gpu.program_spec)
+
+    @property
+    def params(self) -> np.ndarray | None:
+        """The parameter blob ``ember_init`` receives (waiting for its copy if in flight)."""
+        if isinstance(self.blob, Future):
+            self.blob = self.blob.result()
+        return self.blob
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -154,6 +163,7 @@ def default_topk() -> int:
 
 
 LOG = log.LOG.getChild("compiler")
+_COPIER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ember-params")
 
 
 def build(model: onnx.ModelProto | str | os.PathLike | Graph,
@@ -331,8 +341,9 @@ def _emit(comp: Compilation) -> None:
     operator's tensors, with ``comp.plan`` compiled in."""
     assert comp.plan is not None
     fused = comp.fused
-    bound, comp.params = _bind(comp.graph, [(fused[i], k) for i, k in zip(comp.op_of,
-                                                                          comp.program_kernels)])
+    bound, blob = _bind(comp.graph, [(fused[i], k) for i, k in zip(comp.op_of,
+                                                                   comp.program_kernels)])
+    comp.blob = _COPIER.submit(blob.array)   # numpy copies without the GIL: overlaps cc
     slots = len(comp.memory_plan.slot_types)
     comp.units = emit_units(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
                             slots, num_ops=len(comp.kernels), op_of=comp.op_of,
@@ -645,9 +656,9 @@ def _copy_outputs(g: Graph) -> None:
         fuse_run(g)
 
 
-def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel], np.ndarray]:
+def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel], ParamBlob]:
     """Each kernel's buffers bound to the tensors of its fused node (a variant to its
-    operator's), and the parameter blob of the constants."""
+    operator's), and the parameter blob of the constants (laid out, not yet filled)."""
     plan: MemoryPlan = g.memory_plan  # type: ignore[attr-defined]
     blob = ParamBlob()
 
@@ -675,7 +686,7 @@ def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel]
             else:
                 addrs[buf] = value_addr(n.inputs[src])  # type: ignore[arg-type]
         bound.append(BoundKernel(k, addrs))
-    return bound, blob.array()
+    return bound, blob
 
 
 def load(path: str | os.PathLike) -> CompiledModel:

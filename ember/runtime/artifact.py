@@ -24,7 +24,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import mmap
 import os
+import struct
 import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -37,7 +39,7 @@ import numpy as np
 from ember.errors import ArtifactError
 from ember.runtime import cache
 from ember.runtime.cache import cache_dir, write_atomic
-from ember.runtime.module import aligned_empty
+from ember.runtime.module import ALIGNMENT, aligned_empty
 
 ARTIFACT_FORMAT = 1
 """Newest artifact format this ember writes and reads (``meta["format"]``)."""
@@ -236,9 +238,23 @@ def _write_member(zf: zipfile.ZipFile, name: str, data: bytes | memoryview) -> N
     info = zipfile.ZipInfo(name, date_time=_EPOCH)
     info.compress_type = zipfile.ZIP_DEFLATED if name in (META, SOURCE) else zipfile.ZIP_STORED
     info.external_attr = 0o644 << 16
-    with zf.open(info, "w", force_zip64=len(data) > (1 << 31)) as out:
+    zip64 = len(data) > (1 << 31)
+    if name == PARAMS:
+        info.extra = _align_extra(zf.fp.tell(), name, zip64)  # type: ignore[union-attr]
+    with zf.open(info, "w", force_zip64=zip64) as out:
         for start in range(0, len(data), _CHUNK):
             out.write(data[start : start + _CHUNK])
+
+
+def _align_extra(at: int, name: str, zip64: bool) -> bytes:
+    """A padding extra field (zipalign's id 0xD935) for the local header written at ``at``,
+    so the member's data starts on an ``ALIGNMENT`` boundary of the file: a mapped file's
+    params are then aligned as the runtime needs, with no copy (``map_params``)."""
+    start = at + 30 + len(name.encode()) + (20 if zip64 else 0)  # zipfile's zip64 extra: 20
+    pad = -start % ALIGNMENT
+    if 0 < pad < 4:         # an extra field is at least its 4-byte header
+        pad += ALIGNMENT
+    return struct.pack("<HH", 0xD935, pad - 4) + bytes(pad - 4) if pad else b""
 
 
 # --------------------------------------------------------------------------- load
@@ -250,8 +266,12 @@ def load_artifact(path: str | os.PathLike[str]) -> tuple[Path, np.ndarray, dict[
     return art.lib_path, art.params, art.meta
 
 
-def read_artifact(path: str | os.PathLike[str]) -> Artifact:
+def read_artifact(path: str | os.PathLike[str], *, map_params: bool = False) -> Artifact:
     """Load and verify an artifact; the params come back in a 64-byte aligned uint8 array.
+    ``map_params``: the params are the file's pages, mapped copy-on-write (no read into
+    memory: a BERT's 440 MB), where the file stores them aligned — only for files that are
+    replaced by renaming, never rewritten in place (ember's model cache): a file truncated
+    under a mapping faults its reader.
 
     Raises :class:`~ember.errors.ArtifactError` naming the file and the problem: missing,
     not an ember artifact, corrupted / checksum mismatch, or written by a newer ember.
@@ -260,7 +280,7 @@ def read_artifact(path: str | os.PathLike[str]) -> Artifact:
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
         raise ArtifactError(f"cannot load {path}: the file {what}")
-    return _read(path, path)
+    return _read(path, path, map_params)
 
 
 def read_artifact_bytes(data: bytes, label: str) -> Artifact:
@@ -268,7 +288,7 @@ def read_artifact_bytes(data: bytes, label: str) -> Artifact:
     return _read(io.BytesIO(data), Path(label))
 
 
-def _read(source: Path | io.BytesIO, path: Path) -> Artifact:
+def _read(source: Path | io.BytesIO, path: Path, map_params: bool = False) -> Artifact:
     try:
         zf = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
@@ -284,7 +304,7 @@ def _read(source: Path | io.BytesIO, path: Path) -> Artifact:
                 f"{', '.join(missing)}"
             )
         try:
-            members, params = _read_members(zf)
+            members, params = _read_members(zf, path if map_params else None)
         except Exception as e:  # any failure to decode the archive means it is damaged
             raise ArtifactError(f"{path} is corrupted: {type(e).__name__}: {e}") from e
     meta = _check(path, members, params)
@@ -296,14 +316,20 @@ def _read(source: Path | io.BytesIO, path: Path) -> Artifact:
     )
 
 
-def _read_members(zf: zipfile.ZipFile) -> tuple[dict[str, bytes | memoryview], np.ndarray]:
-    """Every member's content; params.bin read straight into an aligned buffer."""
+def _read_members(zf: zipfile.ZipFile, mapped: Path | None = None
+                  ) -> tuple[dict[str, bytes | memoryview], np.ndarray]:
+    """Every member's content; params.bin read straight into an aligned buffer (``mapped``:
+    mapped from that file where it is stored aligned)."""
     members: dict[str, bytes | memoryview] = {}
     params = aligned_empty(0)
     for info in zf.infolist():
         if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
             raise ValueError(f"member {info.filename}: stored size does not match its size")
-        if info.filename == PARAMS:
+        view = _mapped(zf, info, mapped) if info.filename == PARAMS and mapped else None
+        if view is not None:
+            params = view
+            members[PARAMS] = memoryview(view)
+        elif info.filename == PARAMS:
             params = aligned_empty(info.file_size)
             view = memoryview(params)
             with zf.open(info) as f:
@@ -319,6 +345,27 @@ def _read_members(zf: zipfile.ZipFile) -> tuple[dict[str, bytes | memoryview], n
         else:
             members[info.filename] = zf.read(info)
     return members, params
+
+
+def _mapped(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> np.ndarray | None:
+    """``info``'s data as a copy-on-write mapping of ``path``, or None where it is not a
+    stored member starting on an ``ALIGNMENT`` boundary (then it is read)."""
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size == 0:
+        return None
+    zf.fp.seek(info.header_offset)  # type: ignore[union-attr]
+    head = zf.fp.read(30)  # type: ignore[union-attr]
+    if len(head) != 30 or head[:4] != b"PK\x03\x04":
+        raise ValueError(f"member {info.filename}: bad local header")
+    start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + \
+        int.from_bytes(head[28:30], "little")
+    if start % ALIGNMENT:
+        return None
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if start + info.file_size > size:
+            raise EOFError(f"{PARAMS} is truncated")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    return np.frombuffer(mm, np.uint8, info.file_size, start)
 
 
 def _check(path: Path, members: Mapping[str, bytes | memoryview], params: np.ndarray) -> dict:

@@ -419,9 +419,10 @@ class CompiledModel(ModelSpecs):
         )
 
 
-def load_model(path: str | os.PathLike[str]) -> CompiledModel:
-    """Load a ``model.ember`` artifact (numpy + the C runtime only; no compiler, no onnx)."""
-    art = read_artifact(path)
+def load_model(path: str | os.PathLike[str], *, map_params: bool = False) -> CompiledModel:
+    """Load a ``model.ember`` artifact (numpy + the C runtime only; no compiler, no onnx).
+    ``map_params``: map the weights from the file (``artifact.read_artifact``)."""
+    art = read_artifact(path, map_params=map_params)
     return CompiledModel(art.lib_path, art.params, art.meta, art.source)
 
 

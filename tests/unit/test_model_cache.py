@@ -36,6 +36,7 @@ def test_a_second_compile_loads_the_cached_model(cached: Path) -> None:
     m = _model()
     x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
     first = ember.compile(m)
+    model_cache.flush()                                       # written by a thread of its own
     entries = list((cached / "models").glob("*.ember"))
     assert len(entries) == 1
     before = toolchain.cache_stats()["compiles"]
@@ -43,18 +44,21 @@ def test_a_second_compile_loads_the_cached_model(cached: Path) -> None:
     assert toolchain.cache_stats()["compiles"] == before      # nothing compiled
     np.testing.assert_array_equal(second(x), first(x))
     ember.compile(m, num_threads=1)                           # another key: compiled
+    model_cache.flush()
     assert len(list((cached / "models").glob("*.ember"))) == 2
 
 
 def test_a_damaged_entry_is_compiled_again(cached: Path) -> None:
     m = _model(5)
     ember.compile(m)
+    model_cache.flush()
     (entry,) = (cached / "models").glob("*.ember")
     entry.write_bytes(b"not a model")
     x = np.ones((3, 5), np.float32)
     np.testing.assert_allclose(ember.compile(m)(x),
                                np.tanh(x @ np.linspace(-1, 1, 25, dtype=np.float32)
                                        .reshape(5, 5)), rtol=1e-5, atol=1e-6)
+    model_cache.flush()
     assert ember.load(entry) is not None                      # replaced by a good one
 
 
@@ -62,7 +66,9 @@ def test_the_key_follows_what_the_program_depends_on() -> None:
     m = _model()
     base = options.Options()
     k = model_cache.key(m, None, base, 2)
-    assert k == model_cache.key(m.SerializeToString(), None, base, 2)
+    assert k == model_cache.key(_model(), None, base, 2)
+    assert model_cache.key(m.SerializeToString(), None, base, 2) == \
+        model_cache.key(m.SerializeToString(), None, base, 2)
     assert k != model_cache.key(m, None, base, 1)
     assert k != model_cache.key(m, None, base.with_(topk=4), 2)
     assert k != model_cache.key(m, {"x": (3, 6)}, base, 2)
@@ -86,3 +92,53 @@ def test_kernels_are_units_of_their_own_shared_between_programs(tmp_path: Path,
     driver.library(b)
     new = set((tmp_path / "kernels").glob("*.o")) - objects
     assert 0 < len(new) < len(b.units.kernels) + 1     # the common kernels were not rebuilt
+
+
+def test_the_key_of_a_model_proto_hashes_every_field_and_weight_byte() -> None:
+    """A ModelProto is hashed field by field (its raw weights in place, not serialized):
+    one weight byte, a node's attribute or an opset changes the key."""
+    def raw(n: int = 6) -> object:
+        m = _model(n)
+        w = m.graph.initializer[0]
+        arr = np.linspace(-1, 1, n * n, dtype=np.float32)
+        del w.float_data[:]
+        w.raw_data = arr.tobytes()
+        return m
+
+    base = options.Options()
+    k = model_cache.key(raw(), None, base, 2)
+    assert k == model_cache.key(raw(), None, base, 2)
+    m = raw()
+    data = bytearray(m.graph.initializer[0].raw_data)
+    data[-1] ^= 1
+    m.graph.initializer[0].raw_data = bytes(data)
+    assert model_cache.key(m, None, base, 2) != k
+    m = raw()
+    m.graph.initializer[0].name = "w2"
+    assert model_cache.key(m, None, base, 2) != k
+    m = raw()
+    m.graph.node[1].op_type = "Sigmoid"
+    assert model_cache.key(m, None, base, 2) != k
+    m = raw()
+    m.opset_import[0].version = 18
+    assert model_cache.key(m, None, base, 2) != k
+
+
+def test_a_failed_background_write_leaves_no_entry(cached: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache write runs on a thread of its own: a failure there is logged, leaves no
+    entry and no temporary file, and the compile's model is unaffected."""
+    from ember.runtime.compiled import CompiledModel
+
+    def fail(self: object, path: object) -> None:
+        Path(str(path)).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(CompiledModel, "save", fail)
+    m = _model(7)
+    cm = ember.compile(m)
+    model_cache.flush()
+    assert not list((cached / "models").glob("*")) or \
+        not [p for p in (cached / "models").iterdir()]
+    x = np.ones((3, 7), np.float32)
+    assert cm(x).shape == (3, 7)

@@ -465,6 +465,30 @@ def test_save_load_round_trip_bit_exact(model1: CompiledModel, tmp_path: Path) -
     assert meta["graph_name"] == "scale_add" and lib_path.is_file()
 
 
+def test_params_are_stored_aligned_and_mapped_without_a_copy(model1: CompiledModel,
+                                                              tmp_path: Path) -> None:
+    """The params member starts on a 64-byte boundary of the file, so the model cache maps
+    it (copy-on-write) instead of reading it; the checksum still covers it: a flipped byte
+    is an ArtifactError, and a mapped model runs like a read one."""
+    import mmap
+
+    path = model1.save(tmp_path / "model.ember")
+    mapped = art.read_artifact(path, map_params=True)
+    assert isinstance(mapped.params.base.obj, mmap.mmap)
+    assert mapped.params.ctypes.data % 64 == 0 and mapped.params.tobytes() == blob(2.5).tobytes()
+    x = x_input(8)
+    for a, b in zip(model1(x), load_model(path, map_params=True)(x), strict=True):
+        assert a.tobytes() == b.tobytes()
+    data = bytearray(path.read_bytes())
+    at = data.index(blob(2.5).tobytes())
+    assert at % 64 == 0
+    data[at + 3] ^= 0x40
+    bad = tmp_path / "bad.ember"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="corrupted"):
+        art.read_artifact(bad, map_params=True)
+
+
 def test_save_is_deterministic(model1: CompiledModel, tmp_path: Path) -> None:
     a = model1.save(tmp_path / "a.ember").read_bytes()
     b = model1.save(tmp_path / "b.ember").read_bytes()
