@@ -145,8 +145,12 @@ class CompiledModel(ModelSpecs):
                             if dimexpr.slot_of(d) is not None] for s in self._inputs]
         self._sizes: dict[tuple[int, ...], _Sizes] = {}   # symbolic: per dims vector
         self._dims_set: tuple[int, ...] | None = None
+        # a static program's call path for numpy feeds of the exact dtypes and shapes (what
+        # a serving loop passes): checks in one pass, outputs made in one allocation
+        self._fast: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None
         if not self._dim_names:
             self._out_layout, self._out_bytes = _output_layout(self._outputs)
+            self._fast = [(s.name, s.dtype, tuple(s.shape)) for s in self._inputs]
         self._lock = threading.Lock()
         self._synthetic = False   # runs on synthetic data: kernel faults do not raise
         self._module = NativeModule(self._lib_path)
@@ -182,15 +186,43 @@ class CompiledModel(ModelSpecs):
 
     # ------------------------------------------------------------------ running
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Run one inference on ``feeds`` (name -> array); return name -> output array."""
+    def run(self, feeds: Mapping[str, Any],
+            out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Run one inference on ``feeds`` (name -> array); return name -> output array.
+        ``out``: name -> array for every output, written in place instead of fresh arrays
+        (64-byte aligned and C-contiguous, of the output's dtype and shape: what
+        ``output_buffers`` gives), and returned."""
         if not isinstance(feeds, Mapping):
             raise InputError(
                 f"run() takes a dict of input name -> array, got {type(feeds).__name__}; "
                 f"inputs are {self.input_names}"
             )
+        if out is not None:
+            return self._run_out(feeds, out)
         outs = self._call(feeds)
         return {s.name: a for s, a in zip(self._outputs, outs, strict=True)}
+
+    def output_buffers(self, feeds: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """Fresh arrays ``run(..., out=)`` can write into (a symbolic program's: for the
+        shapes of ``feeds``)."""
+        if self._dim_names:
+            if feeds is None:
+                raise InputError("output_buffers of a symbolic program needs the feeds "
+                                 "(its output shapes follow from the input shapes)")
+            shapes = self.output_shapes([np.shape(v) for v in self._order(feeds)])
+        else:
+            shapes = [tuple(s.shape) for s in self._outputs]
+        return {s.name: aligned_empty(shape, s.dtype) for s, shape in zip(self._outputs,
+                                                                           shapes)}
+
+    def _run_out(self, feeds: Mapping[str, Any],
+                 out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not isinstance(out, Mapping) or set(out) != set(self.output_names):
+            raise InputError(f"out= takes a dict with every output: {self.output_names}")
+        feeds, _ = interop.host_feeds(feeds)
+        arrays = [out[s.name] for s in self._outputs]
+        self.run_into(self._order(feeds), arrays)
+        return dict(zip(self.output_names, arrays, strict=True))
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Inputs positionally (in input order) and/or by name: numpy arrays, torch CPU
@@ -213,9 +245,44 @@ class CompiledModel(ModelSpecs):
     def _call(self, feeds: Mapping[str, Any]) -> list[Any]:
         """One inference on ``feeds`` by name; torch tensors in give torch tensors out, over
         the same buffers."""
+        if self._fast is not None and type(feeds) is dict:
+            arrays = self._fast_inputs(feeds)
+            if arrays is not None:
+                return self._execute_static(arrays)
         feeds, torch_in = interop.host_feeds(feeds)
         outs = self._execute(self._order(feeds))
         return [interop.to_torch(a) for a in outs] if torch_in else outs
+
+    def _fast_inputs(self, feeds: dict[str, Any]) -> list[np.ndarray] | None:
+        """The feeds in input order where each is a numpy array of its input's exact dtype
+        and shape, C-contiguous and aligned, and no other name is given; else None (the
+        general path then checks and names what is wrong)."""
+        fast = self._fast
+        assert fast is not None
+        if len(feeds) != len(fast):
+            return None
+        arrays = []
+        for name, dtype, shape in fast:
+            a = feeds.get(name)
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+            flags = a.flags
+            if not (flags.c_contiguous and flags.aligned):
+                return None
+            arrays.append(a)
+        return arrays
+
+    def _execute_static(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """``_execute`` of a static program: the outputs are views of one fresh allocation
+        at their 64-byte aligned offsets."""
+        raw = host_bytes(self._out_bytes + ALIGNMENT)
+        addr = address(raw)
+        shift = -addr % ALIGNMENT
+        outputs = [np.ndarray(shape, dt, raw, shift + off)
+                   for off, _, dt, shape in self._out_layout]
+        self._launch(None, [address(a) for a in inputs],
+                     [addr + shift + off for off, _, _, _ in self._out_layout])
+        return outputs
 
     def _order(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         unknown = [k for k in feeds if k not in self._input_index]

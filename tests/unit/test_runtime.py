@@ -379,6 +379,50 @@ def test_outputs_are_fresh_each_call(model1: CompiledModel) -> None:
     np.testing.assert_array_equal(y1, keep)
 
 
+def test_run_into_given_outputs(model1: CompiledModel) -> None:
+    """run(feeds, out=) writes the caller's buffers (output_buffers makes them) and returns
+    them; a missing, misshapen or misaligned buffer is an InputError naming the output."""
+    x = x_input(5)
+    bufs = model1.output_buffers()
+    got = model1.run({"x": x}, out=bufs)
+    assert got["y"] is bufs["y"] and got["s"] is bufs["s"]
+    ey, es = expected1(x, 2.5)
+    np.testing.assert_array_equal(bufs["y"], ey)
+    np.testing.assert_allclose(bufs["s"], es, rtol=1e-6)
+    with pytest.raises(InputError, match="every output"):
+        model1.run({"x": x}, out={"y": bufs["y"]})
+    bad = dict(bufs, y=np.zeros((3, 2), np.float32))
+    with pytest.raises(InputError, match="output 'y'"):
+        model1.run({"x": x}, out=bad)
+    raw = aligned_empty(bufs["y"].nbytes + 4)
+    shifted = raw[4:].view(np.float32).reshape(bufs["y"].shape)
+    with pytest.raises(InputError, match="aligned"):
+        model1.run({"x": x}, out=dict(bufs, y=shifted))
+
+
+def test_the_fast_call_path_reads_what_the_general_one_does(model1: CompiledModel) -> None:
+    """Numpy feeds of the exact dtype and shape take the short path; read-only, strided,
+    misaligned, wrongly typed or extra feeds take the checked one, with its errors."""
+    x = x_input(4)
+    ey = expected1(x, 2.5)[0]
+    ro = x.copy()
+    ro.flags.writeable = False
+    np.testing.assert_array_equal(model1(ro)[0], ey)
+    wide = np.zeros((x.shape[0], x.shape[1] * 2), np.float32)
+    wide[:, ::2] = x
+    np.testing.assert_array_equal(model1(wide[:, ::2])[0], ey)          # a strided view
+    raw = np.zeros(x.nbytes + 1, np.uint8)
+    odd = raw[1:].view(np.float32) if raw[1:].ctypes.data % 4 else raw[:-1].view(np.float32)
+    odd = odd.reshape(x.shape)
+    odd[...] = x
+    np.testing.assert_array_equal(model1(odd)[0], ey)                   # misaligned floats
+    with pytest.raises(InputError, match="dtype"):
+        model1(x.astype(np.float64))
+    with pytest.raises(InputError, match="unknown input"):
+        model1.run({"x": x, "z": x})
+    np.testing.assert_array_equal(model1.run({"x": x})["y"], ey)
+
+
 def test_native_error_code_raises(model1: CompiledModel) -> None:
     x = x_input()
     x[0, 0] = -12345.0
