@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, heights, uk
 from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, register_epilogue
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
-from ember.kernel.schedule import mul_extent
+from ember.kernel.schedule import mul_extent, numel
 from ember.loops.ir import (
     Alloc,
     Bin,
@@ -102,14 +102,69 @@ def geometry(m: Node) -> tuple[ConvGeom, np.ndarray]:
         r = hint_of(rows)   # a symbolic row count is tiled for its hint
         return ConvGeom(1, 1, r, int(k), 1, r, int(n), 1, 1, 1, 1, 1, 1, 1), \
             w.const.reshape(1, 1, k, n)
-    n_, h, wd, c = static_shape(x.type)
-    _, oh, ow, oc = static_shape(m.output.type)
+    n_, h, wd, c = (hint_of(d) for d in static_shape(x.type))   # symbolic: the hints
+    _, oh, ow, oc = (hint_of(d) for d in static_shape(m.output.type))
     kh, kw = w.type.shape[0], w.type.shape[1]
     sh, sw = m.attrs["strides"]
     dh, dw = m.attrs["dilations"]
     pt, pl, pb, pr = conv_pads(m.attrs)
     return ConvGeom(n_, h + pt + pb, wd + pl + pr, c, oh, ow, int(oc), int(kh), int(kw), sh, sw,
                     dh, dw, m.attrs.get("group", 1), pt, pl, pb, pr), w.const
+
+
+@dataclass(frozen=True)
+class CDims:
+    """The sizes of a dense kernel's geometry that its C text reads, as C expressions:
+    literals for a static one; expressions of the program's dims (``dims.c_expr``) for a
+    conv over a symbolic batch, height or width, or a MatMul with a symbolic row count (the
+    tiling itself is Roller's for the hint geometry). H and W are the padded input's."""
+
+    H: str
+    W: str
+    IH: str
+    IW: str
+    OW: str
+    OHW: str
+    P: str
+    symbolic: bool = False
+    matmul: bool = False    # a symbolic MatMul's rows: row q starts at q·K (no pixel math)
+
+
+def _c(e: Extent) -> str:
+    return str(e) if isinstance(e, int) else f"({dims.c_expr(e)})"
+
+
+def _cmul(*parts: int | str) -> str:
+    """C for a product: folded where every factor is a literal."""
+    if all(isinstance(p, int) for p in parts):
+        return str(int(np.prod(parts, dtype=np.int64)))
+    return " * ".join(str(p) for p in parts)
+
+
+def c_dims(m: Node, g: ConvGeom, rows: Extent) -> CDims:
+    """``m``'s ``CDims`` (``g``: its geometry, with hints for symbolic sizes; ``rows``: its
+    row count, N·OH·OW or a MatMul's)."""
+    if m.op == "ConvNHWC" and not (m.inputs[0].type.is_static  # type: ignore[union-attr]
+                                   and m.output.type.is_static):
+        _, ih, iw, _ = static_shape(m.inputs[0].type)  # type: ignore[union-attr]
+        _, oh, ow, _ = static_shape(m.output.type)
+        h = simplify(Bin("+", as_expr(ih), Const(g.pad_t + g.pad_b)))
+        w = simplify(Bin("+", as_expr(iw), Const(g.pad_l + g.pad_r)))
+        return CDims(_c(h), _c(w), _c(ih), _c(iw), _c(ow), _c(mul_extent(oh, ow)), _c(rows),
+                     True)
+    sym = not isinstance(rows, int)
+    return replace(static_dims(g), P=_c(rows), symbolic=sym, matmul=sym and m.op == "MatMul")
+
+
+def static_dims(g: ConvGeom) -> CDims:
+    return CDims(str(g.H), str(g.W), str(g.IH), str(g.IW), str(g.OW), str(g.OH * g.OW),
+                 str(g.P))
+
+
+def conv_rows(m: Node) -> Extent:
+    """The output rows N·OH·OW of a ConvNHWC master: an int, or an expression of the dims."""
+    n, oh, ow, _ = static_shape(m.output.type)
+    return mul_extent(mul_extent(n, oh), ow)
 
 
 def symbolic_rows(m: Node) -> Extent:
@@ -163,12 +218,12 @@ def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
     return np.ascontiguousarray(w)
 
 
-def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
-             rows: str | None = None, epi: RegEpilogue | None = None) -> str:
+def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = False,
+             epi: RegEpilogue | None = None) -> str:
     """The C function of one rTask. ``local``: it writes its tile to ``out`` as a
     [PT][channels per task] scratch instead of at the tile's place in the [P][OC] output.
-    ``rows``: a MatMul's row count as a C expression of the dims (a symbolic kernel: its
-    last row tile is the residue, dispatched by ``nr`` to the micro-kernel of that height).
+    ``cd``: the sizes as C (symbolic ones: the last row tile is the residue, dispatched by
+    ``nr`` to the micro-kernel of that height; the row pointers are computed at run time).
     ``epi``: the micro-kernels apply it on the last K chunk, its constants packed in ``ke``
     ([constant][group][block][NB]; no such parameter without constants), its tensors
     ``t<j>`` indexed as the [P][OC] output (no pointer array without tensors)."""
@@ -178,8 +233,8 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     nc = -(-g.ICg // t.KC)
     pb: int | str = -(-g.P // t.PT)
     P: int | str = g.P
-    if rows is not None:
-        P, pb = rows, f"(({rows} + {t.PT - 1}) / {t.PT})"
+    if cd.symbolic:
+        P, pb = cd.P, f"(({cd.P} + {t.PT - 1}) / {t.PT})"
     chunk = g.KH * g.KW * t.KC * t.NB
     ldc = jt * t.NB if local else g.OC
     crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
@@ -187,8 +242,9 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
     tail, ts, params = _epilogue_args(g, t, epi)
 
     def cases(indirect: bool) -> str:
-        width = g.W if t.pack else g.IW   # a panel holds padded rows
-        strides = f"{t.R}, c * {t.KC}" if indirect else f"{g.DH * width * pix}, {g.DW * pix}"
+        width = g.W if t.pack else (g.IW if not cd.symbolic else cd.IW)  # a panel: padded
+        strides = f"{t.R}, c * {t.KC}" if indirect else \
+            f"{_cmul(g.DH, width, pix)}, {g.DW * pix}"
         table = "tb" if indirect else "rows"
         return "\n".join(
             f"        case {r}: {uk_name(r, t.V, epi, indirect)}({table}, wb, {g.KH}, {g.KW}, "
@@ -196,7 +252,7 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, local: bool = False,
             for r in heights(P, t.PT, t.R))
 
     if not g.padded or t.pack:
-        rows_c = _row_pointers(g, t, rows)
+        rows_c = _row_pointers(g, t, cd)
         call = f"{ts}\n      switch (nr) {{\n{cases(False)}\n        default: break;\n      }}"
     else:   # border tiles read through the task's pointer table
         rows_c = _border_rows(g, t)
@@ -223,7 +279,7 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
   const int64_t p0 = pc * {t.PT};
   const int64_t p1 = p0 + {t.PT} < {P} ? p0 + {t.PT} : {P};
   const int64_t j0 = jt * {jt}, j1 = j0 + {jt} < {jb} ? j0 + {jt} : {jb};
-  {_pack_decl(g, t) if t.pack else _border_table(g, t) if g.padded else ""}
+  {_pack_decl(g, t) if t.pack else _border_table(g, t, cd) if g.padded else ""}
   for (int64_t c = 0; c < {nc}; ++c) {{
     const int64_t icc = {g.ICg} - c * {t.KC} < {t.KC} ? {g.ICg} - c * {t.KC} : {t.KC};
     {_pack_copy(g, t) if t.pack else ""}
@@ -233,12 +289,12 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
 """
 
 
-def _row_pointers(g: ConvGeom, t: DenseTile, rows: str | None) -> str:
-    """C: the row pointers of the register tile at rows [p, p + nr) at chunk c, unpadded
-    (``rows``: a MatMul's symbolic row count). A packed task reads its chunk from a panel:
-    xs[row - p0][KC] for a 1x1 window, else xs[input pixel - f0][KC] (``_pack_decl``)."""
-    q = _c_pixel(g, "(p + r)")
-    if rows is not None:   # a MatMul: row q starts at q * K
+def _row_pointers(g: ConvGeom, t: DenseTile, cd: CDims) -> str:
+    """C: the row pointers of the register tile at rows [p, p + nr) at chunk c, unpadded.
+    A packed task reads its chunk from a panel: xs[row - p0][KC] for a 1x1 window, else
+    xs[input pixel - f0][KC] (``_pack_decl``)."""
+    q = _c_pixel(g, cd, "(p + r)")
+    if cd.matmul:   # row q starts at q * K
         address = f"x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC}"
     elif not t.pack:
         address = f"x + {q} * {g.C} + g * {g.ICg} + c * {t.KC}"
@@ -270,14 +326,17 @@ def _epilogue_args(g: ConvGeom, t: DenseTile, epi: RegEpilogue | None) -> tuple[
     return tail, ts, params
 
 
-def _border_table(g: ConvGeom, t: DenseTile) -> str:
+def _border_table(g: ConvGeom, t: DenseTile, cd: CDims) -> str:
     """C: a padded conv's pointer table for the task's rows [p0, p1), built once for all its
     K chunks and channel blocks. Register tile i (rows p0 + i·R …) whose every window lies
     inside the input (``inner[i]``) keeps one base pointer per row; else one pointer per
     (tap, row), ``R`` apart, the taps outside the input pointing at the zero block. The
     pointers are at channel 0 of the group; the micro-kernel adds the chunk's offset."""
-    ohw, taps, nt = g.OH * g.OW, g.KH * g.KW, -(-t.PT // t.R)
-    hi_h, hi_w = g.IH - 1 - (g.KH - 1) * g.DH, g.IW - 1 - (g.KW - 1) * g.DW
+    ohw, taps, nt = cd.OHW, g.KH * g.KW, -(-t.PT // t.R)
+    hi_h = f"{cd.IH} - {1 + (g.KH - 1) * g.DH}"
+    hi_w = f"{cd.IW} - {1 + (g.KW - 1) * g.DW}"
+    if not cd.symbolic:
+        hi_h, hi_w = g.IH - 1 - (g.KH - 1) * g.DH, g.IW - 1 - (g.KW - 1) * g.DW
     return f"""const float *tab[{nt * t.R * taps}];
   int inner[{nt}];
   for (int64_t i = 0; i * {t.R} < p1 - p0; ++i) {{
@@ -287,14 +346,14 @@ def _border_table(g: ConvGeom, t: DenseTile) -> str:
     inner[i] = 1;
     for (int64_t r = 0; r < nr; ++r) {{
       const int64_t q = pi + r;
-      in0[r] = q / {ohw} * {g.IH};
-      ih[r] = q % {ohw} / {g.OW} * {g.SH} - {g.pad_t};
-      iw[r] = q % {g.OW} * {g.SW} - {g.pad_l};
+      in0[r] = q / {ohw} * {cd.IH};
+      ih[r] = q % {ohw} / {cd.OW} * {g.SH} - {g.pad_t};
+      iw[r] = q % {cd.OW} * {g.SW} - {g.pad_l};
       inner[i] &= ih[r] >= 0 && ih[r] <= {hi_h} && iw[r] >= 0 && iw[r] <= {hi_w};
     }}
     const float *xg = x + g * {g.ICg};
     if (inner[i]) {{
-      for (int64_t r = 0; r < nr; ++r) tb[r] = xg + ((in0[r] + ih[r]) * {g.IW} + iw[r]) * {g.C};
+      for (int64_t r = 0; r < nr; ++r) tb[r] = xg + ((in0[r] + ih[r]) * {cd.IW} + iw[r]) * {g.C};
       continue;
     }}
     for (int64_t r = 0; r < nr; ++r)
@@ -302,8 +361,8 @@ def _border_table(g: ConvGeom, t: DenseTile) -> str:
         const int64_t h = ih[r] + kh * {g.DH};
         for (int64_t kw = 0; kw < {g.KW}; ++kw) {{
           const int64_t w_ = iw[r] + kw * {g.DW};
-          tb[(kh * {g.KW} + kw) * {t.R} + r] = h >= 0 && h < {g.IH} && w_ >= 0 && w_ < {g.IW}
-              ? xg + ((in0[r] + h) * {g.IW} + w_) * {g.C} : {zero_name(g.ICg)};
+          tb[(kh * {g.KW} + kw) * {t.R} + r] = h >= 0 && h < {cd.IH} && w_ >= 0 && w_ < {cd.IW}
+              ? xg + ((in0[r] + h) * {cd.IW} + w_) * {g.C} : {zero_name(g.ICg)};
         }}
       }}
   }}"""
@@ -328,12 +387,12 @@ def zero_block(n: int) -> str:
     return f"static const float {zero_name(n)}[{n}] __attribute__((aligned(64)));\n"
 
 
-def _c_pixel(g: ConvGeom, q: str, kh: int = 0, kw: int = 0) -> str:
+def _c_pixel(g: ConvGeom, cd: CDims, q: str, kh: int = 0, kw: int = 0) -> str:
     """C: the input pixel (of the flattened n·H·W axis) output row ``q`` reads at tap
     (kh, kw); ``dense.pixel`` in Python."""
-    ohw = g.OH * g.OW
-    return (f"(({q} / {ohw} * {g.H} + {q} % {ohw} / {g.OW} * {g.SH} + {kh * g.DH}) * {g.W}"
-            f" + {q} % {g.OW} * {g.SW} + {kw * g.DW})")
+    ohw = cd.OHW
+    return (f"(({q} / {ohw} * {cd.H} + {q} % {ohw} / {cd.OW} * {g.SH} + {kh * g.DH}) * {cd.W}"
+            f" + {q} % {cd.OW} * {g.SW} + {kw * g.DW})")
 
 
 def _pack_decl(g: ConvGeom, t: DenseTile) -> str:
@@ -342,8 +401,8 @@ def _pack_decl(g: ConvGeom, t: DenseTile) -> str:
     panel = f"float xs[{dense.pack_bytes(g, t) // 4}] __attribute__((aligned(64)));"
     if g.KH == g.KW == 1:
         return panel
-    return f"""const int64_t f0 = {_c_pixel(g, "p0")};
-  const int64_t f1 = {_c_pixel(g, "(p1 - 1)", g.KH - 1, g.KW - 1)} + 1;
+    return f"""const int64_t f0 = {_c_pixel(g, static_dims(g), "p0")};
+  const int64_t f1 = {_c_pixel(g, static_dims(g), "(p1 - 1)", g.KH - 1, g.KW - 1)} + 1;
   {panel}"""
 
 
@@ -354,7 +413,8 @@ def _pack_copy(g: ConvGeom, t: DenseTile) -> str:
     the L1 way size every row of the tile maps to one set). Pixels are those of the padded
     input: a padded conv's border pixels are zeros in the panel."""
     one = g.KH == g.KW == 1
-    pixel, count = (_c_pixel(g, "(s + p0)"), "p1 - p0") if one else ("f0 + s", "f1 - f0")
+    pixel, count = (_c_pixel(g, static_dims(g), "(s + p0)"), "p1 - p0") if one else \
+        ("f0 + s", "f1 - f0")
     copy = """int64_t i = 0;
       for (; i + 16 <= icc; i += 16) *(em_v16 *)(dst + i) = *(const em_v16 *)(src + i);
       for (; i < icc; ++i) dst[i] = src[i];"""
@@ -396,10 +456,15 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     # small K chunks over wide channel panels, ran at 98 GFLOP/s among the other layers'
     # weights; the spread's choice, panels that stay in L2 across row blocks, at 180)
     spread = m.op == "MatMul"
-    rows = symbolic_rows(m) if m.op == "MatMul" else g.P
+    rows = symbolic_rows(m) if m.op == "MatMul" else conv_rows(m)
     sym = None if isinstance(rows, int) else rows
+    cd = c_dims(m, g, rows)
     if tiling is not None:
         t = tiling
+    elif cd.symbolic and m.op == "ConvNHWC":   # Roller's construction for the hints
+        t0 = time.perf_counter()
+        t = dense.construct(g, ctx.spec, ctx.units, 1)[0]
+        ctx.construct_s += time.perf_counter() - t0
     elif sym is not None:
         t = choose_tiling(g, ctx, lambda c, p: build_dense(name, _rows_matmul(m, p), ctx, c),
                           spread, symbolic=True)
@@ -420,13 +485,12 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     core = core_body(body)
     reg = register_epilogue(core, m, g.OC, tensors=True) if len(core.nodes) > 1 else None
     # named by what its text depends on, so kernels of one shape share one tile function
-    key = (g, t, local) if sym is None else (g, t, local, dims.c_expr(sym))
+    key = (g, t, local) if sym is None else (g, t, local, cd)
     if reg is not None:
         key += reg.key
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", mul_extent(rows, g.OC))
-    x_buf = Buffer(f"{name}_x", mul_extent(rows, g.C) if sym is not None
-                   else g.N * g.IH * g.IW * g.C)
+    x_buf = Buffer(f"{name}_x", numel(static_shape(m.inputs[0].type)))  # type: ignore[union-attr]
     w_buf = Buffer(f"{name}_w", packed.size)
     x_index = body.inputs.index(m.inputs[0])
     args: list = [(out_buf, OUTPUT), (x_buf, x_index), (w_buf, packed)]
@@ -444,7 +508,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = _helpers(g, t, reg, g.P if sym is None else sym)
-    support[fn] = _tile_fn(fn, g, t, local, None if sym is None else dims.c_expr(sym), reg)
+    support[fn] = _tile_fn(fn, g, t, cd, local, reg)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
     flops = 2 * hint_of(rows) * g.OC * g.KH * g.KW * g.ICg

@@ -118,11 +118,12 @@ def keeps_dtype(group: Group, n: Node, via: Value) -> bool:
 def transposed_store(group: Group, n: Node) -> bool:
     """The dense convolution kernel (``kernel/conv.py``) can store its output tile transposed
     NHWC -> NCHW (a conv chain's exit): a ConvNHWC master with >= 2 input channels per group
-    and constant weights (depthwise has a kernel of its own, without that store), batch 1."""
+    and constant weights (depthwise has a kernel of its own, without that store), batch 1,
+    static sizes (the scratch tile is transposed by the static output's row count)."""
     m = group.master
     w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
     return (w is not None and w.is_const and w.type.shape[2] >= 2
-            and m.output.type.shape[0] == 1
+            and m.output.type.shape[0] == 1 and m.output.type.is_static   # a static tile
             and list(n.attrs.get("perm", ())) == TO_NCHW)
 
 

@@ -37,7 +37,10 @@ def _mk(op: str, inputs: list[Value | None], attrs: dict, name: str) -> Node:
 
 def _convert_conv(n: Node) -> list[Node] | None:
     x, w = n.inputs[0], n.inputs[1]
-    if x is None or w is None or not w.is_const or x.type.rank != 4 or not x.type.is_static:
+    # symbolic batch, height or width: the dense kernel takes them at run time (channels and
+    # the window are the weights', static)
+    if x is None or w is None or not w.is_const or x.type.rank != 4 or \
+            not isinstance(x.type.shape[1], int):
         return None
     pads = list(n.attrs["pads"])
     t = _mk("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
