@@ -1,0 +1,87 @@
+"""Convolutions over a symbolic batch, height or width (issue 28: an OCR recognizer's
+variable-width line image): compiled once, they run on Roller's dense kernel (the register-
+blocked micro-kernel, never one-element rTasks) at any size, against onnxruntime at sizes
+around and off the kernel's row tile, with the fused epilogue and the zero border read by the
+kernel itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from ember.compiler import driver
+from ember.errors import InputError
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _conv_model(cin: int, cout: int, k: tuple[int, int], pads: list[int], strides: list[int],
+                dil: list[int], group: int, shape: list, act: str) -> onnx.ModelProto:
+    rng = np.random.default_rng(cin * 31 + cout)
+    w = rng.standard_normal((cout, cin // group, *k)).astype(np.float32) * 0.2
+    b = rng.standard_normal(cout).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=pads, strides=strides,
+                              dilations=dil, group=group),
+             helper.make_node(act, ["c"], ["y"])]
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                        shape)],
+                          [helper.make_empty_tensor_value_info("y")],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _check(model: onnx.ModelProto, shapes: list[list[int]]) -> None:
+    comp, cm = driver.compile_full(model, schedule="sequential")
+    assert cm.symbolic
+    dense = [k for k in comp.kernels if k.name.startswith("convnhwc")]
+    assert dense and all("roller reg" in k.doc for k in dense), [k.doc for k in comp.kernels]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, shape in enumerate(shapes):
+        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = cm(x)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [
+    # cin, cout, kernel, pads, strides, dilations, group, input shape, activation
+    (16, 32, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1, [1, 16, "H", "W"], "Relu"),
+    (16, 32, (3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 1, [1, 16, 12, "W"], "Relu"),
+    (16, 24, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1, ["N", 16, 8, "W"], "Sigmoid"),
+    (32, 40, (3, 1), [1, 0, 2, 0], [1, 2], [2, 1], 1, [1, 32, 9, "W"], "Relu"),
+    (4, 8, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1, [1, 4, 6, "W"], "Relu"),     # a Pad node
+    (32, 32, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 4, [1, 32, 6, "W"], "Tanh"),  # groups
+    (128, 64, (4, 1), [0, 0, 0, 0], [1, 1], [1, 1], 1, [1, 128, 4, "W"], "Relu"),
+], ids=["3x3-hw", "stride2", "batch", "dilated-asym", "pad-node", "groups", "crnn-col"])
+def test_symbolic_conv_runs_on_the_dense_kernel(case: tuple) -> None:
+    *params, shape, act = case
+    sizes = [(1, 9, 3), (2, 13, 7), (1, 10, 33), (3, 16, 64)]
+    shapes = [[n if d == "N" else h if d == "H" else w if d == "W" else d for d in shape]
+              for n, h, w in sizes]
+    _check(_conv_model(*params, shape, act), shapes)
+
+
+def test_a_width_the_window_does_not_fit_is_an_input_error() -> None:
+    """A symbolic width too narrow for an unpadded window is refused naming the node (the
+    dense kernel would compute a negative output width)."""
+    model = _conv_model(16, 24, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1, [1, 16, 8, "W"],
+                        "Relu")
+    _, cm = driver.compile_full(model, schedule="sequential")
+    with pytest.raises(InputError, match="Conv_0.*does not fit"):
+        cm(np.zeros((1, 16, 8, 2), np.float32))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cin=st.integers(2, 24), cout=st.integers(1, 40), k=st.integers(1, 3),
+       pad=st.integers(0, 2), stride=st.integers(1, 2),
+       widths=st.lists(st.integers(1, 40), min_size=2, max_size=3))
+def test_symbolic_width_conv_hypothesis(cin: int, cout: int, k: int, pad: int, stride: int,
+                                        widths: list[int]) -> None:
+    model = _conv_model(cin, cout, (k, k), [pad] * 4, [stride] * 2, [1, 1], 1,
+                        [1, cin, 7, "W"], "Relu")
+    _check(model, [[1, cin, 7, w] for w in widths if w + 2 * pad >= k])
