@@ -158,7 +158,7 @@ def bench_streaming(threads: int) -> list[dict]:
                                   "h": state, "c": state})
         for sr, n in ((16000, 512), (16000, 1536), (8000, 512))], threads)
     rows += bench_vm("crnn", crnn(), [(f"W={w}", {"image": _normal((1, 1, 32, w), w)})
-                                      for w in (64, 128, 256)], threads)
+                                      for w in (64, 128, 256, 512, 1024)], threads)
     return rows
 
 

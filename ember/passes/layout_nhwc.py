@@ -37,10 +37,9 @@ def _mk(op: str, inputs: list[Value | None], attrs: dict, name: str) -> Node:
 
 def _convert_conv(n: Node) -> list[Node] | None:
     x, w = n.inputs[0], n.inputs[1]
-    # symbolic batch, height or width: the dense kernel takes them at run time (channels and
-    # the window are the weights', static)
-    if x is None or w is None or not w.is_const or x.type.rank != 4 or \
-            not isinstance(x.type.shape[1], int):
+    if x is None or w is None or not w.is_const or x.type.rank != 4:
+        return None
+    if not x.type.is_static and not _dense_symbolic(n):
         return None
     pads = list(n.attrs["pads"])
     t = _mk("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
@@ -67,6 +66,15 @@ def _convert_conv(n: Node) -> list[Node] | None:
         y = add.output
     back = Node("Transpose", [y], [n.output], {"perm": TO_NCHW}, n.name + "_to_nchw")
     return nodes + [back]
+
+
+def _dense_symbolic(n: Node) -> bool:
+    """A conv over a symbolic batch, height or width that the dense kernel takes (it reads
+    them at run time; channels and window are the weights', static): two or more input
+    channels per group, not depthwise. Others keep NCHW and the generic kernel."""
+    x, w = n.inputs[0], n.inputs[1]
+    assert x is not None and w is not None
+    return isinstance(x.type.shape[1], int) and w.type.shape[1] >= 2 and _kind(n) == "Conv"
 
 
 BORDER_MIN_CHANNELS = 16
