@@ -81,8 +81,11 @@ def applicable(body: Graph) -> bool:
     if body.outputs[0].type.dtype.name != "float32":
         return False       # the tile and its epilogue are stored as float32, in place
     if m.op == "ConvNHWC":
-        w = m.inputs[1]
-        return w is not None and w.is_const and w.type.shape[2] >= 2 and len(m.inputs) == 2
+        # one input channel per group: the generic nest where shapes are static (as fast
+        # there); a symbolic one has no other kernel that is not one element per rTask
+        w, x = m.inputs[1], m.inputs[0]
+        return (w is not None and x is not None and w.is_const and len(m.inputs) == 2
+                and (w.type.shape[2] >= 2 or not x.type.is_static))
     if m.op == "MatMul":
         a, b = m.inputs
         # rows may be symbolic (the dense kernel takes their count at run time)

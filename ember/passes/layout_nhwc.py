@@ -70,11 +70,11 @@ def _convert_conv(n: Node) -> list[Node] | None:
 
 def _dense_symbolic(n: Node) -> bool:
     """A conv over a symbolic batch, height or width that the dense kernel takes (it reads
-    them at run time; channels and window are the weights', static): two or more input
-    channels per group, not depthwise. Others keep NCHW and the generic kernel."""
+    them at run time; channels and window are the weights', static): any but a depthwise one,
+    which keeps NCHW and its window kernel."""
     x, w = n.inputs[0], n.inputs[1]
     assert x is not None and w is not None
-    return isinstance(x.type.shape[1], int) and w.type.shape[1] >= 2 and _kind(n) == "Conv"
+    return isinstance(x.type.shape[1], int) and _kind(n) == "Conv"
 
 
 BORDER_MIN_CHANNELS = 16

@@ -57,7 +57,9 @@ def _check(model: onnx.ModelProto, shapes: list[list[int]]) -> None:
     (4, 8, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1, [1, 4, 6, "W"], "Relu"),     # a Pad node
     (32, 32, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 4, [1, 32, 6, "W"], "Tanh"),  # groups
     (128, 64, (4, 1), [0, 0, 0, 0], [1, 1], [1, 1], 1, [1, 128, 4, "W"], "Relu"),
-], ids=["3x3-hw", "stride2", "batch", "dilated-asym", "pad-node", "groups", "crnn-col"])
+    (1, 32, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1, [1, 1, 12, "W"], "Relu"),   # one channel
+], ids=["3x3-hw", "stride2", "batch", "dilated-asym", "pad-node", "groups", "crnn-col",
+        "one-channel"])
 def test_symbolic_conv_runs_on_the_dense_kernel(case: tuple) -> None:
     *params, shape, act = case
     sizes = [(1, 9, 3), (2, 13, 7), (1, 10, 33), (3, 16, 64)]
@@ -85,3 +87,19 @@ def test_symbolic_width_conv_hypothesis(cin: int, cout: int, k: int, pad: int, s
     model = _conv_model(cin, cout, (k, k), [pad] * 4, [stride] * 2, [1, 1], 1,
                         [1, cin, 7, "W"], "Relu")
     _check(model, [[1, cin, 7, w] for w in widths if w + 2 * pad >= k])
+
+
+def test_symbolic_1d_conv_with_a_wide_strided_window() -> None:
+    """A 1-D conv over a symbolic number of samples (a voice detector's front end: one input
+    channel, a 64-sample window, hop 32), lowered to a 2-D ConvNHWC on the dense kernel."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((16, 1, 64)).astype(np.float32) * 0.1
+    b = rng.standard_normal(16).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[32]),
+         helper.make_node("Relu", ["c"], ["y"])], "conv1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "N"])],
+        [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    _check(model, [[1, 1, n] for n in (64, 512, 1000, 1536)])
