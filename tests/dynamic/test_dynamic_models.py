@@ -17,6 +17,7 @@ from onnx.reference import ReferenceEvaluator
 import ember
 from ember.compiler import vm_control
 from ember.errors import UnsupportedOpError
+from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Value
 from ember.ir.types import Sym, TensorType, floordiv
 from ember.passes.rebind_dims import rebind_derived_dims
@@ -180,3 +181,24 @@ def test_rebind_derived_dims_names_what_the_inputs_cannot_bind() -> None:
     h = Graph([z, Value(TensorType((floordiv(n, 8), 4)), "w")], name="seg")
     assert rebind_derived_dims(h) == {}
     assert h.inputs[0] is z
+
+
+@pytest.mark.parametrize("op", ["LSTM", "RNN", "GRU"])
+def test_a_scanned_step_starts_from_the_hoisted_input_projection(op: str) -> None:
+    """Over a symbolic length, an LSTM's or RNN's input projection X·Wᵀ + biases is computed
+    for every step at once before the Scans (one MatMul over S·B rows), and each step only
+    adds h·Rᵀ; GRU's step keeps its gate-split projection."""
+    model = _rnn_model(op, "bidirectional", 0, False, False)
+    g = import_model(model)
+    scans = [n for n in g.nodes if n.op == "Scan"]
+    assert len(scans) == 2
+    first = g.nodes.index(scans[0])
+    for n in scans:
+        body = n.attrs["body"]
+        matmuls = [m for m in body.nodes if m.op == "MatMul"]
+        hoisted = op != "GRU"
+        assert len(matmuls) == (1 if hoisted else 4), [m.op for m in body.nodes]
+        x = n.inputs[n.attrs["state"]]
+        if hoisted:   # the scanned value is the projection, made before the first Scan
+            assert x.producer is not None and g.nodes.index(x.producer) < first
+            assert x.type.shape[-1] == {"LSTM": 4, "RNN": 1}[op] * 8   # gates x hidden

@@ -47,6 +47,10 @@ DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "
                        "RNN": ["Tanh"]}
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DIRECTIONS = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}
+# a Scan step of these gets its row of the input projection, computed for every step at once
+# outside the loop (a dense MatMul over S*B rows instead of S one-row ones); GRU's projection
+# is split by gate and bias kind, and its step keeps it
+HOISTED = ("LSTM", "RNN")
 
 
 @dataclass
@@ -62,6 +66,9 @@ class Recurrence:
     layout: int
     lens: Value | None        # None: every sequence has the full length
     x: Value | None = None    # X time-major [S, B, I]
+    # the input projection X·Wᵀ + biases [S*B, G*H], when computed outside the recurrence (a
+    # Scan's step receives its row of the projection hoisted out of the loop)
+    xw: Value | None = None
 
     def zeros(self, width: int = 1) -> Value:
         return Value.constant(np.zeros((self.batch, width * self.hidden), np.float32))
@@ -281,10 +288,16 @@ def _assemble(ctx: Ctx, rec: Recurrence, ys: list[Value], finals: list[list[Valu
     return outs
 
 
-def _projection(ctx: Ctx, rec: Recurrence, d: int, w: Value, b: Value | None) -> Value:
-    """Every step's input projection at once: ``X · W[d]ᵀ + (Wb + Rb)`` [S*B, G*H]."""
+def _projection(ctx: Ctx, rec: Recurrence, d: int, w: Value | None, b: Value | None,
+                x: Value | None = None) -> Value:
+    """Every step's input projection at once: ``X · W[d]ᵀ + (Wb + Rb)`` [S*B, G*H] (``x``:
+    of that X instead, e.g. time-major [S, B, I]; the recurrence's own ``xw`` where it was
+    computed outside)."""
+    if rec.xw is not None:
+        return rec.xw
+    assert w is not None
     wb, rb = _bias_halves(ctx, rec, d, b)
-    xw = ctx.add1("MatMul", [rec.x2, _t(ctx, _direction(ctx, d, w))])
+    xw = ctx.add1("MatMul", [rec.x2 if x is None else x, _t(ctx, _direction(ctx, d, w))])
     return xw if wb is None or rb is None else ctx.add1("Add", [xw, ctx.add1("Add", [wb, rb])])
 
 
@@ -316,18 +329,25 @@ def _scanned(ctx: Ctx, rec: Recurrence, rest: list[Value | None], n_states: int,
     """A symbolic sequence length: each direction is a ``Scan`` over X's time axis whose body
     is the same ``direction`` builder run for one step (a recurrence of length 1 whose
     initial states are the body's state inputs)."""
+    # every direction's hoisted input projection before the first Scan: one segment
+    # computes them all (with whatever precedes them), not one segment between the Scans
+    projected = [_projection(ctx, rec, d, rest[0], rest[2], rec.x) if rec.op in HOISTED
+                 else None for d in range(len(rec.reverse))]
     runs = [_scan_direction(ctx, rec, d, rest, n_states,
-                            _cell_attrs(rec.op, attrs, d, len(rec.reverse)), direction)
+                            _cell_attrs(rec.op, attrs, d, len(rec.reverse)), direction,
+                            projected[d])
             for d in range(len(rec.reverse))]
     return _assemble(ctx, rec, [r[-1] for r in runs], [r[:-1] for r in runs])
 
 
 def _scan_direction(ctx: Ctx, rec: Recurrence, d: int, rest: list[Value | None],
                     n_states: int, cell: Attrs,
-                    direction: Callable[..., tuple[list[Value], list[Value]]]) -> list[Value]:
+                    direction: Callable[..., tuple[list[Value], list[Value]]],
+                    projected: Value | None = None) -> list[Value]:
     """Direction ``d`` as one ``Scan``: its final states, then Y ``[S, B, H]`` in time order.
     The body's operands are direction ``d``'s slices of the weights (constants, or captures
-    when computed at run time)."""
+    when computed at run time). ``projected``: the input projection [S, B, G*H] computed
+    outside, scanned instead of X (the step then starts from its row)."""
     assert rec.x is not None
     dt = rec.x.type.dtype
     state_t = TensorType((rec.batch, rec.hidden), dt)
@@ -350,16 +370,23 @@ def _scan_direction(ctx: Ctx, rec: Recurrence, d: int, rest: list[Value | None],
         body.inputs.append(cap)
         return cap
 
-    weights = [inner(v) for v in rest[:3]]
+    scanned = rec.x if projected is None else projected
+    if projected is not None:
+        x_t = Value(TensorType((rec.batch, GATES[rec.op] * rec.hidden), dt), "xw_t")
+        body.inputs[n_states] = x_t
+        weights = [None, inner(rest[1]), None]
+    else:
+        weights = [inner(v) for v in rest[:3]]
     extra = [inner(v) for v in rest[3 + n_states:]]
     states = [bctx.add1("Unsqueeze", [h], {"axes": [0]}) for h in h_in]
-    one = Recurrence(rec.op, x_t, 1, rec.batch, rec.hidden, [False], 0, None)
+    one = Recurrence(rec.op, x_t, 1, rec.batch, rec.hidden, [False], 0, None,
+                     xw=None if projected is None else x_t)
     ys, finals = direction(bctx, one, 0, [*weights, *states, *extra], cell)
     body.outputs = [*finals, ys[0]]
     inits = [rec.zeros() if v is None else _direction(ctx, d, v)
              for v in rest[3:3 + n_states]]
     rev = int(rec.reverse[d])
-    return ctx.add("Scan", [*inits, rec.x, *captures], {
+    return ctx.add("Scan", [*inits, scanned, *captures], {
         "body": body, "state": n_states, "num_scan_inputs": 1, "scan_input_axes": [0],
         "scan_input_directions": [rev], "scan_output_axes": [0],
         "scan_output_directions": [rev], "captures": len(captures)})
@@ -369,7 +396,7 @@ def _scan_direction(ctx: Ctx, rec: Recurrence, d: int, rest: list[Value | None],
 def _lstm_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], cell: Attrs
                     ) -> tuple[list[Value], list[Value]]:
     w, r, b, h0, c0, p = ins
-    assert w is not None and r is not None
+    assert r is not None and (w is not None or rec.xw is not None)
     xw = _projection(ctx, rec, d, w, b)                                  # [S*B, 4H]
     rt = _t(ctx, _direction(ctx, d, r))
     peep = [_direction(ctx, d, p)] if p is not None else []
@@ -445,7 +472,7 @@ def gru(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def _rnn_direction(ctx: Ctx, rec: Recurrence, d: int, ins: list[Value | None], cell: Attrs
                    ) -> tuple[list[Value], list[Value]]:
     w, r, b, h0 = ins
-    assert w is not None and r is not None
+    assert r is not None and (w is not None or rec.xw is not None)
     xw = _projection(ctx, rec, d, w, b)                                  # [S*B, H]
     rt = _t(ctx, _direction(ctx, d, r))
 
