@@ -118,30 +118,34 @@ def geometry(m: Node) -> tuple[ConvGeom, np.ndarray]:
 @dataclass(frozen=True)
 class CDims:
     """The sizes of a dense kernel's geometry that its C text reads, as C expressions:
-    literals for a static one; expressions of the program's dims (``dims.c_expr``) for a
+    ints for a static one; expressions of the program's dims (``dims.c_expr``) for a
     conv over a symbolic batch, height or width, or a MatMul with a symbolic row count (the
     tiling itself is Roller's for the hint geometry). H and W are the padded input's."""
 
-    H: str
-    W: str
-    IH: str
-    IW: str
-    OW: str
-    OHW: str
-    P: str
+    H: int | str
+    W: int | str
+    IH: int | str
+    IW: int | str
+    OW: int | str
+    OHW: int | str
+    P: int | str
     symbolic: bool = False
     matmul: bool = False    # a symbolic MatMul's rows: row q starts at q·K (no pixel math)
 
 
-def _c(e: Extent) -> str:
-    return str(e) if isinstance(e, int) else f"({dims.c_expr(e)})"
+def _c(e: Extent) -> int | str:
+    return e if isinstance(e, int) else f"({dims.c_expr(e)})"
 
 
-def _cmul(*parts: int | str) -> str:
-    """C for a product: folded where every factor is a literal."""
+def _cmul(*parts: int | str) -> int | str:
+    """A product as C: folded where every factor is an int."""
     if all(isinstance(p, int) for p in parts):
-        return str(int(np.prod(parts, dtype=np.int64)))
+        return int(np.prod(parts, dtype=np.int64))
     return " * ".join(str(p) for p in parts)
+
+
+def _csub(a: int | str, k: int) -> int | str:
+    return a - k if isinstance(a, int) else f"{a} - {k}"
 
 
 def c_dims(m: Node, g: ConvGeom, rows: Extent) -> CDims:
@@ -160,8 +164,7 @@ def c_dims(m: Node, g: ConvGeom, rows: Extent) -> CDims:
 
 
 def static_dims(g: ConvGeom) -> CDims:
-    return CDims(str(g.H), str(g.W), str(g.IH), str(g.IW), str(g.OW), str(g.OH * g.OW),
-                 str(g.P))
+    return CDims(g.H, g.W, g.IH, g.IW, g.OW, g.OH * g.OW, g.P)
 
 
 def conv_rows(m: Node) -> Extent:
@@ -245,7 +248,7 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
     tail, ts, params = _epilogue_args(g, t, epi)
 
     def cases(indirect: bool) -> str:
-        width = g.W if t.pack else (g.IW if not cd.symbolic else cd.IW)  # a panel: padded
+        width = g.W if t.pack else cd.IW   # a panel holds padded rows
         strides = f"{t.R}, c * {t.KC}" if indirect else \
             f"{_cmul(g.DH, width, pix)}, {g.DW * pix}"
         table = "tb" if indirect else "rows"
@@ -336,10 +339,7 @@ def _border_table(g: ConvGeom, t: DenseTile, cd: CDims) -> str:
     (tap, row), ``R`` apart, the taps outside the input pointing at the zero block. The
     pointers are at channel 0 of the group; the micro-kernel adds the chunk's offset."""
     ohw, taps, nt = cd.OHW, g.KH * g.KW, -(-t.PT // t.R)
-    hi_h = f"{cd.IH} - {1 + (g.KH - 1) * g.DH}"
-    hi_w = f"{cd.IW} - {1 + (g.KW - 1) * g.DW}"
-    if not cd.symbolic:
-        hi_h, hi_w = g.IH - 1 - (g.KH - 1) * g.DH, g.IW - 1 - (g.KW - 1) * g.DW
+    hi_h, hi_w = _csub(cd.IH, 1 + (g.KH - 1) * g.DH), _csub(cd.IW, 1 + (g.KW - 1) * g.DW)
     return f"""const float *tab[{nt * t.R * taps}];
   int inner[{nt}];
   for (int64_t i = 0; i * {t.R} < p1 - p0; ++i) {{
