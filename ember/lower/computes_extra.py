@@ -229,14 +229,14 @@ def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scal
 
 
 def _fill(v: float, dt: str) -> Const:
-    """extrapolation_value as a ``dt`` value (integers: truncated and saturated, as the
-    reference stores a float result)."""
+    """extrapolation_value as a ``dt`` value (integers: rounded half to even and saturated,
+    as the reference's ``saturate_cast`` stores a float result)."""
     if is_float_name(dt):
         return fconst(v, dt)
     if dt == "bool":
         return Const(int(v != 0), "bool")
     info = np.iinfo(np.dtype(dt))
-    return Const(int(np.trunc(np.clip(v, info.min, info.max))), dt)
+    return Const(int(np.clip(np.round(v), info.min, info.max)), dt)
 
 
 @register("Resize")
@@ -280,11 +280,11 @@ def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
             return v
         if dt == "bool":  # as numpy's astype(bool): any nonzero interpolated value is true
             return Bin("!=", v, fconst(0.0, wdt))
-        if is_int:
+        if is_int:   # onnx's reference: round half to even, saturate (onnxruntime truncates)
             info = np.iinfo(np.dtype(dt))
             lo = float(info.min)
             hi = float(np.nextafter(np.float64(info.max) + 1, 0))  # largest double <= max
-            v = Bin("min", Bin("max", v, fconst(lo, wdt)), fconst(hi, wdt))
+            v = Bin("min", Bin("max", call("round", v), fconst(lo, wdt)), fconst(hi, wdt))
         return Cast(v, dt)
 
     return [te.compute(shape, body, name="resize", dtype=dt)]

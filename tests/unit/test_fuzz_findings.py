@@ -202,3 +202,22 @@ def test_equal_bfloat16_constants_are_merged_not_a_raw_error() -> None:
     x = np.ones((2, 3), ml_dtypes.bfloat16)
     y = ember.compile(m).run({"x": x})["y"]
     np.testing.assert_array_equal(y.astype(np.float32), 1 + 2 * w.astype(np.float32))
+
+
+def test_integer_linear_resize_rounds_as_onnx_reference() -> None:
+    """uint8 linear Resize (fuzz case 27:82): values interpolated in float64 are rounded half
+    to even and saturated, as onnx's reference does (onnxruntime truncates: 13.9999 -> 13,
+    where the exact value is 14, and 18.67 -> 18)."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([[[[24, 0, 28], [17, 8, 5], [24, 17, 5]]]], np.uint8)
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear",
+                          coordinate_transformation_mode="asymmetric")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.array([1, 1, 1.5, 3], np.float32), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    got = ember.compile(m)(x)
+    np.testing.assert_array_equal(got, want)

@@ -787,7 +787,7 @@ def resize(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     y = x.astype(np.float32) if x.dtype.kind in "iub" else x
     for axis, scale, roi in resize_axes(attrs, x.shape, tuple(sizes)):
         y = _resize_axis(y, axis, int(sizes[axis]), scale, roi, attrs)
-    if x.dtype.kind in "iu":  # onnxruntime truncates (no rounding); we also saturate
+    if x.dtype.kind in "iu":  # onnx's reference: half to even, saturated (onnxruntime truncates)
         info = np.iinfo(x.dtype)
-        y = np.trunc(np.clip(y, info.min, info.max))
+        y = np.clip(np.round(y), info.min, info.max)
     return [np.asarray(y).astype(x.dtype, copy=False)]
