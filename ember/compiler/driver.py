@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,30 @@ from ember.support import log, options
 VERSION = "0.1.0"
 
 
+class BlobCopy:
+    """``ParamBlob.array()`` on a thread of its own (one per compile, not a pool: a pool's
+    worker does not survive a fork, and a forked child's compile would wait on it)."""
+
+    def __init__(self, blob: ParamBlob) -> None:
+        self._out: list[Any] = []
+        self._thread = threading.Thread(target=self._run, args=(blob,), name="ember-params",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, blob: ParamBlob) -> None:
+        try:
+            self._out.append(blob.array())
+        except BaseException as e:  # noqa: BLE001 - re-raised in result()
+            self._out.append(e)
+
+    def result(self) -> np.ndarray:
+        self._thread.join()
+        value = self._out[0]
+        if isinstance(value, BaseException):
+            raise value
+        return value  # type: ignore[no-any-return]
+
+
 @dataclass
 class Compilation:
     """Everything the compiler produced, kept for ``ember inspect`` and the tests."""
@@ -59,8 +83,8 @@ class Compilation:
     plan: ExecutionPlan | None = None
     source: str = ""
     units: ProgramUnits | None = None    # the source as translation units (compiled apart)
-    # the parameter blob, or the future filling it (a BERT's 440 MB are copied while cc runs)
-    blob: np.ndarray | Future | None = None
+    # the parameter blob, or the copy filling it (a BERT's 440 MB are copied while cc runs)
+    blob: np.ndarray | BlobCopy | None = None
     timings: dict[str, float] = field(default_factory=dict)
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
@@ -84,7 +108,7 @@ class Compilation:
     @property
     def params(self) -> np.ndarray | None:
         """The parameter blob ``ember_init`` receives (waiting for its copy if in flight)."""
-        if isinstance(self.blob, Future):
+        if isinstance(self.blob, BlobCopy):
             self.blob = self.blob.result()
         return self.blob
 
@@ -163,7 +187,6 @@ def default_topk() -> int:
 
 
 LOG = log.LOG.getChild("compiler")
-_COPIER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ember-params")
 
 
 def build(model: onnx.ModelProto | str | os.PathLike | Graph,
@@ -343,7 +366,7 @@ def _emit(comp: Compilation) -> None:
     fused = comp.fused
     bound, blob = _bind(comp.graph, [(fused[i], k) for i, k in zip(comp.op_of,
                                                                    comp.program_kernels)])
-    comp.blob = _COPIER.submit(blob.array)   # numpy copies without the GIL: overlaps cc
+    comp.blob = BlobCopy(blob)   # numpy copies without the GIL: overlaps cc
     slots = len(comp.memory_plan.slot_types)
     comp.units = emit_units(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
                             slots, num_ops=len(comp.kernels), op_of=comp.op_of,

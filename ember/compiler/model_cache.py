@@ -201,6 +201,18 @@ _pending: dict[str, threading.Thread] = {}
 _lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's writer threads, and a lock they held would
+    stay held: start with neither."""
+    global _lock
+    _lock = threading.Lock()
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def store(k: str | None, model: Any) -> None:
     """Keep ``model`` under ``k``, written by a thread of its own (nothing when ``k`` is None;
     a failed write is logged and the entry left out)."""

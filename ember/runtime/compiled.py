@@ -51,6 +51,7 @@ from ember.runtime.module import (
     NativeModule,
     address,
     aligned_empty,
+    check_parallel,
     host_bytes,
     is_aligned,
 )
@@ -350,6 +351,7 @@ class CompiledModel(ModelSpecs):
         bound from ``input_shapes`` (ignored by a static program), workspace prepared, the
         lock held; yields (address of ``ember_run``, workspace address)."""
         sizes = self._bind_dims(input_shapes) if self._dim_names else None
+        check_parallel(self._module.threads, self._module.lib_path.name)
         with self._lock:
             if sizes is not None:
                 self._prepare(sizes)

@@ -77,6 +77,36 @@ def available_memory() -> int:
     return 0
 
 
+# OpenMP (libgomp) does not restart its threads in a process forked after it ran a parallel
+# region: the child's next multi-threaded region waits forever. Such a child gets an error.
+_PARALLEL_RAN = False
+_FORKED_AFTER_PARALLEL = False
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED_AFTER_PARALLEL
+    _FORKED_AFTER_PARALLEL = _FORKED_AFTER_PARALLEL or _PARALLEL_RAN
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def check_parallel(threads: int, what: str) -> None:
+    """Before a native run with ``threads`` threads: an EmberError in a process forked after
+    a multi-threaded run (it would hang), else note that one ran."""
+    global _PARALLEL_RAN
+    if threads <= 1:
+        return
+    if _FORKED_AFTER_PARALLEL:
+        raise EmberError(
+            f"{what} runs {threads} threads, but this process was forked after ember ran a "
+            "multi-threaded model, and OpenMP cannot start threads in such a child (the call "
+            "would wait forever): start child processes with multiprocessing's 'spawn' or "
+            "'forkserver' method, or compile with num_threads=1 in the child")
+    _PARALLEL_RAN = True
+
+
 def address(array: np.ndarray) -> int:
     """The data pointer of ``array``: through ctypes' buffer protocol, five times cheaper
     than ``array.ctypes.data`` (used for read-only arrays, such as a VM's constants, and
@@ -188,6 +218,7 @@ class NativeModule:
         # ember_run's address, for native callers (``runtime.loops`` calls it per trip)
         self.run_address = int(ctypes.cast(self._run, ctypes.c_void_p).value or 0)
         self._num_threads = _bind(lib, "ember_num_threads", ctypes.c_int, [])
+        self.threads = int(self._num_threads())
         self._profile = self._profile_entries = None
         if hasattr(lib, "ember_profile"):   # libraries built before profiling lack these
             self._profile = _bind(lib, "ember_profile", None, [ctypes.c_void_p])
@@ -293,6 +324,8 @@ class NativeModule:
         """``run`` on raw data addresses (the caller keeps the arrays alive during the call)."""
         if self._params is None:
             raise EmberError("NativeModule.run called before init(params)")
+        if self.threads > 1:
+            check_parallel(self.threads, self.lib_path.name)
         ins = self._in_ptrs
         if len(ins) != len(inputs):
             ins = self._in_ptrs = (ctypes.c_void_p * len(inputs))()

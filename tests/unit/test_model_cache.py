@@ -142,3 +142,32 @@ def test_a_failed_background_write_leaves_no_entry(cached: Path,
         not [p for p in (cached / "models").iterdir()]
     x = np.ones((3, 7), np.float32)
     assert cm(x).shape == (3, 7)
+
+
+def test_a_forked_child_is_told_not_left_waiting(cached: Path) -> None:
+    """OpenMP cannot start threads in a process forked after it ran a parallel region: a
+    child forked after its parent ran a multi-threaded model gets an EmberError saying what to
+    do (it waited forever), and runs a single-threaded compile; the compile's own helper
+    threads (the weights copy, the cache write) are per compile, so they do not hang it."""
+    import multiprocessing
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs for a multi-threaded model")
+    ember.compile(_model(9), num_threads=2)(np.ones((3, 9), np.float32))
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        message = pool.apply_async(_compile_in_child, (2,)).get(timeout=120)
+        got = pool.apply_async(_compile_in_child, (1,)).get(timeout=120)
+    assert "forked" in message and "spawn" in message
+    np.testing.assert_allclose(got, np.tanh(np.ones((3, 10), np.float32)
+                                            @ np.linspace(-1, 1, 100, dtype=np.float32)
+                                            .reshape(10, 10)), rtol=1e-5, atol=1e-6)
+
+
+def _compile_in_child(threads: int) -> object:
+    try:
+        return np.asarray(ember.compile(_model(10), num_threads=threads)(
+            np.ones((3, 10), np.float32)))
+    except ember.EmberError as e:
+        return str(e)
