@@ -119,11 +119,13 @@ def transposed_store(group: Group, n: Node) -> bool:
     """The dense convolution kernel (``kernel/conv.py``) can store its output tile transposed
     NHWC -> NCHW (a conv chain's exit): a ConvNHWC master with >= 2 input channels per group
     and constant weights (depthwise has a kernel of its own, without that store), batch 1,
-    static sizes (the scratch tile is transposed by the static output's row count)."""
+    static sizes (the scratch tile is transposed by the static output's row count), float32
+    (another dtype runs on the generic kernel, whose epilogue keeps the master's shape)."""
     m = group.master
     w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
     return (w is not None and w.is_const and w.type.shape[2] >= 2
             and m.output.type.shape[0] == 1 and m.output.type.is_static   # a static tile
+            and m.output.type.dtype.name == "float32"        # the kernel's tiles are float32
             and list(n.attrs.get("perm", ())) == TO_NCHW)
 
 
