@@ -244,3 +244,25 @@ def test_float16_conv_compiles(shape: list, wshape: list, group: int, stride: in
     (want,) = run_ort(m, {"x": x})
     np.testing.assert_allclose(ember.compile(m)(x).astype(np.float32),
                                want.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("base,exp", [
+    (np.array([-1.187, 1.35, 4.0, 0.25], np.float16),
+     np.array([-5.43e-39, 0.5, 2.5, -1.5], np.float32)),                 # fuzz case 32:3391
+    (np.array([4, 9, 2, -8], np.int32), np.array([0.5, 0.5, 3.0, 1.0 / 3], np.float32)),
+    (np.array([2.0, -3.0, 0.5, 7.0], np.float32), np.array([3, 2, -1, 0], np.int64)),
+])
+def test_pow_of_mixed_dtypes_keeps_the_exponent(base: np.ndarray, exp: np.ndarray) -> None:
+    """Pow with a float exponent of another dtype than its base: the exponent is not rounded
+    to the base's dtype (a float16 base turned an exponent of 5e-39 into 0, so a negative
+    base gave 1 where onnxruntime gives NaN; an int base truncated 0.5 to 0)."""
+    g = helper.make_graph(
+        [helper.make_node("Pow", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", helper.np_dtype_to_tensor_dtype(base.dtype), [4]),
+         helper.make_tensor_value_info("b", helper.np_dtype_to_tensor_dtype(exp.dtype), [4])],
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(base.dtype), None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (want,) = run_ort(m, {"a": base, "b": exp})
+    got = ember.compile(m)(base, exp)
+    assert got.dtype == base.dtype
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3)

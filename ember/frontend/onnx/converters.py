@@ -236,6 +236,23 @@ def legacy_broadcast(ctx: Ctx, a: Value, b: Value, attrs: Attrs) -> Value:
     return ctx.add1("Unsqueeze", [b], {"axes": list(range(b.type.rank, b.type.rank + trailing))})
 
 
+def _mixed_pow(ctx: Ctx, a: Value, b: Value) -> Value:
+    """Pow of a base and an exponent of different dtypes (the result has the base's), as
+    onnxruntime computes it: an integer exponent is cast to a float base's dtype; a float
+    exponent is not cast to the base's dtype (a float16 or integer base would round it: an
+    exponent of 5e-39 became 0, 0.5 became 0), the power is taken in float32 (float16 or
+    bfloat16 bases and a float32 exponent) or float64 (integer bases, float64 operands) and
+    cast to the base's dtype."""
+    fa, fb = a.type.dtype.is_float, b.type.dtype.is_float
+    if not fb:
+        return ctx.add1("Pow", [a, ctx.add1("Cast", [b], {"to": a.type.dtype.name})])
+    wide = "float64" if "float64" in (a.type.dtype.name, b.type.dtype.name) or not fa \
+        else "float32"
+    aw = a if a.type.dtype.name == wide else ctx.add1("Cast", [a], {"to": wide})
+    bw = b if b.type.dtype.name == wide else ctx.add1("Cast", [b], {"to": wide})
+    return ctx.add1("Cast", [ctx.add1("Pow", [aw, bw])], {"to": a.type.dtype.name})
+
+
 def _make_binary(op: str) -> tuple[ConverterFn, ConverterFn]:
     def legacy(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         a, b = ctx.inputs(ins, 2, 2)
@@ -246,7 +263,7 @@ def _make_binary(op: str) -> tuple[ConverterFn, ConverterFn]:
         a, b = ctx.inputs(ins, 2, 2)
         assert a is not None and b is not None
         if op == "Pow" and b.type.dtype != a.type.dtype:
-            b = ctx.add1("Cast", [b], {"to": a.type.dtype.name})
+            return [_mixed_pow(ctx, a, b)]
         return ctx.add(op, [a, b])
 
     return legacy, modern
