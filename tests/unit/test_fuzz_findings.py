@@ -266,3 +266,21 @@ def test_pow_of_mixed_dtypes_keeps_the_exponent(base: np.ndarray, exp: np.ndarra
     got = ember.compile(m)(base, exp)
     assert got.dtype == base.dtype
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3)
+
+
+def test_a_node_name_that_is_not_utf8_is_read_as_text() -> None:
+    """A mutated file whose node name is not valid UTF-8 (protobuf returns it as bytes) raised
+    a raw TypeError in the layout pass (fuzz case 32:7437); the name is read as text."""
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]),
+         helper.make_node("GlobalMaxPool", ["c"], ["y"], name="pool")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    data = data.replace(b"pool", b"po\xdal")
+    x = np.random.default_rng(0).standard_normal((1, 3, 5, 5)).astype(np.float32)
+    got = ember.compile(data)(x)
+    want = np.max(np.stack([np.sum(x[0][:, i:i + 3, j:j + 3]) for i in range(3)
+                            for j in range(3)]))
+    np.testing.assert_allclose(got.reshape(-1), [want] * 4, rtol=1e-5)

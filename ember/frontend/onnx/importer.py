@@ -180,7 +180,7 @@ class _Subgraphs:
         if len(proto.input) != len(types):
             raise ModelError(f"{what} {proto.name!r} declares {len(proto.input)} input(s); "
                              f"the op gives it {len(types)}")
-        g = Graph(name=proto.name or what)
+        g = Graph(name=_text(proto.name) or what)
         sub = Ctx(g, self.ctx.opset)
         scope = Scope(self.env, capture=True, syms=(self.ctx.sym, sub.sym))
         formal = [Value(t, vi.name) for vi, t in zip(proto.input, types)]
@@ -472,8 +472,14 @@ def _check_schema(node: onnx.NodeProto, opset: int, where: str) -> None:
                              f"gives {a.i}")
 
 
+def _text(s: str | bytes) -> str:
+    """A name as text: protobuf hands a string field that is not valid UTF-8 (a damaged or
+    hostile file) back as bytes."""
+    return s.decode("utf-8", "backslashreplace") if isinstance(s, bytes) else s
+
+
 def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> None:
-    name = node.name or f"{node.op_type}_{index}"
+    name = _text(node.name) or f"{node.op_type}_{index}"
     where = f"node {name!r} ({node.op_type}, opset {ctx.opset})"
     converts = node.domain in DEFAULT_DOMAINS or (node.domain, node.op_type) in OTHER_DOMAIN_OPS
     fn = lookup(node.op_type, ctx.opset) if converts else None
