@@ -99,10 +99,20 @@ def compile_vm(g: Graph, *, num_threads: int | None = None, topk: int | None = N
         "segments": len(c.programs), "packed_kinds": c.kinds, "packed_recipes": c.recipes,
         "specializers": [sp.record() for sp in c.specializers],
         "input_kinds": [_kind(v.type) for v in g.inputs],
+        "input_dims": [_static_dims(v) for v in g.inputs],
         "output_kinds": [_kind(v.type) for v in g.outputs],
         "list_tags": [lst.Nil.tag, lst.Cons.tag], "option_tags": [opt.Empty.tag, opt.Some.tag]}))
     return VMModel(exe, c.packed, [v.name for v in g.inputs], [v.name for v in g.outputs],
                    [np.dtype(v.type.dtype.np) for v in g.inputs], c.programs, c.specializers)
+
+
+def _static_dims(v: Value) -> list[int | None] | None:
+    """A tensor input's dims as the model declares them (None: symbolic), checked on every
+    call; None for sequences and optionals."""
+    t = v.type
+    if is_sequence(t) or is_optional(t) or not hasattr(t, "shape"):
+        return None
+    return [d if isinstance(d, int) else None for d in t.shape]
 
 
 class _VMCompiler:

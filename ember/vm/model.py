@@ -42,6 +42,8 @@ class VMModel:
         # tags of lists and options, read once from the executable's metadata
         meta = exe.meta
         self._in_kinds = meta.get("input_kinds") or ["tensor"] * len(self.input_names)
+        # the tensor inputs' declared dims (None: symbolic), checked on every call
+        self._in_dims = meta.get("input_dims") or [None] * len(self.input_names)
         self._out_kinds = meta.get("output_kinds") or ["tensor"] * len(self.output_names)
         self._option_tags = meta.get("option_tags")
         self._list_tags = meta.get("list_tags")
@@ -55,9 +57,17 @@ class VMModel:
         if len(args) != len(self.input_names):
             raise InputError(f"model takes {len(self.input_names)} input(s) "
                              f"({', '.join(self.input_names)}), got {len(args)}")
-        return [self._input(name, dt, a, kind)
-                for name, dt, a, kind in zip(self.input_names, self._dtypes, args,
-                                             self._in_kinds)]
+        values = [self._input(name, dt, a, kind)
+                  for name, dt, a, kind in zip(self.input_names, self._dtypes, args,
+                                               self._in_kinds)]
+        for name, v, dims in zip(self.input_names, values, self._in_dims):
+            if dims is not None and isinstance(v, np.ndarray) and (
+                    v.ndim != len(dims) or any(d is not None and d != n
+                                               for d, n in zip(dims, v.shape))):
+                want = ", ".join("?" if d is None else str(d) for d in dims)
+                raise InputError(f"input {name!r}: expected shape [{want}] (? any size), got "
+                                 f"{list(v.shape)}")
+        return values
 
     def _input(self, name: str, dt: np.dtype, a: Any, kind: str) -> Any:
         if kind.startswith("optional "):   # None, or the value: the Option ADT

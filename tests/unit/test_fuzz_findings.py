@@ -284,3 +284,30 @@ def test_a_node_name_that_is_not_utf8_is_read_as_text() -> None:
     want = np.max(np.stack([np.sum(x[0][:, i:i + 3, j:j + 3]) for i in range(3)
                             for j in range(3)]))
     np.testing.assert_allclose(got.reshape(-1), [want] * 4, rtol=1e-5)
+
+
+def test_a_vm_model_checks_its_inputs_declared_dims() -> None:
+    """A model that runs on the VM (a Loop) took an input whose static dim contradicts the
+    model's (declared [1, N, 3], fed [1, 2, 2]) and returned outputs, where onnxruntime
+    refuses it (fuzz case 32:5769): the declared dims and rank are checked on every call."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc", "acc"], ["acc_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [1, "N", 3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, "N", 3])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], "g",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    cm = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    n = np.array(2, np.int64)
+    x = np.ones((1, 4, 3), np.float32)
+    np.testing.assert_array_equal(cm.run({"n": n, "x": x})["y"], 4 * x)
+    with pytest.raises(InputError, match=r"input 'x': expected shape \[1, \?, 3\]"):
+        cm.run({"n": n, "x": np.ones((1, 2, 2), np.float32)})
+    with pytest.raises(InputError, match="input 'x'"):
+        cm.run({"n": n, "x": np.ones((4, 3), np.float32)})
