@@ -462,17 +462,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     rows = symbolic_rows(m) if m.op == "MatMul" else conv_rows(m)
     sym = None if isinstance(rows, int) else rows
     cd = c_dims(m, g, rows)
-    if tiling is not None:
-        t = tiling
-    elif cd.symbolic and m.op == "ConvNHWC":   # Roller's construction for the hints
-        t0 = time.perf_counter()
-        t = dense.construct(g, ctx.spec, ctx.units, 1)[0]
-        ctx.construct_s += time.perf_counter() - t0
-    elif sym is not None:
-        t = choose_tiling(g, ctx, lambda c, p: build_dense(name, _rows_matmul(m, p), ctx, c),
-                          spread, symbolic=True)
-    else:
-        t = choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c), spread)
+    t = tiling or _tiling(name, body, g, ctx, cd, spread)
     local = transposed_output(body)
     if local:
         t = fit_scratch(t)
@@ -519,6 +509,23 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     if reg is not None:
         doc += "; epilogue in registers"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
+
+
+def _tiling(name: str, body: Graph, g: ConvGeom, ctx: RollerContext, cd: CDims,
+            spread: bool) -> DenseTile:
+    """``build_dense``'s rProgram: Roller's construction for a symbolic conv's hints; the
+    best on average over a spread of row counts for a MatMul (measured at each for a
+    symbolic one); else ``choose_tiling``'s."""
+    m = body.nodes[0]
+    if cd.symbolic and m.op == "ConvNHWC":
+        t0 = time.perf_counter()
+        t = dense.construct(g, ctx.spec, ctx.units, 1)[0]
+        ctx.construct_s += time.perf_counter() - t0
+        return t
+    if cd.symbolic:
+        return choose_tiling(g, ctx, lambda c, p: build_dense(name, _rows_matmul(m, p), ctx, c),
+                             spread, symbolic=True)
+    return choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c), spread)
 
 
 def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
