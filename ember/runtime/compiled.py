@@ -274,16 +274,8 @@ class CompiledModel(ModelSpecs):
         return arrays
 
     def _execute_static(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """``_execute`` of a static program: the outputs are views of one fresh allocation
-        at their 64-byte aligned offsets."""
-        raw = host_bytes(self._out_bytes + ALIGNMENT)
-        addr = address(raw)
-        shift = -addr % ALIGNMENT
-        outputs = [np.ndarray(shape, dt, raw, shift + off)
-                   for off, _, dt, shape in self._out_layout]
-        self._launch(None, [address(a) for a in inputs],
-                     [addr + shift + off for off, _, _, _ in self._out_layout])
-        return outputs
+        """``_execute`` of a static program (no dims to bind)."""
+        return self._run_layout(None, self._out_layout, self._out_bytes, inputs)
 
     def _order(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         unknown = [k for k in feeds if k not in self._input_index]
@@ -306,22 +298,21 @@ class CompiledModel(ModelSpecs):
         return bool(self._dim_names)
 
     def _execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        # All outputs of a call share one fresh buffer, each at a 64-byte aligned offset: one
-        # allocation and one address lookup per call.
-        sizes = self._bind_dims([a.shape for a in inputs]) if self._dim_names else None
-        layout, out_bytes = (sizes.out_layout, sizes.out_bytes) if sizes else \
-            (self._out_layout, self._out_bytes)
+        if not self._dim_names:
+            return self._execute_static(inputs)
+        sizes = self._bind_dims([a.shape for a in inputs])
+        return self._run_layout(sizes, sizes.out_layout, sizes.out_bytes, inputs)
+
+    def _run_layout(self, sizes: _Sizes | None, layout: list, out_bytes: int,
+                    inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """One run whose outputs share one fresh buffer, each at its 64-byte aligned offset
+        of ``layout``: one allocation and one address lookup per call."""
         raw = host_bytes(out_bytes + ALIGNMENT)
-        addr = raw.ctypes.data
+        addr = raw.__array_interface__["data"][0]
         shift = -addr % ALIGNMENT
-        base = addr + shift
-        outputs = [
-            raw[shift + off : shift + off + nbytes].view(dt).reshape(shape)
-            for off, nbytes, dt, shape in layout
-        ]
-        out_addrs = [base + off for off, _, _, _ in layout]
-        in_addrs = [address(a) for a in inputs]
-        self._launch(sizes, in_addrs, out_addrs)
+        outputs = [np.ndarray(shape, dt, raw, shift + off) for off, _, dt, shape in layout]
+        self._launch(sizes, [address(a) for a in inputs],
+                     [addr + shift + off for off, _, _, _ in layout])
         return outputs
 
     def _launch(self, sizes: _Sizes | None, in_addrs: list[int], out_addrs: list[int]) -> None:
