@@ -352,7 +352,9 @@ def _scan_direction(ctx: Ctx, rec: Recurrence, d: int, rest: list[Value | None],
     dt = rec.x.type.dtype
     state_t = TensorType((rec.batch, rec.hidden), dt)
     h_in = [Value(state_t, f"state{k}") for k in range(n_states)]
-    x_t = Value(TensorType((rec.batch, int(rec.x.type.shape[2])), dt), "x_t")
+    scanned = rec.x if projected is None else projected    # a step's row: X's or the projection's
+    x_t = Value(TensorType((rec.batch, int(scanned.type.shape[2])), dt),
+                "x_t" if projected is None else "xw_t")
     body = Graph([*h_in, x_t], name=f"{ctx.node_name}/step{d}")
     bctx = Ctx(body, ctx.opset)
     bctx.begin(ctx.node, f"{ctx.node_name}/step{d}")
@@ -370,10 +372,7 @@ def _scan_direction(ctx: Ctx, rec: Recurrence, d: int, rest: list[Value | None],
         body.inputs.append(cap)
         return cap
 
-    scanned = rec.x if projected is None else projected
     if projected is not None:
-        x_t = Value(TensorType((rec.batch, GATES[rec.op] * rec.hidden), dt), "xw_t")
-        body.inputs[n_states] = x_t
         weights = [None, inner(rest[1]), None]
     else:
         weights = [inner(v) for v in rest[:3]]
