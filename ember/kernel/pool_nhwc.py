@@ -12,9 +12,9 @@ taps that lie inside the input are listed once (their row pointers); the channel
 register tiles of ``V`` 16-float vectors, each vector accumulating over the listed taps (max,
 or sum then one multiply by the reciprocal of ONNX's count), then single vectors, then one
 partial vector with ``em_load_part`` / ``em_store_part``. Taps outside the input are never
-listed, so nothing is read outside the input (padding is -FLT_MAX for max, 0 for sums, as in
-onnxruntime; a window with no tap inside gives -FLT_MAX, or 0/0 for an average without
-padding counted, as the generic kernel does; a window of -inf inside the input gives -inf). A
+listed, so nothing is read outside the input and padding never takes part (a max starts at
+-inf, a sum at 0: a window with no tap inside gives -inf, or 0/0 for an average without
+padding counted, as the generic kernel does; a window of -inf gives -inf). A
 NaN tap makes a max NaN (``em_win_max``: NaN in either operand wins).
 
 AveragePool's count: the listed taps (``count_include_pad=0``), or the taps inside the input
@@ -67,10 +67,9 @@ def _tile(g: WinGeom, nv: int, step: str, taps: list[str] | None, part: bool = F
     interior taps' constant offsets from ``xb`` (unrolled, over ``CHAINS // nv`` partial
     accumulators per vector so the max / add latency chains overlap), or None for the listed
     taps."""
-    # a max over a border pixel counts its taps outside as -FLT_MAX (the generic kernel's
-    # padding value); an interior pixel starts at -inf, so a window of -inf gives -inf
-    lowest = LOWEST if taps is None else "-INFINITY"
-    init = f"em_bcast({lowest})" if g.kind == "max" else "em_bcast(0.0f)"
+    # taps outside the input are never listed, so padding never takes part: a max starts at
+    # -inf (a window of -inf gives -inf, as in the generic kernel and onnx's reference)
+    init = f"em_bcast({LOWEST})" if g.kind == "max" else "em_bcast(0.0f)"
     sets = 1 if taps is None else max(1, min(len(taps), CHAINS // nv))
     acc = " ".join(f"em_v16a a{v}_{j} = {init};" for v in range(nv) for j in range(sets))
 

@@ -16,17 +16,18 @@ Schedule (``WinTiling``; every tiling with R, ROWS >= 1 is correct for every sha
 - A row is cut into 16-float output vectors (AVX-512 lanes; GCC vector types). A vector whose
   taps all lie inside its input row (every lane it loads, too) is *interior*; the others, at
   the left and right borders or past OW, are emitted one by one with compile-time lane masks:
-  masked loads return the padding value (-FLT_MAX for max, 0 for sums) and masked stores never
+  masked loads return the padding value (-inf for max, 0 for sums) and masked stores never
   write past the row. Interior vectors run ``R`` at a time (R independent accumulators), then
   one at a time; they load unmasked, with no guard.
 - Rows whose kernel rows all lie inside the input run the kernel's KH rows unrolled (weights
   as loop-invariant scalars); the few top/bottom rows clamp the kh range instead (padding
-  contributes nothing to sums). A window with no valid tap gives -FLT_MAX (max), the bias
-  (conv) or 0 (average), as onnxruntime does.
-- Max: padding taps count as -FLT_MAX (masked lanes load it; a clamped row starts from it),
-  as in the generic kernel, and the accumulators of full rows start at -inf, so a window of
-  -inf inside the input gives -inf (as onnxruntime). A NaN tap makes the window's result NaN
-  (``em_win_max``: NaN in either operand wins, as numpy's max and onnxruntime's Max).
+  contributes nothing to sums). A window with no valid tap gives -inf (max), the bias
+  (conv) or 0 (average).
+- Max: padding taps never take part (masked lanes load -inf; every accumulator starts at
+  -inf), as in the generic kernel and onnx's reference: a window of -inf gives -inf, with or
+  without padding (onnxruntime gives -FLT_MAX or -inf depending on its code path). A NaN tap
+  makes the window's result NaN (``em_win_max``: NaN in either operand wins, as numpy's max
+  and onnxruntime's Max).
 - Stride 1 loads each tap's 16 contiguous floats, or (``SHIFT``) loads R + ceil((KW-1)·DW/16)
   contiguous vectors per kernel row once and forms the taps by lane shifts
   (``__builtin_shufflevector``). Stride S > 1 loads the 16·S floats under 16 outputs' taps
@@ -68,7 +69,7 @@ from ember.loops.transform import format_stmt, simplify
 from ember.lower.computes import static_shape
 
 POOLS = {"MaxPool": "max", "AveragePool": "avg"}
-LOWEST = "-3.40282347e+38f"   # -FLT_MAX: a max's padding value (as onnxruntime's)
+LOWEST = "-INFINITY"   # a max's padding value and start: padding never wins
 MAX_R = 8                     # interior vectors per register block, at most
 TASKS_PER_VEU = 8             # rTasks per vEU the row blocks aim at
 OP_LATENCY = 2.0              # cycles of one accumulation on its chain, net of the overlap
@@ -442,10 +443,9 @@ class _Emit:
     def block(self, R: int, jx: str, jc: int | None, kh: tuple[str, str]) -> list[str]:
         """R output vectors from vector ``jx`` of the row (``jc``: its constant index, for a
         border vector), over kernel rows ``kh``: accumulate, finish, store. A max starts at
-        -inf, or in a clamped row (``kh`` not from 0: rows in the padding) at -FLT_MAX."""
+        -inf."""
         g = self.g
-        lowest = LOWEST if kh[0] != "0" else "-INFINITY"
-        init = {"max": _splat(lowest), "avg": "((em_v16a){0})", "dw": _splat("bias")}[g.kind]
+        init = {"max": _splat(LOWEST), "avg": "((em_v16a){0})", "dw": _splat("bias")}[g.kind]
         L = ["{", "  " + " ".join(f"em_v16a a{r} = {init};" for r in range(R))]
         if kh[0] == "0":
             L.append("  _Pragma(\"GCC unroll 16\")")

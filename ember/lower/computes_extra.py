@@ -116,33 +116,35 @@ _ROUND: dict[str, Callable[[Expr, float], Expr]] = {
 
 
 def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
-                  roi: tuple[float, float] | None = None) -> Expr:
+                  roi: tuple[float, float] | None = None, cdt: str = "float32") -> Expr:
     """The input coordinate of output index ``o``, op by op as the reference computes it
     (``_source_coords`` in ``ember.ir.ops.tensor``), so that rounding agrees bit for bit:
-    float32, or float64 for tf_crop_and_resize."""
+    in ``cdt`` (float32; float64 for integer data), float64 for tf_crop_and_resize."""
     if mode == CROP:
         assert roi is not None
         span, off, div = crop_terms(in_len, scale, roi)
         return (Cast(o, _F64) * fconst(span, _F64) * fconst(in_len - 1, _F64)
                 / fconst(div, _F64) + fconst(off, _F64))
-    x = Cast(o, "float32")
-    s = exact_const(scale)
+    x = Cast(o, cdt)
+    s = exact_const(scale, cdt)
+    f = np.dtype(cdt).type
     if mode == "asymmetric":
         return x / s
     if mode == "tf_half_pixel_for_nn":
-        return (x + fconst(0.5)) / s
+        return (x + fconst(0.5, cdt)) / s
     if mode == "align_corners":
         if out_len == 1:
-            return fconst(0.0)
-        return x * exact_const(in_len - 1) / exact_const(_F32(scale) * _F32(in_len) - _F32(1))
+            return fconst(0.0, cdt)
+        den = f(_F32(scale) * _F32(in_len)) - f(1)    # onnx: in * scale, a float32 product
+        return x * exact_const(in_len - 1, cdt) / exact_const(den, cdt)
     if mode == "pytorch_half_pixel" and out_len == 1:
-        return fconst(0.0)
-    c = (x + fconst(0.5)) / s - fconst(0.5)
+        return fconst(0.0, cdt)
+    c = (x + fconst(0.5, cdt)) / s - fconst(0.5, cdt)
     if mode == "half_pixel_symmetric":
-        fs = _F32(scale)
-        adj = _F32(out_len) / (fs * _F32(in_len))
-        shift = _F32(in_len) / _F32(2) * (_F32(1) - adj)  # a constant: computed here in f32
-        c = c + Const(float(shift), "float32")
+        fs = f(scale)
+        adj = f(out_len) / (fs * f(in_len))
+        shift = f(in_len) / f(2) * (f(1) - adj)  # a constant: computed here, as the reference
+        c = c + Const(float(shift), cdt)
     return c
 
 
@@ -202,7 +204,7 @@ class _Axis:
 
 
 def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scale: float,
-               roi: tuple[float, float] | None, wdt: str) -> _Axis:
+               roi: tuple[float, float] | None, wdt: str, cdt: str) -> _Axis:
     """How one axis is resized. Antialiased linear / cubic taps come from (index, weight)
     tables worked out at compile time by the reference's own ``antialias_taps`` (they depend
     on the output index alone; the indices are already clamped), the others from the
@@ -210,7 +212,7 @@ def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scal
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
 
     def src(o: Expr) -> Expr:
-        return _source_coord(coord, o, out_len, in_len, scale, roi)
+        return _source_coord(coord, o, out_len, in_len, scale, roi, cdt)
 
     def outside(o: Expr) -> Expr:
         c = src(o)
@@ -252,7 +254,8 @@ def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     # the arithmetic dtype: the reference works in float64 for cubic and antialiased weights
     # and for ints
     wdt = _F64 if mode == "cubic" or smooth or is_int or dt == _F64 else "float32"
-    plan = [_plan_axis(attrs, a, shape[a], x.shape[a], sc, roi, wdt)
+    cdt = _F64 if is_int else "float32"    # coordinates: as ``coord_dtype`` (the reference)
+    plan = [_plan_axis(attrs, a, shape[a], x.shape[a], sc, roi, wdt, cdt)
             for a, sc, roi in resize_axes(attrs, x.shape, shape)]
     fill = float(attrs.get("extrapolation_value", 0.0))
 

@@ -176,9 +176,12 @@ def _pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) -> l
 
     def body(*i: Expr) -> Expr:
         src, inside = coords(i)
-        pad = fconst(-3.4028234663852886e38) if is_max else fconst(0.0)
-        v = x[tuple(src)] if inside is None else Select(inside, x[tuple(src)], pad)
-        return te.Reduce("max" if is_max else "sum", v, tuple(rs))
+        red = te.Reduce("max" if is_max else "sum", x[tuple(src)], tuple(rs))
+        if inside is None:
+            return red
+        # padding never takes part: it reads as the combiner's identity (-inf for a float max,
+        # the type's lowest for an integer one, as onnx's reference; a window of -inf gives -inf)
+        return te.Reduce(red.combiner, Select(inside, red.body, red.init), red.axes)
 
     pooled = te.compute(shape, body, name="pool")
     if is_max:

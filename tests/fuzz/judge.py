@@ -99,8 +99,23 @@ def _fp16_close(ctx: Context) -> bool:
     if not on_path or ctx.got.dtype.kind not in "f":
         return False
     g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
-    scale = max(1.0, float(np.nanmax(np.abs(w[np.isfinite(w)]), initial=0.0)))
+    # a float16 value rounds by up to 2**-11 of its own size: after a cancellation (x - x'
+    # with x near 65504) the result differs by that much of the operands, not of itself
+    scale = max(1.0, float(np.nanmax(np.abs(w[np.isfinite(w)]), initial=0.0)),
+                _largest_f16_on_path(ctx))
     return bool(np.allclose(g, w, rtol=1e-2, atol=1e-3 * scale, equal_nan=True))
+
+
+def _largest_f16_on_path(ctx: Context) -> float:
+    """The largest finite magnitude among the float16 values the path computes (onnxruntime's
+    inputs, initializers and intermediates)."""
+    big = 0.0
+    for n in ctx.path:
+        for v in (ctx.values.get(i) for i in [*n.input, *n.output]):
+            if v is not None and v.dtype == np.float16 and v.size:
+                f = np.abs(v[np.isfinite(v)].astype(np.float64))
+                big = max(big, float(f.max(initial=0.0)))
+    return big
 
 
 def _cast_out_of_range(ctx: Context) -> bool:
@@ -162,6 +177,23 @@ def _overflowing_composite(ctx: Context) -> bool:
     limit = min(1e30, float(np.finfo(ctx.got.dtype).max) / 2)
     wild = ~np.isfinite(g) | ~np.isfinite(w) | (np.abs(g) > limit) | (np.abs(w) > limit)
     return bool(wild[differ].all())   # the outputs differ only where one side overflowed
+
+
+def _huge_cancellation(ctx: Context) -> bool:
+    """A sum over terms of both signs beyond 1e30 (±3e38): the finite terms are absorbed
+    into the huge ones or kept, depending on the order of the additions, so the result (both
+    sides finite) may differ by anything up to float32's rounding of the huge terms (2e31)."""
+    ops = {"ReduceMean", "ReduceSum", "GlobalAveragePool", "AveragePool", "Mean", "Sum",
+           "MatMul", "Gemm", "Conv", "ConvTranspose", "CumSum", "Einsum"}
+    if not any(a.dtype.kind == "f" and (a > 1e30).any() and (a < -1e30).any()
+               for a in ctx.inputs_of(ops) if a.size):
+        return False
+    if ctx.got is None or ctx.want is None or ctx.got.shape != ctx.want.shape \
+            or ctx.got.dtype.kind != "f":
+        return ctx.got is not None and ctx.got.dtype.kind != "f"  # an integer/bool output
+    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
+    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    return bool(differ.any() and (np.isfinite(g) & np.isfinite(w))[differ].all())
 
 
 def _nan_order(ctx: Context) -> bool:
@@ -330,13 +362,18 @@ EXPLAINED: tuple[Explained, ...] = (
               "matmul/conv, pow...) on Inf or values near FLT_MAX: whether an intermediate "
               "overflows to Inf or NaN depends on the evaluation order and formula, which "
               "ONNX leaves open", _overflowing_composite),
+    Explained("huge-cancellation", "a sum (mean, pool, matmul...) over terms of both signs "
+              "near FLT_MAX: which finite terms the huge ones absorb depends on the order of "
+              "the additions, which ONNX leaves open; both results are finite",
+              _huge_cancellation),
     Explained("nan-order", "TopK/ArgMax/ArgMin/Hardmax (and MaxPool's Indices) over NaN: "
               "ONNX does not order NaN against numbers; onnxruntime's choice depends on where "
               "the NaN is", _nan_order),
     Explained("nan-skipped-by-onnxruntime", "onnxruntime 1.32's MaxPool/GlobalMaxPool and "
               "its min/max scatter reductions skip "
               "NaN and start from -FLT_MAX (a window of -inf and padding gives -3.4e38 or "
-              "-inf, depending on dilation, in onnxruntime and in ember), its ReduceMax/"
+              "-inf, depending on its code path; -inf in ember and onnx's reference), its "
+              "ReduceMax/"
               "ReduceMin keep a NaN only when it is the first element (comparisons with NaN "
               "are false); ember propagates NaN; ONNX does not say", _nan_skipped),
     Explained("clip-default-bound", "Clip without min (max): ONNX says no bound; "
@@ -379,8 +416,10 @@ REFERENCE = Explained(
     "saturates float results: ±inf compared as the dtype's extremes)", lambda ctx: True)
 DEAD_NODE = Explained(
     "dead-node", "onnxruntime refused the inputs in a node whose values no graph output "
-    "depends on (dead code, or only its shape is taken); ember does not compute such values, "
-    "so it has nothing to refuse", lambda ctx: True)
+    "depends on (dead code, only its shape is taken, or they reach the outputs only through "
+    "tensors with no elements: a Slice to nothing, a Gather into an empty axis); ember does "
+    "not compute such values, so it reads no index and divides by no divisor there",
+    lambda ctx: True)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -422,10 +461,11 @@ def _values_differ(g: np.ndarray, w: np.ndarray) -> str:
             f"onnxruntime {w[i]!r})")
 
 
-def path_nodes(model: onnx.ModelProto, output: str, values_only: bool = False
-               ) -> list[onnx.NodeProto]:
+def path_nodes(model: onnx.ModelProto, output: str, values_only: bool = False,
+               empty: frozenset[str] = frozenset()) -> list[onnx.NodeProto]:
     """Every node ``output`` depends on (and the nodes of their If/Loop bodies); with
-    ``values_only``, not through the input of a Shape or Size (only its shape is needed)."""
+    ``values_only``, not through the input of a Shape or Size (only its shape is needed), nor
+    through a value named in ``empty`` (a tensor with no elements needs no values)."""
     producer = {o: n for n in model.graph.node for o in n.output}
     seen: list[onnx.NodeProto] = []
     todo = [output] if output else [o.name for o in model.graph.output]
@@ -433,7 +473,7 @@ def path_nodes(model: onnx.ModelProto, output: str, values_only: bool = False
     while todo:
         name = todo.pop()
         n = producer.get(name)
-        if n is None or name in done:
+        if n is None or name in done or name in empty:
             continue
         done.update(n.output)
         seen.append(n)
@@ -527,8 +567,22 @@ def _in_dead_node(case: Case, message: str) -> bool:
 
 def _value_live(model: onnx.ModelProto) -> set[str]:
     """The nodes whose values a graph output needs: an input of Shape or Size needs only its
-    shape (ember does not compute a value only its shape is taken of)."""
-    return {n.name for n in path_nodes(model, "", values_only=True)}
+    shape (ember does not compute a value only its shape is taken of), and a tensor with no
+    elements needs none of its producers' values (ember computes no element of it)."""
+    return {n.name for n in path_nodes(model, "", values_only=True, empty=_empty(model))}
+
+
+def _empty(model: onnx.ModelProto) -> frozenset[str]:
+    """The values onnx's shape inference (with constant propagation) finds have a 0 dim."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - no inference, no empty values known
+        return frozenset()
+    g = inferred.graph
+    return frozenset(v.name for v in [*g.value_info, *g.output]
+                     if v.type.HasField("tensor_type") and any(
+                         d.HasField("dim_value") and d.dim_value == 0
+                         for d in v.type.tensor_type.shape.dim))
 
 
 def _mismatch(case: Case, name: str, msg: str, ember: dict[str, Any], ort: dict[str, Any]

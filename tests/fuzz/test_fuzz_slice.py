@@ -147,3 +147,72 @@ def test_known_defects_still_fail() -> None:
     fixed = [f"{r['seed']}:{r['index']} ({known.KNOWN_DEFECTS[r['seed'], r['index']]}): "
              f"{r['outcome']}" for r in records if not report.is_bad(r["outcome"])]
     assert not fixed, "pass now; remove from known.KNOWN_DEFECTS:\n" + "\n".join(fixed)
+
+
+def _case(nodes: list, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray],
+          outputs: list[str], mutation: str = "") -> cases.Case:
+    from onnx import helper, numpy_helper
+
+    def info(name: str, a: np.ndarray) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+
+    g = helper.make_graph(nodes, "g", [info(k, v) for k, v in feeds.items()],
+                          [helper.make_empty_tensor_value_info(o) for o in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return cases.Case(0, 0, "feeds", m.SerializeToString(), feeds, "", [], 17,
+                      mutation=mutation)
+
+
+def test_judge_explains_values_no_output_element_needs() -> None:
+    """Seed 32's cases 3273 / 2126: a bad index whose values reach the outputs only through a
+    tensor with no elements (a Slice to nothing, a Gather whose output is empty) is dead; the
+    same index into an output with elements is a mismatch."""
+    from onnx import helper
+    x = np.arange(4, dtype=np.float32)
+    idx = np.array([3, -1, -4, 4], np.int64)
+    gather = helper.make_node("Gather", ["x", "i"], ["t"], name="gather_4")
+    ort_says = {"status": "reject", "stage": "run", "message": "[ONNXRuntimeError] : 2 : "
+                "INVALID_ARGUMENT : Non-zero status code returned while running Gather node. "
+                "Name:'gather_4' Status Message: indices element out of data bounds"}
+    empty = {"status": "ok", "outputs": {"y": np.zeros(0, np.float32)}}
+    sliced = _case([gather, helper.make_node("Slice", ["t", "s", "e"], ["y"])],
+                   {"x": x, "i": idx}, {"s": np.array([-1]), "e": np.array([-4])}, ["y"],
+                   "index-oob")
+    rec = judge.classify(sliced, None, None, empty, ort_says)
+    assert rec["outcome"] == "explained" and rec["explained"] == "dead-node", rec
+    kept = _case([gather, helper.make_node("Slice", ["t", "s", "e"], ["y"])],
+                 {"x": x, "i": idx}, {"s": np.array([0]), "e": np.array([4])}, ["y"],
+                 "index-oob")
+    some = {"status": "ok", "outputs": {"y": np.zeros(4, np.float32)}}
+    assert judge.classify(kept, None, None, some, ort_says)["outcome"] == "mismatch"
+
+
+def test_judge_explains_sums_over_huge_terms_of_both_signs() -> None:
+    """Seed 32's case 5779: a GlobalAveragePool over ±3e38 and finite values gives different
+    finite means in different summation orders; a finite input makes it a mismatch."""
+    from onnx import helper
+    x = np.array([[[[-3e38, -19.7, -5.2], [13.1, -1.2, 7.6], [3e38, 1.8, -14.8]]]], np.float32)
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    ort = {"status": "ok", "names": ["y"], "outputs": {"y": np.full((1, 1, 1, 1), -1.34,
+                                                                    np.float32)}}
+    got = {"status": "ok", "outputs": {"y": np.full((1, 1, 1, 1), -1.44, np.float32)}}
+    rec = judge.classify(_case([node], {"x": x}, {}, ["y"]), None, None, got, ort)
+    assert rec["outcome"] == "explained" and rec["explained"] == "huge-cancellation", rec
+    small = _case([node], {"x": np.ones_like(x)}, {}, ["y"])
+    assert judge.classify(small, None, None, got, ort)["outcome"] == "mismatch"
+
+
+def test_reference_answers_per_output_where_the_whole_model_fails() -> None:
+    """Seed 32's case 7935: onnx's reference refuses a GatherElements whose indices are
+    smaller than the data (onnxruntime runs it); the Resize output beside it still gets the
+    reference's opinion, on its own nodes."""
+    from onnx import helper
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    case = _case([helper.make_node("GatherElements", ["x", "i"], ["g"], axis=0),
+                  helper.make_node("Relu", ["x"], ["y"])],
+                 {"x": x}, {"i": np.zeros((1, 2), np.int64)}, ["g", "y"])
+    ref = runner.run_reference(case)
+    assert ref["status"] == "ok" and "g" not in ref["outputs"], ref
+    np.testing.assert_array_equal(ref["outputs"]["y"], x)

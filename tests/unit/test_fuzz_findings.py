@@ -204,19 +204,27 @@ def test_equal_bfloat16_constants_are_merged_not_a_raw_error() -> None:
     np.testing.assert_array_equal(y.astype(np.float32), 1 + 2 * w.astype(np.float32))
 
 
-def test_integer_linear_resize_rounds_as_onnx_reference() -> None:
+@pytest.mark.parametrize("mode,scales,x", [
+    ("asymmetric", [1, 1, 1.5, 3], [[24, 0, 28], [17, 8, 5], [24, 17, 5]]),
+    ("pytorch_half_pixel", [1, 1, 2, 3], [[3, 20], [255, 0], [255, 19], [5, 26]]),
+    ("half_pixel", [1, 1, 2, 3], [[3, 20], [255, 0], [255, 19], [5, 26]]),
+    ("align_corners", [1, 1, 2.5, 3], [[3, 20], [255, 0], [255, 19], [5, 26]]),
+])
+def test_integer_linear_resize_rounds_as_onnx_reference(mode: str, scales: list,
+                                                        x: list) -> None:
     """uint8 linear Resize (fuzz case 27:82): values interpolated in float64 are rounded half
     to even and saturated, as onnx's reference does (onnxruntime truncates: 13.9999 -> 13,
-    where the exact value is 14, and 18.67 -> 18)."""
+    where the exact value is 14, and 18.67 -> 18). The coordinates are float64 too, as the
+    reference's (case 32:7935: float32 coordinates put 94.49999 on the other side of 94.5)."""
     from onnx.reference import ReferenceEvaluator
 
-    x = np.array([[[[24, 0, 28], [17, 8, 5], [24, 17, 5]]]], np.uint8)
+    x = np.array([[x]], np.uint8)
     g = helper.make_graph(
         [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear",
-                          coordinate_transformation_mode="asymmetric")], "g",
+                          coordinate_transformation_mode=mode)], "g",
         [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
         [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
-        [numpy_helper.from_array(np.array([1, 1, 1.5, 3], np.float32), "s")])
+        [numpy_helper.from_array(np.array(scales, np.float32), "s")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     want = ReferenceEvaluator(m).run(None, {"x": x})[0]
     got = ember.compile(m)(x)

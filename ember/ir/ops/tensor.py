@@ -642,10 +642,12 @@ def crop_terms(in_len: int, scale: float, roi: tuple[float, float]) -> tuple[flo
 
 
 def _source_coords(mode: str, out_len: int, in_len: int, scale: float,
-                   roi: tuple[float, float] | None = None) -> np.ndarray:
-    """Output index -> fractional input coordinate (float32, as onnxruntime computes it;
-    tf_crop_and_resize: float64, as onnx's reference computes it, see ``crop_terms``)."""
-    f = np.float32
+                   roi: tuple[float, float] | None = None, f: type = np.float32
+                   ) -> np.ndarray:
+    """Output index -> fractional input coordinate in ``f``: float32 as onnxruntime computes
+    it, float64 (for integer data) as onnx's reference does, where a coordinate decides a
+    tie that rounds the interpolated integer; tf_crop_and_resize: float64, as onnx's
+    reference computes it, see ``crop_terms``."""
     if mode == CROP:
         assert roi is not None
         span, off, div = crop_terms(in_len, scale, roi)
@@ -659,7 +661,8 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float,
     if mode == "align_corners":
         if out_len == 1:
             return np.zeros(1, f)
-        return x * f(in_len - 1) / (s * f(in_len) - f(1))   # onnx: in * scale, unfloored
+        # onnx: in * scale (a float32 product), unfloored
+        return x * f(in_len - 1) / (f(np.float32(scale) * np.float32(in_len)) - f(1))
     if mode == "pytorch_half_pixel" and out_len == 1:
         return np.zeros(1, f)
     c = (x + f(0.5)) / s - f(0.5)
@@ -667,6 +670,12 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float,
         adj = f(out_len) / (s * f(in_len))
         c = c + f(in_len) / f(2) * (f(1) - adj)
     return c
+
+
+def coord_dtype(dt: np.dtype) -> type:
+    """The dtype Resize computes source coordinates in for data of ``dt``: float64 for
+    integers (onnx's reference, which ember's integer Resize follows), else float32."""
+    return np.float64 if np.dtype(dt).kind in "iu" else np.float32
 
 
 def _cubic_weights(ratio: np.ndarray, a: float) -> np.ndarray:
@@ -732,7 +741,7 @@ def _resize_axis(x: np.ndarray, axis: int, out_len: int, scale: float,
     in_len = x.shape[axis]
     mode = attrs.get("mode", "nearest")
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
-    coords = _source_coords(coord, out_len, in_len, scale, roi)
+    coords = _source_coords(coord, out_len, in_len, scale, roi, coord_dtype(x.dtype))
     bshape = [1] * x.ndim
     bshape[axis] = out_len
     if mode != "nearest" and attrs.get("antialias", 0):
