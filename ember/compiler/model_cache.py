@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,11 @@ from ember.runtime.artifact import read_meta
 from ember.runtime.compiled import load_model
 from ember.runtime.host import host_fingerprint
 from ember.support import log
+from ember.support.digest import TreeHash, tree_sha256
 from ember.support.options import Options
 from ember.vm.load import load_vm
 
-FORMAT = 1
+FORMAT = 2     # 2: the model's digest is a tree (``ember.support.digest``)
 LOG = log.LOG.getChild("cache")
 
 
@@ -90,8 +92,10 @@ def graph_digest(g: Graph) -> bytes:
 
 def proto_digest(model: onnx.ModelProto) -> bytes:
     """A digest of ``model``'s serialized fields, its initializers' ``raw_data`` hashed in
-    place: serializing a BERT to hash it copied 440 MB (0.5-1 s, then 0.7 s of blake2b)."""
+    place: serializing a BERT to hash it copied 440 MB (0.5-1 s, then 0.7 s of blake2b). The
+    weights go to a ``TreeHash`` (every core), the rest to one sha256 stream."""
     h = hashlib.sha256()
+    weights = TreeHash()
 
     def fields(msg: Any, skip: str = "") -> None:
         for fd, value in msg.ListFields():
@@ -113,26 +117,57 @@ def proto_digest(model: onnx.ModelProto) -> bytes:
         h.update(b"init:")
         if t.HasField("raw_data"):
             fields(t, skip="raw_data")
-            h.update(b"raw%d:" % len(t.raw_data))
-            h.update(t.raw_data)
+            raw = t.raw_data
+            h.update(b"raw%d:" % len(raw))
+            weights.update(raw)
         else:
             h.update(t.SerializeToString(deterministic=True))
+    h.update(weights.digest())
     return h.digest()
 
 
-def _model_bytes(model: Any) -> bytes | None:
+def _model_digest(model: Any) -> bytes | None:
+    """What identifies the model argument of a compile (None: not cached)."""
     if isinstance(model, Graph):
-        return graph_digest(model)
+        return b"graph:" + graph_digest(model)
     if isinstance(model, onnx.ModelProto):
-        return proto_digest(model)
+        return b"proto:" + proto_digest(model)
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model)
+        return b"bytes:" + tree_sha256(model)
     if isinstance(model, (str, os.PathLike)):
         try:
-            return Path(model).read_bytes()
+            return b"bytes:" + file_digest(Path(model))
         except OSError:
             return None   # the importer says what is wrong with the path
     return None
+
+
+# a file modified less than this long ago is not remembered by its stat: another write within
+# the file system's timestamp granularity would leave the same stat ("racy git")
+_SETTLED_NS = 2_000_000_000
+
+
+def file_digest(path: Path) -> bytes:
+    """The ``tree_sha256`` of a file's bytes, remembered by what ``stat`` says of it (device,
+    inode, size, modification and change times: a write changes the change time, which no
+    user can set), so a file compiled before is not read again."""
+    st = path.stat()
+    what = f"{path.resolve()}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0" \
+        f"{st.st_ctime_ns}"
+    memo = cache.cache_dir() / "models" / "files" / hashlib.sha256(what.encode()).hexdigest()
+    try:
+        known = bytes.fromhex(memo.read_text())
+        if len(known) == 32:
+            return known
+    except (OSError, ValueError):
+        pass
+    digest = tree_sha256(path.read_bytes())
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
+        try:
+            cache.write_atomic(memo, digest.hex().encode())
+        except OSError as e:
+            LOG.info("not remembering the digest of %s: %s", path, e)
+    return digest
 
 
 def key(model: Any, input_shapes: Any, opts: Options, threads: int,
@@ -141,7 +176,7 @@ def key(model: Any, input_shapes: Any, opts: Options, threads: int,
     model that is not bytes, a path, a ModelProto or an imported Graph)."""
     if not opts.model_cache:
         return None
-    data = _model_bytes(model)
+    data = _model_digest(model)
     if data is None:
         return None
     spec = ""
@@ -161,7 +196,7 @@ def key(model: Any, input_shapes: Any, opts: Options, threads: int,
         from ember.runtime import cuda_driver
 
         what["device"] = cuda_driver.device_info(0).name if cuda_driver.available() else ""
-    h = hashlib.sha256(data)   # 1.5 GB/s with SHA extensions (blake2b: 0.7)
+    h = hashlib.sha256(data)
     h.update(json.dumps(what, sort_keys=True, default=str).encode())
     return h.hexdigest()[:40]
 
@@ -176,23 +211,62 @@ def lookup(k: str | None) -> Any:
         return None
     _wait(k)
     path = _path(k)
-    if not cache.touch(path):
+    stamp = _stamp(path)
+    if stamp is None:
         return None
+    trusted = _read_text(_mark_path(path)) == stamp
     try:
         kind = read_meta(path).get("kind")
         if kind == "cuda":
             from ember.runtime.cuda_model import load_cuda
 
             model = load_cuda(path)
+        elif kind == "vm":
+            model = load_vm(path)
         else:
             # entries are replaced by renaming, never rewritten: their weights can be mapped
-            model = load_vm(path) if kind == "vm" else load_model(path, map_params=True)
+            model = load_model(path, map_params=True, verify=not trusted)
     except EmberError as e:   # damaged or evicted meanwhile: compile again
         LOG.info("dropping the cached model %s: %s", path.name, e)
         path.unlink(missing_ok=True)
         return None
-    LOG.info("cached model %s", path.name)
+    cache.touch(path)
+    _mark(path)          # verified (or vouched for), as it is now: touched
+    LOG.info("cached model %s%s", path.name, " (checksum vouched for)" if trusted else "")
     return model
+
+
+# An entry's checksum (BERT-base: 440 MB hashed) is verified once: its writer, or the first
+# lookup that verified it, records what ``stat`` says of the file next to it. An entry is
+# never rewritten in place (replaced by renaming); any write to it changes its change time,
+# which no user can set, so a matching record means the bytes are those that were verified.
+def _stamp(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _mark_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, ValueError):
+        return None
+
+
+def _mark(path: Path) -> None:
+    stamp = _stamp(path)
+    if stamp is None:
+        return
+    try:
+        cache.write_atomic(_mark_path(path), stamp.encode())
+    except OSError as e:       # a read-only shared cache: verified on every lookup
+        LOG.debug("not recording %s as verified: %s", path.name, e)
 
 
 # the writes in flight, by key: a compile returns while its model is written (BERT: 440 MB,
@@ -252,6 +326,7 @@ def _write(k: str, path: Path, model: Any) -> None:
         model.save(tmp)
         size = tmp.stat().st_size
         os.replace(tmp, path)
+        _mark(path)          # its checksum was computed from what was written
         cache.note_write(size)
     except (OSError, EmberError) as e:
         LOG.info("not caching the compiled model: %s", e)

@@ -479,10 +479,12 @@ class CompiledModel(ModelSpecs):
         )
 
 
-def load_model(path: str | os.PathLike[str], *, map_params: bool = False) -> CompiledModel:
+def load_model(path: str | os.PathLike[str], *, map_params: bool = False,
+               verify: bool = True) -> CompiledModel:
     """Load a ``model.ember`` artifact (numpy + the C runtime only; no compiler, no onnx).
-    ``map_params``: map the weights from the file (``artifact.read_artifact``)."""
-    art = read_artifact(path, map_params=map_params)
+    ``map_params``: map the weights from the file; ``verify=False``: skip the checksum
+    (``artifact.read_artifact``)."""
+    art = read_artifact(path, map_params=map_params, verify=verify)
     return CompiledModel(art.lib_path, art.params, art.meta, art.source)
 
 

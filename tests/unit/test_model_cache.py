@@ -171,3 +171,58 @@ def _compile_in_child(threads: int) -> object:
             np.ones((3, 10), np.float32)))
     except ember.EmberError as e:
         return str(e)
+
+
+def test_a_model_file_is_hashed_once_while_it_is_unchanged(
+        cached: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path's digest is remembered by the file's stat (device, inode, size, modification
+    and change times); a rewritten file is hashed again and gets another key."""
+    import onnx
+
+    monkeypatch.setattr(model_cache, "_SETTLED_NS", 0)
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(4), path)
+    base = options.Options()
+    k = model_cache.key(path, None, base, 2)
+    calls = []
+    real = model_cache.tree_sha256
+    monkeypatch.setattr(model_cache, "tree_sha256", lambda *b: calls.append(1) or real(*b))
+    assert model_cache.key(str(path), None, base, 2) == k and not calls   # not read again
+    onnx.save(_model(5), path)
+    assert model_cache.key(path, None, base, 2) != k and calls
+
+
+def test_a_verified_entry_is_not_hashed_again_until_its_file_changes(
+        cached: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer records the entry's stat as verified; a lookup that finds the same stat
+    skips the checksum (BERT-base: 440 MB), and records the stat again after touching the
+    entry. A byte changed in place (same size) changes the stat: the checksum is verified,
+    fails, and the model is compiled again."""
+    seen: list[bool] = []
+    real = model_cache.load_model
+
+    def spy(path: object, **kw: object) -> object:
+        seen.append(bool(kw.get("verify", True)))
+        return real(path, **kw)
+
+    monkeypatch.setattr(model_cache, "load_model", spy)
+    m = _model(8)
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 8)
+    want = ember.compile(m)(x)
+    model_cache.flush()
+    (entry,) = (cached / "models").glob("*.ember")
+    assert (cached / "models" / (entry.name + ".verified")).is_file()
+    np.testing.assert_array_equal(ember.compile(m)(x), want)
+    np.testing.assert_array_equal(ember.compile(m)(x), want)
+    assert seen == [False, False]                 # vouched for, twice (re-recorded)
+    data = bytearray(entry.read_bytes())
+    at = data.find(np.float32(np.linspace(-1, 1, 64, dtype=np.float32)[5]).tobytes())
+    assert at > 0
+    data[at] ^= 1                                 # a weight byte, in place
+    with open(entry, "r+b") as f:
+        f.write(data)
+    np.testing.assert_array_equal(ember.compile(m)(x), want)
+    assert seen[-1] is True                       # verified: the stat changed; recompiled
+    model_cache.flush()
+    np.testing.assert_array_equal(ember.compile(m)(x), want)
+    assert seen[-1] is False

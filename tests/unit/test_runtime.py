@@ -599,13 +599,14 @@ def test_any_flipped_byte_loads_correctly_or_raises_artifact_error(
         assert model(x)[0].tobytes() == want  # a harmless byte (e.g. zip attributes)
 
 
-def rewrite(path: Path, dest: Path, replace: dict[str, bytes], fix_checksum: bool) -> Path:
+def rewrite(path: Path, dest: Path, replace: dict[str, bytes], fix_checksum: bool,
+            kind: str = "sha256t") -> Path:
     with zipfile.ZipFile(path) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
     members.update(replace)
     if fix_checksum:
         body = {k: v for k, v in members.items() if k != "checksum"}
-        members["checksum"] = (art._digest(body) + "\n").encode()
+        members["checksum"] = (art._digest(body, kind) + "\n").encode()
     with zipfile.ZipFile(dest, "w") as zf:
         for name, data in members.items():
             zf.writestr(name, data)
@@ -615,6 +616,26 @@ def rewrite(path: Path, dest: Path, replace: dict[str, bytes], fix_checksum: boo
 def test_consistent_but_tampered_zip_fails_checksum(model1: CompiledModel, tmp_path: Path) -> None:
     path = model1.save(tmp_path / "model.ember")
     bad = rewrite(path, tmp_path / "t.ember", {"params.bin": blob(9.0).tobytes()}, False)
+    with pytest.raises(ArtifactError, match="checksum mismatch"):
+        load_model(bad)
+
+
+def test_a_format_1_artifact_still_loads(model1: CompiledModel, tmp_path: Path) -> None:
+    """Format 1 wrote one sha256 stream (``sha256:``); format 2 writes a tree (``sha256t:``,
+    hashed on every core). Both are verified; a wrong byte fails either."""
+    import json
+
+    path = model1.save(tmp_path / "model.ember")
+    with zipfile.ZipFile(path) as zf:
+        assert zf.read("checksum").startswith(b"sha256t:")
+    meta = {**json.loads(zipfile.ZipFile(path).read("meta.json")), "format": 1}
+    old = rewrite(path, tmp_path / "old.ember", {"meta.json": json.dumps(meta).encode()},
+                  True, "sha256")
+    with zipfile.ZipFile(old) as zf:
+        assert zf.read("checksum").startswith(b"sha256:")
+    x = x_input(3)
+    np.testing.assert_array_equal(load_model(old)(x)[0], model1(x)[0])
+    bad = rewrite(old, tmp_path / "bad.ember", {"params.bin": blob(9.0).tobytes()}, False)
     with pytest.raises(ArtifactError, match="checksum mismatch"):
         load_model(bad)
 
