@@ -9,7 +9,8 @@ a thread pool (``hashlib`` releases the GIL while it hashes) and hashes their di
 
 The result depends on the bytes and on how they were split into ``update`` calls (each call's
 length is hashed), never on the number of threads. Updates shorter than ``INLINE`` are hashed on
-the calling thread.
+the calling thread, and so is everything once the interpreter has begun to exit (the model
+cache's last write runs then, and a thread pool takes no new work at that point).
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ class TreeHash:
             if self._pool is None or len(piece) < INLINE:
                 self._parts.append(_sha(piece))
                 continue
-            fut = self._pool.submit(_sha, piece)
+            try:
+                fut = self._pool.submit(_sha, piece)
+            except RuntimeError:    # the interpreter is exiting (a cache write at exit)
+                self._pool = None
+                self._parts.append(_sha(piece))
+                continue
             self._parts.append(fut)
             self._queued.append((len(piece), fut))
             self._queued_bytes += len(piece)

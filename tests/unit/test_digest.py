@@ -50,3 +50,15 @@ def test_memory_in_flight_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     want = digest.tree_sha256(data)
     monkeypatch.setattr(digest, "INFLIGHT", digest.PIECE)
     assert digest.tree_sha256(data) == want
+
+
+def test_hashing_goes_on_when_the_pool_takes_no_work() -> None:
+    """At interpreter exit (the model cache's last write) a thread pool refuses new work:
+    the pieces are hashed on the calling thread, to the same digest."""
+    data = bytes(range(256)) * (3 * digest.PIECE // 256)
+    want = digest.tree_sha256(data)
+    t = digest.TreeHash(2)
+    assert t._pool is not None
+    t._pool.shutdown()                  # what an exiting interpreter's pool answers
+    t.update(data)
+    assert t.digest() == want
