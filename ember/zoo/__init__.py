@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from .bert import bert
+from .detector import db_detector
 from .inception import inception_v3
 from .lstm import NUM_CLASSES as LSTM_CLASSES
 from .lstm import lstm_tc
@@ -79,6 +80,9 @@ SPECS: dict[str, ModelSpec] = {
                                about="SqueezeNet 1.1, ImageNet"),
     "inception_v3": ModelSpec(inception_v3, _image(299), _logits(1000),
                               about="Inception-v3, ImageNet 299x299"),
+    "db_detector": ModelSpec(db_detector, _image(640), lambda b: (b, 1, 640, 640),
+                             about="DB text detector: MobileNetV2 backbone, FPN (Resize, add), "
+                                   "ConvTranspose x2 head, 640x640"),
     # -- irregular / multi-branch CNNs (resnext.py, randwire.py) --
     "resnext29_16x64d": ModelSpec(resnext29_16x64d, _image(32), _logits(10),
                                   about="ResNeXt-29 16x64d, CIFAR-10 32x32"),

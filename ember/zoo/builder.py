@@ -237,6 +237,32 @@ class GraphBuilder:
         y = self.conv(y, cout, 1, out_scale=np.sqrt(var / 2), name=pw_name)
         return self.bn(y, var=var * in_var, gamma=gamma, name=f"{name}.bn" if name else None)
 
+    def conv_transpose(self, x: str, cout: int, k: int, stride: int, pad: int = 0,
+                       bias: bool = False, gain: float = 2.0, name: str | None = None) -> str:
+        """ConvTranspose2d (PyTorch's layout: weight ``[cin, cout, k, k]``), normal with
+        variance ``gain`` over the taps one output receives (``cin·(k/stride)²``)."""
+        cin = self.channels[x]
+        fan_in = cin * max(1, (k // stride) ** 2)
+        w = self._normal((cin, cout, k, k), np.sqrt(gain / fan_in))
+        base = name or self._fresh("convt")
+        ins = [x, self._const(f"{base}.weight", w)]
+        if bias:
+            ins.append(self._const(f"{base}.bias", self._normal((cout,), 0.05)))
+        return self._node("ConvTranspose", ins, base, cout, kernel_shape=[k, k],
+                          strides=[stride, stride], pads=[pad] * 4)
+
+    def resize(self, x: str, factor: int, mode: str = "nearest") -> str:
+        """Upsample H and W by ``factor`` (``F.interpolate(scale_factor=...)`` as exported:
+        Resize with scales; nearest by floor, linear by half-pixel coordinates)."""
+        scales = self._const(self._fresh("resize_scales"),
+                             np.array([1, 1, factor, factor], np.float32))
+        attrs: dict = {"mode": mode}
+        if mode == "nearest":
+            attrs.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        else:
+            attrs.update(coordinate_transformation_mode="half_pixel")
+        return self._node("Resize", [x, "", scales], "resize", self.channels[x], **attrs)
+
     def gemm(self, x: str, n_out: int, name: str = "fc") -> str:
         """Fully connected layer as exported by PyTorch: ``Gemm(x, W, b, transB=1)``."""
         k = self.channels[x]

@@ -7,13 +7,14 @@ import pytest
 
 import ember
 from ember.zoo import build, input_shape
+from ember.zoo.detector import db_detector
 from ember.zoo.randwire import randwire
 
 ort = pytest.importorskip("onnxruntime")
 
 FAST = ["small_cnn", "resnet18", "squeezenet1_1", "mobilenet_v2", "resnext29_16x64d"]
 # RandWire: ~700 nodes, ~30 s of C compiler when cold; a reduced one runs in the default suite.
-SLOW = ["resnet50", "inception_v3", "randwire"]
+SLOW = ["resnet50", "inception_v3", "randwire", "db_detector"]
 
 
 @pytest.mark.parametrize("name", FAST + [pytest.param(n, marks=pytest.mark.slow) for n in SLOW])
@@ -45,3 +46,15 @@ def test_randwire_reduced_batch_two() -> None:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
     np.testing.assert_allclose(ember.compile(model)(x), want, rtol=1e-4, atol=1e-5)
+
+
+def test_db_detector_reduced() -> None:
+    """The text detector (issue 27: an FPN of Resize and Add, a head of two ConvTranspose
+    ×2) at 128×128: the probability map matches onnxruntime."""
+    model = db_detector(size=128)
+    x = np.random.default_rng(6).standard_normal((1, 3, 128, 128)).astype("f4")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    assert 0.05 < float(want.std()) and 0.0 < float(want.min()) and float(want.max()) < 1.0
+    cm = ember.compile(model, num_threads=2)
+    np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
