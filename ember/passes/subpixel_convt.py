@@ -14,9 +14,13 @@ dense kernels run, with weights built here at compile time; the phases' outputs 
 output_padding of a 2-D ConvTranspose; the bias rides on the Conv (``subpixel_weights`` is
 written for any rank, but ember generates 2-D convolutions only).
 
-Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 2-D
-``ConvTranspose`` with constant weights, dilation 1 and a static input remains; the others
-(1-D and 3-D, dilated, run-time weights, symbolic shapes) keep their generic kernel.
+A dilated kernel is the undilated kernel of extent ``(K-1)·d + 1`` with zeros between the taps
+(``undilated``): the same operator, on the dense kernel, for ``d``× the multiply-adds of its
+taps. A 1-D ConvTranspose is the 2-D one over a height of 1 (Reshapes around it).
+
+Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 1-D
+or 2-D ``ConvTranspose`` with constant weights and a static input remains; the others (3-D,
+run-time weights, symbolic shapes) keep their generic kernel.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ def run(g: Graph) -> Graph:
     out: list[Node] = []
     for n in g.nodes:
         if n.op == "ConvTranspose" and _applicable(n):
-            out += _rewrite(n)
+            n = _undilate(n)
+            out += _rewrite(n) if n.inputs[0].type.rank == 4 else _as_2d(n)  # type: ignore
         else:
             out.append(n)
     g.nodes = out
@@ -45,11 +50,55 @@ def _applicable(n: Node) -> bool:
     b = n.inputs[2] if len(n.inputs) > 2 else None
     if x is None or w is None or not w.is_const or (b is not None and not b.is_const):
         return False
-    if not (x.type.is_static and n.output.type.is_static) or x.type.rank != 4:
+    if not (x.type.is_static and n.output.type.is_static) or x.type.rank not in (3, 4):
         return False
-    if x.type.dtype.name not in ("float32", "float64", "float16"):
-        return False
-    return all(int(d) == 1 for d in n.attrs.get("dilations") or [1] * (x.type.rank - 2))
+    return x.type.dtype.name in ("float32", "float64", "float16")
+
+
+def undilated(w: np.ndarray, dilations: list[int]) -> np.ndarray:
+    """``w`` ``[Cin, Cg, K...]`` with ``d - 1`` zeros between its taps along each axis: the
+    kernel of extent ``(K-1)·d + 1`` a dilated one stands for."""
+    ks = w.shape[2:]
+    out = np.zeros((*w.shape[:2], *((k - 1) * d + 1 for k, d in zip(ks, dilations,
+                                                                     strict=True))), w.dtype)
+    out[(slice(None), slice(None), *(slice(None, None, d) for d in dilations))] = w
+    return out
+
+
+def _undilate(n: Node) -> Node:
+    """``n`` with dilation 1 (its weight undilated), or ``n`` itself where it has that."""
+    nd = n.inputs[0].type.rank - 2   # type: ignore[union-attr]
+    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
+    if all(d == 1 for d in dil):
+        return n
+    w = undilated(np.asarray(n.inputs[1].const), dil)   # type: ignore[union-attr]
+    attrs = {**n.attrs, "dilations": [1] * nd, "kernel_shape": list(w.shape[2:])}
+    return Node("ConvTranspose", [n.inputs[0], Value.constant(w), *n.inputs[2:]],
+                list(n.outputs), attrs, name=n.name)
+
+
+def _as_2d(n: Node) -> list[Node]:
+    """A 1-D ConvTranspose as the 2-D one over a height of 1, Reshapes around it."""
+    x, w = n.inputs[0], n.inputs[1]
+    assert x is not None and w is not None and w.const is not None
+    (batch, cin, length), out = (int(d) for d in x.type.shape), n.output
+    cout, lout = int(out.type.shape[1]), int(out.type.shape[2])
+    a = n.attrs
+    w2 = np.asarray(w.const)[:, :, None, :]
+    x2 = Value(TensorType((batch, cin, 1, length), x.type.dtype), f"{n.name}_2d_in")
+    y2 = Value(TensorType((batch, cout, 1, lout), out.type.dtype), f"{n.name}_2d_out")
+    pads = [int(p) for p in a.get("pads") or [0, 0]]
+    attrs = {**a, "kernel_shape": [1, int(w2.shape[3])],
+             "strides": [1, int((a.get("strides") or [1])[0])], "dilations": [1, 1],
+             "pads": [0, pads[0], 0, pads[1]],
+             "output_padding": [0, int((a.get("output_padding") or [0])[0])]}
+    up = Node("Reshape", [x, Value.constant(np.array(x2.type.shape, np.int64))], [x2], {},
+              name=f"{n.name}_2d_in")
+    conv = Node("ConvTranspose", [x2, Value.constant(w2), *n.inputs[2:]], [y2], attrs,
+                name=f"{n.name}_2d")
+    down = Node("Reshape", [y2, Value.constant(np.array(out.type.shape, np.int64))], [out], {},
+                name=n.name)
+    return [up, *_rewrite(conv), down]
 
 
 def subpixel_weights(w: np.ndarray, strides: list[int], group: int) -> np.ndarray:

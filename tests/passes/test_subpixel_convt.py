@@ -60,10 +60,61 @@ def test_convtranspose_becomes_one_conv_and_an_interleave(cin: int, cout_g: int,
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
 
 
-def test_dilated_or_runtime_weights_keep_their_convtranspose() -> None:
-    g = convt_graph(2, 2, (3, 3), (4, 4), {"strides": [2, 2], "dilations": [2, 2]})
+def test_a_dilated_convtranspose_is_one_with_zeros_between_the_taps() -> None:
+    g = convt_graph(2, 3, (3, 2), (4, 5), {"strides": [2, 3], "dilations": [2, 3],
+                                           "pads": [1, 0, 2, 1], "output_padding": [1, 0]})
+    xv = rng.standard_normal(g.inputs[0].type.shape).astype(np.float32)
+    want = run_graph(g, {"x": xv})[0]
     subpixel_convt.run(g)
-    assert [n.op for n in g.nodes] == ["ConvTranspose"]
+    verify(g)
+    assert g.nodes[0].op == "Conv" and "ConvTranspose" not in [n.op for n in g.nodes]
+    np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
+    w = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3) + 1
+    u = subpixel_convt.undilated(w, [3, 2])
+    assert u.shape == (1, 1, 4, 5) and u[0, 0, ::3, ::2].tolist() == w[0, 0].tolist()
+    assert np.count_nonzero(u) == 6
+
+
+@pytest.mark.parametrize("attrs", [{"strides": [2], "pads": [1, 1]},
+                                   {"strides": [3], "pads": [0, 2], "output_padding": [1],
+                                    "group": 2, "dilations": [2]}])
+def test_a_1d_convtranspose_runs_on_the_2d_rewrite(attrs: dict) -> None:
+    x = Value(TensorType((2, 4, 9)), "x")
+    g = Graph([x])
+    k = 4
+    full = {"pads": [0, 0], "dilations": [1], "output_padding": [0], "group": 1,
+            "kernel_shape": [k], **attrs}
+    w = Value.constant(rng.standard_normal((4, 3, k)).astype(np.float32))
+    b = Value.constant(rng.standard_normal(3 * full["group"]).astype(np.float32))
+    g.outputs = [g.add("ConvTranspose", [x, w, b], full).output]
+    xv = rng.standard_normal((2, 4, 9)).astype(np.float32)
+    want = run_graph(g, {"x": xv})[0]
+    subpixel_convt.run(g)
+    verify(g)
+    ops = [n.op for n in g.nodes]
+    assert ops[0] == "Reshape" and ops[1] == "Conv" and ops[-1] == "Reshape"
+    assert "ConvTranspose" not in ops and g.nodes[1].inputs[0].type.rank == 4
+    np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_1d_and_dilated_convtransposes_compile_to_dense_convs() -> None:
+    x = rng.standard_normal((1, 8, 50)).astype(np.float32)
+    x2 = rng.standard_normal((1, 8, 12, 10)).astype(np.float32)
+    inits = {"w": rng.standard_normal((8, 6, 4)).astype(np.float32) * 0.3,
+             "w2": rng.standard_normal((8, 6, 3, 3)).astype(np.float32) * 0.3}
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2], pads=[1, 1]),
+             helper.make_node("ConvTranspose", ["x2", "w2"], ["y2"], strides=[2, 2],
+                              dilations=[2, 2], pads=[1, 1, 1, 1])]
+    m = make_model(nodes, {"x": x, "x2": x2}, inits, ["y", "y2"])
+    cm = ember.compile(m)
+    got = cm.run({"x": x, "x2": x2})
+    for name, want in zip(["y", "y2"], run_ort(m, {"x": x, "x2": x2}), strict=True):
+        np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5)
+    ops = [op for k in cm.meta["profile"]["kernels"] for _, op in k["nodes"]]
+    assert "ConvTranspose" not in ops and ops.count("ConvNHWC") == 2
+
+
+def test_runtime_weights_keep_their_convtranspose() -> None:
     x, w = Value(TensorType((1, 2, 4, 4)), "x"), Value(TensorType((2, 2, 3, 3)), "w")
     g2 = Graph([x, w])
     g2.outputs = [g2.add("ConvTranspose", [x, w], {"strides": [2, 2], "pads": [0] * 4,
