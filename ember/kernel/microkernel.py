@@ -71,13 +71,14 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     # AVX/AVX2: the accumulators in 8-lane halves (registers); AVX-512: 16-lane vectors
     L.append("#ifdef EM_SPLIT8")
     L += _k_loop(rows, vecs, indirect, halves=True)
-    if epi is None:     # a whole block without epilogue: store the halves as they are
-        L.append(f"  if (nvalid == {nb}) {{")
-        for r in R:
-            L.append("    " + " ".join(f"*(em_v8 *)(c + {r} * ldc + {v * LANES + o}) = "
-                                        f"a{r}_{v}_{h};" for v in V for h, o in ((0, 0), (1, 8))))
-        L.append("    return;")
-        L.append("  }")
+    # a whole block: the epilogue on the halves, in registers, and the halves stored
+    L.append(f"  if (nvalid == {nb}) {{")
+    L += _epilogue(epi, rows, vecs, full=True, halves=True)
+    for r in R:
+        L.append("    " + " ".join(f"*(em_v8 *)(c + {r} * ldc + {v * LANES + o}) = "
+                                    f"a{r}_{v}_{h};" for v in V for h, o in ((0, 0), (1, 8))))
+    L.append("    return;")
+    L.append("  }")
     for r in R:
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = EM_JOIN8(a{r}_{v}_0, a{r}_{v}_1);"
                                  for v in V))
@@ -142,18 +143,21 @@ def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool) -> list[str]:
     return L
 
 
-def _epilogue(epi: RegEpilogue | None, rows: int, vecs: int, full: bool) -> list[str]:
+def _epilogue(epi: RegEpilogue | None, rows: int, vecs: int, full: bool,
+              halves: bool = False) -> list[str]:
     """The register epilogue on the final K chunk (``full``: every lane of the block valid,
-    else tensor loads stop at ``nvalid``)."""
+    else tensor loads stop at ``nvalid``; ``halves``: on the 8-lane halves, a full block)."""
     if epi is None:
         return []
 
     def tensor(j: int, r: int, v: int) -> str:
         at = f"ts[{j}] + {r} * ldt + {v * LANES}"
+        if halves:
+            return at
         return f"*(const em_v16 *)({at})" if full else f"em_load_part({at}, nvalid - {v * LANES})"
 
     body = apply_epilogue(epi, rows, vecs, lambda i, v: f"ke + {i} * kld + {v * LANES}",
-                          tensor, indent="      ")
+                          tensor, indent="      ", halves=halves)
     return ["    if (last) {", *body, "    }"]
 
 

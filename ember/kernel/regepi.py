@@ -156,22 +156,39 @@ def _full(v: Value | None, m: Node) -> bool:
 
 def apply_epilogue(epi: RegEpilogue, R: int, nv: int, const_at: Callable[[int, int], str],
                    tensor_at: Callable[[int, int, int], str] | None = None,
-                   indent: str = "  ") -> list[str]:
+                   indent: str = "  ", halves: bool = False) -> list[str]:
     """C lines applying ``epi`` to the accumulators ``a<r>_<v>`` (R rows × nv vectors):
     ``const_at(i, v)`` is the address of vector v of constant i, ``tensor_at(j, r, v)`` the
-    C expression loading tensor j's vector at accumulator (r, v)."""
+    C expression loading tensor j's vector at accumulator (r, v). ``halves`` (AVX/AVX2,
+    ``EM_SPLIT8``): the accumulators are the 8-lane halves ``a<r>_<v>_<h>``, each in a
+    register, and so are the constants; ``tensor_at`` then gives the vector's address (its
+    halves are loaded from it). A 16-lane vector has no register there: the epilogue computed
+    on 16-lane values went through memory lane by lane (90 % of the time of a conv with one
+    input channel, whose micro-kernel calls are short)."""
     nconst = len(epi.consts)
     used = [i for i in range(nconst) if any(f"{{k{i}}}" in e for e in epi.exprs)]
+    parts = [(f"_{h}", 8 * h) for h in range(2)] if halves else [("", 0)]
+    vt = "em_v8a" if halves else "em_v16a"
     L = []
     for i in used:
-        L.append(indent + " ".join(f"const em_v16a k{i}_{v} = *(const em_v16a *)"
-                                    f"({const_at(i, v)});" for v in range(nv)))
+        L.append(indent + " ".join(
+            f"const {vt} k{i}_{v}{p} = *(const {vt} *)({const_at(i, v)}"
+            + (f" + {o});" if halves else ");") for v in range(nv) for p, o in parts))
+
+    def tensor(j: int, r: int, v: int, o: int) -> str:
+        assert tensor_at is not None
+        return f"*(const em_v8 *)({tensor_at(j, r, v)} + {o})" if halves else tensor_at(j, r, v)
+
     for e in epi.exprs:
+        if halves:
+            e = e.replace("em_vmax(", "em_vmax8(").replace("em_vmin(", "em_vmin8(") \
+                .replace("(em_v16a)", "(em_v8a)")
         for v in range(nv):
-            ks = {f"k{i}": f"k{i}_{v}" for i in range(nconst)}
-            L.append(indent + " ".join(
-                f"a{r}_{v} = "
-                + e.format(a=f"a{r}_{v}", **ks, **{f"t{j}": tensor_at(j, r, v)  # type: ignore[misc]
-                                                    for j in range(len(epi.tensors))})
-                + ";" for r in range(R)))
+            for p, o in parts:
+                ks = {f"k{i}": f"k{i}_{v}{p}" for i in range(nconst)}
+                L.append(indent + " ".join(
+                    f"a{r}_{v}{p} = " + e.format(
+                        a=f"a{r}_{v}{p}", **ks,
+                        **{f"t{j}": tensor(j, r, v, o) for j in range(len(epi.tensors))})
+                    + ";" for r in range(R)))
     return L

@@ -122,6 +122,13 @@ def test_conv_uses_register_blocked_microkernel_and_one_parallel_region() -> Non
                      src)
     assert f"a{r - 1}_{v - 1} += b * w{v - 1};" in src    # R rows x V vectors of accumulators
     assert f"a{r - 1}_{v - 1} = em_vmax(a{r - 1}_{v - 1}, " in src
+    # without AVX-512 (EM_SPLIT8) a whole block's epilogue runs on the 8-lane halves, each in
+    # a register, before they are stored: no 16-lane value (kept in memory there) in between
+    split = src[src.index(f"void em_uk_{r}x{v}_e"):]
+    split = split[split.index("#ifdef EM_SPLIT8"):split.index("#else")]
+    assert f"a{r - 1}_{v - 1}_1 = em_vmax8(a{r - 1}_{v - 1}_1, ((em_v8a){{0}} + 0.0f));" in split
+    full = split[split.index(f"if (nvalid == {nb})", split.index("ic < nic")):]
+    assert full.index("return;") < full.index("EM_JOIN8")
     assert "epilogue in registers" in src
     # the padding read in place (no Pad kernel): unless the tiling packs panels, border
     # register tiles call the indirect variant, off a pointer table with a block of zeros
