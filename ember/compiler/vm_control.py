@@ -221,6 +221,41 @@ def _vm_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
         regs[o.uid] = _stacked(c, f, acc, o, 0, False)
 
 
+# A loop body doing less than this many flops per trip is compiled for one thread: a trip
+# runs the body's program once, and with two threads its parallel region and barriers (a few
+# microseconds) cost more than the work (a CRNN's LSTM of 64 units, 33 kFLOP a step: 7 us a
+# trip on 2 threads)
+ONE_THREAD_WORK = 1_000_000
+
+
+def body_work(body: Graph) -> int:
+    """A loop body's flops per trip, roughly: its products' multiply-adds (MatMul, Gemm, Conv;
+    2 flops each) and one per element of every other node's outputs; a symbolic size counts
+    as 1 (the body's carried and scanned values are static, its captures may not be)."""
+    def size(v: Value | None) -> int:
+        if v is None:
+            return 0
+        return int(np.prod([d if isinstance(d, int) else 1 for d in v.type.shape],
+                           dtype=np.int64))
+
+    total = 0
+    for n in body.nodes:
+        out = sum(size(o) for o in n.outputs)
+        x = n.inputs[0] if n.inputs else None
+        if n.op in ("MatMul", "Gemm") and x is not None and x.type.rank >= 1:
+            k = x.type.shape[0 if n.op == "Gemm" and n.attrs.get("transA") else -1]
+            total += 2 * out * (k if isinstance(k, int) else 1)
+        elif n.op == "Conv" and len(n.inputs) > 1 and n.inputs[1] is not None:
+            w = n.inputs[1].type.shape
+            total += 2 * out * int(np.prod([d if isinstance(d, int) else 1 for d in w[1:]]))
+        else:
+            total += out
+        for a in n.attrs.values():       # nested bodies (If, Loop, Scan) run once, at least
+            if isinstance(a, Graph):
+                total += body_work(a)
+    return total
+
+
 def _body_program(c: _VMCompiler, body: Graph, fixed: int) -> CompiledModel | None:
     """The body as ONE program with the loop-body interface, when it can be: every node in
     one segment, the carried and scan values of static shapes (captures may be symbolic)."""
@@ -236,7 +271,10 @@ def _body_program(c: _VMCompiler, body: Graph, fixed: int) -> CompiledModel | No
     if len(steps) != 1 or not isinstance(steps[0], Segment):
         return None
     g = copy.deepcopy(body)    # the VM's own compile of the body rewires its nodes
-    cm = driver.to_model(driver.build_graph(g, **c.options))
+    opts = dict(c.options)
+    if body_work(body) < ONE_THREAD_WORK:   # a trip's parallel region would cost more
+        opts["num_threads"] = 1
+    cm = driver.to_model(driver.build_graph(g, **opts))
     if len(cm.input_names) != len(body.inputs) or len(cm.output_names) != len(body.outputs):
         return None
     return cm

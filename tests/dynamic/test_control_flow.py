@@ -278,3 +278,33 @@ def test_scan_over_axis_zero_compiled_and_on_the_vm(compiled: bool, monkeypatch)
     import re
 
     assert bool(re.search(r"@scan\d+\(", cm.bytecode)) == compiled
+
+
+@pytest.mark.parametrize("hidden,threads", [(8, 1), (1024, 2)])
+def test_a_small_loop_body_is_compiled_for_one_thread(hidden: int, threads: int) -> None:
+    """A trip runs the body's program once: a body of a few kFLOP gets one thread (with two,
+    its parallel region and barriers cost more than the work: a CRNN's 64-unit LSTM step took
+    7 us a trip), a large one keeps the model's threads; both match onnxruntime."""
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
+         helper.make_node("Add", ["hw", "x"], ["p"]),
+         helper.make_node("Tanh", ["p"], ["h_out"])],
+        "cell", [helper.make_tensor_value_info(n, F, [1, hidden]) for n in ("h_in", "x")],
+        [helper.make_tensor_value_info(n, F, [1, hidden]) for n in ("h_out", "h_out_y")])
+    body.node.append(helper.make_node("Identity", ["h_out"], ["h_out_y"]))
+    node = helper.make_node("Scan", ["h0", "xs"], ["h", "ys"], body=body, num_scan_inputs=1)
+    W = numpy_helper.from_array((RNG.standard_normal((hidden, hidden)) / np.sqrt(hidden))
+                                .astype(np.float32), "W")
+    model = _model([node], [helper.make_tensor_value_info("h0", F, [1, hidden]),
+                            helper.make_tensor_value_info("xs", F, ["t", 1, hidden])],
+                   [helper.make_tensor_value_info("h", F, [1, hidden]),
+                    helper.make_tensor_value_info("ys", F, None)], [W])
+    assert (vm_control.body_work(import_model(model).nodes[0].attrs["body"])
+            < vm_control.ONE_THREAD_WORK) == (threads == 1)
+    feeds = [{"h0": RNG.standard_normal((1, hidden)).astype(np.float32),
+              "xs": RNG.standard_normal((t, 1, hidden)).astype(np.float32)} for t in (4, 2)]
+    cm = _check(model, feeds)
+    from ember.compiler import driver
+
+    want = 1 if threads == 1 else driver.default_threads()
+    assert cm.programs and all(p.meta["num_threads"] == want for p in cm.programs)
