@@ -58,6 +58,9 @@ from ember.loops.transform import format_stmt, simplify
 VEC_REGS = 30       # of the 32 vector registers: accumulators + weights + input columns
 ACC_REGS = 24       # at most this many accumulators
 MAX_V = 3
+# without AVX-512 (``split`` 2: the machine's vectors are 8-lane halves, 16 registers) a
+# 16-lane vector takes two registers: the budgets in 16-lane vectors
+SPLIT_REGS = {1: (VEC_REGS, ACC_REGS), 2: (7, 5)}
 MIN_CHAINS = 6      # independent accumulators that hide the FMA latency
 MIN_TASKS_PER_VEU = 4
 L1_INPUT_BYTES = 20 * 1024   # input a register tile reads over its channel blocks
@@ -107,19 +110,25 @@ def applicable(body: Graph) -> bool:
     return w.type.shape[2] == 1 and m.attrs.get("group", 1) == c and w.type.shape[3] == c
 
 
-def _tile_cost(g: DwGeom, R: int, V: int) -> float:
+def _tile_cost(g: DwGeom, R: int, V: int, split: int = 1) -> float:
     """Loads + FMAs of one output row at tile size (R, V), summed over channel blocks."""
     tiles = _cdiv(g.OW, R)
     cols = (R - 1) * g.SW + (g.KW - 1) * g.DW + 1
     per_kh = V * (R * g.KW + cols + g.KW)
     cost = _cdiv(g.C, LANES * V) * tiles * per_kh
-    return cost * max(1.0, MIN_CHAINS / (R * V))
+    return cost * max(1.0, MIN_CHAINS / (R * V * split))
 
 
-def default_tiling(g: DwGeom, threads: int = 2) -> DwTiling:
+def _rmax(g: DwGeom, V: int, split: int) -> int:
+    """The most pixels a register tile of V vectors may hold in the register file."""
+    vec, acc = SPLIT_REGS[split]
+    return max(1, min(acc // V, vec // V - g.KW - 1, g.OW))
+
+
+def default_tiling(g: DwGeom, threads: int = 2, split: int = 1) -> DwTiling:
     """The register tile of ``_register_tile``, shrunk or given fewer channels per rTask so
     that a tile's input stays in L1 (``_l1_fit``), and the rTask shape of ``_task_shape``."""
-    R, V = _register_tile(g)
+    R, V = _register_tile(g, split)
     nb = LANES * V
     cb = _cdiv(g.C, nb)
     R, bt = _l1_fit(g, R, nb, cb)
@@ -127,15 +136,14 @@ def default_tiling(g: DwGeom, threads: int = 2) -> DwTiling:
     return DwTiling(R, V, rows, bt)
 
 
-def _register_tile(g: DwGeom) -> tuple[int, int]:
+def _register_tile(g: DwGeom, split: int = 1) -> tuple[int, int]:
     """(R, V): the cheapest register tile (by ``_tile_cost``) that fits the register file."""
     best: tuple[float, int, int] | None = None
     for V in range(1, MAX_V + 1):
         if V > 1 and LANES * (V - 1) >= g.C:
             break
-        rmax = min(ACC_REGS // V, VEC_REGS // V - g.KW - 1, g.OW)
-        for R in range(1, max(1, rmax) + 1):
-            cost = _tile_cost(g, R, V)
+        for R in range(1, _rmax(g, V, split) + 1):
+            cost = _tile_cost(g, R, V, split)
             if best is None or cost < best[0] - 1e-9:
                 best = (cost, R, V)
     assert best is not None
@@ -199,16 +207,43 @@ def pack_weights(w_hwio: np.ndarray, nb: int, consts: Sequence[np.ndarray] = ())
     return np.ascontiguousarray(w.reshape(-1, cb, nb).transpose(1, 0, 2))
 
 
+PART8_HELPERS = r"""
+/* a partial 16-lane vector as two 8-lane halves (lanes past n are zeros / not stored) */
+static inline void em_load_part8(const float *src, int64_t n, em_v8a *lo, em_v8a *hi) {
+  float t[16] __attribute__((aligned(32))) = {0};
+  memcpy(t, src, (size_t)(n < 16 ? n : 16) * sizeof(float));
+  *lo = *(const em_v8a *)t;
+  *hi = *(const em_v8a *)(t + 8);
+}
+static inline void em_store_part8(float *dst, em_v8a lo, em_v8a hi, int64_t n) {
+  float t[16] __attribute__((aligned(32)));
+  *(em_v8a *)t = lo;
+  *(em_v8a *)(t + 8) = hi;
+  memcpy(dst, t, (size_t)(n < 16 ? n : 16) * sizeof(float));
+}
+"""
+
+
+def _parts(split: int) -> list[tuple[str, int]]:
+    """The suffix and lane offset of each register a 16-lane vector is held in."""
+    return [(f"_{h}", 8 * h) for h in range(2)] if split == 2 else [("", 0)]
+
+
 def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
-             epi: RegEpilogue | None, guard: tuple[int, int] | None = None) -> str:
+             epi: RegEpilogue | None, guard: tuple[int, int] | None = None,
+             split: int = 1) -> str:
     """``name(xp, wq, op, kh0, nkh, iw0)``: R output pixels × ``lanes`` channels (of a block of
     ``nb``) to output pixel ``op``, from the block's packed weights ``wq`` and kernel rows
     ``[kh0, kh0 + nkh)``, the first of which reads input row ``xp``: at the tile's first input
     column, or (``guard``: a tile reaching into the padding) at column 0, where its taps'
     columns ``iw0 + col`` are read only inside the input (zero outside); the columns in
-    ``[guard[0], guard[1])`` are inside for every tile and need no check."""
+    ``[guard[0], guard[1])`` are inside for every tile and need no check. ``split`` 2 (no
+    AVX-512): every 16-lane vector is held as two 8-lane halves, each in a register (a 16-lane
+    variable has none there: gcc kept it in memory, a load and a store around every FMA)."""
     nv = _cdiv(lanes, LANES)
     part = lanes - LANES * (nv - 1)     # lanes of the last vector
+    parts = _parts(split)
+    vt = "em_v8a" if split == 2 else "em_v16a"
     L = [f"static inline __attribute__((always_inline)) void {name}(",
          "    const float *xp, const float *wq, float *op, int64_t kh0, int64_t nkh,",
          "    int64_t iw0) {",
@@ -218,54 +253,71 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
     init = "{{0}}"
     if exprs and exprs[0] in ("{a} + {k0}", "{k0} + {a}"):   # the bias: start from it
         exprs.pop(0)
-        L.append("  " + " ".join(f"const em_v16a b{v} = *(const em_v16a *)"
-                                  f"(wq + {base + v * LANES});" for v in range(nv)))
-        init = "b{v}"
+        L.append("  " + " ".join(f"const {vt} b{v}{p} = *(const {vt} *)"
+                                  f"(wq + {base + v * LANES + o});"
+                                  for v in range(nv) for p, o in parts))
+        init = "b{v}{p}"
     for r in range(R):
-        L.append("  " + " ".join(f"em_v16a a{r}_{v} = {init.format(v=v)};" for v in range(nv)))
-    L += _tile_taps(g, R, nb, nv, part, guard)
+        L.append("  " + " ".join(f"{vt} a{r}_{v}{p} = {init.format(v=v, p=p)};"
+                                  for v in range(nv) for p, _ in parts))
+    L += _tile_taps(g, R, nb, nv, part, guard, split)
     if exprs:
         assert epi is not None   # exprs are the epilogue's
         L += apply_epilogue(RegEpilogue(exprs, epi.consts), R, nv,
-                            lambda i, v: f"wq + {base + i * nb + v * LANES}")
+                            lambda i, v: f"wq + {base + i * nb + v * LANES}", halves=split == 2)
     for r in range(R):
         for v in range(nv):
             dst = f"op + {r * g.C + v * LANES}"
             if v == nv - 1 and part < LANES:
-                L.append(f"  em_store_part({dst}, a{r}_{v}, {part});")
+                L.append(f"  em_store_part8({dst}, a{r}_{v}_0, a{r}_{v}_1, {part});"
+                         if split == 2 else f"  em_store_part({dst}, a{r}_{v}, {part});")
+            elif split == 2:
+                L.append("  " + " ".join(f"*(em_v8 *)({dst} + {o}) = a{r}_{v}{p};"
+                                          for p, o in parts))
             else:
                 L.append(f"  *(em_v16 *)({dst}) = a{r}_{v};")
     L.append("}")
     return "\n".join(L) + "\n"
 
 
-def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int, int] | None
-               ) -> list[str]:
+def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int, int] | None,
+               split: int = 1) -> list[str]:
     """The accumulation: for each kernel row, the KW·V weight vectors, then each distinct input
     column of the R pixels' taps, loaded once and multiplied into every (pixel, kw) that reads
-    it (``guard``: see ``_tile_fn``)."""
-
-    def load(ptr: str, v: int) -> str:
-        if v == nv - 1 and part < LANES:
-            return f"em_load_part({ptr} + {v * LANES}, {part})"
-        return f"*(const em_v16 *)({ptr} + {v * LANES})"
+    it (``guard``, ``split``: see ``_tile_fn``)."""
+    parts = _parts(split)
+    vt = "em_v8a" if split == 2 else "em_v16a"
 
     def checked(col: int) -> bool:
         return guard is not None and not guard[0] <= col < guard[1]
 
     def column(col: int, v: int) -> str:
-        if guard is None:
-            return load(f"xk + {col * g.C}", v)
-        x = load(f"xk + (iw0 + {col}) * {g.C}", v)
-        return f"ok ? {x} : (em_v16a){{0}}" if checked(col) else x
+        """C declaring x<v><part> (every register of vector v) for input column ``col``."""
+        ptr = f"xk + {col * g.C}" if guard is None else f"xk + (iw0 + {col}) * {g.C}"
+        at = f"{ptr} + {v * LANES}"
+        ok = checked(col)
+        if v == nv - 1 and part < LANES:        # a partial vector: never read past it
+            if split == 2:
+                load = f"em_load_part8({at}, {part}, &x{v}_0, &x{v}_1);"
+                return f"em_v8a x{v}_0 = {{0}}, x{v}_1 = {{0}}; " + \
+                    (f"if (ok) {{ {load} }}" if ok else load)
+            x = f"em_load_part({at}, {part})"
+            return f"const em_v16a x{v} = {f'ok ? {x} : (em_v16a){{0}}' if ok else x};"
+        lt = "em_v8" if split == 2 else "em_v16"
+        out = []
+        for p, o in parts:
+            x = f"*(const {lt} *)({at} + {o})"
+            out.append(f"const {vt} x{v}{p} = {f'ok ? {x} : ({vt}){{0}}' if ok else x};")
+        return " ".join(out)
 
     V = range(nv)
     L = ["  for (int64_t kh = 0; kh < nkh; ++kh) {",
          f"    const float *xk = xp + kh * {g.DH * g.IW * g.C};",
          f"    const float *wk = wq + (kh0 + kh) * {g.KW * nb};"]
     for kw in range(g.KW):
-        L.append("    " + " ".join(f"const em_v16a w{kw}_{v} = *(const em_v16a *)"
-                                    f"(wk + {kw * nb + v * LANES});" for v in V))
+        L.append("    " + " ".join(f"const {vt} w{kw}_{v}{p} = *(const {vt} *)"
+                                    f"(wk + {kw * nb + v * LANES + o});"
+                                    for v in V for p, o in parts))
     taps: dict[int, list[tuple[int, int]]] = {}
     for r in range(R):
         for kw in range(g.KW):
@@ -273,8 +325,9 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
     for col in sorted(taps):
         ok = (f"const int ok = iw0 + {col} >= 0 && iw0 + {col} < {g.IW}; " if checked(col)
               else "")
-        xs = ok + " ".join(f"const em_v16a x{v} = {column(col, v)};" for v in V)
-        fma = " ".join(f"a{r}_{v} += x{v} * w{kw}_{v};" for r, kw in taps[col] for v in V)
+        xs = ok + " ".join(column(col, v) for v in V)
+        fma = " ".join(f"a{r}_{v}{p} += x{v}{p} * w{kw}_{v}{p};"
+                       for r, kw in taps[col] for v in V for p, _ in parts)
         L.append(f"    {{ {xs} {fma} }}")
     L.append("  }")
     return L
@@ -287,7 +340,7 @@ def interior(g: DwGeom) -> tuple[int, int]:
 
 
 def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
-            epi: RegEpilogue | None) -> str:
+            epi: RegEpilogue | None, split: int = 1) -> str:
     """``name(q, gi, out, x, w)``: output row ``q`` (of n·OH) of channel group ``gi`` (channel
     blocks ``[gi·bt, gi·bt + bt)``), tile by tile along OW, each tile over the group's blocks.
     A tile reaching outside ``interior`` runs guarded; only kernel rows inside the input are
@@ -303,8 +356,9 @@ def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
     text = ""
     for guard in guards:
         fn = f"{name}_{'g' if guard else 'i'}"
-        text += _tile_fn(fn + "_full", g, R, nb, nb, epi, safe if guard else None) if full else ""
-        text += _tile_fn(fn + "_tail", g, R, nb, tail, epi, safe if guard else None) if tail else ""
+        sf = safe if guard else None
+        text += _tile_fn(fn + "_full", g, R, nb, nb, epi, sf, split) if full else ""
+        text += _tile_fn(fn + "_tail", g, R, nb, tail, epi, sf, split) if tail else ""
 
     def calls(guard: bool, kh: str) -> str:
         """The tile's calls over the group's blocks, ``kh`` its kernel rows (kh0, nkh)."""
@@ -357,18 +411,18 @@ def _kernel_rows(g: DwGeom) -> str:
   const int64_t r0 = nkh > 0 ? n * {g.IH} + ih0 + kh0 * {g.DH} : 0;"""
 
 
-def candidates(g: DwGeom, threads: int, k: int) -> list[DwTiling]:
+def candidates(g: DwGeom, threads: int, k: int, split: int = 1) -> list[DwTiling]:
     """Roller's rPrograms for a depthwise convolution, best predicted first: for each
     register tile width V the cheapest R by ``_tile_cost`` (the register-level scale-up),
     then ``_l1_fit`` (L1 level) and ``_task_shape`` (scale-out) as in ``default_tiling``."""
-    out = [default_tiling(g, threads)]
+    out = [default_tiling(g, threads, split)]
     scored = []
     for V in range(1, MAX_V + 1):
         if V > 1 and LANES * (V - 1) >= g.C:
             break
-        rmax = min(ACC_REGS // V, VEC_REGS // V - g.KW - 1, g.OW)
-        for R in range(max(1, min(R_MIN, rmax)), max(1, rmax) + 1):
-            scored.append((_tile_cost(g, R, V), R, V))
+        rmax = _rmax(g, V, split)
+        for R in range(max(1, min(R_MIN, rmax)), rmax + 1):
+            scored.append((_tile_cost(g, R, V, split), R, V))
     scored.sort()
     for _cost, R, V in scored:
         if len(out) >= k:
@@ -391,12 +445,14 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     g, w_hwio = conv_geometry(m)
     ctx = threads if isinstance(threads, RollerContext) else None
     nthreads = ctx.units if ctx is not None else int(threads)  # type: ignore[arg-type]
-    t = tiling if tiling is not None else default_tiling(g, nthreads)
+    # the machine's vectors: 8-lane halves without AVX-512 (its spec's vector_split)
+    split = 2 if ctx is not None and ctx.spec.vector_split == 2 else 1
+    t = tiling if tiling is not None else default_tiling(g, nthreads, split)
     if tiling is None and ctx is not None and ctx.topk > 1:
-        cands = candidates(g, nthreads, ctx.topk)
+        cands = candidates(g, nthreads, ctx.topk, split)
         if len(cands) > 1:
-            t = ctx.pick(f"depthwise:{g}:units={nthreads}", cands,
-                         lambda c: build_depthwise(name, body, nthreads, c))
+            t = ctx.pick(f"depthwise:{g}:units={nthreads}:split={split}", cands,
+                         lambda c: build_depthwise(name, body, ctx, c))
     if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
         raise ValueError(f"depthwise tiling {t} has a non-positive size")
     R, rows, nb = min(t.R, g.OW), min(t.ROWS, g.rows), t.NB
@@ -406,7 +462,7 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     reg = register_epilogue(body, m, g.C) if len(body.nodes) > 1 else None
     packed = pack_weights(w_hwio, nb, reg.consts if reg else [])
     # named by what its text depends on, so kernels of one shape share one function
-    key = (g, R, nb, bt, reg.key if reg else None)
+    key = (g, R, nb, bt, reg.key if reg else None, split)
     fn = "em_dw_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", g.P * g.C)
     x_buf = Buffer(f"{name}_x", g.N * g.IH * g.IW * g.C)
@@ -420,16 +476,18 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     loop: Stmt = For(q, q0, Bin("min", Const(rows), Bin("-", Const(g.rows), q0)), seq(*row))
     loop = Let(rbv, Bin("//", task, Const(ng)), Let(gv, Bin("%", task, Const(ng)), loop))
     stmt = For(task, T0, Bin("-", T1, T0), loop, ForKind.SERIAL)
-    support = {fn: _row_fn(fn, g, R, nb, bt, reg)}
+    support = {fn: _row_fn(fn, g, R, nb, bt, reg, split)}
     if g.C % nb:
         support["part"] = PART_HELPERS
+        if split == 2:
+            support["part8"] = PART8_HELPERS
     if reg is not None:
         support["epi"] = EPI_HELPERS
     flops = 2 * g.N * g.OH * g.OW * g.C * g.KH * g.KW
     pads = (g.pad_t, g.pad_l, g.pad_b, g.pad_r)
     doc = (f"{body.name}: depthwise N={g.N} {g.IH}x{g.IW}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={'x'.join(map(str, pads))} "
-           f"tile R={R} NB={nb} "
+           f"tile R={R} NB={nb}{' in halves' if split == 2 else ''} "
            f"rTask {rows} rows x {bt * nb} channels, epilogue={_epi_kind(body, reg)}")
     return Kernel(name, stmt, ng * rb, args, support, flops, doc, format_stmt(stmt))
 

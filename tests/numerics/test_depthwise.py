@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -133,7 +134,7 @@ def kernel_docs(model: onnx.ModelProto) -> str:
 @contextmanager
 def forced_tiling(t: DwTiling) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(depthwise, "default_tiling", lambda g, threads=2: t)
+        mp.setattr(depthwise, "default_tiling", lambda g, threads=2, split=1: t)
         yield
 
 
@@ -248,9 +249,35 @@ def test_source_uses_the_depthwise_kernel() -> None:
     docs = [k.doc for k in comp.kernels if "ConvNHWC" in k.doc]
     assert len(docs) == 1 and "depthwise" in docs[0] and "epilogue=registers" in docs[0]
     src = comp.source
-    assert "static void em_dw_" in src and "em_vmin(" in src
+    halves = "in halves" in docs[0]      # without AVX-512: 8-lane halves, each in a register
+    assert "static void em_dw_" in src and ("em_vmin8(" if halves else "em_vmin(") in src
     assert "em_uk_" not in src     # not the dense micro-kernel
-    assert src.count("+= x0 * w") >= 9   # the tile's unrolled vector FMAs
+    assert src.count("+= x0_0 * w" if halves else "+= x0 * w") >= 9   # unrolled vector FMAs
+
+
+@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("c,epi", [(48, "Clip"), (40, "MulAddRelu"), (3, None), (24, "Add")])
+def test_depthwise_in_halves_and_whole_vectors(c: int, epi: str | None, split: int,
+                                               tmp_path: Path) -> None:
+    """The machine's vectors decide the code (a device spec pins them here): 16-lane
+    vectors with AVX-512, 8-lane halves each in a register without it (``vector_split`` 2);
+    both match onnxruntime, full and partial channel blocks, guarded borders, epilogues."""
+    import json
+
+    from ember.support import options
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"vector_split": split}))
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((1, c, 11, 13)).astype(F32)
+    w = rng.standard_normal((c, 1, 3, 3)).astype(F32)
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 1], "dilations": [1, 1],
+             "pads": [1, 1, 1, 1], "group": c}
+    model, feeds = dw_model(x, w, rng.standard_normal((c,)).astype(F32), attrs, epi, rng)
+    with options.using(options.current().with_(device_spec=str(spec))):
+        docs = kernel_docs(model)
+        assert "depthwise" in docs and ("in halves" in docs) == (split == 2)
+        compare(model, feeds, scale_atol=True)
 
 
 def test_te_epilogue_when_not_per_channel() -> None:
