@@ -17,7 +17,7 @@ from ember.kernel.schedule import (
     transpose_schedule,
 )
 from ember.loops.ir import Bin, Buffer, If, Store, hint_of
-from ember.loops.transform import format_stmt
+from ember.loops.transform import format_stmt, partition_selects
 from ember.lower.group import GroupTE, group_to_te
 from ember.support.dtypes import dtype
 from ember.te.lower import lower
@@ -43,7 +43,8 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
         default_schedule(nest, min_tasks=min_tasks, chunk=chunk)
     par = nest.parallel_loop()
     ntasks = par.extent if par is not None else 1
-    stmt = nest.to_stmt((T0, T1) if par is not None else None)
+    # a fused Concat's select among its inputs by position: one loop per input instead
+    stmt = partition_selects(nest.to_stmt((T0, T1) if par is not None else None))
     if par is None:
         # one rTask: it runs only in a range that holds it (a symbolic program's plan hands
         # every vEU a range of every kernel, empty ones too; in place, a second run is wrong)

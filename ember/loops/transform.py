@@ -264,3 +264,36 @@ def _expr_repr(e: Expr) -> str:
 for _cls in (Bin, Call, Select, Cast, Load):
     _cls.__repr__ = _expr_repr  # type: ignore[method-assign]
     _cls.__str__ = _expr_repr  # type: ignore[method-assign]
+
+
+def partition_selects(s: Stmt) -> Stmt:
+    """Each loop of constant range whose body stores ``Select(var < c, a, b)`` for its own
+    ``var`` and a constant ``c`` inside the range runs as two loops, ``[begin, c)`` storing
+    ``a`` and ``[c, end)`` storing ``b`` (recursively: a Concat fused after its inputs selects
+    among them by channel; split, each loop copies one input, no select per element)."""
+    if isinstance(s, For):
+        body = partition_selects(s.body)
+        v = body.value if isinstance(body, Store) else None
+        if isinstance(v, Select) and isinstance(s.begin, Const) and isinstance(s.extent, Const):
+            cond, lo = v.cond, int(s.begin.value)
+            hi = lo + int(s.extent.value)
+            if isinstance(cond, Bin) and cond.op == "<" and cond.a is s.var and \
+                    isinstance(cond.b, Const) and lo < int(cond.b.value) < hi:
+                c = int(cond.b.value)
+                assert isinstance(body, Store)
+                return Seq([
+                    partition_selects(For(s.var, Const(lo), Const(c - lo),
+                                          Store(body.buf, body.index, v.a), s.kind)),
+                    partition_selects(For(s.var, Const(c), Const(hi - c),
+                                          Store(body.buf, body.index, v.b), s.kind))])
+        return For(s.var, s.begin, s.extent, body, s.kind)
+    if isinstance(s, Seq):
+        return Seq([partition_selects(x) for x in s.body])
+    if isinstance(s, If):
+        return If(s.cond, partition_selects(s.then),
+                  partition_selects(s.orelse) if s.orelse is not None else None)
+    if isinstance(s, Alloc):
+        return Alloc(s.buf, partition_selects(s.body))
+    if isinstance(s, Let):
+        return Let(s.var, s.value, partition_selects(s.body))
+    return s

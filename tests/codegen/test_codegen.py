@@ -201,3 +201,26 @@ def test_elementwise_group_runs_as_one_flat_loop() -> None:
     nest = flatten_elementwise(lower(d, Buffer("o", 336), {a: Buffer("a", 336),
                                                            b: Buffer("b", 336)}))
     assert [lp.extent for lp in nest.loops] == [4, 6, 14]
+
+
+def test_a_fused_concat_copies_each_input_in_a_loop_of_its_own() -> None:
+    """``partition_selects``: a loop storing ``Select(c < k, a, b)`` over its own variable
+    runs as ``[0, k)`` storing a and ``[k, n)`` storing b, recursively; a condition outside
+    the range, or on another variable, stays."""
+    from ember.loops.ir import Bin, Const, For, ForKind, Load, Select, Seq, Store, Var
+    from ember.loops.transform import format_stmt, partition_selects
+
+    out, a, b, c = (Buffer(n, 96) for n in ("out", "a", "b", "c"))
+    i, j = Var("i"), Var("j")
+    val = Select(Bin("<", i, Const(48)),
+                 Select(Bin("<", i, Const(24)), Load(a, i), Load(b, Bin("-", i, Const(24)))),
+                 Load(c, Bin("-", i, Const(48))))
+    loop = For(i, Const(0), Const(96), Store(out, i, val), ForKind.VECTORIZED)
+    got = partition_selects(loop)
+    assert isinstance(got, Seq) and "select" not in format_stmt(got)
+    text = format_stmt(got)
+    assert "[0, +24)" in text and "[24, +24)" in text and "[48, +48)" in text
+    for other in (Bin("<", j, Const(48)), Bin("<", i, Const(200))):
+        keep = For(i, Const(0), Const(96), Store(out, i, Select(other, Load(a, i), Load(b, i))),
+                   ForKind.VECTORIZED)
+        assert "select" in format_stmt(partition_selects(keep))
