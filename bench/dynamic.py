@@ -101,9 +101,10 @@ def bench_bert(lengths: list[int], threads: int) -> list[dict]:
 
 
 def bench_vm(name: str, model: onnx.ModelProto, cases: list[tuple[str, dict]],
-             threads: int) -> list[dict]:
+             threads: int, static: bool = False) -> list[dict]:
     """A VM model compiled once, against onnxruntime at each (label, feeds) case; with the
-    VM's own share of the time (``vm.stats``: everything but the compiled programs)."""
+    VM's own share of the time (``vm.stats``: everything but the compiled programs). With
+    ``static``, also against ember's own compile for each case's shapes."""
     sess = ort_session(model, threads)
     t = time.perf_counter()
     vm = ember.compile(model, num_threads=threads)
@@ -114,9 +115,13 @@ def bench_vm(name: str, model: onnx.ModelProto, cases: list[tuple[str, dict]],
     for label, feeds in cases:
         got, want = vm.run(feeds), sess.run(None, feeds)
         err = max(float(np.abs(got[k] - w).max()) for k, w in zip(vm.output_names, want))
-        runs = interleaved({"ember": (None, lambda f=feeds: vm.run(f)),
-                            "ort": (None, lambda f=feeds: sess.run(None, f))}, 1.0, 0.05,
-                           pause=0.05)
+        engines = {"ember": (None, lambda f=feeds: vm.run(f)),
+                   "ort": (None, lambda f=feeds: sess.run(None, f))}
+        if static:   # ember compiled for this case's shapes (a static program)
+            fixed = ember.compile(model, num_threads=threads,
+                                  input_shapes={k: v.shape for k, v in feeds.items()})
+            engines["static"] = (None, lambda f=feeds, m=fixed: m.run(f))
+        runs = interleaved(engines, 1.0, 0.05, pause=0.05)
         ms = {e: float(np.median(ts)) * 1e3 for e, ts in runs.items()}
         vm.vm.stats.reset()
         for _ in range(20):
@@ -127,8 +132,13 @@ def bench_vm(name: str, model: onnx.ModelProto, cases: list[tuple[str, dict]],
                "ort_ms": round(ms["ort"], 4), "ember/ort": round(ms["ember"] / ms["ort"], 3),
                "vm_share": round(share, 3), "instructions": st.instructions // st.runs,
                "max_err": err, "compile_s": round(t_c, 2)}
+        fixed_txt = ""
+        if "static" in ms:
+            row["static_ms"] = round(ms["static"], 4)
+            row["ember/static"] = round(ms["ember"] / ms["static"], 3)
+            fixed_txt = f"  static {ms['static']:.3f} ms (ember/static {row['ember/static']:.2f})"
         print(f"{name} {label:>12}: ember {ms['ember']:.3f} ms  ort {ms['ort']:.3f} ms  "
-              f"ember/ort {row['ember/ort']:.2f}  VM's own share {share:.1%} "
+              f"ember/ort {row['ember/ort']:.2f}{fixed_txt}  VM's own share {share:.1%} "
               f"({row['instructions']} instructions/run)  err {err:.1e}", flush=True)
         out.append(row)
     return out
@@ -158,7 +168,7 @@ def bench_streaming(threads: int) -> list[dict]:
                                   "h": state, "c": state})
         for sr, n in ((16000, 512), (16000, 1536), (8000, 512))], threads)
     rows += bench_vm("crnn", crnn(), [(f"W={w}", {"image": _normal((1, 1, 32, w), w)})
-                                      for w in (64, 128, 256, 512, 1024)], threads)
+                                      for w in (64, 128, 256, 512, 1024)], threads, static=True)
     return rows
 
 
