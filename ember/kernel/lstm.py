@@ -7,9 +7,11 @@ columns by unit block — for each block of ``U = 16`` units and each k, the 64 
 accumulators (four independent FMA chains) start from the step's input projection ``x``,
 stream the block's ``K x 64`` packed weights once, then run the cell update on the 16 units in
 vector form (``em_expf`` / ``em_tanhf``: the same float32 functions, so the same results, as
-the unfused ``LSTMCell``) and store ``Ht`` and ``Ct``. A step is one kernel whose rTasks are
-the ``ceil(H / 16) x B`` blocks; the unit tail of a partial block computes on zero-padded
-weights and stores only its valid lanes.
+the unfused ``LSTMCell``) and store ``Ht`` and ``Ct``. Without AVX-512 (``EM_SPLIT8``) the
+four accumulators are eight 8-lane halves, each in a register (a 16-lane variable has none
+there: gcc kept them in memory, a load and a store around every FMA). A step is one kernel
+whose rTasks are the ``ceil(H / 16) x B`` blocks; the unit tail of a partial block computes on
+zero-padded weights and stores only its valid lanes.
 """
 
 from __future__ import annotations
@@ -51,9 +53,25 @@ static void {fn}(int64_t q, float *out, const float *h, const float *c, const fl
     for (int l = 0; l < {U}; ++l)
       g[gi][l] = l < n ? x[b * {4 * hidden} + gi * {hidden} + j0 + l] : 0.0f;
   for (int l = 0; l < {U}; ++l) cp[l] = l < n ? c[b * {hidden} + j0 + l] : 0.0f;
+  const float *hb = h + b * {k}, *wb = w + u * {k * 4 * U};
+#ifdef EM_SPLIT8
+  /* no AVX-512: the four 16-lane accumulators as eight 8-lane halves, each in a register */
+  em_v8a a0 = *(const em_v8 *)g[0], a1 = *(const em_v8 *)(g[0] + 8);
+  em_v8a a2 = *(const em_v8 *)g[1], a3 = *(const em_v8 *)(g[1] + 8);
+  em_v8a a4 = *(const em_v8 *)g[2], a5 = *(const em_v8 *)(g[2] + 8);
+  em_v8a a6 = *(const em_v8 *)g[3], a7 = *(const em_v8 *)(g[3] + 8);
+  for (int64_t kk = 0; kk < {k}; ++kk, wb += {4 * U}) {{
+    const em_v8a hk = em_bcast8(hb[kk]);
+    a0 += hk * *(const em_v8 *)(wb); a1 += hk * *(const em_v8 *)(wb + 8);
+    a2 += hk * *(const em_v8 *)(wb + {U}); a3 += hk * *(const em_v8 *)(wb + {U + 8});
+    a4 += hk * *(const em_v8 *)(wb + {2 * U}); a5 += hk * *(const em_v8 *)(wb + {2 * U + 8});
+    a6 += hk * *(const em_v8 *)(wb + {3 * U}); a7 += hk * *(const em_v8 *)(wb + {3 * U + 8});
+  }}
+  *(em_v8 *)g[0] = a0; *(em_v8 *)(g[0] + 8) = a1; *(em_v8 *)g[1] = a2; *(em_v8 *)(g[1] + 8) = a3;
+  *(em_v8 *)g[2] = a4; *(em_v8 *)(g[2] + 8) = a5; *(em_v8 *)g[3] = a6; *(em_v8 *)(g[3] + 8) = a7;
+#else
   em_v16 ai = *(const em_v16 *)g[0], ao = *(const em_v16 *)g[1];
   em_v16 af = *(const em_v16 *)g[2], ac = *(const em_v16 *)g[3];
-  const float *hb = h + b * {k}, *wb = w + u * {k * 4 * U};
   for (int64_t kk = 0; kk < {k}; ++kk, wb += {4 * U}) {{
     const em_v16 hk = em_bcast(hb[kk]);
     ai += hk * *(const em_v16 *)(wb);
@@ -62,6 +80,7 @@ static void {fn}(int64_t q, float *out, const float *h, const float *c, const fl
     ac += hk * *(const em_v16 *)(wb + {3 * U});
   }}
   *(em_v16 *)g[0] = ai; *(em_v16 *)g[1] = ao; *(em_v16 *)g[2] = af; *(em_v16 *)g[3] = ac;
+#endif
   float ht[{U}], ct[{U}];
 #pragma omp simd
   for (int l = 0; l < {U}; ++l) {{
