@@ -70,6 +70,16 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
             L.append(f"  const float *r{r} = rows[{r}];")
     # AVX/AVX2: the accumulators in 8-lane halves (registers); AVX-512: 16-lane vectors
     L.append("#ifdef EM_SPLIT8")
+    # a block whose last vector's upper half is all padding (24 channels: 16 + 8) skips that
+    # half's FMAs (a third of such a conv's multiply-adds went to zero weights)
+    L.append(f"  if (nvalid <= {nb - 8}) {{")
+    L += ["  " + line for line in _k_loop(rows, vecs, indirect, halves=True, skip_hi=True)]
+    for r in R:
+        L.append("    " + " ".join(f"em_v16a a{r}_{v} = EM_JOIN8(a{r}_{v}_0, a{r}_{v}_1);"
+                                   for v in V))
+    L += _partial_store(epi, rows, vecs)
+    L.append("    return;")
+    L.append("  }")
     L += _k_loop(rows, vecs, indirect, halves=True)
     # a whole block: the epilogue on the halves, in registers, and the halves stored
     L.append(f"  if (nvalid == {nb}) {{")
@@ -91,22 +101,34 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
         L.append("    " + " ".join(f"*(em_v16 *)(c + {r} * ldc + {v * LANES}) = a{r}_{v};"
                                     for v in V))
     L.append("  } else {")
-    L += _epilogue(epi, rows, vecs, full=False)
-    for r in R:
-        for v in V:
-            L.append(f"    em_store_part(c + {r} * ldc + {v * LANES}, a{r}_{v}, "
-                     f"nvalid - {v * LANES});")
+    L += _partial_store(epi, rows, vecs)
     L.append("  }")
     L.append("}")
     return "\n".join(L) + "\n"
 
 
-def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool) -> list[str]:
+def _partial_store(epi: RegEpilogue | None, rows: int, vecs: int) -> list[str]:
+    """A block with fewer than NB valid channels: the epilogue and the stores of the 16-lane
+    accumulators ``a{r}_{v}``, stopping at ``nvalid``."""
+    L = _epilogue(epi, rows, vecs, full=False)
+    for r in range(rows):
+        for v in range(vecs):
+            L.append(f"    em_store_part(c + {r} * ldc + {v * LANES}, a{r}_{v}, "
+                     f"nvalid - {v * LANES});")
+    return L
+
+
+def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool,
+            skip_hi: bool = False) -> list[str]:
     """The accumulators (``halves``: each 16-lane one as two 8-lane ``a{r}_{v}_{h}``), their
-    load when ``acc_in``, and the loop over (kh, kw, ic) of broadcasts and FMAs."""
+    load when ``acc_in``, and the loop over (kh, kw, ic) of broadcasts and FMAs (``skip_hi``:
+    none into the last vector's upper half, which stays as loaded: padding lanes)."""
     nb = LANES * vecs
     R, V = range(rows), range(vecs)
     parts = [(f"_{h}", h * 8) for h in range(2)] if halves else [("", 0)]
+
+    def live(v: int, p: str) -> bool:
+        return not (skip_hi and v == vecs - 1 and p == "_1")
     vt, bc = ("em_v8a", "em_bcast8") if halves else ("em_v16a", "em_bcast")
     L = []
     for r in R:
@@ -132,11 +154,13 @@ def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool) -> list[str]:
     L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
     for v in V:
         for p, o in parts:
-            L.append(f"        const {vt} w{v}{p} = *(const {vt} *)(wk + ic * {nb} + "
-                     f"{v * LANES + o});")
+            if live(v, p):
+                L.append(f"        const {vt} w{v}{p} = *(const {vt} *)(wk + ic * {nb} + "
+                         f"{v * LANES + o});")
     for r in R:
         L.append(f"        {{ const {vt} b = {bc}(q{r}[ic]); "
-                 + " ".join(f"a{r}_{v}{p} += b * w{v}{p};" for v in V for p, _ in parts) + " }")
+                 + " ".join(f"a{r}_{v}{p} += b * w{v}{p};" for v in V for p, _ in parts
+                            if live(v, p)) + " }")
     L.append("      }")
     L.append("    }")
     L.append("  }")
