@@ -506,15 +506,24 @@ def _reduce(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     keep = bool(attrs.get("keepdims", 1))
     if op != "ReduceMean":
         return [reduce_compute(x, axes, comb, keep)]
-    n = 1
+    n: Extent = 1
     for a in axes:
-        n *= x.shape[a]
+        d = x.shape[a]
+        n = n * d if isinstance(n, int) and isinstance(d, int) else \
+            Bin("*", as_expr(n), as_expr(d))
     if not is_float_name(x.dtype):   # as onnxruntime: a double sum, the quotient truncated
         d = reduce_compute(x, axes, "sum", keep, pre=lambda e: Cast(e, "float64"))
-        return [te.compute(d.shape, lambda *i: Cast(d[i] / fconst(n, "float64"), x.dtype),
+        return [te.compute(d.shape, lambda *i: Cast(d[i] / _count(n, "float64"), x.dtype),
                            name="mean")]
     s = reduce_compute(x, axes, "sum", keep)
+    if not isinstance(n, int):       # a symbolic count (an axis of the batch): divide by it
+        return [te.compute(s.shape, lambda *i: s[i] / _count(n, s.dtype), name="mean")]
     return [te.compute(s.shape, lambda *i: s[i] * fconst(1.0 / n, s.dtype), name="mean")]
+
+
+def _count(n: Extent, dtype: str) -> Expr:
+    """The element count ``n`` (an int or an expression of the dims) as a ``dtype`` value."""
+    return fconst(n, dtype) if isinstance(n, int) else Cast(as_expr(n), dtype)
 
 
 @register("GlobalAveragePool", "GlobalMaxPool")

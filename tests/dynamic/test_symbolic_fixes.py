@@ -278,3 +278,22 @@ def test_split_along_a_symbolic_axis(n: int, data: st.DataObject) -> None:
 
 def test_split_along_a_symbolic_axis_refuses_too_few_rows() -> None:
     _refused("split_sym_parts", {"x": np.ones((2, 4), np.float32)}, "'split'")
+
+
+@pytest.mark.parametrize("axes,keep", [([0, 2], 1), ([0, 1, 2], 0), ([1], 1)])
+def test_reduce_mean_over_a_symbolic_axis(axes: list[int], keep: int) -> None:
+    """ReduceMean whose reduced axes include a symbolic dim divides by the count at run time
+    (it raised a raw TypeError building the reciprocal: a torch module's ``x.mean()`` over a
+    dynamic batch); the float and the integer (truncated, as onnxruntime) forms."""
+    ort = pytest.importorskip("onnxruntime")
+    for elem, dt in ((TensorProto.FLOAT, np.float32), (TensorProto.INT32, np.int32)):
+        g = helper.make_graph(
+            [helper.make_node("ReduceMean", ["x"], ["y"], axes=axes, keepdims=keep)], "g",
+            [helper.make_tensor_value_info("x", elem, ["n", 3, "m"])],
+            [helper.make_tensor_value_info("y", elem, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        cm = ember.compile(m)
+        for shape in ((2, 3, 5), (4, 3, 1)):
+            x = (np.random.default_rng(sum(shape)).standard_normal(shape) * 10).astype(dt)
+            want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+            np.testing.assert_allclose(cm.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)

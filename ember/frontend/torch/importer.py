@@ -12,7 +12,9 @@ from ``torch.export.Dim``) and decomposes it to the core ATen op set (``run_deco
   becomes int64 scalars whose values the importer tracks symbolically, so reshapes keep
   symbolic types; the runtime asserts torch inserts are dropped (ember checks dims itself);
 * every converted result is checked against the node's fake tensor (rank, static dims, dtype):
-  a converter that disagrees with torch is an error naming the node, never a wrong program.
+  a converter that disagrees with torch is an error naming the node, never a wrong program;
+* ``torch.cond`` (``higher_order.cond``) becomes an ``If`` whose branches are the cond's
+  GraphModules imported over its operands (``_BranchImporter``): the VM runs it.
 
 Refused, with an ``EmberError`` naming the node and its source line: an ATen op without a
 converter (``UnsupportedOpError``), a module that mutates its buffers or inputs (a BatchNorm in
@@ -189,11 +191,16 @@ class _Importer:
             obj = getattr(obj, part)
         if hasattr(obj, "detach"):
             return Value.constant(tensor_to_numpy(obj))
-        raise UnsupportedOpError(f"{_where(node)}: submodule {node.target!r} (control flow "
-                                 "such as torch.cond) is not supported yet")
+        if hasattr(obj, "graph") and hasattr(obj.graph, "nodes"):   # a branch of torch.cond
+            return obj
+        raise UnsupportedOpError(f"{_where(node)}: attribute {node.target!r} of type "
+                                 f"{type(obj).__name__} is not supported")
 
     def _call(self, node: Any) -> None:
         fn, key = _converter(node.target)
+        if key == "torch.ops.higher_order.cond":
+            self._cond(node)
+            return
         if fn is None:
             raise UnsupportedOpError(
                 f"{_where(node)}: ATen op {key} has no ember converter; rewrite the module "
@@ -210,6 +217,34 @@ class _Importer:
             raise type(e)(f"{_where(node)}: {e}") from e
         except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as e:
             raise ModelError(f"{_where(node)}: {type(e).__name__}: {e}") from e
+
+    def _cond(self, node: Any) -> None:
+        """``torch.cond(pred, true_fn, false_fn, operands)`` as an ember ``If`` (run by the
+        VM): each branch GraphModule imported as a graph over the operands; constant operands
+        (the parameters torch passes in) become the branches' own constants, the others the
+        If's captures."""
+        pred, true_gm, false_gm, operands = self._args(node.args)
+        operands = list(operands)
+        if not isinstance(pred, Value):
+            raise UnsupportedOpError(f"{_where(node)}: torch.cond on a {type(pred).__name__} "
+                                     "predicate (a tensor was expected)")
+        if any(not isinstance(o, Value) for o in operands):
+            raise UnsupportedOpError(f"{_where(node)}: torch.cond operands must be tensors")
+        branches = []
+        for gm, tag in ((true_gm, "then"), (false_gm, "else")):
+            try:
+                branches.append(_BranchImporter(gm, operands, self.syms,
+                                                f"{node.name}_{tag}").run())
+            except EmberError as e:
+                raise type(e)(f"{_where(node)}, {tag} branch: {e}") from e
+        if pred.type.rank:       # a one-element tensor: its element
+            pred = self.ctx.op1("Reshape", [pred, Value.constant(np.zeros(0, np.int64))])
+        if pred.type.dtype.name != "bool":
+            pred = self.ctx.cast(pred, dtypes.dtype("bool"))
+        caps = [o for o in operands if not o.is_const]
+        attrs = {"then_branch": branches[0], "else_branch": branches[1],
+                 "captures": len(caps)}
+        self.env[node] = list(self.graph.add("If", [pred, *caps], attrs, name=node.name).outputs)
 
     def _args(self, a: Any) -> Any:
         if isinstance(a, list | tuple):
@@ -301,6 +336,31 @@ class _ExportImporter(_Importer):
     def output_names(self) -> list[str]:
         return [s.arg.name for s in self.ep.graph_signature.output_specs
                 if getattr(s.kind, "name", "") == "USER_OUTPUT" and hasattr(s.arg, "name")]
+
+
+class _BranchImporter(_Importer):
+    """A branch of ``torch.cond``: its placeholders are the cond's operands, in order; a
+    constant operand (a parameter) is the branch's own constant, any other an input of the
+    branch graph (a capture of the If, in the order of the non-constant operands)."""
+
+    def __init__(self, gm: Any, operands: Sequence[Value], syms: dict[str, Sym],
+                 name: str) -> None:
+        super().__init__(gm, {}, name)
+        self.operands = list(operands)
+        self.syms = syms
+
+    def placeholders(self) -> None:
+        nodes = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if len(nodes) != len(self.operands):
+            raise ModelError(f"the branch takes {len(nodes)} operands, torch.cond passes "
+                             f"{len(self.operands)}")
+        for node, o in zip(nodes, self.operands):
+            if o.is_const:
+                self.env[node] = Value.constant(np.asarray(o.const))
+            else:
+                v = Value(o.type, node.name)
+                self.graph.inputs.append(v)
+                self.env[node] = v
 
 
 class _FxImporter(_Importer):
