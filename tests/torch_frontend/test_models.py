@@ -128,3 +128,21 @@ def test_torch_cond_runs_the_branch_the_data_picks(dynamic):
             close(got[0], want[0])
             close(got[1], want[1])
     assert len(taken) == 3      # the true branch, and both branches of the nested cond
+
+
+def test_data_dependent_shapes_run_on_the_vm():
+    """Boolean-mask indexing and ``nonzero`` (their sizes depend on the data: torch's
+    unbacked symbols) become NonZero and gathers on the VM; an empty selection too."""
+    class Masked(torch.nn.Module):
+        def forward(self, x):
+            idx = torch.nonzero(x > 0)
+            return x[x > 0].sum() + idx.shape[0], idx, x[:, x[0] > 0] * 2
+
+    m = Masked()
+    tm = ember.compile(m, (torch.randn(4, 5),))
+    assert type(tm.compiled).__name__ == "VMModel"
+    for x in (torch.randn(4, 5), torch.randn(4, 5), -torch.rand(4, 5) - 0.1):
+        got, want = tm(x), m(x)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=RTOL, atol=1e-5)

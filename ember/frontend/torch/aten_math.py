@@ -424,6 +424,20 @@ def sym_arith(ctx: TorchCtx, a: Any, b: Any = None) -> Value:
     return ctx.op1(op, [x, y], {"fmod": 0} if op == "Mod" else None)
 
 
+_SYM_CMP = {"operator.ge": "GreaterOrEqual", "operator.gt": "Greater",
+            "operator.le": "LessOrEqual", "operator.lt": "Less", "operator.eq": "Equal",
+            "operator.ne": "Equal"}
+
+
+@aten(*_SYM_CMP)
+def sym_compare(ctx: TorchCtx, a: Any, b: Any) -> Value:
+    """A comparison of symbolic sizes (what torch's runtime asserts test, e.g. a
+    data-dependent length ``u0 >= 0``): a bool scalar."""
+    key = f"operator.{ctx.fx_node.target.__name__}"
+    out = ctx.op1(_SYM_CMP[key], [ctx.tensor(a, I64), ctx.tensor(b, I64)])
+    return ctx.op1("Not", [out]) if key == "operator.ne" else out
+
+
 @aten("scalar_tensor.default")
 def scalar_tensor(ctx: TorchCtx, s: Any, **kwargs: Any) -> Value:
     return ctx.tensor(s, ctx.out_dtype)

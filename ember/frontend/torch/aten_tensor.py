@@ -196,10 +196,8 @@ def index(ctx: TorchCtx, x: Value, indices: list[Value | None]) -> Value:
     """Advanced indexing: the indexed axes' broadcast index tensors pick elements (one
     GatherND over the indexed axes moved to the front); the result's indexed dims stand where
     the indexed axes stood when they are adjacent, else first (numpy's rule)."""
+    indices = _masks_as_indices(ctx, indices)
     axes = [i for i, v in enumerate(indices) if v is not None]
-    if any(indices[a].type.dtype == BOOL for a in axes):  # type: ignore[union-attr]
-        raise UnsupportedOpError("indexing with a boolean mask (its result's size depends on "
-                                 "the data) is not supported; use torch.where")
     idx = [ctx.cast(indices[a], I64) for a in axes]  # type: ignore[arg-type]
     if len(axes) == 1:
         return ctx.op1("Gather", [x, idx[0]], {"axis": axes[0]})
@@ -214,6 +212,26 @@ def index(ctx: TorchCtx, x: Value, indices: list[Value | None]) -> Value:
         perm = list(range(nb, nb + k)) + list(range(nb)) + list(range(nb + k, y.type.rank))
         y = ctx.op1("Transpose", [y], {"perm": perm})
     return y
+
+
+def _masks_as_indices(ctx: TorchCtx, indices: list[Value | None]) -> list[Value | None]:
+    """A boolean mask over k axes stands for its ``nonzero()`` rows: k int64 index tensors of
+    one data-dependent length (numpy's rule, and torch's; the VM runs the NonZero)."""
+    out: list[Value | None] = []
+    for v in indices:
+        if v is None or v.type.dtype != BOOL:
+            out.append(v)
+            continue
+        nz = ctx.op1("NonZero", [v])                      # [k, n]
+        for j in range(v.type.rank):
+            out.append(ctx.op1("Gather", [nz, ctx.const(np.array(j, np.int64))], {"axis": 0}))
+    return out
+
+
+@aten("nonzero.default")
+def nonzero(ctx: TorchCtx, x: Value) -> Value:
+    """[n, rank] coordinates of the nonzero elements (ONNX NonZero's transpose)."""
+    return ctx.op1("Transpose", [ctx.op1("NonZero", [x])], {"perm": [1, 0]})
 
 
 def _coordinates(ctx: TorchCtx, idx: list[Value]) -> Value:

@@ -14,7 +14,8 @@ from ``torch.export.Dim``) and decomposes it to the core ATen op set (``run_deco
 * every converted result is checked against the node's fake tensor (rank, static dims, dtype):
   a converter that disagrees with torch is an error naming the node, never a wrong program;
 * ``torch.cond`` (``higher_order.cond``) becomes an ``If`` whose branches are the cond's
-  GraphModules imported over its operands (``_BranchImporter``): the VM runs it.
+  GraphModules imported over its operands (``_BranchImporter``): the VM runs it, as it runs
+  the data-dependent sizes of ``nonzero`` and boolean-mask indexing.
 
 Refused, with an ``EmberError`` naming the node and its source line: an ATen op without a
 converter (``UnsupportedOpError``), a module that mutates its buffers or inputs (a BatchNorm in
