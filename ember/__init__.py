@@ -61,17 +61,25 @@ def compile(model, input_shapes=None, target="cpu", *, num_threads=None, topk=No
 
 def load(path):
     """Load a saved ``.ember`` artifact: a compiled program needs numpy only, not the
-    compiler; a model that runs on the VM comes back as a ``VMModel``."""
+    compiler; a model that runs on the VM comes back as a ``VMModel``; one saved from a
+    compiled ``torch.nn.Module`` as a ``TorchModel`` where torch is installed."""
     from ember.runtime.artifact import read_meta
     from ember.runtime.compiled import load_model
 
-    kind = read_meta(path).get("kind")
+    meta = read_meta(path)
+    kind = meta.get("kind")
     if kind == "vm":
         from ember.vm.load import load_vm
 
-        return load_vm(path)
-    if kind == "cuda":
+        model = load_vm(path)
+    elif kind == "cuda":
         from ember.runtime.cuda_model import load_cuda
 
-        return load_cuda(path)
-    return load_model(path)
+        model = load_cuda(path)
+    else:
+        model = load_model(path)
+    if "torch_pytree" in meta:   # saved from a TorchModel: give it back (torch imported here)
+        from ember.runtime.torch_model import wrap_loaded
+
+        return wrap_loaded(model, meta)
+    return model

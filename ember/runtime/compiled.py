@@ -459,9 +459,13 @@ class CompiledModel(ModelSpecs):
 
     # ------------------------------------------------------------------ persistence
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write a one-file artifact (``model.ember``) that :func:`load_model` reads back."""
-        return save_artifact(path, self._lib_path, self._params, self._meta, self._source)
+    def save(self, path: str | os.PathLike[str], *,
+             extra: Mapping[str, Any] | None = None) -> Path:
+        """Write a one-file artifact (``model.ember``) that :func:`load_model` reads back;
+        ``extra``: more metadata fields to keep in it (a frontend's, e.g. the torch
+        frontend's calling convention)."""
+        meta = {**self._meta, **dict(extra or {})}
+        return save_artifact(path, self._lib_path, self._params, meta, self._source)
 
     def to_bytes(self) -> bytes:
         """The artifact ``save`` writes, as bytes (``load_model_bytes`` reads it back)."""

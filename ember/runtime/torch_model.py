@@ -11,11 +11,30 @@ not tensors at export were baked into the program: a call must pass the same val
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 from ember.errors import InputError
 from ember.runtime import interop
+
+PYTREE_KEY = "torch_pytree"
+LOG = logging.getLogger("ember.torch")
+
+
+def wrap_loaded(compiled: Any, meta: Any) -> Any:
+    """A loaded program as the ``TorchModel`` it was saved from, where its metadata holds
+    the module's calling convention and torch is installed; else the program itself."""
+    spec = meta.get(PYTREE_KEY) if isinstance(meta, dict) else None
+    if not isinstance(spec, dict):
+        return compiled
+    try:
+        import torch
+    except ImportError:
+        return compiled
+    pytree = torch.utils._pytree
+    return TorchModel(compiled, pytree.treespec_loads(spec["in"]),
+                      pytree.treespec_loads(spec["out"]))
 
 
 class TorchModel:
@@ -49,9 +68,19 @@ class TorchModel:
         return list(self.compiled.output_names)
 
     def save(self, path: Any) -> Any:
-        """Save the compiled program (``ember.load`` gives it back, called with arrays by
-        input name; the module's argument structure is not saved)."""
-        return self.compiled.save(path)
+        """Save the compiled program with the module's calling convention (its arguments'
+        and results' pytree specs, as torch serializes them): ``ember.load`` gives back a
+        ``TorchModel`` where torch is installed, else the program alone (called with arrays
+        by input name). A spec torch cannot serialize (a custom container type it does not
+        know) leaves the convention out, and the load gives the program."""
+        pytree = sys.modules["torch"].utils._pytree
+        try:
+            spec = {"in": pytree.treespec_dumps(self._in_spec),
+                    "out": pytree.treespec_dumps(self._out_spec)}
+        except Exception as e:  # noqa: BLE001 - torch raises several kinds
+            LOG.warning("saving %s without the module's calling convention: %s", path, e)
+            return self.compiled.save(path)
+        return self.compiled.save(path, extra={PYTREE_KEY: spec})
 
     def __repr__(self) -> str:
         return f"TorchModel({self.compiled!r})"

@@ -136,10 +136,12 @@ class VMModel:
         outs = outs if isinstance(outs, tuple) else (outs,)
         return dict(zip(self.output_names, outs))
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(self, path: str | os.PathLike[str], *,
+             extra: Mapping[str, Any] | None = None) -> Path:
         """Write one ``.ember`` bundle: the executable (bytecode, constants, the recipes of
         its packed functions), each compiled program as a nested artifact, the runtime's native
-        kernels (so it runs without a C compiler); ``ember.load`` reads it back."""
+        kernels (so it runs without a C compiler); ``ember.load`` reads it back. ``extra``:
+        more metadata fields to keep in it."""
         from ember.runtime import loops, native_ops
         from ember.runtime.artifact import save_bundle
         from ember.runtime.natives import bundled_natives
@@ -149,7 +151,8 @@ class VMModel:
         for k, cm in enumerate(self.programs):
             members[f"program{k}.ember"] = cm.to_bytes()
         meta = {"kind": "vm", "inputs": self.input_names, "outputs": self.output_names,
-                "input_dtypes": [d.name for d in self._dtypes], "programs": len(self.programs)}
+                "input_dtypes": [d.name for d in self._dtypes], "programs": len(self.programs),
+                **dict(extra or {})}
         return save_bundle(path, meta, members)
 
     def __repr__(self) -> str:

@@ -146,3 +146,32 @@ def test_data_dependent_shapes_run_on_the_vm():
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.dtype == w.dtype
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=RTOL, atol=1e-5)
+
+
+@pytest.mark.parametrize("on_vm", [False, True])
+def test_a_saved_torch_model_loads_with_its_calling_convention(tmp_path, on_vm):
+    """``TorchModel.save`` keeps the module's argument and result structure (torch's pytree
+    specs): ``ember.load`` gives back a TorchModel called as the module is (a dict in, a
+    dict and a tuple out; a VM model too); without that metadata, the plain program."""
+    class M(torch.nn.Module):
+        def forward(self, inputs, scale: float = 2.0):
+            x = inputs["x"]
+            y = torch.cond(x.sum() > 0, lambda x: x * scale, lambda x: x - 1, (x,)) \
+                if on_vm else x * scale
+            return {"y": y, "parts": (x.sum(-1), x.amax(-1))}
+
+    x = torch.randn(3, 4)
+    tm = ember.compile(M(), ({"x": x},))
+    path = tm.save(tmp_path / "m.ember")
+    back = ember.load(path)
+    assert type(back).__name__ == "TorchModel"
+    for xx in (x, -x.abs()):
+        got, want = back({"x": xx}), M()({"x": xx})
+        assert set(got) == {"y", "parts"} and isinstance(got["parts"], tuple)
+        close(got["y"], want["y"])
+        close(got["parts"][1], want["parts"][1])
+    with pytest.raises(ember.errors.InputError):
+        back(xx)                                    # not the structure it was compiled for
+    plain = tmp_path / "plain.ember"
+    tm.compiled.save(plain)
+    assert type(ember.load(plain)).__name__ in ("CompiledModel", "VMModel")
