@@ -167,8 +167,7 @@ def file_digest(path: Path) -> bytes:
     inode, size, modification and change times: a write changes the change time, which no
     user can set), so a file compiled before is not read again."""
     st = path.stat()
-    what = f"{path.resolve()}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0" \
-        f"{st.st_ctime_ns}"
+    what = f"{path.resolve()}\0{_stat_key(st)}"
     memo = cache.cache_dir() / "models" / "files" / hashlib.sha256(what.encode()).hexdigest()
     try:
         known = bytes.fromhex(memo.read_text())
@@ -257,9 +256,14 @@ def lookup(k: str | None) -> Any:
 # which no user can set, so a matching record means the bytes are those that were verified.
 def _stamp(path: Path) -> str | None:
     try:
-        st = path.stat()
+        return _stat_key(path.stat())
     except OSError:
         return None
+
+
+def _stat_key(st: os.stat_result) -> str:
+    """What ``stat`` says of a file that a write to it changes: device, inode, size,
+    modification and change times."""
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 

@@ -25,7 +25,8 @@ Pre: a node of ``ir.ops.control`` whose inputs have registers. Post: registers f
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -232,22 +233,18 @@ def body_work(body: Graph) -> int:
     """A loop body's flops per trip, roughly: its products' multiply-adds (MatMul, Gemm, Conv;
     2 flops each) and one per element of every other node's outputs; a symbolic size counts
     as 1 (the body's carried and scanned values are static, its captures may not be)."""
-    def size(v: Value | None) -> int:
-        if v is None:
-            return 0
-        return int(np.prod([d if isinstance(d, int) else 1 for d in v.type.shape],
-                           dtype=np.int64))
+    def numel(dims: Sequence[Any]) -> int:
+        return int(np.prod([d if isinstance(d, int) else 1 for d in dims], dtype=np.int64))
 
     total = 0
     for n in body.nodes:
-        out = sum(size(o) for o in n.outputs)
+        out = sum(numel(o.type.shape) for o in n.outputs)
         x = n.inputs[0] if n.inputs else None
         if n.op in ("MatMul", "Gemm") and x is not None and x.type.rank >= 1:
             k = x.type.shape[0 if n.op == "Gemm" and n.attrs.get("transA") else -1]
-            total += 2 * out * (k if isinstance(k, int) else 1)
+            total += 2 * out * numel([k])
         elif n.op == "Conv" and len(n.inputs) > 1 and n.inputs[1] is not None:
-            w = n.inputs[1].type.shape
-            total += 2 * out * int(np.prod([d if isinstance(d, int) else 1 for d in w[1:]]))
+            total += 2 * out * numel(n.inputs[1].type.shape[1:])
         else:
             total += out
         for a in n.attrs.values():       # nested bodies (If, Loop, Scan) run once, at least

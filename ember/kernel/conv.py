@@ -301,12 +301,12 @@ def _row_pointers(g: ConvGeom, t: DenseTile, cd: CDims) -> str:
     """C: the row pointers of the register tile at rows [p, p + nr) at chunk c, unpadded.
     A packed task reads its chunk from a panel: xs[row - p0][KC] for a 1x1 window, else
     xs[input pixel - f0][KC] (``_pack_decl``)."""
-    q = _c_pixel(g, cd, "(p + r)")
+    if not cd.matmul and not t.pack:
+        return _walked_rows(g, t, cd)
     if cd.matmul:   # row q starts at q * K
         address = f"x + (p + r) * {g.C} + g * {g.ICg} + c * {t.KC}"
-    elif not t.pack:
-        return _walked_rows(g, t, cd)
     else:
+        q = _c_pixel(g, cd, "(p + r)")
         address = f"xs + {'(p + r - p0)' if g.KH == g.KW == 1 else f'({q} - f0)'} * {t.KC}"
     return f"""const int64_t nr = p1 - p < {t.R} ? p1 - p : {t.R};
       const float *rows[{t.R}];

@@ -48,7 +48,13 @@ from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.conv import geometry as conv_geometry
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS
-from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, apply_epilogue, register_epilogue
+from ember.kernel.regepi import (
+    EPI_HELPERS,
+    RegEpilogue,
+    apply_epilogue,
+    register_epilogue,
+    vector_parts,
+)
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import ConvGeom
 from ember.kernel.window import inside_span, kernel_rows_c
@@ -224,11 +230,6 @@ static inline void em_store_part8(float *dst, em_v8a lo, em_v8a hi, int64_t n) {
 """
 
 
-def _parts(split: int) -> list[tuple[str, int]]:
-    """The suffix and lane offset of each register a 16-lane vector is held in."""
-    return [(f"_{h}", 8 * h) for h in range(2)] if split == 2 else [("", 0)]
-
-
 def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
              epi: RegEpilogue | None, guard: tuple[int, int] | None = None,
              split: int = 1) -> str:
@@ -242,7 +243,7 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
     variable has none there: gcc kept it in memory, a load and a store around every FMA)."""
     nv = _cdiv(lanes, LANES)
     part = lanes - LANES * (nv - 1)     # lanes of the last vector
-    parts = _parts(split)
+    parts = vector_parts(split == 2)
     vt = "em_v8a" if split == 2 else "em_v16a"
     L = [f"static inline __attribute__((always_inline)) void {name}(",
          "    const float *xp, const float *wq, float *op, int64_t kh0, int64_t nkh,",
@@ -285,7 +286,7 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
     """The accumulation: for each kernel row, the KW·V weight vectors, then each distinct input
     column of the R pixels' taps, loaded once and multiplied into every (pixel, kw) that reads
     it (``guard``, ``split``: see ``_tile_fn``)."""
-    parts = _parts(split)
+    parts = vector_parts(split == 2)
     vt = "em_v8a" if split == 2 else "em_v16a"
 
     def checked(col: int) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ember.kernel.regepi import RegEpilogue, apply_epilogue
+from ember.kernel.regepi import RegEpilogue, apply_epilogue, vector_parts
 
 LANES = 16
 
@@ -125,7 +125,7 @@ def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool,
     none into the last vector's upper half, which stays as loaded: padding lanes)."""
     nb = LANES * vecs
     R, V = range(rows), range(vecs)
-    parts = [(f"_{h}", h * 8) for h in range(2)] if halves else [("", 0)]
+    parts = vector_parts(halves)
 
     def live(v: int, p: str) -> bool:
         return not (skip_hi and v == vecs - 1 and p == "_1")

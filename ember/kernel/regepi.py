@@ -154,6 +154,12 @@ def _full(v: Value | None, m: Node) -> bool:
             and v.type == m.output.type and v.type.dtype.name == "float32")
 
 
+def vector_parts(halves: bool) -> list[tuple[str, int]]:
+    """The registers a 16-lane vector is held in: its name suffix and first lane each (two
+    8-lane halves without AVX-512, ``EM_SPLIT8``; else the whole vector)."""
+    return [(f"_{h}", 8 * h) for h in range(2)] if halves else [("", 0)]
+
+
 def apply_epilogue(epi: RegEpilogue, R: int, nv: int, const_at: Callable[[int, int], str],
                    tensor_at: Callable[[int, int, int], str] | None = None,
                    indent: str = "  ", halves: bool = False) -> list[str]:
@@ -167,7 +173,7 @@ def apply_epilogue(epi: RegEpilogue, R: int, nv: int, const_at: Callable[[int, i
     input channel, whose micro-kernel calls are short)."""
     nconst = len(epi.consts)
     used = [i for i in range(nconst) if any(f"{{k{i}}}" in e for e in epi.exprs)]
-    parts = [(f"_{h}", 8 * h) for h in range(2)] if halves else [("", 0)]
+    parts = vector_parts(halves)
     vt = "em_v8a" if halves else "em_v16a"
     L = []
     for i in used:

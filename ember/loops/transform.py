@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from ember.loops.ir import (
     Alloc,
@@ -272,28 +273,32 @@ def partition_selects(s: Stmt) -> Stmt:
     ``a`` and ``[c, end)`` storing ``b`` (recursively: a Concat fused after its inputs selects
     among them by channel; split, each loop copies one input, no select per element)."""
     if isinstance(s, For):
-        body = partition_selects(s.body)
-        v = body.value if isinstance(body, Store) else None
-        if isinstance(v, Select) and isinstance(s.begin, Const) and isinstance(s.extent, Const):
-            cond, lo = v.cond, int(s.begin.value)
-            hi = lo + int(s.extent.value)
-            if isinstance(cond, Bin) and cond.op == "<" and cond.a is s.var and \
-                    isinstance(cond.b, Const) and lo < int(cond.b.value) < hi:
-                c = int(cond.b.value)
-                assert isinstance(body, Store)
-                return Seq([
-                    partition_selects(For(s.var, Const(lo), Const(c - lo),
-                                          Store(body.buf, body.index, v.a), s.kind)),
-                    partition_selects(For(s.var, Const(c), Const(hi - c),
-                                          Store(body.buf, body.index, v.b), s.kind))])
-        return For(s.var, s.begin, s.extent, body, s.kind)
+        loop = For(s.var, s.begin, s.extent, partition_selects(s.body), s.kind)
+        return _split_at_select(loop) or loop
     if isinstance(s, Seq):
         return Seq([partition_selects(x) for x in s.body])
     if isinstance(s, If):
         return If(s.cond, partition_selects(s.then),
                   partition_selects(s.orelse) if s.orelse is not None else None)
-    if isinstance(s, Alloc):
-        return Alloc(s.buf, partition_selects(s.body))
-    if isinstance(s, Let):
-        return Let(s.var, s.value, partition_selects(s.body))
+    if isinstance(s, Alloc | Let):
+        return replace(s, body=partition_selects(s.body))
     return s
+
+
+def _split_at_select(loop: For) -> Stmt | None:
+    """``loop`` as the two loops of ``partition_selects``, or None where it does not apply."""
+    st, (b, e) = loop.body, (loop.begin, loop.extent)
+    v = st.value if isinstance(st, Store) else None
+    if not (isinstance(v, Select) and isinstance(b, Const) and isinstance(e, Const)):
+        return None
+    cond, lo = v.cond, int(b.value)
+    hi = lo + int(e.value)
+    if not (isinstance(cond, Bin) and cond.op == "<" and cond.a is loop.var
+            and isinstance(cond.b, Const) and lo < int(cond.b.value) < hi):
+        return None
+    c = int(cond.b.value)
+    assert isinstance(st, Store)
+    return Seq([partition_selects(For(loop.var, Const(lo), Const(c - lo),
+                                      Store(st.buf, st.index, v.a), loop.kind)),
+                partition_selects(For(loop.var, Const(c), Const(hi - c),
+                                      Store(st.buf, st.index, v.b), loop.kind))])

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import CompileError
-from ember.ir.ops.tensor import CROP, antialias_taps, crop_terms, resize_axes
+from ember.ir.ops.resize import CROP, antialias_taps, coord_dtype, crop_terms, resize_axes
 from ember.ir.types import TensorType
 from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
 from ember.lower.computes import (
@@ -118,7 +118,7 @@ _ROUND: dict[str, Callable[[Expr, float], Expr]] = {
 def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
                   roi: tuple[float, float] | None = None, cdt: str = "float32") -> Expr:
     """The input coordinate of output index ``o``, op by op as the reference computes it
-    (``_source_coords`` in ``ember.ir.ops.tensor``), so that rounding agrees bit for bit:
+    (``_source_coords`` in ``ember.ir.ops.resize``), so that rounding agrees bit for bit:
     in ``cdt`` (float32; float64 for integer data), float64 for tf_crop_and_resize."""
     if mode == CROP:
         assert roi is not None
@@ -254,7 +254,7 @@ def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     # the arithmetic dtype: the reference works in float64 for cubic and antialiased weights
     # and for ints
     wdt = _F64 if mode == "cubic" or smooth or is_int or dt == _F64 else "float32"
-    cdt = _F64 if is_int else "float32"    # coordinates: as ``coord_dtype`` (the reference)
+    cdt = coord_dtype(dt)          # the coordinates' dtype, as the reference computes them
     plan = [_plan_axis(attrs, a, shape[a], x.shape[a], sc, roi, wdt, cdt)
             for a, sc, roi in resize_axes(attrs, x.shape, shape)]
     fill = float(attrs.get("extrapolation_value", 0.0))

@@ -160,6 +160,16 @@ def _int_overflow(ctx: Context) -> bool:
     return False
 
 
+def _float_diff(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """ember's and onnxruntime's outputs (float64) and where they differ beyond the
+    tolerance; None unless both are there, of one shape, ember's a float array."""
+    if ctx.got is None or ctx.want is None or ctx.got.dtype.kind != "f" \
+            or ctx.got.shape != ctx.want.shape:
+        return None
+    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
+    return g, w, ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+
+
 def _overflowing_composite(ctx: Context) -> bool:
     ops = {"Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
            "BatchNormalization", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare",
@@ -169,11 +179,10 @@ def _overflowing_composite(ctx: Context) -> bool:
            "Celu"}
     if not any(_nonfinite_or_huge(a) for a in ctx.inputs_of(ops)):
         return False
-    if ctx.got is None or ctx.want is None or ctx.got.shape != ctx.want.shape \
-            or ctx.got.dtype.kind != "f":
+    d = _float_diff(ctx)
+    if d is None:
         return ctx.got is not None and ctx.got.dtype.kind != "f"  # an integer/bool output
-    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
-    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    g, w, differ = d
     limit = min(1e30, float(np.finfo(ctx.got.dtype).max) / 2)
     wild = ~np.isfinite(g) | ~np.isfinite(w) | (np.abs(g) > limit) | (np.abs(w) > limit)
     return bool(wild[differ].all())   # the outputs differ only where one side overflowed
@@ -188,11 +197,10 @@ def _huge_cancellation(ctx: Context) -> bool:
     if not any(a.dtype.kind == "f" and (a > 1e30).any() and (a < -1e30).any()
                for a in ctx.inputs_of(ops) if a.size):
         return False
-    if ctx.got is None or ctx.want is None or ctx.got.shape != ctx.want.shape \
-            or ctx.got.dtype.kind != "f":
+    d = _float_diff(ctx)
+    if d is None:
         return ctx.got is not None and ctx.got.dtype.kind != "f"  # an integer/bool output
-    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
-    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    g, w, differ = d
     return bool(differ.any() and (np.isfinite(g) & np.isfinite(w))[differ].all())
 
 
@@ -210,13 +218,11 @@ def _nan_skipped(ctx: Context) -> bool:
     has NaN, or an infinity where onnxruntime has FLT_MAX of that sign. ScatterND and
     ScatterElements with reduction min/max likewise (std::min/std::max keep the number)."""
     ops = {"ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool", "ScatterND", "ScatterElements"}
-    if not any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in ctx.inputs_of(ops)):
+    d = _float_diff(ctx)
+    if d is None or not any(a.dtype.kind == "f" and not np.isfinite(a).all()
+                            for a in ctx.inputs_of(ops)):
         return False
-    if ctx.got is None or ctx.want is None or ctx.got.dtype.kind != "f" \
-            or ctx.got.shape != ctx.want.shape:
-        return False
-    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
-    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    g, w, differ = d
     big = float(np.finfo(ctx.want.dtype).max)
     same = np.sign(g) == np.sign(w)
     ok = np.isnan(g) | (np.isinf(g) & (np.abs(w) == big) & same) | \
@@ -229,11 +235,10 @@ def _clip_default_bound(ctx: Context) -> bool:
     differs ember has an infinity and onnxruntime FLT_MAX of that sign."""
     clips = [n for n in ctx.path if n.op_type == "Clip" and (len(n.input) < 3 or not
                                                               all(n.input[1:3]))]
-    if not clips or ctx.got is None or ctx.want is None or ctx.got.dtype.kind != "f" \
-            or ctx.got.shape != ctx.want.shape:
+    d = _float_diff(ctx)
+    if not clips or d is None:
         return False
-    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
-    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    g, w, differ = d
     big = float(np.finfo(ctx.want.dtype).max)
     ok = np.isinf(g) & (np.abs(w) == big) & (np.sign(g) == np.sign(w))
     return bool(differ.any() and ok[differ].all())
@@ -322,11 +327,11 @@ def _nan_sign(ctx: Context) -> bool:
     if ctx.got.dtype == np.float16:   # a float16 chain: ember rounds once, at its end
         return True
     known = ctx.inputs_of({"Sign"}) or list(ctx.case.feeds.values())   # else: upstream NaN
-    if ctx.want is None or ctx.got.shape != ctx.want.shape or not any(
+    d = _float_diff(ctx)
+    if d is None or not any(
             a.dtype.kind == "f" and np.isnan(a.astype(np.float64)).any() for a in known):
         return False
-    g, w = ctx.got.astype(np.float64), ctx.want.astype(np.float64)
-    differ = ~(np.isclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True) | (g == w))
+    g, _, differ = d
     return bool(differ.any() and np.isnan(g[differ]).all())
 
 

@@ -14,6 +14,7 @@ from ember.ir.ops import (  # noqa: F401
     norm,
     optional,
     reduce,
+    resize,
     rnn,
     sampling,
     sequence,
