@@ -24,6 +24,7 @@ copy of the library's globals (see :mod:`ember.runtime.module`).
 from __future__ import annotations
 
 import copy
+import ctypes
 import os
 import platform
 import threading
@@ -146,6 +147,9 @@ class CompiledModel(ModelSpecs):
                             if dimexpr.slot_of(d) is not None] for s in self._inputs]
         self._sizes: dict[tuple[int, ...], _Sizes] = {}   # symbolic: per dims vector
         self._dims_set: tuple[int, ...] | None = None
+        # which caller's dims the library holds: -1 this object's (_dims_set says which), a
+        # native VM's memo entry id otherwise (``ember.vm.native`` writes it through its address)
+        self.dims_cell = np.full(1, -1, np.int64)
         # a static program's call path for numpy feeds of the exact dtypes and shapes (what
         # a serving loop passes): checks in one pass, outputs made in one allocation
         self._fast: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None
@@ -368,6 +372,39 @@ class CompiledModel(ModelSpecs):
             out_addrs.append(addr)
         self._launch(sizes, [address(a) for a in values], out_addrs)
 
+    def sizes_for(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None
+                  = None) -> tuple[tuple[int, ...], list[int], int, list[tuple[int, ...]]]:
+        """What a native caller needs to run the program on these inputs (into these
+        outputs, when given): (dims, buffer offsets, workspace bytes, output shapes). Checks
+        them as ``run_into`` does (an InputError naming the input or output that does not
+        fit), derived dims and run-time checks included."""
+        values = [_validate(spec, a, self._dim_names) for spec, a in zip(self._inputs, inputs)]
+        if len(values) != len(self._inputs):
+            raise InputError(f"the program takes {len(self._inputs)} inputs, got {len(values)}")
+        shapes = [a.shape for a in values]
+        sizes = self._bind_dims(shapes) if self._dim_names else None
+        if sizes is not None:
+            self._check_inputs(shapes, sizes.dims)
+        layout = sizes.out_layout if sizes else self._out_layout
+        for (_, _, dt, shape), spec, out in zip(layout, self._outputs, outputs or ()):
+            if out.shape != tuple(shape) or out.dtype != dt or not out.flags.c_contiguous \
+                    or (address(out) % ALIGNMENT and out.size):
+                raise InputError(f"output {spec.name!r}: expected an aligned, contiguous "
+                                 f"{dt.name}{tuple(shape)}, got {out.dtype.name}{out.shape}")
+        outs = [tuple(int(d) for d in shape) for _, _, _, shape in layout]
+        if sizes is None:
+            return (), [], int(self._workspace.size), outs
+        return sizes.dims, list(sizes.offsets), int(sizes.workspace_bytes), outs
+
+    @property
+    def native_entry(self) -> tuple[int, int, int]:
+        """(address of ``ember_run``, of ``ember_set_dims`` or 0, threads): what a native
+        caller (``ember.vm.native``) calls; it sets dims through ``dims_cell``'s protocol."""
+        m = self._module
+        set_dims = m._set_dims
+        addr = int(ctypes.cast(set_dims, ctypes.c_void_p).value or 0) if set_dims else 0
+        return m.run_address, addr, m.threads
+
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """The outputs' shapes for inputs of these shapes (the program's composed shape
         function: its output dims are expressions of the symbols the input shapes bind)."""
@@ -412,9 +449,10 @@ class CompiledModel(ModelSpecs):
         if sizes.workspace_bytes > self._workspace.size:
             self._workspace = aligned_empty(sizes.workspace_bytes)
             self._workspace_addr = self._workspace.ctypes.data
-        if self._dims_set != sizes.dims:
+        if self._dims_set != sizes.dims or self.dims_cell[0] != -1:
             self._module.set_dims(sizes.dims, sizes.offsets)
             self._dims_set = sizes.dims
+            self.dims_cell[0] = -1
 
     def fault_error(self, rc: int, context: str = "") -> EmberError:
         """The error of a native call of this program's entry that returned ``rc`` != 0 (a

@@ -26,6 +26,7 @@ SCHEDULES = ("auto", "sequential", "rammer", "ios")
 SANITIZERS = ("address", "undefined")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+VM_KINDS = ("native", "python")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Options:
     #                                  else H100)
     cuda_arch: tuple[str, ...] = ("sm_80", "sm_90")   # what --target cuda compiles for
     precision: str = "fp32"          # GPU dense products: fp32 (FFMA), tf32, fp16, bf16
+    vm: str = "native"               # the VM interpreter: native (C), python (the reference)
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
 
     def with_(self, **changes: Any) -> Options:
@@ -148,6 +150,8 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                   "in: fp32 (default), tf32, fp16, bf16 (TensorCores, float32 accumulation)"),
     "cuda_arch": ("EMBER_CUDA_ARCH", _archs, "the architectures --target cuda compiles for "
                   "(default sm_80,sm_90)"),
+    "vm": ("EMBER_VM", _choice(VM_KINDS), "the VM's interpreter: native (default, C) or "
+           "python (the reference, for debugging)"),
     "env_threads": ("OMP_NUM_THREADS", _omp_threads, "caps the default thread count"),
 }
 

@@ -171,27 +171,8 @@ class VirtualMachine:
 
     def _located(self, err: Exception, fidx: int, pc: int,
                  stack: list[tuple[Any, ...]]) -> EmberError:
-        """``err`` as an error naming the VM location: a VMError, except for an error in the
-        caller's input data (an InputError, e.g. a kernel's DataError), which keeps its class
-        so callers can tell bad data from a broken program."""
-        funcs = self.executable.functions
-        func = funcs[fidx]
-        ins = func.instructions[pc] if 0 <= pc < len(func.instructions) else None
-        text = ins.format(Names(self.executable), pc) if ins is not None else "?"
-        where = f"VM function {func.name!r}, instruction {pc} ({text})"
-        if stack:
-            calls = [f"{funcs[f].name}:{p}" for _, _, p, f in stack[-4:]]
-            more = f"{len(stack) - 4} more < " if len(stack) > 4 else ""
-            where += f" [called from {more}{' < '.join(reversed(calls))}]"
-        if isinstance(err, InputError):
-            return type(err)(f"{err} [at {where}]")
-        if ins is not None and ins.op == Op.INVOKE_PACKED and not isinstance(err, VMError):
-            name = self.executable.packed[ins.packed_index]  # type: ignore[attr-defined]
-            return VMError(f"{where}: packed function {name!r} raised "
-                           f"{type(err).__name__}: {err}")
-        if isinstance(err, EmberError):
-            return VMError(f"{where}: {err}")
-        return VMError(f"{where}: {type(err).__name__}: {err}")
+        callers = [(f, p) for _, _, p, f in reversed(stack[-4:])]
+        return locate(self.executable, err, fidx, pc, callers, max(len(stack) - 4, 0))
 
     # ------------------------------------------------------------------ decoding
 
@@ -227,6 +208,34 @@ class VirtualMachine:
             return (K_SIMPLE, h[op], _message(self._consts[d.message]))
         values = (getattr(ins, f.name) for f in dataclasses.fields(ins))
         return (K_SIMPLE, h[op], *values)
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def locate(exe: Executable, err: BaseException, fidx: int, pc: int,
+           callers: Sequence[tuple[int, int]] = (), more: int = 0) -> EmberError:
+    """``err`` as an error naming the VM location (function ``fidx``, instruction ``pc``,
+    called from ``callers``: (function, pc) innermost first, ``more`` frames beyond them): a
+    VMError, except for an error in the caller's input data (an InputError, e.g. a kernel's
+    DataError), which keeps its class so callers can tell bad data from a broken program."""
+    funcs = exe.functions
+    func = funcs[fidx]
+    ins = func.instructions[pc] if 0 <= pc < len(func.instructions) else None
+    text = ins.format(Names(exe), pc) if ins is not None else "?"
+    where = f"VM function {func.name!r}, instruction {pc} ({text})"
+    if callers:
+        calls = [f"{funcs[f].name}:{p}" for f, p in callers]
+        where += f" [called from {f'{more} more < ' if more else ''}{' < '.join(calls)}]"
+    if isinstance(err, InputError):
+        return type(err)(f"{err} [at {where}]")
+    if ins is not None and ins.op == Op.INVOKE_PACKED and not isinstance(err, VMError):
+        name = exe.packed[ins.packed_index]  # type: ignore[attr-defined]
+        return VMError(f"{where}: packed function {name!r} raised "
+                       f"{type(err).__name__}: {err}")
+    if isinstance(err, EmberError):
+        return VMError(f"{where}: {err}")
+    return VMError(f"{where}: {type(err).__name__}: {err}")
 
 
 # ---------------------------------------------------------------------- handlers

@@ -17,10 +17,12 @@ import numpy as np
 
 from ember.errors import InputError
 from ember.runtime import interop
+from ember.support import options
 from ember.vm.builtins import forward
 from ember.vm.executable import Executable
-from ember.vm.interpreter import PackedFunc, VirtualMachine
+from ember.vm.interpreter import PackedFunc
 from ember.vm.isa import format_executable
+from ember.vm.native import make_vm
 from ember.vm.objects import ADT
 
 
@@ -30,7 +32,7 @@ class VMModel:
                  input_dtypes: Sequence[np.dtype], programs: Sequence[Any] = (),
                  specializers: Sequence[Any] = ()) -> None:
         self.executable = exe
-        self.vm = VirtualMachine(exe, packed)
+        self.vm = make_vm(exe, packed, programs, options.current().vm)
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self._dtypes = [np.dtype(d) for d in input_dtypes]
@@ -145,9 +147,10 @@ class VMModel:
         from ember.runtime import loops, native_ops
         from ember.runtime.artifact import save_bundle
         from ember.runtime.natives import bundled_natives
+        from ember.vm import native
 
         members = {"executable.bin": self.executable.to_bytes(),
-                   **bundled_natives([native_ops.SOURCE, loops.SOURCE])}
+                   **bundled_natives([native_ops.SOURCE, loops.SOURCE, native.SOURCE])}
         for k, cm in enumerate(self.programs):
             members[f"program{k}.ember"] = cm.to_bytes()
         meta = {"kind": "vm", "inputs": self.input_names, "outputs": self.output_names,

@@ -38,3 +38,14 @@ PACKED = {
 @pytest.fixture
 def packed() -> dict[str, Callable]:
     return dict(PACKED)
+
+
+@pytest.fixture(autouse=True, params=["python", "native"])
+def vm_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every VM test runs on the reference interpreter and on the native one (the name
+    ``VirtualMachine`` in the test's module is the one under test)."""
+    if request.param == "native" and hasattr(request.module, "VirtualMachine"):
+        from ember.vm.native import NativeVM
+
+        monkeypatch.setattr(request.module, "VirtualMachine", NativeVM)
+    return str(request.param)

@@ -81,19 +81,20 @@ def dynamic_double_exe() -> Executable:
 
 @SETTINGS
 @given(st.lists(st.integers(0, 6), min_size=0, max_size=4), st.integers(0, 2**31 - 1))
-def test_dynamic_shapes_shape_of_and_alloc_tensor_reg(packed, shape: list[int], seed: int) -> None:
+def test_dynamic_shapes_shape_of_and_alloc_tensor_reg(packed, vm_kind, shape: list[int],
+                                                      seed: int) -> None:
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     vm = VirtualMachine(dynamic_double_exe(), packed)
     out, shp, storage = vm.run(x)
     np.testing.assert_array_equal(out, 2 * x)
     assert shp.dtype == np.int64 and shp.tolist() == list(shape)
     assert isinstance(storage, Storage) and storage.nbytes == x.nbytes
-    assert out.size == 0 or np.shares_memory(out, storage.buffer)
+    assert out.size == 0 or vm_kind == "native" or np.shares_memory(out, storage.buffer)
     assert x.size == 0 or storage.buffer.ctypes.data % 64 == 0
     assert vm.stats.bytes_allocated == 8 + x.nbytes
 
 
-def test_alloc_tensor_is_a_view_into_its_storage(packed) -> None:
+def test_alloc_tensor_is_a_view_into_its_storage(packed, vm_kind) -> None:
     code = [
         I.LoadConsti(128, 1), I.LoadConsti(0, 2), I.LoadConsti(64, 3),
         I.AllocStorage(1, 64, "float32", "cpu", 4),
@@ -109,9 +110,10 @@ def test_alloc_tensor_is_a_view_into_its_storage(packed) -> None:
     np.testing.assert_array_equal(t2, 2 * x)
     in_storage = np.frombuffer(storage.buffer[64:80].tobytes(), dtype=np.float32).reshape(2, 2)
     np.testing.assert_array_equal(in_storage, 2 * x)
-    assert np.shares_memory(t1, storage.buffer) and np.shares_memory(t2, storage.buffer)
-    assert not np.shares_memory(t1, t2)
-    assert t1.ctypes.data % 64 == 0 and t2.ctypes.data - t1.ctypes.data == 64
+    assert not np.shares_memory(t1, t2) and t1.ctypes.data % 64 == 0
+    if vm_kind == "python":   # the native VM copies its results out (no view survives a run)
+        assert np.shares_memory(t1, storage.buffer) and np.shares_memory(t2, storage.buffer)
+        assert t2.ctypes.data - t1.ctypes.data == 64
 
 
 def test_alloc_tensor_overflowing_its_storage_is_an_error() -> None:
@@ -126,21 +128,21 @@ def test_alloc_tensor_overflowing_its_storage_is_an_error() -> None:
         vm.run()
 
 
-def test_reshape_tensor_views_and_checks_numel() -> None:
+def test_reshape_tensor_views_and_checks_numel(vm_kind) -> None:
     good = np.array([3, 4], dtype=np.int64)
     bad = np.array([5], dtype=np.int64)
     code = [I.LoadConst(0, 1), I.ReshapeTensor(0, 1, 2), I.Ret(2)]
     x = np.random.default_rng(2).standard_normal((2, 6)).astype(np.float32)
     vm = VirtualMachine(program(VMFunction("main", ("x",), code, 3), constants=(good,)))
     y = vm.run(x)
-    assert y.shape == (3, 4) and np.shares_memory(y, x)
+    assert y.shape == (3, 4) and (vm_kind == "native" or np.shares_memory(y, x))
     np.testing.assert_array_equal(y.reshape(-1), x.reshape(-1))
     vm = VirtualMachine(program(VMFunction("main", ("x",), code, 3), constants=(bad,)))
     with pytest.raises(VMError, match="reshape_tensor.*element counts differ"):
         vm.run(x)
 
 
-def test_device_copy_shape_of_kill_and_constants(packed) -> None:
+def test_device_copy_shape_of_kill_and_constants(packed, vm_kind) -> None:
     const = np.random.default_rng(3).standard_normal((3, 2)).astype(np.float32)
     code = [
         I.DeviceCopy(0, "cpu", "cpu", 1),
@@ -157,8 +159,10 @@ def test_device_copy_shape_of_kill_and_constants(packed) -> None:
     np.testing.assert_array_equal(copied, x)
     assert not np.shares_memory(copied, x) and copied.ctypes.data % 64 == 0
     np.testing.assert_array_equal(c, const)
-    assert not c.flags.writeable                  # constants are read-only
-    assert shape.tolist() == [3, 2] and moved is x and killed is None
+    assert shape.tolist() == [3, 2] and killed is None
+    if vm_kind == "python":   # the native VM's results are copies
+        assert not c.flags.writeable and moved is x   # constants are read-only
+    np.testing.assert_array_equal(moved, x)
     assert vm.stats.allocs == 1 and vm.stats.bytes_allocated == x.nbytes
 
 
@@ -169,7 +173,7 @@ def test_device_copy_to_an_unknown_device_is_an_error() -> None:
         vm.run(np.zeros(2, np.float32))
 
 
-def test_adt_tag_and_fields() -> None:
+def test_adt_tag_and_fields(vm_kind) -> None:
     code = [
         I.AllocADT(7, (0, 1), 2),
         I.GetTag(2, 3),
@@ -181,7 +185,10 @@ def test_adt_tag_and_fields() -> None:
     a, b = np.random.default_rng(5).standard_normal((2, 3))
     tag, field, adt = vm.run(a, b)
     assert tag.dtype == np.int64 and int(tag) == 7
-    assert field is b and adt.tag == 7 and adt.fields[0] is a
+    assert adt.tag == 7
+    np.testing.assert_array_equal(field, b)
+    np.testing.assert_array_equal(adt.fields[0], a)
+    assert vm_kind == "native" or (field is b and adt.fields[0] is a)
 
 
 def test_get_field_out_of_range_and_get_tag_of_a_tensor_are_errors() -> None:
@@ -246,7 +253,7 @@ def test_closures_capture_values_and_get_field_reads_them(packed) -> None:
     once, twice, captured = vm.run(k, x)
     np.testing.assert_allclose(once, k + x, rtol=1e-6)
     np.testing.assert_allclose(twice, k + k + x, rtol=1e-6)
-    assert captured is k
+    np.testing.assert_array_equal(captured, k)
 
 
 def test_invoke_closure_with_the_wrong_arity_is_an_error() -> None:
