@@ -49,11 +49,30 @@ class VMModel:
         self._out_kinds = meta.get("output_kinds") or ["tensor"] * len(self.output_names)
         self._option_tags = meta.get("option_tags")
         self._list_tags = meta.get("list_tags")
+        # the call path for numpy arrays of the declared dtypes, ranks and static dims (what
+        # a streaming loop passes): one pass of checks per input
+        self._plain = all(k == "tensor" for k in self._in_kinds) and \
+            all(k == "tensor" for k in self._out_kinds)
+        self._fixed = [(dt, len(dims) if dims is not None else None,
+                        [(ax, d) for ax, d in enumerate(dims or ()) if d is not None])
+                       for dt, dims in zip(self._dtypes, self._in_dims)]
 
     @property
     def bytecode(self) -> str:
         """The executable as text (``ember inspect`` prints it)."""
         return format_executable(self.executable)
+
+    def _plain_inputs(self, args: Sequence[Any]) -> bool:
+        """Whether ``args`` are contiguous numpy arrays of the declared dtypes, ranks and
+        static dims (then the VM takes them as they are)."""
+        if not self._plain or len(args) != len(self._fixed):
+            return False
+        for a, (dt, rank, dims) in zip(args, self._fixed):
+            if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous or (
+                    rank is not None and (a.ndim != rank or
+                                          any(a.shape[ax] != d for ax, d in dims))):
+                return False
+        return True
 
     def _inputs(self, args: Sequence[Any]) -> list[Any]:
         if len(args) != len(self.input_names):
@@ -115,10 +134,15 @@ class VMModel:
     def __call__(self, *args: Any) -> Any:
         """Inputs in order: numpy arrays, torch CPU tensors or anything with ``__dlpack__``
         (``runtime.interop``); torch tensors in give torch tensors out."""
+        n = len(self.output_names)
+        if self._plain_inputs(args):
+            result = self.vm.run(*args)
+            if n == 1:
+                return np.asarray(result)
+            return tuple(np.asarray(v) for v in result.fields)
         feeds, torch_in = interop.host_feeds(dict(zip(self.input_names, args)))
         args = tuple(feeds.values()) + args[len(feeds):]
         result = self.vm.run(*self._inputs(args))
-        n = len(self.output_names)
         values = result.fields if n > 1 else (result,)
         outs = tuple(self._output(v, k) for v, k in zip(values, self._out_kinds))
         if torch_in:

@@ -105,7 +105,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "vm_memo_put": (ctypes.c_int, [_VP, ctypes.c_int, _VP, _I64, _VP, _I64, _VP, _I64, _I64]),
     "vm_run": (_VP, [_VP, ctypes.c_int, ctypes.c_int, _VP]),
     "vm_release": (None, [_VP, _VP]),
-    "vm_run_desc": (_VP, [_VP, ctypes.c_int, ctypes.c_int, _VP]),
+    "vm_run_desc": (_VP, [_VP, ctypes.c_int, ctypes.c_int, _VP, _VP, _I64]),
+    "vm_take": (_I64, [_VP, _VP, _VP]),
     "vm_describe": (_I64, [_VP, _VP, _VP, _I64]),
     "vm_copy_out": (_I64, [_VP, _VP, _VP, _I64]),
     "vm_free": (None, [_VP]),
@@ -243,7 +244,9 @@ class NativeVM:
             self._error = None
             desc = self._descriptor(args)
             if desc is not None:
-                result = self._lib.vm_run_desc(self._vm, index, len(args), desc[0])
+                w = self._words    # (a callback may replace self._words: keep this one)
+                result = self._lib.vm_run_desc(self._vm, index, len(args), desc[0],
+                                               w.buffer_info()[0], len(w))
             else:
                 keep: list[Any] = []
                 objs = (ctypes.c_void_p * max(len(args), 1))(*[self._to_c(a, keep)
@@ -253,10 +256,9 @@ class NativeVM:
                 if self._head.err_kind == E_NONE:
                     return None    # ret of an empty register
                 raise self._failure()
-            try:
-                return self._result(result)
-            finally:
-                self._lib.vm_release(self._vm, result)
+            return self._result(result, w if desc is not None else None)
+
+    __call__ = run
 
     def _failure(self) -> BaseException:
         """The error of the run that just failed, located as the reference VM locates it."""
@@ -310,18 +312,26 @@ class NativeVM:
             w = self._words = array.array("q", bytes(8 * 8 * len(w)))
         return w, used
 
-    def _result(self, ptr: int) -> Any:
-        """The result as Python values that own their memory: the tree described in one
-        call, its tensors and storages copied in one more into one buffer, each at a 64-byte
-        aligned offset (the values are views of it)."""
-        w, used = self._describe(ptr)
-        total = _copied_bytes(w, used)
-        raw = np.empty(total + 64, np.uint8)
-        addr = _data(raw)
-        shift = -addr % 64
-        if total:
-            self._lib.vm_copy_out(self._vm, ptr, addr + shift, 0)
-        return _decode(w, self._dtypes, (raw, shift))
+    def _result(self, ptr: int, described: array.array | None) -> Any:
+        """The result as Python values that own their memory (the VM's reference dropped):
+        the tree described (by ``vm_run_desc`` into ``described`` already), its tensors and
+        storages copied in one call into one buffer, each at a 64-byte aligned offset (the
+        values are views of it)."""
+        try:
+            w = described
+            if w is not None and w[0] >= 0:
+                total, words = w[1], w[2:2 + w[0]]
+            else:
+                words, used = self._describe(ptr)
+                total = _copied_bytes(words, used)
+            raw = np.empty(total + 64, np.uint8)
+            addr = _data(raw)
+            shift = -addr % 64
+        except BaseException:
+            self._lib.vm_take(self._vm, ptr, None)
+            raise
+        self._lib.vm_take(self._vm, ptr, addr + shift if total else None)
+        return _decode(words, self._dtypes, (raw, shift))
 
     def _view(self, ptr: int) -> Any:
         """A C object as Python values viewing its memory (valid while the VM holds it;

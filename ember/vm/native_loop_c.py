@@ -374,8 +374,12 @@ Obj *vm_run(VM *vm, int func, int nargs, Obj **args) {
 
 void vm_release(VM *vm, Obj *o) { unref(vm, o); }
 
-/* a run whose arguments are all tensors: desc holds (data, dtype, ndim, flags, dims...) each */
-Obj *vm_run_desc(VM *vm, int func, int nargs, const int64_t *desc) {
+int64_t vm_describe(VM *vm, const Obj *o, int64_t *w, int64_t cap);
+
+/* a run whose arguments are all tensors: desc holds (data, dtype, ndim, flags, dims...) each;
+   the result is described into w (w[0]: the words used or < 0 when cap is too small, w[1]:
+   the bytes vm_take copies, the words from w[2]) */
+Obj *vm_run_desc(VM *vm, int func, int nargs, const int64_t *desc, int64_t *w, int64_t cap) {
     Obj *args[nargs + 1];
     for (int i = 0; i < nargs; ++i) {
         args[i] = vm_tensor(vm, (char *)(intptr_t)desc[0], (int)desc[1], (int)desc[2], desc + 4,
@@ -388,7 +392,18 @@ Obj *vm_run_desc(VM *vm, int func, int nargs, const int64_t *desc) {
         }
         desc += 4 + desc[2];
     }
-    return vm_run(vm, func, nargs, args);
+    Obj *r = vm_run(vm, func, nargs, args);
+    if (r) {
+        w[0] = vm_describe(vm, r, w + 2, cap - 2);
+        w[1] = 0;
+        for (int64_t i = 2; w[0] > 0 && i < 2 + w[0];) {
+            int64_t k = w[i];
+            if (k == K_TENSOR) { w[1] += (w[i + 4] + 63) / 64 * 64; i += 6 + w[i + 2]; }
+            else if (k == K_STORAGE) { w[1] += (w[i + 2] + 63) / 64 * 64; i += 3; }
+            else i += k == 0 ? 1 : 3;
+        }
+    }
+    return r;
 }
 
 typedef struct { const Obj **a; int64_t n, cap; } Stack;
@@ -458,6 +473,13 @@ int64_t vm_copy_out(VM *vm, const Obj *o, char *base, int64_t off) {
     free(st.a);
     (void)vm;
     return off;
+}
+
+/* vm_copy_out into base, then the reference dropped */
+int64_t vm_take(VM *vm, Obj *o, char *base) {
+    int64_t end = base ? vm_copy_out(vm, o, base, 0) : 0;
+    unref(vm, o);
+    return end;
 }
 
 void vm_free(VM *vm) {
