@@ -52,6 +52,7 @@ from ember.ir.optional import is_optional
 from ember.ir.sequence import is_sequence
 from ember.ir.symdims import replace_atoms
 from ember.ir.types import DimCheck
+from ember.lower.dims import DEFAULT_HINT
 from ember.passes.rebind_dims import rebind_derived_dims
 from ember.runtime.compiled import CompiledModel
 from ember.vm import placement
@@ -169,7 +170,11 @@ class _VMCompiler:
         """shape function -> allocate the outputs -> invoke the program into them (outputs
         of static shapes: one storage for all of them, no shape function)."""
         k = len(self.programs)
-        comp = driver.build_graph(_segment_graph(s, k, checks), **self.options)
+        g = _segment_graph(s, k, checks)
+        opts = dict(self.options)
+        if control.body_work(g, DEFAULT_HINT) < control.ONE_THREAD_WORK:
+            opts["num_threads"] = 1    # its parallel region would cost more than its work
+        comp = driver.build_graph(g, **opts)
         cm = driver.to_model(comp)
         self.programs.append(cm)
         types = [o.type for o in s.outputs]

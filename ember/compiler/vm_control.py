@@ -229,12 +229,14 @@ def _vm_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
 ONE_THREAD_WORK = 1_000_000
 
 
-def body_work(body: Graph) -> int:
-    """A loop body's flops per trip, roughly: its products' multiply-adds (MatMul, Gemm, Conv;
-    2 flops each) and one per element of every other node's outputs; a symbolic size counts
-    as 1 (the body's carried and scanned values are static, its captures may not be)."""
+def body_work(body: Graph, symbolic: int = 1) -> int:
+    """A loop body's (or a segment's) flops per run, roughly: its products' multiply-adds
+    (MatMul, Gemm, Conv; 2 flops each) and one per element of every other node's outputs; a
+    symbolic size counts as ``symbolic`` (1 for a loop body: its carried and scanned values
+    are static, its captures may not be; the dims' hint for a segment)."""
     def numel(dims: Sequence[Any]) -> int:
-        return int(np.prod([d if isinstance(d, int) else 1 for d in dims], dtype=np.int64))
+        return int(np.prod([d if isinstance(d, int) else symbolic for d in dims],
+                           dtype=np.int64))
 
     total = 0
     for n in body.nodes:
@@ -249,7 +251,7 @@ def body_work(body: Graph) -> int:
             total += out
         for a in n.attrs.values():       # nested bodies (If, Loop, Scan) run once, at least
             if isinstance(a, Graph):
-                total += body_work(a)
+                total += body_work(a, symbolic)
     return total
 
 
