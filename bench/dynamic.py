@@ -32,6 +32,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -131,6 +132,7 @@ def bench_vm(name: str, model: onnx.ModelProto, cases: list[tuple[str, dict]],
         row = {"model": name, "size": label, "ember_ms": round(ms["ember"], 4),
                "ort_ms": round(ms["ort"], 4), "ember/ort": round(ms["ember"] / ms["ort"], 3),
                "vm_share": round(share, 3), "instructions": st.instructions // st.runs,
+               "ns_per_instruction": round(st.seconds_per_instruction * 1e9, 1),
                "max_err": err, "compile_s": round(t_c, 2)}
         fixed_txt = ""
         if "static" in ms:
@@ -139,7 +141,8 @@ def bench_vm(name: str, model: onnx.ModelProto, cases: list[tuple[str, dict]],
             fixed_txt = f"  static {ms['static']:.3f} ms (ember/static {row['ember/static']:.2f})"
         print(f"{name} {label:>12}: ember {ms['ember']:.3f} ms  ort {ms['ort']:.3f} ms  "
               f"ember/ort {row['ember/ort']:.2f}{fixed_txt}  VM's own share {share:.1%} "
-              f"({row['instructions']} instructions/run)  err {err:.1e}", flush=True)
+              f"({row['instructions']} instructions/run, {row['ns_per_instruction']:.0f} ns each)  "
+              f"err {err:.1e}", flush=True)
         out.append(row)
     return out
 
@@ -155,6 +158,43 @@ def bench_loop(lengths: list[int], threads: int, hidden: int = 256) -> list[dict
                     [(f"T={n}", {"x": _normal((n, 1, hidden), n)}) for n in lengths], threads)
 
 
+def bench_vad_stream(threads: int, chunks: int = 100, n: int = 512) -> list[dict]:
+    """The VAD over a stream of ``chunks`` chunks of ``n`` samples, its LSTM state carried
+    from each call to the next (what a streaming client does); per-chunk medians."""
+    from ember.zoo.streaming import vad
+
+    m = vad()
+    sess, vm = ort_session(m, threads), ember.compile(m, num_threads=threads)
+    audio = [_normal((1, n), 1000 + k) for k in range(chunks)]
+    sr = np.array(16000, np.int64)
+
+    def stream(step: Any) -> list[np.ndarray]:
+        h = c = np.zeros((1, 1, 64), np.float32)
+        probs = []
+        for a in audio:
+            prob, h, c = step(a, h, c)
+            probs.append(prob)
+        return probs
+
+    def ember_step(a: np.ndarray, h: np.ndarray, c: np.ndarray) -> Any:
+        return vm(a, sr, h, c)
+
+    def ort_step(a: np.ndarray, h: np.ndarray, c: np.ndarray) -> Any:
+        return sess.run(None, {"audio": a, "sr": sr, "h": h, "c": c})
+
+    err = float(np.abs(np.array(stream(ember_step)) - np.array(stream(ort_step))).max())
+    runs = interleaved({"ember": (None, lambda: stream(ember_step)),
+                        "ort": (None, lambda: stream(ort_step))}, 2.0, 0.05, pause=0.05)
+    ms = {e: float(np.median(ts)) * 1e3 / chunks for e, ts in runs.items()}
+    row = {"model": "vad", "size": f"stream {chunks}x{n}", "ember_ms": round(ms["ember"], 4),
+           "ort_ms": round(ms["ort"], 4), "ember/ort": round(ms["ember"] / ms["ort"], 3),
+           "max_err": err}
+    print(f"vad stream of {chunks} chunks of {n}: ember {ms['ember']:.3f} ms/chunk  ort "
+          f"{ms['ort']:.3f} ms/chunk  ember/ort {row['ember/ort']:.2f}  err {err:.1e}",
+          flush=True)
+    return [row]
+
+
 def bench_streaming(threads: int) -> list[dict]:
     """The dynamic models of ``zoo.streaming`` and the Loop LSTM at a few shapes each."""
     from ember.zoo.loops import loop_rnn
@@ -167,6 +207,7 @@ def bench_streaming(threads: int) -> list[dict]:
         (f"{sr // 1000}k N={n}", {"audio": _normal((1, n), n), "sr": np.array(sr, np.int64),
                                   "h": state, "c": state})
         for sr, n in ((16000, 512), (16000, 1536), (8000, 512))], threads)
+    rows += bench_vad_stream(threads)
     rows += bench_vm("crnn", crnn(), [(f"W={w}", {"image": _normal((1, 1, 32, w), w)})
                                       for w in (64, 128, 256, 512, 1024)], threads, static=True)
     return rows
