@@ -43,12 +43,13 @@ FUZZ_OUT ?= bench/results/fuzz.json
 fuzz: $(VENV)/.installed-test
 	$(BIN)/python -m tests.fuzz -n $(N) --seed $(SEED) --out $(FUZZ_OUT)
 
-# every numeric op test and the small compiled models with ASan/UBSan in the generated code
+# every numeric op test, the small compiled models and the VMs with ASan/UBSan in the
+# generated code and the native VM
 sanitize: $(VENV)/.installed-test
 	EMBER_SANITIZE=address,undefined LD_PRELOAD=$$(cc -print-file-name=libasan.so) \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/numerics tests/unit/test_reliability.py \
-	tests/models/test_light_compiled.py
+	tests/models/test_light_compiled.py tests/vm tests/dynamic/test_native_vm.py
 
 lint: $(VENV)/.installed-test
 	$(BIN)/pip install -q ruff

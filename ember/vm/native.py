@@ -206,6 +206,9 @@ class NativeVM:
         self._prog_ids: dict[int, int] = {}    # index in programs -> C program slot
         self._native_progs: list[Any] = []
         plan = [self._plan_packed(recipes.get(n), k) for k, n in enumerate(executable.packed)]
+        # the packed functions that run in C (the others are called back in Python)
+        self.native_packed = [n for n, (kind, _) in zip(executable.packed, plan)
+                              if kind != PK_PY]
         self._vm = lib.vm_new(len(executable.functions), len(executable.constants),
                               len(executable.packed), len(self._native_progs), max_depth,
                               self._py_cb, self._prog_cb)
@@ -478,7 +481,8 @@ class NativeVM:
         prog = recipe.get("program") if recipe else None
         if fn not in ("program", "program_shapes", "compiled_scan", "compiled_loop") \
                 or not isinstance(prog, int) or not 0 <= prog < len(self._programs) \
-                or not hasattr(self._programs[prog], "native_entry"):
+                or not hasattr(self._programs[prog], "native_entry") \
+                or max(len(self._programs[prog].inputs), len(self._programs[prog].outputs)) > 64:
             return PK_PY, []
         slot = self._slot(prog)
         if fn == "program":
@@ -526,8 +530,6 @@ class NativeVM:
             ins = np.array([self._dtype(s.dtype) for s in cm.inputs] or [0], np.int32)
             outs = np.array([self._dtype(s.dtype) for s in cm.outputs] or [0], np.int32)
             self._keep += [ins, outs]
-            if len(cm.inputs) > 64 or len(cm.outputs) > 64:
-                raise VMError("the native VM runs programs of up to 64 inputs and outputs")
             self._lib.vm_set_program(self._vm, slot, run, set_dims or None,
                                      cm.dims_cell.ctypes.data, len(cm.inputs), len(cm.outputs),
                                      ins.ctypes.data, outs.ctypes.data)
