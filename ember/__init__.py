@@ -76,6 +76,10 @@ def load(path):
         from ember.runtime.cuda_model import load_cuda
 
         model = load_cuda(path)
+    elif kind == "per_shape":
+        from ember.compiler.per_shape import load_per_shape
+
+        model = load_per_shape(path)
     else:
         model = load_model(path)
     if "torch_pytree" in meta:   # saved from a TorchModel: give it back (torch imported here)

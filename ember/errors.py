@@ -14,6 +14,11 @@ class UnsupportedOpError(EmberError):
     """The model uses an operator (or an operator version / attribute) ember does not support."""
 
 
+class NoSymbolicKernelError(UnsupportedOpError):
+    """A kernel has no form for the symbolic shapes of its operands (a model with symbolic
+    dims is then compiled per input shape instead: ``compiler.per_shape``)."""
+
+
 class RuntimeOperandError(UnsupportedOpError):
     """A converter needs as a constant an operand that is computed at run time (axes, pads,
     sizes...). ``value_uid`` names the operand's Value; the importer may specialize the node on

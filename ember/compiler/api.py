@@ -16,14 +16,17 @@ from typing import Any
 import onnx
 
 from ember.compiler import driver, gpu, model_cache
+from ember.compiler.per_shape import PerShapeModel
 from ember.compiler.vm import compile_vm, needs_vm
-from ember.errors import EmberError
+from ember.errors import EmberError, NoSymbolicKernelError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph
 from ember.runtime.compiled import CompiledModel
 from ember.support import log
 from ember.support.options import PRECISIONS, Options, resolve, using
 from ember.vm.model import VMModel
+
+LOG = log.LOG.getChild("compile")
 
 
 def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
@@ -61,7 +64,7 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
 
 
 def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts: Options,
-             run: log.CompileRun) -> CompiledModel | VMModel:
+             run: log.CompileRun) -> CompiledModel | VMModel | PerShapeModel:
     hints = dict(opts.dim_hints) if opts.dim_hints else None
     g = model if isinstance(model, Graph) else run.stage("import", import_model, model,
                                                          input_shapes)
@@ -75,9 +78,16 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
 
         return compile_cuda_model(g, num_threads=opts.num_threads, topk=opts.topk,
                                   schedule=opts.schedule)
-    return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
-                               topk=opts.topk, schedule=opts.schedule, profile=opts.profile,
-                               dim_hints=hints)[1]
+    try:
+        return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
+                                   topk=opts.topk, schedule=opts.schedule,
+                                   profile=opts.profile, dim_hints=hints)[1]
+    except NoSymbolicKernelError as e:
+        if isinstance(model, Graph):   # (the torch frontend's graphs: no ONNX to compile again)
+            raise
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+        LOG.warning("compiled per input shape: %s", e)
+        return PerShapeModel(proto, opts, str(e), input_shapes)
 
 
 def is_torch_module(model: Any) -> bool:

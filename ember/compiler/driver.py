@@ -26,7 +26,13 @@ from ember.codegen.program import (
 )
 from ember.compiler import autosched, gpu
 from ember.compiler.tuning import TopK, device_spec
-from ember.errors import CompileError, EmberError, ModelError, UnsupportedOpError
+from ember.errors import (
+    CompileError,
+    EmberError,
+    ModelError,
+    NoSymbolicKernelError,
+    UnsupportedOpError,
+)
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.types import TensorType, dim_atoms
@@ -460,7 +466,7 @@ def _build_kernel(name: str, n: Node, ctx: Any, symbolic: bool) -> Kernel:
     try:
         return build_kernel(name, n, ctx)
     except (TypeError, CompileError) as e:
-        raise UnsupportedOpError(
+        raise NoSymbolicKernelError(
             f"node {n.name!r} ({n.attrs['master']}): no kernel for its symbolic shapes "
             f"({', '.join(str(v.type) for v in n.present_inputs())}) yet ({e}); fix the "
             "input shapes with input_shapes=... to compile a static model") from e

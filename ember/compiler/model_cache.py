@@ -231,7 +231,11 @@ def lookup(k: str | None) -> Any:
     trusted = _read_text(_mark_path(path)) == stamp
     try:
         kind = read_meta(path).get("kind")
-        if kind == "cuda":
+        if kind == "per_shape":
+            from ember.compiler.per_shape import load_per_shape
+
+            model = load_per_shape(path)
+        elif kind == "cuda":
             from ember.runtime.cuda_model import load_cuda
 
             model = load_cuda(path)

@@ -9,6 +9,9 @@ except where the importer knows its symbolic value (computed from the input shap
 
 from __future__ import annotations
 
+from fractions import Fraction
+from typing import Any
+
 import numpy as np
 
 from ember.errors import ModelError, UnsupportedOpError
@@ -234,12 +237,26 @@ def _resize_plan(ctx: Ctx, x: Value, scales: np.ndarray | None, sizes: np.ndarra
             if s == 1.0:
                 continue
             if not isinstance(d, int):
-                raise UnsupportedOpError(f"Resize by scale {s} of symbolic dim {d} of %{x.name} "
-                                         "is not supported yet")
+                out[a] = _scaled_symbolic(d, float(s), x)
+                continue
             out[a] = int(np.floor(np.float32(d) * s))
     sizes_out = [d if o is None and isinstance(d, int) else o for o, d in zip(out, shape,
                                                                                strict=True)]
     return {"sizes": sizes_out, "scales": used}
+
+
+def _scaled_symbolic(d: Any, s: float, x: Value) -> Any:
+    """floor(d * s) of a symbolic dim: exact integer arithmetic ``d * k // 2**j`` for a scale
+    that is a fraction k / 2**j with j <= 8 (2, 0.5, 1.5, 0.25...: float32's product of a dim
+    below 2**16 by it is exact, so this is what onnxruntime computes)."""
+    frac = Fraction(s)
+    if s <= 0 or frac.denominator > 256 or frac.numerator >= 1 << 8:
+        raise UnsupportedOpError(
+            f"Resize by scale {s} of symbolic dim {d} of %{x.name}: only scales k / 2**j "
+            "(k < 256, j <= 8) are supported on symbolic dims; give the input a static shape "
+            "(ember.compile(..., input_shapes=...)) or use sizes")
+    return d * frac.numerator // frac.denominator if frac.denominator > 1 else \
+        d * frac.numerator
 
 
 def _resize_common(ctx: Ctx, x: Value, plan: Attrs, mode: str, coord: str, nearest: str,

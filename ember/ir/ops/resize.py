@@ -16,6 +16,7 @@ import numpy as np
 
 from ember.errors import TypeInferenceError
 from ember.ir.ops.registry import Pattern, defop
+from ember.ir.symdims import Sym
 from ember.ir.types import Dim, TensorType
 from ember.support.dtypes import is_float_name
 
@@ -54,7 +55,8 @@ def _resize_sizes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[Dim]:
                                  f"{2 * len(shape)} entries (starts, then ends), got {roi}")
     if attrs.get("antialias", 0) not in (0, 1):
         raise TypeInferenceError(f"Resize antialias must be 0 or 1, got {attrs['antialias']}")
-    return [d if s is None else int(s) for s, d in zip(sizes, shape, strict=True)]
+    return [d if s is None else s if isinstance(s, Sym) else int(s)
+            for s, d in zip(sizes, shape, strict=True)]
 
 
 def _resize_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
