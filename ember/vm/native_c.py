@@ -353,6 +353,10 @@ static Obj *view(VM *vm, Obj *s, int64_t off, const int64_t *shape, int ndim, in
         fail(vm, "%s needs a storage, got %s", what, kind_name(s)); return NULL;
     }
     int64_t nb;
+    if (ndim < 0 || ndim > MAXDIM) {
+        fail(vm, "%s of rank %d: the VM holds tensors of rank up to %d", what, ndim, MAXDIM);
+        return NULL;
+    }
     if (bytes_of(vm, shape, ndim, dtype, &nb)) return NULL;
     if (off < 0 || off > s->nbytes || nb > s->nbytes - off) {
         fail(vm, "%s of %ld bytes at offset %ld does not fit in a storage of %ld bytes; "

@@ -49,9 +49,10 @@ static void clear_regs(VM *vm, int64_t from, int64_t to) {
 static Obj *adt_new(VM *vm, int kind, int64_t tag, const int64_t *regs, int64_t n, Obj **R) {
     Obj *o = obj_new(vm, kind);
     if (!o) { fail(vm, "out of memory"); return NULL; }
-    o->tag = tag; o->n = (int32_t)n;
+    o->tag = tag;
     o->fields = n ? malloc(sizeof(Obj *) * (size_t)n) : NULL;
     if (n && !o->fields) { unref(vm, o); fail(vm, "out of memory"); return NULL; }
+    o->n = (int32_t)n;
     for (int64_t i = 0; i < n; ++i) o->fields[i] = ref(R[regs[i]]);
     return o;
 }
@@ -306,9 +307,14 @@ Obj *vm_tensor(VM *vm, char *data, int dtype, int ndim, const int64_t *shape, in
 /* an ADT (kind 3) or closure (kind 4) taking over the references in fields */
 Obj *vm_adt(VM *vm, int kind, int64_t tag, int n, Obj **fields) {
     Obj *o = obj_new(vm, kind == K_CLOSURE ? K_CLOSURE : K_ADT);
-    if (!o) return NULL;
-    o->tag = tag; o->n = n;
-    o->fields = n ? malloc(sizeof(Obj *) * (size_t)n) : NULL;
+    Obj **f = n > 0 ? malloc(sizeof(Obj *) * (size_t)n) : NULL;
+    if (!o || (n > 0 && !f)) {
+        for (int i = 0; i < n; ++i) unref(vm, fields[i]);
+        free(f);
+        if (o) unref(vm, o);
+        return NULL;
+    }
+    o->tag = tag; o->n = n; o->fields = f;
     for (int i = 0; i < n; ++i) o->fields[i] = fields[i];
     return o;
 }
