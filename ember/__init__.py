@@ -76,7 +76,8 @@ def load(path):
         from ember.runtime.cuda_model import load_cuda
 
         model = load_cuda(path)
-    elif kind == "per_shape":
+    elif kind == "per_shape":   # compiles on first use: the compiler comes with it
+        import ember.compiler.api  # noqa: F401  (registers the compile it runs)
         from ember.compiler.per_shape import load_per_shape
 
         model = load_per_shape(path)

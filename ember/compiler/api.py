@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx
 
-from ember.compiler import driver, gpu, model_cache
+from ember.compiler import driver, gpu, model_cache, per_shape
 from ember.compiler.per_shape import PerShapeModel
 from ember.compiler.vm import compile_vm, needs_vm
 from ember.errors import EmberError, NoSymbolicKernelError
@@ -88,6 +88,9 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
         LOG.warning("compiled per input shape: %s", e)
         return PerShapeModel(proto, opts, str(e), input_shapes)
+
+
+per_shape.set_compiler(compile)
 
 
 def is_torch_module(model: Any) -> bool:

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,21 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from ember.errors import ArtifactError, InputError
+from ember.errors import ArtifactError, EmberError, InputError
 from ember.runtime import interop
 from ember.runtime.compiled import CompiledModel
 from ember.support import log, options
 
 MAX_PROGRAMS = 16
+
+# ``ember.compile``, registered by ``compiler.api`` (which imports this module: no cycle)
+_COMPILE: Callable[..., Any] | None = None
+
+
+def set_compiler(fn: Callable[..., Any]) -> None:
+    """The function a per-shape model compiles with (``ember.compile``)."""
+    global _COMPILE
+    _COMPILE = fn
 
 LOG = log.LOG.getChild("per_shape")
 
@@ -71,11 +80,12 @@ class PerShapeModel:
             if cm is not None:
                 self.programs.move_to_end(key)
                 return cm
-        from ember.compiler.api import compile as ember_compile
-
+        if _COMPILE is None:
+            raise EmberError("a per-shape model compiles on first use: import ember (its "
+                             "compile registers itself) before running one")
         fixed = {**self.input_shapes, **dict(zip(self.input_names, key))}
         LOG.info("compiling for input shapes %s (%s)", fixed, self.reason)
-        cm = ember_compile(self.model, input_shapes=fixed, options=self.options)
+        cm = _COMPILE(self.model, input_shapes=fixed, options=self.options)
         with self._lock:
             self.compiles += 1
             self.programs[key] = cm
