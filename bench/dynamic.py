@@ -195,6 +195,57 @@ def bench_vad_stream(threads: int, chunks: int = 100, n: int = 512) -> list[dict
     return [row]
 
 
+def _symbolic_hw(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its image input's H and W symbolic (``H``, ``W``)."""
+    m = onnx.ModelProto.FromString(model.SerializeToString())
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    for axis, name in ((2, "H"), (3, "W")):
+        dims[axis].ClearField("dim_value")
+        dims[axis].dim_param = name
+    for o in m.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    del m.graph.value_info[:]
+    return m
+
+
+def bench_detector(threads: int, sizes: tuple[tuple[int, int], ...] = (
+        (320, 320), (480, 640), (640, 640))) -> list[dict]:
+    """The DB text detector compiled once with symbolic H and W (what ``ember.compile`` gives
+    for it: one symbolic program, or a model compiled per input shape through the compile
+    cache when a kernel has no symbolic form), against onnxruntime and ember's static compile
+    at each size."""
+    from ember.zoo.detector import db_detector
+
+    m = _symbolic_hw(db_detector())
+    name = m.graph.input[0].name
+    sess = ort_session(m, threads)
+    t = time.perf_counter()
+    dyn = ember.compile(m, num_threads=threads)
+    print(f"detector: compiled once in {time.perf_counter() - t:.1f} s as "
+          f"{type(dyn).__name__}", flush=True)
+    rows = []
+    for h, w in sizes:
+        feeds = {name: _normal((1, 3, h, w), h * w)}
+        err = max(float(np.abs(g - e).max())
+                  for g, e in zip(dyn.run(feeds).values(), sess.run(None, feeds)))
+        fixed = ember.compile(m, num_threads=threads, input_shapes={name: (1, 3, h, w)})
+        runs = interleaved({"ember": (None, lambda f=feeds: dyn.run(f)),
+                            "ort": (None, lambda f=feeds: sess.run(None, f)),
+                            "static": (None, lambda f=feeds, s=fixed: s.run(f))}, 3.0, 0.1,
+                           pause=0.05)
+        ms = {e: float(np.median(ts)) * 1e3 for e, ts in runs.items()}
+        row = {"model": "db_detector", "size": f"{h}x{w}", "ember_ms": round(ms["ember"], 3),
+               "ort_ms": round(ms["ort"], 3), "static_ms": round(ms["static"], 3),
+               "ember/ort": round(ms["ember"] / ms["ort"], 3),
+               "ember/static": round(ms["ember"] / ms["static"], 3), "max_err": err,
+               "compiled_as": type(dyn).__name__}
+        print(f"detector {h}x{w}: ember {ms['ember']:.2f} ms  ort {ms['ort']:.2f} ms  static "
+              f"{ms['static']:.2f} ms  ember/ort {row['ember/ort']:.2f}  ember/static "
+              f"{row['ember/static']:.2f}  err {err:.1e}", flush=True)
+        rows.append(row)
+    return rows
+
+
 def bench_streaming(threads: int) -> list[dict]:
     """The dynamic models of ``zoo.streaming`` and the Loop LSTM at a few shapes each."""
     from ember.zoo.loops import loop_rnn
@@ -210,7 +261,7 @@ def bench_streaming(threads: int) -> list[dict]:
     rows += bench_vad_stream(threads)
     rows += bench_vm("crnn", crnn(), [(f"W={w}", {"image": _normal((1, 1, 32, w), w)})
                                       for w in (64, 128, 256, 512, 1024)], threads, static=True)
-    return rows
+    return rows + bench_detector(threads)
 
 
 def main(argv: list[str] | None = None) -> int:
