@@ -632,6 +632,40 @@ static int first_i64(VM *vm, const Obj *t, const char *what, int64_t *v) {
     return 0;
 }
 
+/* loop_rows (M, (shape, nbytes) per scan value) / loop_fits (M, fits); params: the most
+   rows, the scan values' count k, then per value its rank, dims and itemsize */
+static int loop_rows(VM *vm, const Packed *pk, Obj **a, int nargs) {
+    const int64_t *q = pk->p;
+    int64_t most = q[0], k = q[1], x;
+    if (pk->kind == PK_LOOP_FITS) {
+        if (nargs != 2) return fail(vm, "loop_fits called with %d arguments", nargs);
+        int fits = 0;
+        if (numel(a[0])) {
+            if (first_i64(vm, a[0], "loop_fits", &x)) return -1;
+            fits = (x > 0 ? x : 0) <= most;
+        }
+        return store(vm, a[1], 0, fits, "loop_fits");
+    }
+    if (nargs != 1 + 2 * k) return fail(vm, "loop_rows called with %d arguments", nargs);
+    if (first_i64(vm, a[0], "loop_rows", &x)) return -1;
+    int64_t rows = x > 0 ? x : 0;
+    if (rows > most)
+        return fail(vm, "a Loop with M = %ld trips would need more than %ld bytes for a scan "
+                    "output; give the loop a smaller M", (long)rows, (long)1 << 30);
+    const int64_t *e = q + 2;
+    for (int j = 0; j < k; ++j) {
+        int64_t r = e[0], nb = e[1 + r] * rows;
+        if (store(vm, a[1 + 2 * j], 0, rows, "loop_rows")) return -1;
+        for (int i = 0; i < r; ++i) {
+            if (store(vm, a[1 + 2 * j], 1 + i, e[1 + i], "loop_rows")) return -1;
+            nb *= e[1 + i];
+        }
+        if (store(vm, a[2 + 2 * j], 0, nb, "loop_rows")) return -1;
+        e += 2 + r;
+    }
+    return 0;
+}
+
 static int run_builtin(VM *vm, const Packed *pk, Obj **a, int nargs) {
     int64_t x, y;
     const int64_t *q = pk->p;
@@ -672,37 +706,7 @@ static int run_builtin(VM *vm, const Packed *pk, Obj **a, int nargs) {
         }
         return store(vm, a[nargs - 1], 0, len, "scan_length");
     }
-    case PK_LOOP_ROWS: case PK_LOOP_FITS: {
-        /* q: most, k, then per scan value: rank, dims..., itemsize */
-        int64_t most = q[0], k = q[1];
-        if (pk->kind == PK_LOOP_FITS) {
-            if (nargs != 2) break;
-            int fits = 0;
-            if (numel(a[0])) {
-                if (first_i64(vm, a[0], "loop_fits", &x)) return -1;
-                fits = (x > 0 ? x : 0) <= most;
-            }
-            return store(vm, a[1], 0, fits, "loop_fits");
-        }
-        if (nargs != 1 + 2 * k) break;
-        if (first_i64(vm, a[0], "loop_rows", &x)) return -1;
-        int64_t rows = x > 0 ? x : 0;
-        if (rows > most)
-            return fail(vm, "a Loop with M = %ld trips would need more than %ld bytes for a "
-                        "scan output; give the loop a smaller M", (long)rows, (long)1 << 30);
-        const int64_t *e = q + 2;
-        for (int j = 0; j < k; ++j) {
-            int64_t r = e[0], size = e[1 + r], nb = size * rows;
-            if (store(vm, a[1 + 2 * j], 0, rows, "loop_rows")) return -1;
-            for (int i = 0; i < r; ++i) {
-                if (store(vm, a[1 + 2 * j], 1 + i, e[1 + i], "loop_rows")) return -1;
-                nb *= e[1 + i];
-            }
-            if (store(vm, a[2 + 2 * j], 0, nb, "loop_rows")) return -1;
-            e += 2 + r;
-        }
-        return 0;
-    }
+    case PK_LOOP_ROWS: case PK_LOOP_FITS: return loop_rows(vm, pk, a, nargs);
     case PK_SCAN_ROWS:
         if (nargs != 3) break;
         if (int_of(vm, a[0], "scan_rows", &x)) return -1;

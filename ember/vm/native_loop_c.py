@@ -40,11 +40,11 @@ static void clear_regs(VM *vm, int64_t from, int64_t to) {
     for (int64_t i = from; i < to; ++i) { unref(vm, vm->regs[i]); vm->regs[i] = NULL; }
 }
 
-#define NEED(o, k, what) do { if (!(o) || (o)->kind != (k)) { \
-    fail(vm, "%s needs %s, got %s", what, (k) == K_STORAGE ? "a storage" : (k) == K_ADT ? \
-         "an ADT" : (k) == K_CLOSURE ? "a closure" : "a tensor", kind_name(o)); goto error; } \
-    } while (0)
-#define CHECK(x) do { if (x) goto error; } while (0)
+static int need(VM *vm, const Obj *o, int kind, const char *what) {
+    if (o && o->kind == kind) return 0;
+    return fail(vm, "%s needs %s, got %s", what, kind == K_STORAGE ? "a storage" : kind == K_ADT
+                ? "an ADT" : kind == K_CLOSURE ? "a closure" : "a tensor", kind_name(o));
+}
 
 static Obj *adt_new(VM *vm, int kind, int64_t tag, const int64_t *regs, int64_t n, Obj **R) {
     Obj *o = obj_new(vm, kind);
@@ -57,212 +57,224 @@ static Obj *adt_new(VM *vm, int kind, int64_t tag, const int64_t *regs, int64_t 
     return o;
 }
 
-/* the call of function g with arguments vals[0..n) (new references) from the current frame */
-static int enter(VM *vm, int64_t *depth, int32_t *fidx, int32_t *pc, int64_t *base, int32_t dst,
-                 int32_t g, Obj **vals, int64_t n, int64_t captured) {
-    Func *f = &vm->funcs[*fidx], *callee = &vm->funcs[g];
-    if (n != callee->nparams) {
-        for (int64_t i = 0; i < n; ++i) unref(vm, vals[i]);
+/* ---- the straight-line instructions: each puts its result in its destination register */
+
+static int op_alloc_storage(VM *vm, Obj **R, const int64_t *c) {   /* size, align, dev, dst */
+    int64_t size;
+    if (int_of(vm, R[c[1]], "alloc_storage's size", &size)) return -1;
+    if (c[3] < 0)
+        return fail(vm, "alloc_storage on device @dev%ld: this VM only has ('cpu',); compile "
+                    "the model for one of them", (long)(-1 - c[3]));
+    if (size < 0) return fail(vm, "alloc_storage of %ld bytes: the size must be >= 0",
+                              (long)size);
+    if (c[2] <= 0 || (c[2] & (c[2] - 1)) || c[2] > 64)
+        return fail(vm, "alloc_storage: alignment %ld is not a power of two up to 64",
+                    (long)c[2]);
+    Obj *s = storage_new(vm, size);
+    if (!s) return -1;
+    put(vm, &R[c[4]], s);
+    return 0;
+}
+
+static int op_alloc_tensor(VM *vm, Obj **R, const int64_t *c) {
+    int64_t off, shape[MAXDIM];
+    int nd;
+    const int64_t *dims = shape;
+    if (c[0] == OP_ALLOC_TENSOR) {      /* storage, offset, dtype, dst, ndim, dims */
+        if (int_of(vm, R[c[2]], "alloc_tensor's offset", &off)) return -1;
+        nd = (int)c[5]; dims = c + 6;
+    } else {                            /* storage, offset, shape, dtype, dst */
+        if (int_of(vm, R[c[2]], "alloc_tensor_reg's offset", &off) ||
+            shape_from(vm, R[c[3]], "alloc_tensor_reg", shape, &nd)) return -1;
+    }
+    int reg = c[0] == OP_ALLOC_TENSOR;
+    Obj *t = view(vm, R[c[1]], off, dims, nd, (int32_t)c[reg ? 3 : 4],
+                  reg ? "alloc_tensor" : "alloc_tensor_reg");
+    if (!t) return -1;
+    put(vm, &R[c[reg ? 4 : 5]], t);
+    return 0;
+}
+
+static int op_get(VM *vm, Obj **R, const int64_t *c) {   /* get_field obj, index, dst | tag */
+    Obj *o = R[c[1]];
+    if (c[0] == OP_GET_TAG) {
+        if (need(vm, o, K_ADT, "get_tag")) return -1;
+        Obj *t = scalar_new(vm, o->tag, 0);
+        if (!t) return -1;
+        put(vm, &R[c[2]], t);
+        return 0;
+    }
+    if (!o || (o->kind != K_ADT && o->kind != K_CLOSURE) || c[2] >= o->n) {
+        if (o && o->kind == K_ADT)
+            return fail(vm, "get_field %ld of ADT(tag=%ld, %d fields): no such field",
+                        (long)c[2], (long)o->tag, o->n);
+        return fail(vm, "get_field %ld of %s: no such field", (long)c[2], kind_name(o));
+    }
+    put(vm, &R[c[3]], ref(o->fields[c[2]]));
+    return 0;
+}
+
+static int op_device_copy(VM *vm, Obj **R, const int64_t *c) {   /* src, devices, dst */
+    Obj *src = R[c[1]];
+    if (c[2] < 0 || c[3] < 0)
+        return fail(vm, "device_copy to/from @dev%ld: this VM only has ('cpu',)",
+                    (long)(-1 - (c[2] < 0 ? c[2] : c[3])));
+    if (need(vm, src, K_TENSOR, "device_copy")) return -1;
+    Obj *s = storage_new(vm, src->nbytes);
+    if (!s) return -1;
+    Obj *t = view(vm, s, 0, src->shape, src->ndim, src->dtype, "device_copy");
+    unref(vm, s);
+    if (!t) return -1;
+    memcpy(t->data, src->data, (size_t)src->nbytes);
+    put(vm, &R[c[4]], t);
+    return 0;
+}
+
+static int op_shape(VM *vm, Obj **R, const int64_t *c) {   /* shape_of | reshape_tensor */
+    Obj *src = R[c[1]], *t;
+    if (need(vm, src, K_TENSOR, c[0] == OP_SHAPE_OF ? "shape_of" : "reshape_tensor")) return -1;
+    if (c[0] == OP_SHAPE_OF) {
+        if (!(t = obj_new(vm, K_TENSOR))) return fail(vm, "out of memory");
+        memcpy(t->inl, src->shape, sizeof(int64_t) * (size_t)src->ndim);
+        t->data = (char *)t->inl; t->dtype = 0; t->ndim = 1; t->shape[0] = src->ndim;
+        t->nbytes = 8 * src->ndim;
+        put(vm, &R[c[2]], t);
+        return 0;
+    }
+    int64_t shape[MAXDIM], n = 1;
+    int nd;
+    if (shape_from(vm, R[c[2]], "reshape_tensor", shape, &nd)) return -1;
+    for (int i = 0; i < nd; ++i) n *= shape[i];
+    if (n != numel(src))
+        return fail(vm, "reshape_tensor of a tensor of %ld elements to a shape of %ld "
+                    "elements: the element counts differ", (long)numel(src), (long)n);
+    if (!(t = obj_new(vm, K_TENSOR))) return fail(vm, "out of memory");
+    *t = *src; t->refs = 1; t->ndim = nd; t->next = NULL;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)nd);
+    int inline_data = src->data == (char *)src->inl;
+    if (inline_data) t->data = (char *)t->inl;
+    t->base = inline_data ? NULL : ref(src->base);
+    put(vm, &R[c[3]], t);
+    return 0;
+}
+
+static int straight(VM *vm, Obj **R, const int64_t *c) {
+    switch (c[0]) {
+    case OP_MOVE: put(vm, &R[c[2]], ref(R[c[1]])); return 0;
+    case OP_LOAD_CONST: put(vm, &R[c[2]], ref(vm->consts[c[1]])); return 0;
+    case OP_LOAD_CONSTI: {
+        Obj *t = scalar_new(vm, c[1], 0);   /* dtype 0 is int64 */
+        if (!t) return -1;
+        put(vm, &R[c[2]], t);
+        return 0;
+    }
+    case OP_ALLOC_STORAGE: return op_alloc_storage(vm, R, c);
+    case OP_ALLOC_TENSOR: case OP_ALLOC_TENSOR_REG: return op_alloc_tensor(vm, R, c);
+    case OP_ALLOC_ADT: case OP_ALLOC_CLOSURE: {   /* tag/func, dst, n, regs */
+        Obj *o = adt_new(vm, c[0] == OP_ALLOC_ADT ? K_ADT : K_CLOSURE, c[1], c + 4, c[3], R);
+        if (!o) return -1;
+        put(vm, &R[c[2]], o);
+        return 0;
+    }
+    case OP_GET_FIELD: case OP_GET_TAG: return op_get(vm, R, c);
+    case OP_DEVICE_COPY: return op_device_copy(vm, R, c);
+    case OP_SHAPE_OF: case OP_RESHAPE_TENSOR: return op_shape(vm, R, c);
+    case OP_KILL_REGISTER: put(vm, &R[c[1]], NULL); return 0;
+    case OP_INVOKE_PACKED: {   /* index, n, regs */
+        Obj *a[c[2] + 1];
+        for (int64_t i = 0; i < c[2]; ++i) a[i] = R[c[3 + i]];
+        return invoke_packed(vm, c[1], a, (int)c[2]);
+    }
+    }
+    return fail(vm, "unknown opcode %ld", (long)c[0]);
+}
+
+/* ---- calls and returns: the frame state of the loop */
+
+typedef struct { int32_t fidx, pc; int64_t base, depth; } State;
+
+/* invoke / invoke_closure (func or closure, dst, n, regs): enter the callee */
+static int call(VM *vm, State *st, const int64_t *c) {
+    Obj **R = vm->regs + st->base;
+    int64_t n = c[3], k = 0;
+    int32_t g = (int32_t)c[1];
+    Obj *clo = NULL;
+    if (c[0] == OP_INVOKE_CLOSURE) {
+        clo = R[c[1]];
+        if (need(vm, clo, K_CLOSURE, "invoke_closure")) return -1;
+        g = (int32_t)clo->tag;
+        k = clo->n;
+    }
+    Func *f = &vm->funcs[st->fidx], *callee = &vm->funcs[g];
+    if (k + n != callee->nparams)
         return fail(vm, "closure of @fn%d takes %ld argument(s) after its %ld captured "
-                    "value(s), got %ld", g, (long)(callee->nparams - captured),
-                    (long)captured, (long)(n - captured));
-    }
-    int64_t nb = *base + f->nregs;
-    Frame fr = {*fidx, *pc, *base, dst};
-    if (push_frame(vm, *depth, fr) || grow_regs(vm, nb + callee->nregs)) {
-        for (int64_t i = 0; i < n; ++i) unref(vm, vals[i]);
-        return -1;
-    }
-    for (int64_t i = 0; i < n; ++i) vm->regs[nb + i] = vals[i];
-    ++*depth; *fidx = g; *pc = 0; *base = nb;
+                    "value(s), got %ld", g, (long)(callee->nparams - k), (long)k, (long)n);
+    int64_t nb = st->base + f->nregs;
+    Frame fr = {st->fidx, st->pc, st->base, (int32_t)c[2]};
+    if (push_frame(vm, st->depth, fr) || grow_regs(vm, nb + callee->nregs)) return -1;
+    R = vm->regs + st->base;   /* (the register file may have moved) */
+    clo = c[0] == OP_INVOKE_CLOSURE ? R[c[1]] : NULL;
+    for (int64_t i = 0; i < k; ++i) vm->regs[nb + i] = ref(clo->fields[i]);
+    for (int64_t i = 0; i < n; ++i) vm->regs[nb + k + i] = ref(R[c[4 + i]]);
+    st->depth++; st->fidx = g; st->pc = 0; st->base = nb;
     vm->stats.calls++;
     return 0;
 }
 
+/* ret: the result goes to the caller's destination register; 1 when the run is over */
+static int ret(VM *vm, State *st, const int64_t *c, Obj **result) {
+    Func *f = &vm->funcs[st->fidx];
+    Obj *r = ref(vm->regs[st->base + c[1]]);
+    clear_regs(vm, st->base, st->base + f->nregs);
+    if (st->depth == 0) { *result = r; return 1; }
+    Frame fr = vm->frames[--st->depth];
+    st->fidx = fr.func; st->pc = fr.pc + 1; st->base = fr.base;
+    put(vm, &vm->regs[fr.base + fr.dst], r);
+    return 0;
+}
+
 static Obj *interpret(VM *vm, int32_t fidx, Obj **args, int64_t nargs) {
-    int64_t depth = 0, base = 0;
-    int32_t pc = 0;
-    Func *f = &vm->funcs[fidx];
-    if (grow_regs(vm, f->nregs)) {
+    State st = {fidx, 0, 0, 0};
+    if (grow_regs(vm, vm->funcs[fidx].nregs)) {
         for (int64_t i = 0; i < nargs; ++i) unref(vm, args[i]);
         return NULL;
     }
     for (int64_t i = 0; i < nargs; ++i) vm->regs[i] = args[i];
-    Obj **R = vm->regs;
-    const int64_t *code = f->code, *offs = f->offs;
     int64_t n_ins = 0;
+    Obj *result = NULL;
     for (;;) {
-        const int64_t *c = code + offs[pc];
+        const Func *f = &vm->funcs[st.fidx];
+        const int64_t *c = f->code + f->offs[st.pc];
+        Obj **R = vm->regs + st.base;
         ++n_ins;
-        switch (c[0]) {
-        case OP_MOVE: put(vm, &R[c[2]], ref(R[c[1]])); ++pc; break;
-        case OP_LOAD_CONST: put(vm, &R[c[2]], ref(vm->consts[c[1]])); ++pc; break;
-        case OP_LOAD_CONSTI: {
-            Obj *t = scalar_new(vm, c[1], 0);   /* dtype 0 is int64 */
-            if (!t) goto error;
-            put(vm, &R[c[2]], t); ++pc; break;
-        }
-        case OP_IF: {
+        if (c[0] == OP_IF) {
             int64_t a, b; double da, db; int fa, fb;
-            CHECK(scalar(vm, R[c[1]], "if", &a, &da, &fa));
-            CHECK(scalar(vm, R[c[2]], "if", &b, &db, &fb));
+            if (scalar(vm, R[c[1]], "if", &a, &da, &fa) ||
+                scalar(vm, R[c[2]], "if", &b, &db, &fb)) break;
             int eq = (fa || fb) ? (fa ? da : (double)a) == (fb ? db : (double)b) : a == b;
-            pc += (int32_t)(eq ? c[3] : c[4]);
-            break;
-        }
-        case OP_GOTO: pc += (int32_t)c[1]; break;
-        case OP_ALLOC_STORAGE: {   /* size, alignment, device, dst */
-            int64_t size;
-            CHECK(int_of(vm, R[c[1]], "alloc_storage's size", &size));
-            if (c[3] < 0) { fail(vm, "alloc_storage on device @dev%ld: this VM only has ('cpu',); "
-                                 "compile the model for one of them", (long)(-1 - c[3]));
-                            goto error; }
-            if (size < 0) { fail(vm, "alloc_storage of %ld bytes: the size must be >= 0",
-                                 (long)size); goto error; }
-            if (c[2] <= 0 || (c[2] & (c[2] - 1)) || c[2] > 64) {
-                fail(vm, "alloc_storage: alignment %ld is not a power of two up to 64",
-                     (long)c[2]); goto error; }
-            Obj *s = storage_new(vm, size);
-            if (!s) goto error;
-            put(vm, &R[c[4]], s); ++pc; break;
-        }
-        case OP_ALLOC_TENSOR: {    /* storage, offset, dtype, dst, ndim, dims */
-            int64_t off;
-            CHECK(int_of(vm, R[c[2]], "alloc_tensor's offset", &off));
-            Obj *t = view(vm, R[c[1]], off, c + 6, (int)c[5], (int32_t)c[3], "alloc_tensor");
-            if (!t) goto error;
-            put(vm, &R[c[4]], t); ++pc; break;
-        }
-        case OP_ALLOC_TENSOR_REG: {    /* storage, offset, shape, dtype, dst */
-            int64_t off, shape[MAXDIM]; int nd;
-            CHECK(int_of(vm, R[c[2]], "alloc_tensor_reg's offset", &off));
-            CHECK(shape_from(vm, R[c[3]], "alloc_tensor_reg", shape, &nd));
-            Obj *t = view(vm, R[c[1]], off, shape, nd, (int32_t)c[4], "alloc_tensor_reg");
-            if (!t) goto error;
-            put(vm, &R[c[5]], t); ++pc; break;
-        }
-        case OP_ALLOC_ADT: case OP_ALLOC_CLOSURE: {   /* tag/func, dst, n, regs */
-            Obj *o = adt_new(vm, c[0] == OP_ALLOC_ADT ? K_ADT : K_CLOSURE, c[1], c + 4, c[3], R);
-            if (!o) goto error;
-            put(vm, &R[c[2]], o); ++pc; break;
-        }
-        case OP_INVOKE: case OP_INVOKE_CLOSURE: {   /* func/closure, dst, n, regs */
-            int64_t n = c[3], k = 0;
-            int32_t g = (int32_t)c[1];
-            Obj *clo = NULL;
-            if (c[0] == OP_INVOKE_CLOSURE) {
-                clo = R[c[1]];
-                NEED(clo, K_CLOSURE, "invoke_closure");
-                g = (int32_t)clo->tag;
-                k = clo->n;
-            }
-            Obj *vals[k + n + 1];
-            for (int64_t i = 0; i < k; ++i) vals[i] = ref(clo->fields[i]);
-            for (int64_t i = 0; i < n; ++i) vals[k + i] = ref(R[c[4 + i]]);
-            CHECK(enter(vm, &depth, &fidx, &pc, &base, (int32_t)c[2], g, vals, k + n, k));
-            f = &vm->funcs[fidx]; code = f->code; offs = f->offs; R = vm->regs + base;
-            break;
-        }
-        case OP_RET: {
-            Obj *result = ref(R[c[1]]);
-            clear_regs(vm, base, base + f->nregs);
-            if (depth == 0) { vm->stats.instructions += n_ins; return result; }
-            Frame fr = vm->frames[--depth];
-            fidx = fr.func; pc = fr.pc + 1; base = fr.base;
-            f = &vm->funcs[fidx]; code = f->code; offs = f->offs; R = vm->regs + base;
-            put(vm, &R[fr.dst], result);
-            break;
-        }
-        case OP_INVOKE_PACKED: {   /* index, n, regs */
-            int64_t n = c[2];
-            Obj *a[n + 1];
-            for (int64_t i = 0; i < n; ++i) a[i] = R[c[3 + i]];
-            vm->cur_func = fidx; vm->cur_pc = pc;
-            CHECK(invoke_packed(vm, c[1], a, (int)n));
-            R = vm->regs + base;    /* a Python callback may have run another VM: same regs */
-            ++pc; break;
-        }
-        case OP_GET_FIELD: {   /* obj, index, dst */
-            Obj *o = R[c[1]];
-            if (!o || (o->kind != K_ADT && o->kind != K_CLOSURE) || c[2] >= o->n) {
-                if (o && o->kind == K_ADT)
-                    fail(vm, "get_field %ld of ADT(tag=%ld, %d fields): no such field",
-                         (long)c[2], (long)o->tag, o->n);
-                else
-                    fail(vm, "get_field %ld of %s: no such field", (long)c[2], kind_name(o));
-                goto error;
-            }
-            put(vm, &R[c[3]], ref(o->fields[c[2]])); ++pc; break;
-        }
-        case OP_GET_TAG: {
-            Obj *o = R[c[1]];
-            NEED(o, K_ADT, "get_tag");
-            Obj *t = scalar_new(vm, o->tag, 0);
-            if (!t) goto error;
-            put(vm, &R[c[2]], t); ++pc; break;
-        }
-        case OP_DEVICE_COPY: {   /* src, src device, dst device, dst */
-            Obj *src = R[c[1]];
-            if (c[2] < 0 || c[3] < 0) {
-                fail(vm, "device_copy to/from @dev%ld: this VM only has ('cpu',)",
-                     (long)(-1 - (c[2] < 0 ? c[2] : c[3])));
-                goto error; }
-            NEED(src, K_TENSOR, "device_copy");
-            Obj *s = storage_new(vm, src->nbytes);
-            if (!s) goto error;
-            Obj *t = view(vm, s, 0, src->shape, src->ndim, src->dtype, "device_copy");
-            unref(vm, s);
-            if (!t) goto error;
-            memcpy(t->data, src->data, (size_t)src->nbytes);
-            put(vm, &R[c[4]], t); ++pc; break;
-        }
-        case OP_SHAPE_OF: {
-            Obj *src = R[c[1]];
-            NEED(src, K_TENSOR, "shape_of");
-            Obj *t = obj_new(vm, K_TENSOR);
-            if (!t) { fail(vm, "out of memory"); goto error; }
-            memcpy(t->inl, src->shape, sizeof(int64_t) * (size_t)src->ndim);
-            t->data = (char *)t->inl; t->dtype = 0; t->ndim = 1; t->shape[0] = src->ndim;
-            t->nbytes = 8 * src->ndim;
-            put(vm, &R[c[2]], t); ++pc; break;
-        }
-        case OP_RESHAPE_TENSOR: {   /* tensor, shape, dst */
-            Obj *src = R[c[1]];
-            int64_t shape[MAXDIM], n = 1; int nd;
-            NEED(src, K_TENSOR, "reshape_tensor");
-            CHECK(shape_from(vm, R[c[2]], "reshape_tensor", shape, &nd));
-            for (int i = 0; i < nd; ++i) n *= shape[i];
-            if (n != numel(src)) {
-                fail(vm, "reshape_tensor of a tensor of %ld elements to a shape of %ld "
-                     "elements: the element counts differ", (long)numel(src), (long)n);
-                goto error;
-            }
-            Obj *t = obj_new(vm, K_TENSOR);
-            if (!t) { fail(vm, "out of memory"); goto error; }
-            *t = *src; t->refs = 1; t->ndim = nd; t->next = NULL;
-            memcpy(t->shape, shape, sizeof(int64_t) * (size_t)nd);
-            if (src->data == (char *)src->inl) t->data = (char *)t->inl;
-            t->base = src->data == (char *)src->inl ? NULL : ref(src->base);
-            put(vm, &R[c[3]], t); ++pc; break;
-        }
-        case OP_FATAL:
+            st.pc += (int32_t)(eq ? c[3] : c[4]);
+        } else if (c[0] == OP_GOTO) {
+            st.pc += (int32_t)c[1];
+        } else if (c[0] == OP_INVOKE || c[0] == OP_INVOKE_CLOSURE) {
+            if (call(vm, &st, c)) break;
+        } else if (c[0] == OP_RET) {
+            if (ret(vm, &st, c, &result)) { vm->stats.instructions += n_ins; return result; }
+        } else if (c[0] == OP_FATAL) {
             vm->err_kind = E_FATAL; vm->err_aux = c[1];
-            goto error;
-        case OP_KILL_REGISTER: put(vm, &R[c[1]], NULL); ++pc; break;
-        default:
-            fail(vm, "unknown opcode %ld", (long)c[0]);
-            goto error;
+            break;
+        } else {
+            vm->cur_func = st.fidx; vm->cur_pc = st.pc;
+            if (straight(vm, R, c)) break;
+            ++st.pc;
         }
     }
-error:
     vm->stats.instructions += n_ins;
-    vm->err_func = fidx; vm->err_pc = pc;
-    vm->err_depth = depth;
-    for (int64_t k = 0; k < 4 && k < depth; ++k) {
-        vm->err_stack[2 * k] = vm->frames[depth - 1 - k].func;
-        vm->err_stack[2 * k + 1] = vm->frames[depth - 1 - k].pc;
+    vm->err_func = st.fidx; vm->err_pc = st.pc; vm->err_depth = st.depth;
+    for (int64_t k = 0; k < 4 && k < st.depth; ++k) {
+        vm->err_stack[2 * k] = vm->frames[st.depth - 1 - k].func;
+        vm->err_stack[2 * k + 1] = vm->frames[st.depth - 1 - k].pc;
     }
-    clear_regs(vm, 0, base + f->nregs);
+    clear_regs(vm, 0, st.base + vm->funcs[st.fidx].nregs);
     return NULL;
 }
 
