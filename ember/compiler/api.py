@@ -65,6 +65,38 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
 
 def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts: Options,
              run: log.CompileRun) -> CompiledModel | VMModel | PerShapeModel:
+    """The compile; a model with symbolic input dims that an op or a kernel has no symbolic
+    form for (``NoSymbolicKernelError``) is compiled per input shape instead (``per_shape``)."""
+    try:
+        return _compile_once(model, input_shapes, target, opts, run)
+    except NoSymbolicKernelError as e:
+        proto = _with_symbolic_inputs(model, input_shapes) if target == "cpu" else None
+        if proto is None:
+            raise
+        LOG.warning("compiled per input shape: %s", e)
+        return PerShapeModel(proto, opts, str(e), input_shapes)
+
+
+def _with_symbolic_inputs(model: Any, input_shapes: Mapping[str, Any] | None
+                          ) -> onnx.ModelProto | None:
+    """``model`` as an ONNX proto when one of its inputs has a dim that is not static (nor
+    fixed by ``input_shapes``), else None (a torch frontend's Graph: None too)."""
+    if isinstance(model, Graph):
+        return None
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    fixed = dict(input_shapes or {})
+    inits = {i.name for i in proto.graph.initializer}
+    for v in proto.graph.input:
+        if v.name in inits or v.name in fixed or not v.type.HasField("tensor_type"):
+            continue
+        t = v.type.tensor_type
+        if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
+            return proto
+    return None
+
+
+def _compile_once(model: Any, input_shapes: dict[str, Any] | None, target: str, opts: Options,
+                  run: log.CompileRun) -> CompiledModel | VMModel:
     hints = dict(opts.dim_hints) if opts.dim_hints else None
     g = model if isinstance(model, Graph) else run.stage("import", import_model, model,
                                                          input_shapes)
@@ -78,16 +110,9 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
 
         return compile_cuda_model(g, num_threads=opts.num_threads, topk=opts.topk,
                                   schedule=opts.schedule)
-    try:
-        return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
-                                   topk=opts.topk, schedule=opts.schedule,
-                                   profile=opts.profile, dim_hints=hints)[1]
-    except NoSymbolicKernelError as e:
-        if isinstance(model, Graph):   # (the torch frontend's graphs: no ONNX to compile again)
-            raise
-        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
-        LOG.warning("compiled per input shape: %s", e)
-        return PerShapeModel(proto, opts, str(e), input_shapes)
+    return driver.compile_full(g, input_shapes, target, num_threads=opts.num_threads,
+                               topk=opts.topk, schedule=opts.schedule, profile=opts.profile,
+                               dim_hints=hints)[1]
 
 
 per_shape.set_compiler(compile)

@@ -54,9 +54,10 @@ class Case:
 
 
 def make_case(seed: int, index: int, families: dict[str, float] | None = None,
-              op_filter: str | None = None) -> Case:
+              op_filter: str | None = None, symbolic_inputs: bool = False) -> Case:
     """The case (seed, index): family, graph, feeds and mutation all drawn from one generator
-    seeded with [seed, index]."""
+    seeded with [seed, index]. ``symbolic_inputs``: every graph's inputs get symbolic dims
+    (a campaign of models compiled once for every shape)."""
     rng = np.random.default_rng([seed, index])
     fams = families or FAMILIES
     names = list(fams)
@@ -66,7 +67,8 @@ def make_case(seed: int, index: int, families: dict[str, float] | None = None,
     want = feeds_mod.draw_mutation(rng) if family == "feeds" else None
     first, symbolic = feeds_mod.NEEDS.get(want or "", ((), False))
     gen = graphs.random_graph(rng, ops=(lambda op: bool(pattern.search(op))) if pattern
-                              else None, first=first, symbolic=1.0 if symbolic else 0.25)
+                              else None, first=first,
+                              symbolic=1.0 if symbolic or symbolic_inputs else 0.25)
     feeds = feeds_mod.feeds(rng, gen.specs, specials=0.3 if family == "graph" else 0.1)
     schedule = "auto" if rng.random() < AUTO_SCHEDULE else "sequential"
     threads = 1 if rng.random() < 0.2 else None

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.ir.graph import Value
 from ember.support import dtypes
@@ -49,7 +49,7 @@ def _static(v: Value, what: str, dims: tuple[int, ...]) -> list[int]:
     """The dims ``dims`` of ``v``, which must be known at compile time."""
     shape = v.type.shape
     if any(not isinstance(shape[d], int) for d in dims):
-        raise UnsupportedOpError(
+        raise NoSymbolicKernelError(
             f"input {what} has shape {v.type}; ember needs dims {list(dims)} of it static "
             "(bind them with import_model(..., input_shapes=...))")
     return [int(shape[d]) for d in dims]  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
 
@@ -26,7 +26,7 @@ from ember.ir.graph import Value
 def _static_spatial(x: Value, why: str) -> list[int]:
     sp = x.type.shape[2:]
     if not all(isinstance(d, int) for d in sp):
-        raise UnsupportedOpError(
+        raise NoSymbolicKernelError(
             f"{why} needs the static spatial shape of input %{x.name}, which is {x.type}; "
             "bind it with import_model(..., input_shapes=...)")
     return [int(d) for d in sp]  # type: ignore[arg-type]
@@ -112,7 +112,7 @@ def _conv3d(ctx: Ctx, x: Value, w: Value, b: Value | None, norm: Attrs) -> Value
     depth, _, _ = _static_spatial(x, "a 3-D Conv (ember runs it as 2-D convolutions)")
     c = x.type.shape[1]
     if not isinstance(c, int):
-        raise UnsupportedOpError(f"3-D Conv needs a static channel count, input is {x.type}")
+        raise NoSymbolicKernelError(f"3-D Conv needs a static channel count, input is {x.type}")
     dp = depth + pads[0] + pads[3]
     od = (dp - (kd - 1) * dd - 1) // sd + 1
     if od < 1:
@@ -163,7 +163,7 @@ def conv_integer(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def _im2col_conv(ctx: Ctx, x: Value, w: Value, norm: Attrs, group: int) -> Value:
     """``Conv`` as ``W[G, Mg, Cg*K] · cols[N, G, Cg*K, L]`` (any number of spatial dims)."""
     if not (x.type.is_static and w.type.is_static):
-        raise UnsupportedOpError(f"{ctx.op_type} needs static shapes, got {x.type}, {w.type}")
+        raise NoSymbolicKernelError(f"{ctx.op_type} needs static shapes, got {x.type}, {w.type}")
     n, c, *sp = (int(d) for d in x.type.shape)  # type: ignore[arg-type]
     m = int(w.type.shape[0])  # type: ignore[arg-type]
     kernel, strides, dil, pads = (norm[k] for k in ("kernel_shape", "strides", "dilations",
@@ -400,7 +400,7 @@ def dropout(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     outs = [ctx.add1("Identity", [x])]
     if ctx.output_used(1):
         if not x.type.is_static:
-            raise UnsupportedOpError("Dropout's mask output needs a static input shape")
+            raise NoSymbolicKernelError("Dropout's mask output needs a static input shape")
         dt = np.bool_ if ctx.opset >= 10 else x.type.dtype.np
         outs.append(ctx.const(np.ones(x.type.shape, dtype=dt)))  # type: ignore[arg-type]
     return outs
@@ -427,7 +427,7 @@ def _max_pool_indices(ctx: Ctx, x: Value, y: Value, norm: Attrs, order: int) -> 
     with the lowest value; the taps are scanned last to first, each replacing the index where
     it holds the maximum, so the first one wins. The indices of a tap are a constant."""
     if not x.type.is_static:
-        raise UnsupportedOpError(f"MaxPool's Indices output needs a static input shape, got "
+        raise NoSymbolicKernelError(f"MaxPool's Indices output needs a static input shape, got "
                                  f"{x.type}")
     n, c, *sp = (int(d) for d in x.type.shape)  # type: ignore[arg-type]
     kernel, strides, dil = norm["kernel_shape"], norm["strides"], norm["dilations"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
 
@@ -33,7 +33,7 @@ _ROI_MODES = ("avg", "max")
 def _static(ctx: Ctx, v: Value, dims: range, what: str) -> list[int]:
     got = [v.type.shape[i] for i in dims]
     if not all(isinstance(d, int) for d in got):
-        raise UnsupportedOpError(f"{ctx.op_type} needs static {what} of %{v.name}, which is "
+        raise NoSymbolicKernelError(f"{ctx.op_type} needs static {what} of %{v.name}, which is "
                                  f"{v.type}; bind it with import_model(..., input_shapes=...)")
     return [int(d) for d in got]  # type: ignore[arg-type]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.attention import i64, softmax_keys
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.ir.graph import Value
@@ -55,7 +55,7 @@ def _static(v: Value, what: str) -> list[int]:
         raise ModelError(f"{what} {v.type} must be rank 4 [batch, heads, sequence, head_size]")
     dims = v.type.shape[1:]
     if any(not isinstance(d, int) for d in dims):
-        raise UnsupportedOpError(f"{what} {v.type}: ember needs its heads, sequence and head "
+        raise NoSymbolicKernelError(f"{what} {v.type}: ember needs its heads, sequence and head "
                                  "dims static (bind them with import_model(..., "
                                  "input_shapes=...))")
     return [int(d) for d in dims]  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ import string
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx import symbolic
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.ir.graph import Value
@@ -135,7 +135,7 @@ def eye_like(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (x,) = ctx.inputs(ins, 1)
     assert x is not None
     if x.type.rank != 2 or not x.type.is_static:
-        raise UnsupportedOpError(f"EyeLike needs a 2-D input of static shape, got {x.type}")
+        raise NoSymbolicKernelError(f"EyeLike needs a 2-D input of static shape, got {x.type}")
     dt = onnx_dtype(attrs["dtype"]) if attrs.get("dtype") is not None else x.type.dtype
     rows, cols = (int(d) for d in x.type.shape)  # type: ignore[arg-type]
     return [ctx.const(np.eye(rows, cols, k=int(attrs.get("k", 0)), dtype=dt.np))]
@@ -223,7 +223,7 @@ def compress(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     axis = _norm(int(axis), x.type.rank)
     n = x.type.shape[axis]
     if not isinstance(n, int):
-        raise UnsupportedOpError(f"Compress along the symbolic dim {n} is not supported")
+        raise NoSymbolicKernelError(f"Compress along the symbolic dim {n} is not supported")
     if cond.is_const:
         keep = ctx.const(np.nonzero(np.ravel(cond.const)[:n])[0].astype(np.int64))
     else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.conv_nn import conv_integer, matmul_integer
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.frontend.onnx.quant_ops import INT_RANGES, quantize
@@ -109,7 +109,8 @@ def center_crop_pad(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     for a, w in zip((a % r for a in axes), want, strict=True):
         d = x.type.shape[a]
         if not isinstance(d, int):
-            raise UnsupportedOpError(f"CenterCropPad needs static dims on its axes, got {x.type}")
+            raise NoSymbolicKernelError(
+                f"CenterCropPad needs static dims on its axes, got {x.type}")
         if w < 0:
             raise ModelError(f"CenterCropPad shape {want} has a negative entry")
         if w < d:

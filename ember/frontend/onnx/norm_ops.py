@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError
 from ember.frontend.onnx.conv_nn import window_attrs
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.frontend.onnx.symbolic import require
@@ -56,7 +56,7 @@ def _count(ctx: Ctx, x: Value, axes: list[int]) -> int:
     """The static number of elements over ``axes`` of ``x``."""
     dims = [x.type.shape[a] for a in axes]
     if not all(isinstance(d, int) for d in dims):
-        raise UnsupportedOpError(
+        raise NoSymbolicKernelError(
             f"{ctx.op_type} needs static sizes of the normalized axes {axes} of %{x.name} "
             f"({x.type}); bind them with import_model(..., input_shapes=...)")
     return math.prod(dims)  # type: ignore[arg-type]
@@ -151,7 +151,7 @@ def instance_norm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def _group_channels(ctx: Ctx, x: Value, g: int) -> int:
     c = x.type.shape[1] if x.type.rank >= 2 else None
     if not isinstance(c, int):
-        raise UnsupportedOpError(f"GroupNormalization needs an input (N, C, ...) with a static "
+        raise NoSymbolicKernelError(f"GroupNormalization needs an input (N, C, ...) with a static "
                                  f"channel count C, got %{x.name}: {x.type}")
     if g < 1 or c % g:
         raise ModelError(f"GroupNormalization: {c} channels cannot be split into num_groups="
@@ -281,7 +281,7 @@ def hardmax1(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         return [hardmax_axis(ctx, x, axis)]
     flat = ctx.add1("Flatten", [x], {"axis": axis})
     if not isinstance(flat.type.shape[1], int):
-        raise UnsupportedOpError(f"Hardmax needs the static size of the dims from axis {axis} "
+        raise NoSymbolicKernelError(f"Hardmax needs the static size of the dims from axis {axis} "
                                  f"of %{x.name} ({x.type})")
     back = (ctx.const(np.array(x.type.shape, np.int64)) if x.type.is_static
             else ctx.add1("Shape", [x]))

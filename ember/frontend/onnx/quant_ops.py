@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import (
     Attrs,
     Ctx,
@@ -35,7 +35,7 @@ def _broadcast(ctx: Ctx, v: Value, x: Value, axis: int, block: int, what: str) -
     """``v`` (scale or zero point) shaped to broadcast against ``x``."""
     rank = x.type.rank
     if not x.type.is_static or not v.type.is_static:
-        raise UnsupportedOpError(f"{ctx.op_type} needs static shapes, got x {x.type}, "
+        raise NoSymbolicKernelError(f"{ctx.op_type} needs static shapes, got x {x.type}, "
                                  f"{what} {v.type}")
     size = int(np.prod(v.type.shape, dtype=np.int64))
     if v.type.rank == 0 or (size == 1 and not block):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Graph, Value
 from ember.ir.ops.rnn import activation_params
@@ -77,7 +77,7 @@ class Recurrence:
 # --------------------------------------------------------------------------- normalization
 def _static(op: str, v: Value, what: str) -> list[int]:
     if not v.type.is_static:
-        raise UnsupportedOpError(
+        raise NoSymbolicKernelError(
             f"{op} input {what} has shape {v.type}; ember unrolls the recurrence and needs a "
             "static shape (bind it with import_model(..., input_shapes=...))")
     return [int(d) for d in v.type.shape]  # type: ignore[arg-type]
@@ -87,7 +87,7 @@ def _sequence_shape(op: str, x: Value) -> tuple[Dim, int, int]:
     """(sequence length, batch, input size) of time-major X: the length may be a symbol."""
     seq, *rest = x.type.shape
     if not all(isinstance(d, int) for d in rest):
-        raise UnsupportedOpError(
+        raise NoSymbolicKernelError(
             f"{op} input X has shape {x.type}; ember needs a static batch and input size (the "
             "sequence length may be symbolic; bind the others with import_model(..., "
             "input_shapes=...))")
@@ -99,7 +99,7 @@ def _sequence_lens(op: str, lens: Value | None, seq: Dim, batch: int) -> Value |
     if lens is None:
         return None
     if not isinstance(seq, int):
-        raise UnsupportedOpError(
+        raise NoSymbolicKernelError(
             f"{op} with sequence_lens over a symbolic sequence length is not supported; export "
             "the model without sequence_lens (or with a static length)")
     if (lens.type.rank != 1 or dims_equal(lens.type.shape[0], batch) is False

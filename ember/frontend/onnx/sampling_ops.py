@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
 
@@ -54,7 +54,7 @@ def _grid_sample(ctx: Ctx, ins: Inputs, attrs: Attrs, modes: dict[str, str],
             "align_corners": int(attrs.get("align_corners", 0))}
     dims = list(x.type.shape[2:])
     if not all(isinstance(d, int) for d in dims):
-        raise UnsupportedOpError(f"GridSample needs static spatial dims of its input, got "
+        raise NoSymbolicKernelError(f"GridSample needs static spatial dims of its input, got "
                                  f"{x.type}")
     coords = ctx.add1("GridSampleCoords", [grid], {**norm, "dims": dims})
     return ctx.add("GridSampleAt", [x, coords], norm)
@@ -87,7 +87,7 @@ def col2im(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def _unpool_shape(ctx: Ctx, x: Value, attrs: Attrs) -> list[int]:
     """The shape MaxPool's input had: (N, C, (in - 1) * stride - pads + kernel...)."""
     if not x.type.is_static:
-        raise UnsupportedOpError(f"MaxUnpool needs a static input shape, got {x.type}")
+        raise NoSymbolicKernelError(f"MaxUnpool needs a static input shape, got {x.type}")
     shape = [int(d) for d in x.type.shape]  # type: ignore[arg-type]
     kernel = [int(k) for k in ctx.attr(attrs, "kernel_shape")]
     nd = len(kernel)

@@ -40,7 +40,7 @@ import itertools
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.ir.graph import Value
 from ember.support import dtypes
@@ -79,7 +79,7 @@ def _scalar(ctx: Ctx, v: Value | None, what: str) -> int | None:
 def _static(ctx: Ctx, x: Value, axis: int, what: str) -> int:
     d = x.type.shape[axis]
     if not isinstance(d, int):
-        raise UnsupportedOpError(f"{ctx.op_type} needs a static {what} (dim {axis} of "
+        raise NoSymbolicKernelError(f"{ctx.op_type} needs a static {what} (dim {axis} of "
                                  f"{x.type}); ember builds its matrix at compile time")
     return d
 

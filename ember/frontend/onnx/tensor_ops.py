@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx import symbolic
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
@@ -218,7 +218,7 @@ def _resize_plan(ctx: Ctx, x: Value, scales: np.ndarray | None, sizes: np.ndarra
         if policy != "stretch":
             ins = [shape[a] for a in axes]
             if not all(isinstance(d, int) for d in ins):
-                raise UnsupportedOpError("keep_aspect_ratio_policy needs static input dims")
+                raise NoSymbolicKernelError("keep_aspect_ratio_policy needs static input dims")
             pick = min if policy == "not_larger" else max
             s = pick(w / d for w, d in zip(want, ins, strict=True))  # type: ignore[operator]
             want = [int(np.floor(s * d + 0.5)) for d in ins]  # type: ignore[operator]

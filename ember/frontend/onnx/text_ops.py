@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.errors import ModelError, UnsupportedOpError
+from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
 
@@ -191,7 +191,7 @@ def tfidf_vectorizer(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x2 = x if rank == 2 else ctx.add1("Reshape", [x, ctx.const(np.array([1, -1], np.int64))])
     width = x2.type.shape[1]
     if not isinstance(width, int):
-        raise UnsupportedOpError(f"input {x.type}: ember needs the row length C static (bind it "
+        raise NoSymbolicKernelError(f"input {x.type}: ember needs the row length C static (bind it "
                                  "with import_model(..., input_shapes=...))")
     y = _frequencies(ctx, x2, spec, width)
     if spec.mode == "IDF":

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import TypeInferenceError
+from ember.errors import NoSymbolicKernelError, TypeInferenceError
 from ember.ir.ops.common import at_most, divisible, norm_axis, unify
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
 from ember.ir.types import Dim, Sym, TensorType, broadcast_dim, dims_equal
@@ -98,7 +98,7 @@ def gather_elements(attrs: Attrs, x: np.ndarray, idx: np.ndarray) -> list[np.nda
 def gathernd_geometry(x: TensorType, idx: TensorType, b: int) -> tuple[int, tuple[Dim, ...]]:
     """(m, output shape) of GatherND: m = indices.shape[-1] coordinates per lookup."""
     if idx.rank < 1 or not isinstance(idx.shape[-1], int):
-        raise TypeInferenceError(f"GatherND indices need a static last dim, got {idx}")
+        raise NoSymbolicKernelError(f"GatherND indices need a static last dim, got {idx}")
     m = idx.shape[-1]
     if not 0 <= b < min(x.rank, idx.rank) or not 1 <= m <= x.rank - b:
         raise TypeInferenceError(f"GatherND: batch_dims {b} / index depth {m} do not fit data "
@@ -183,7 +183,7 @@ def _scatternd_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     assert x is not None and upd is not None
     _reduction(attrs)
     if idx.rank < 1 or not isinstance(idx.shape[-1], int) or not 1 <= idx.shape[-1] <= x.rank:
-        raise TypeInferenceError(f"ScatterND indices {idx} need a static last dim in "
+        raise NoSymbolicKernelError(f"ScatterND indices {idx} need a static last dim in "
                                  f"[1, {x.rank}]")
     want = (*idx.shape[:-1], *x.shape[idx.shape[-1]:])
     if len(want) != upd.rank or any(dims_equal(a, b) is False for a, b in zip(want, upd.shape)) \
