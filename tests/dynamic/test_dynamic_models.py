@@ -16,7 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 import ember
 from ember.compiler import vm_control
-from ember.errors import UnsupportedOpError
+from ember.compiler.per_shape import PerShapeModel
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Value
 from ember.ir.types import Sym, TensorType, floordiv
@@ -110,12 +110,19 @@ def test_recurrent_op_over_a_symbolic_length(op: str, direction: str, layout: in
         _agree(list(cm.run(feed).values()), oracle.run(None, feed))
 
 
-def test_sequence_lens_over_a_symbolic_length_is_named() -> None:
+def test_sequence_lens_over_a_symbolic_length_compiles_per_length() -> None:
+    """sequence_lens over a symbolic length has no symbolic form: the model is compiled for
+    each length it meets (``compiler.per_shape``), the reason kept."""
     model = _rnn_model("GRU", "forward", 0, False, False)
     model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [2]))
     model.graph.node[0].input[4] = "lens"
-    with pytest.raises(UnsupportedOpError, match="sequence_lens over a symbolic"):
-        ember.compile(model)
+    cm = ember.compile(model)
+    assert isinstance(cm, PerShapeModel) and "sequence_lens over a symbolic" in cm.reason
+    sess = _session(model)
+    for t in (3, 6):
+        feed = {**_rnn_feed(model, t), "lens": np.array([t, t - 2], np.int32)}
+        _agree(list(cm.run(feed).values()), sess.run(None, feed))
+    assert cm.compiles == 2
 
 
 @pytest.mark.parametrize("cell", ["elman", "lstm"])
