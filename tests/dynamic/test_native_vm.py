@@ -127,3 +127,15 @@ def test_a_saved_model_runs_natively(tmp_path) -> None:  # type: ignore[no-untyp
     feeds = _vad_feeds(1024, 16000, 9)
     for g, w in zip(back(*feeds), m(*feeds)):
         np.testing.assert_array_equal(g, w)
+
+
+def test_the_reference_interpreter_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_VM", "python")
+    m = ember.compile(vad(), num_threads=1)
+    assert type(m.vm) is VirtualMachine
+    feeds = _vad_feeds(512, 8000, 11)
+    monkeypatch.delenv("EMBER_VM")
+    native = ember.compile(vad(), num_threads=1)
+    assert isinstance(native.vm, NativeVM)
+    for g, w in zip(m(*feeds), native(*feeds)):
+        np.testing.assert_array_equal(g, w)
