@@ -53,14 +53,29 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
                    topk=driver.check_topk(topk), schedule=schedule, profile=profile,
                    dim_hints=dim_hints, precision=precision)
     with using(opts), log.compile_run(model) as run:
-        k = model_cache.key(model, input_shapes, opts,
-                            opts.num_threads or driver.default_threads(), target)
+        k = _key(model, input_shapes, opts, target)
         cached = run.stage("lookup", model_cache.lookup, k)
         if cached is not None:
             return cached
         cm = _compile(model, input_shapes, target, opts, run)
         run.stage("store", model_cache.store, k, cm)
         return cm
+
+
+def _key(model: Any, input_shapes: dict[str, Any] | None, opts: Options,
+         target: str) -> str | None:
+    return model_cache.key(model, input_shapes, opts, opts.num_threads or driver.default_threads(),
+                           target)
+
+
+def cache_key(model: Any, num_threads: int | None = None, topk: int | None = None,
+              schedule: str | None = None) -> str | None:
+    """The model cache's key of ``compile(model, None, num_threads=..., topk=...,
+    schedule=...)`` (None: not cached), under the options in force."""
+    opts = resolve(None, num_threads=driver.check_threads(num_threads),
+                   topk=driver.check_topk(topk), schedule=schedule)
+    with using(opts):
+        return _key(model, None, opts, "cpu")
 
 
 def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts: Options,

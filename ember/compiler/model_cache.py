@@ -310,6 +310,33 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def alias(k: str | None, target: str | None) -> None:
+    """Let ``lookup_alias(k)`` find the model cached under ``target`` (a frontend's own key
+    for what compiles to it: the torch backend's key of a Dynamo graph, which it can compute
+    without tracing the graph to ATen)."""
+    if k is None or target is None:
+        return
+    path = _path(k).with_suffix(".alias")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(target)
+        os.replace(tmp, path)
+    except OSError as e:
+        LOG.info("not recording the alias %s: %s", path.name, e)
+        tmp.unlink(missing_ok=True)
+
+
+def lookup_alias(k: str | None) -> Any:
+    """The model an ``alias`` under ``k`` names, or None."""
+    if k is None:
+        return None
+    target = _read_text(_path(k).with_suffix(".alias"))
+    if not target or not all(c in "0123456789abcdef" for c in target.strip()):
+        return None
+    return lookup(target.strip())
+
+
 def store(k: str | None, model: Any) -> None:
     """Keep ``model`` under ``k``, written by a thread of its own (nothing when ``k`` is None;
     a failed write is logged and the entry left out)."""

@@ -70,3 +70,30 @@ def test_backend_is_found_without_importing_ember():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "ok True"      # loaded by torch, through the entry point
+
+
+def test_a_graph_compiled_before_comes_from_the_model_cache(caplog, monkeypatch, tmp_path):
+    """A warm torch.compile(backend="ember") finds the Dynamo graph's program by its own key
+    (code, inputs, weights): no tracing to ATen, no import; other weights miss."""
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "1")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    from ember.compiler import model_cache
+
+    m = randomize(ResNetish())
+    x = torch.randn(2, 3, 32, 32)
+    for attempt in range(2):
+        torch._dynamo.reset()
+        c = torch.compile(m, backend="ember")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="ember.torch"), torch.no_grad():
+            close(c(x), m(x))
+        hits = [r for r in caplog.records if "from the model cache" in r.getMessage()]
+        assert len(hits) == attempt, [r.getMessage() for r in caplog.records]
+        model_cache.flush()
+    other = randomize(ResNetish())       # the same code, other weights
+    torch._dynamo.reset()
+    c = torch.compile(other, backend="ember")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="ember.torch"), torch.no_grad():
+        close(c(x), other(x))
+    assert not [r for r in caplog.records if "from the model cache" in r.getMessage()]
