@@ -39,7 +39,7 @@ def _kernel(ctx: Ctx, attrs: Attrs, w: Value | None) -> list[int]:
         raise ModelError(f"{ctx.op_type} is missing its kernel_shape attribute")
     ks = w.type.shape[2:]
     if not all(isinstance(k, int) for k in ks):
-        raise UnsupportedOpError(f"weight %{w.name} has a symbolic kernel shape {w.type}")
+        raise NoSymbolicKernelError(f"weight %{w.name} has a symbolic kernel shape {w.type}")
     return [int(k) for k in ks]  # type: ignore[arg-type]
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import TypeInferenceError
+from ember.errors import NoSymbolicKernelError, TypeInferenceError
 from ember.ir.ops.common import broadcast_type, compare_type, norm_axis, same_type, unify
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
 from ember.ir.types import (
@@ -243,8 +243,9 @@ def _squeeze_axes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[int]:
     axes = attrs.get("axes")
     if axes is None or len(axes) == 0:
         if any(isinstance(d, Sym) for d in shape):
-            raise TypeInferenceError(
-                f"Squeeze without axes on symbolic shape {shape}: the rank would depend on data")
+            raise NoSymbolicKernelError(
+                f"Squeeze without axes on symbolic shape {shape}: the rank depends on the "
+                "symbols' values")
         return [i for i, d in enumerate(shape) if d == 1]
     out = sorted({norm_axis(int(a), len(shape), "Squeeze axis") for a in axes})
     for a in out:
