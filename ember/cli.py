@@ -107,6 +107,17 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0
 
 
+def _program_kernels(programs: list) -> None:
+    """Each compiled program's kernels (a VM model's): op, rTasks, what Roller built, and
+    which run on the generic compute."""
+    for j, cm in enumerate(programs):
+        print(f"\n==== program{j}: {cm.meta.get('graph_name', '?')} ====")
+        for k in cm.meta.get("profile", {}).get("kernels", []):
+            mark = "  [generic compute]" if k.get("generic") else ""
+            print(f"  {k['name']}: {k['op']} ({k.get('tasks', '?')} rTasks) "
+                  f"{k.get('doc', '')}{mark}")
+
+
 def cmd_inspect(a: argparse.Namespace) -> int:
     from ember.compiler import driver
     from ember.loops.transform import format_stmt
@@ -126,6 +137,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     if needs_vm(import_model(a.model, _shapes(a.shape))):   # the VM's bytecode
         vm = compile_model(a.model, _shapes(a.shape), num_threads=a.threads, topk=a.topk)
         print(f"==== VM bytecode ({len(vm.programs)} compiled programs) ====\n{vm.bytecode}")
+        if a.kernels:
+            _program_kernels(vm.programs)
         return 0
     cm = None
     if a.target != "cpu":
@@ -143,7 +156,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     for k, (n, kern) in enumerate(zip(fused, comp.kernels)):
         body = n.attrs["body"]
         ops = " -> ".join(m.op for m in body.nodes)
-        print(f"  k{k}: [{ops}] -> {n.output.type}  ({kern.ntasks} rTasks) {kern.doc}")
+        mark = "  [generic compute]" if getattr(kern, "generic", False) else ""
+        print(f"  k{k}: [{ops}] -> {n.output.type}  ({kern.ntasks} rTasks) {kern.doc}{mark}")
         if a.kernels:
             print("    " + (kern.loops or format_stmt(kern.body)).replace("\n", "\n    "))
     for j, (op, kern) in enumerate(comp.variants):

@@ -644,7 +644,8 @@ def _profile_meta(comp: Compilation) -> dict[str, Any]:
         body = n.attrs.get("body")
         nodes = [[m.name, m.op] for m in body.nodes] if isinstance(body, Graph) else []
         kernels.append({"name": kernel_symbol(i, k), "op": n.attrs["master"], "flops": flops,
-                        "bytes": nbytes, "nodes": nodes})
+                        "bytes": nbytes, "nodes": nodes, "doc": k.doc,
+                        "tasks": str(k.ntasks), "generic": bool(getattr(k, "generic", False))})
     return {"kernels": kernels}
 
 

@@ -30,3 +30,4 @@ class Kernel:
     flops: int = 0
     doc: str = ""
     loops: str = ""      # a text form of the schedule, for ``ember inspect``
+    generic: bool = False   # the generic compute (a TE nest under the default schedule)

@@ -49,7 +49,8 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
         # one rTask: it runs only in a range that holds it (a symbolic program's plan hands
         # every vEU a range of every kernel, empty ones too; in place, a second run is wrong)
         stmt = If(Bin("<", T0, T1), stmt)
-    return Kernel(name, stmt, ntasks, args, doc=body.name, loops=format_stmt(stmt))
+    return Kernel(name, stmt, ntasks, args, doc=body.name, loops=format_stmt(stmt),
+                  generic=True)
 
 
 def group_buffers(name: str, body: Graph) -> tuple[GroupTE, Buffer, dict, list]:

@@ -54,6 +54,11 @@ def test_inspect_prints_the_bytecode(tmp_path, capsys) -> None:  # type: ignore[
     onnx.save(_reshape_model(), path)
     assert cli_main(["inspect", str(path)]) == 0
     assert "VM bytecode" in capsys.readouterr().out
+    assert cli_main(["inspect", str(path), "--kernels"]) == 0
+    out = capsys.readouterr().out
+    # each program's kernels: the Add + Relu segment streams on the generic compute
+    assert "==== program0" in out and "==== program1" in out
+    assert "Add_Relu" in out and "[generic compute]" in out
 
 
 @pytest.mark.parametrize("axis, sorted_", [(None, 1), (None, 0), (0, 1), (1, 0)])
