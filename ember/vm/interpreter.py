@@ -94,17 +94,10 @@ class VirtualMachine:
 
     def __init__(self, executable: Executable, packed: Mapping[str, PackedFunc] | None = None,
                  *, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
-        executable.verify()
-        packed = packed or {}
-        missing = [n for n in executable.packed if n not in packed]
-        if missing:
-            raise VMError(f"the VM executable calls packed function(s) {missing} that were not "
-                          f"provided; pass them in packed={{name: callable}} "
-                          f"(provided: {sorted(packed)})")
+        self._packed = verified_packed(executable, packed)
         self.executable = executable
         self.stats = VMStats()
         self.max_depth = max_depth
-        self._packed = [packed[n] for n in executable.packed]
         self._consts = [_readonly(c) for c in executable.constants]
         self._handlers = _Handlers(self).table()
         self._code = [self._decode(f) for f in executable.functions]
@@ -211,6 +204,20 @@ class VirtualMachine:
 
 
 # ---------------------------------------------------------------------- errors
+
+
+def verified_packed(executable: Executable, packed: Mapping[str, PackedFunc] | None
+                    ) -> list[PackedFunc]:
+    """``executable`` verified, and its packed functions in index order from ``packed`` (a
+    VMError naming those missing): what both interpreters start from."""
+    executable.verify()
+    packed = packed or {}
+    missing = [n for n in executable.packed if n not in packed]
+    if missing:
+        raise VMError(f"the VM executable calls packed function(s) {missing} that were not "
+                      f"provided; pass them in packed={{name: callable}} "
+                      f"(provided: {sorted(packed)})")
+    return [packed[n] for n in executable.packed]
 
 
 def locate(exe: Executable, err: BaseException, fidx: int, pc: int,

@@ -40,7 +40,14 @@ from ember.runtime.natives import library_path
 from ember.vm import native_c, native_loop_c
 from ember.vm.builtins import MAX_LOOP_ROWS_BYTES
 from ember.vm.executable import Executable
-from ember.vm.interpreter import DEFAULT_MAX_DEPTH, PackedFunc, VMStats, _message, locate
+from ember.vm.interpreter import (
+    DEFAULT_MAX_DEPTH,
+    PackedFunc,
+    VMStats,
+    _message,
+    locate,
+    verified_packed,
+)
 from ember.vm.isa import Instruction, Op, VMFunction
 from ember.vm.objects import ADT, DEVICES, Closure, Storage, np_dtype
 
@@ -182,17 +189,10 @@ class NativeVM:
 
     def __init__(self, executable: Executable, packed: Mapping[str, PackedFunc] | None = None,
                  programs: Sequence[Any] = (), *, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
-        executable.verify()
-        packed = dict(packed or {})
-        missing = [n for n in executable.packed if n not in packed]
-        if missing:
-            raise VMError(f"the VM executable calls packed function(s) {missing} that were not "
-                          f"provided; pass them in packed={{name: callable}} "
-                          f"(provided: {sorted(packed)})")
+        self._py_packed = verified_packed(executable, packed)
         self.executable = executable
         self.max_depth = max_depth
         self._lib = lib = library()
-        self._py_packed = [packed[n] for n in executable.packed]
         self._keep: list[Any] = []          # arrays the C side points into
         self._dtypes: list[np.dtype] = []
         self._dt_index: dict[np.dtype, int] = {}

@@ -158,15 +158,7 @@ class _Cached:
         return cls(model, gm, inputs, weights)
 
     def __call__(self, *args: Any) -> Any:
-        if not self.eager and any((id(args[i]), args[i]._version) != key
-                                  for i, key in self.constants.items()):
-            LOG.warning("ember: the module's parameters changed since its graph was "
-                        "compiled; running the graph eagerly")
-            self.eager = True
-        if self.eager:
-            return self.gm(*args)
-        out = self.model(*[args[i] for i in self.inputs])
-        return tuple(out) if isinstance(out, tuple) else (out,)
+        return tuple(_run(self, args))
 
 
 class _Compiled:
@@ -195,12 +187,19 @@ class _Compiled:
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and isinstance(args[0], list):   # aot's boxed convention
             args = tuple(args[0])
-        if not self.eager and any((id(args[i]), args[i]._version) != key
-                                  for i, key in self.constants.items()):
-            LOG.warning("ember: the module's parameters changed since its graph was "
-                        "compiled; running the graph eagerly")
-            self.eager = True
-        if self.eager:
-            return self.gm(*args)
-        out = self.model(*[args[i] for i in self.inputs])
-        return list(out) if isinstance(out, tuple) else [out]
+        return _run(self, args)
+
+
+def _run(c: _Cached | _Compiled, args: Sequence[Any]) -> Any:
+    """One call of a compiled graph: the program on its inputs, or ``c.gm`` eagerly once the
+    module's parameters are other tensors, or changed in place, since it was compiled (the
+    outputs as a list, or as ``c.gm`` gives them)."""
+    if not c.eager and any((id(args[i]), args[i]._version) != key
+                           for i, key in c.constants.items()):
+        LOG.warning("ember: the module's parameters changed since its graph was "
+                    "compiled; running the graph eagerly")
+        c.eager = True
+    if c.eager:
+        return c.gm(*args)
+    out = c.model(*[args[i] for i in c.inputs])
+    return list(out) if isinstance(out, tuple) else [out]
