@@ -61,7 +61,8 @@ def device_spec(threads: int, probe: bool = True) -> DeviceSpec:
     return with_measurements(base, pk.fma_gflops_1, pk.read_gbs_1, pk.read_gbs, uk)
 
 
-UK_FORMAT = 4     # 2: the splat is one broadcast (em_bcast); 3: not inlined; 4: AVX2 halves
+UK_FORMAT = 5     # 2: the splat is one broadcast (em_bcast); 3: not inlined; 4: AVX2 halves;
+# 5: the 8-lane tail's cost (uk_tail8)
 UK_K = 256          # reduction steps per micro-kernel call: operands stay in L1
 
 
@@ -69,6 +70,11 @@ def _uk_tiles(regs: int, split: int = 1) -> list[tuple[int, int]]:
     """Every register tile ``dense.register_tiles`` may construct."""
     return [(r, v) for v in range(1, 5) for r in range(1, MAX_ROWS + 1)
             if fits_registers(r, v, regs, split)]
+
+
+def tail_tile(tiles: list[tuple[int, int]]) -> tuple[int, int]:
+    """The one-vector tile (up to 8 rows) whose 8-lane tail the probe times."""
+    return max((r, v) for r, v in tiles if v == 1 and r <= 8)
 
 
 def _uk_source(tiles: list[tuple[int, int]]) -> str:
@@ -85,11 +91,14 @@ double ember_uk(int which, int64_t calls) {{
   for (int i = 0; i < {UK_K} * 64; ++i) em_w[i] = 1e-3f * (i % 5);
   double t0 = omp_get_wtime();
   switch (which) {{""")
-    for i, (r, v) in enumerate(tiles):
+    # each tile with every lane valid; then the tail tile with 8 of its 16 lanes valid (the
+    # micro-kernel computes that vector in 8 lanes), its useful flops counted
+    cases = [(r, v, 16 * v) for r, v in tiles] + [(*tail_tile(tiles), 8)]
+    for i, (r, v, valid) in enumerate(cases):
         parts.append(f"    case {i}: for (int64_t n = 0; n < calls; ++n) {{ {uk_name(r, v)}(rows, "
-                     f"em_w, 1, 1, {UK_K}, 0, 0, em_c, 64, 1, {16 * v}, {UK_K}); "
+                     f"em_w, 1, 1, {UK_K}, 0, 0, em_c, 64, 1, {valid}, {UK_K}); "
                      f"__asm__ volatile(\"\" ::: \"memory\"); }} "
-                     f"return 2.0 * {r * v * 16 * UK_K} * calls / (omp_get_wtime() - t0) / 1e9;")
+                     f"return 2.0 * {r * valid * UK_K} * calls / (omp_get_wtime() - t0) / 1e9;")
     parts.append("  }\n  return 0;\n}\n")
     return "\n".join(parts)
 
@@ -110,6 +119,11 @@ def microkernel_peaks(regs: int, force: bool = False, split: int = 1) -> dict[st
     for i, (r, v) in enumerate(tiles):
         calls = max(1, int(2e8 // (2 * r * v * 16 * UK_K)))   # ~2 ms at 100 GFLOP/s
         out[f"uk_{r}x{v}"] = round(max(lib.ember_uk(i, calls) for _ in range(5)), 1)
+    r, v = tail_tile(tiles)
+    calls = max(1, int(2e8 // (2 * r * 16 * UK_K)))
+    tail = max(lib.ember_uk(len(tiles), calls) for _ in range(5))
+    # what the 8-lane tail vector costs, in lanes of a whole vector's FMA (8: half, 16: the same)
+    out["uk_tail8"] = round(min(16.0, max(8.0, 8 * out[f"uk_{r}x{v}"] / tail)), 1)
     write_atomic(path, json.dumps({"format": UK_FORMAT, "gflops": out}).encode())
     return out
 

@@ -93,6 +93,16 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
         L.append("  " + " ".join(f"em_v16a a{r}_{v} = EM_JOIN8(a{r}_{v}_0, a{r}_{v}_1);"
                                  for v in V))
     L.append("#else")
+    L.append("#ifdef EM_TAIL8")
+    L.append(f"  if (nvalid <= {nb - 8}) {{")
+    L += ["  " + line for line in _k_loop(rows, vecs, indirect, halves=False, tail8=True)]
+    last = vecs - 1
+    for r in R:
+        L.append(f"    em_v16a a{r}_{last} = EM_JOIN8(a{r}_{last}_t, (em_v8a){{0}});")
+    L += _partial_store(epi, rows, vecs)
+    L.append("    return;")
+    L.append("  }")
+    L.append("#endif")
     L += _k_loop(rows, vecs, indirect, halves=False)
     L.append("#endif")
     L.append(f"  if (nvalid == {nb}) {{")
@@ -119,10 +129,13 @@ def _partial_store(epi: RegEpilogue | None, rows: int, vecs: int) -> list[str]:
 
 
 def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool,
-            skip_hi: bool = False) -> list[str]:
+            skip_hi: bool = False, tail8: bool = False) -> list[str]:
     """The accumulators (``halves``: each 16-lane one as two 8-lane ``a{r}_{v}_{h}``), their
     load when ``acc_in``, and the loop over (kh, kw, ic) of broadcasts and FMAs (``skip_hi``:
-    none into the last vector's upper half, which stays as loaded: padding lanes)."""
+    none into the last vector's upper half, which stays as loaded: padding lanes; ``tail8``,
+    AVX-512: the last vector's lower half computed alone in ``a{r}_{last}_t``, 8 lanes)."""
+    if tail8:
+        return _k_loop_tail8(rows, vecs, indirect)
     nb = LANES * vecs
     R, V = range(rows), range(vecs)
     parts = vector_parts(halves)
@@ -142,15 +155,7 @@ def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool,
         L.append(f"  if (acc_in) {{ if (nvalid == {nb}) {{ {full} }} else {{ {part} }} }}")
     else:
         L.append(f"  if (acc_in) {{ {_load_c(rows, vecs)} }}")
-    L.append("  for (int64_t kh = 0; kh < nkh; ++kh) {")
-    L.append("    for (int64_t kw = 0; kw < nkw; ++kw) {")
-    if indirect:
-        L.append("      const float *const *tap = rows + (kh * nkw + kw) * tr;")
-    else:
-        L.append("      const int64_t off = kh * skh + kw * skw;")
-    L.append(f"      const float *wk = w + (kh * nkw + kw) * wic * {nb};")
-    for r in R:
-        L.append(f"      const float *q{r} = {f'tap[{r}] + koff' if indirect else f'r{r} + off'};")
+    L += _taps(rows, nb, indirect)
     L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
     for v in V:
         for p, o in parts:
@@ -161,9 +166,50 @@ def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool,
         L.append(f"        {{ const {vt} b = {bc}(q{r}[ic]); "
                  + " ".join(f"a{r}_{v}{p} += b * w{v}{p};" for v in V for p, _ in parts
                             if live(v, p)) + " }")
-    L.append("      }")
-    L.append("    }")
-    L.append("  }")
+    L += ["      }", "    }", "  }"]
+    return L
+
+
+def _k_loop_tail8(rows: int, vecs: int, indirect: bool) -> list[str]:
+    """``_k_loop`` of a block with at most 8 valid channels in its last vector (AVX-512):
+    that vector's accumulators ``a{r}_{last}_t`` and weights are 8-lane (ymm) values, fed by
+    the low half of each row's 16-lane broadcast."""
+    nb, last = LANES * vecs, vecs - 1
+    R, V = range(rows), range(last)
+    L = []
+    for r in R:
+        L.append("  " + " ".join([f"em_v16a a{r}_{v} = {{0}};" for v in V]
+                                 + [f"em_v8a a{r}_{last}_t = {{0}};"]))
+    loads = " ".join([f"a{r}_{v} = em_load_part(c + {r} * ldc + {v * LANES}, nvalid - "
+                      f"{v * LANES});" for r in R for v in V]
+                     + [f"a{r}_{last}_t = EM_LO8(em_load_part(c + {r} * ldc + {last * LANES}, "
+                        f"nvalid - {last * LANES}));" for r in R])
+    L.append(f"  if (acc_in) {{ {loads} }}")
+    L += _taps(rows, nb, indirect)
+    L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
+    for v in V:
+        L.append(f"        const em_v16a w{v} = *(const em_v16a *)(wk + ic * {nb} + "
+                 f"{v * LANES});")
+    L.append(f"        const em_v8a w{last}_t = *(const em_v8a *)(wk + ic * {nb} + "
+             f"{last * LANES});")
+    for r in R:
+        L.append(f"        {{ const em_v16a b = em_bcast(q{r}[ic]); "
+                 + " ".join([f"a{r}_{v} += b * w{v};" for v in V]
+                            + [f"a{r}_{last}_t += EM_LO8(b) * w{last}_t;"]) + " }")
+    L += ["      }", "    }", "  }"]
+    return L
+
+
+def _taps(rows: int, nb: int, indirect: bool) -> list[str]:
+    """The loops over the window's taps (kh, kw) and each row's operand pointer ``q{r}``."""
+    L = ["  for (int64_t kh = 0; kh < nkh; ++kh) {", "    for (int64_t kw = 0; kw < nkw; ++kw) {"]
+    if indirect:
+        L.append("      const float *const *tap = rows + (kh * nkw + kw) * tr;")
+    else:
+        L.append("      const int64_t off = kh * skh + kw * skw;")
+    L.append(f"      const float *wk = w + (kh * nkw + kw) * wic * {nb};")
+    for r in range(rows):
+        L.append(f"      const float *q{r} = {f'tap[{r}] + koff' if indirect else f'r{r} + off'};")
     return L
 
 

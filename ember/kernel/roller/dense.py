@@ -200,11 +200,21 @@ def uk_efficiency(R: int, V: int, kin: int, spec: DeviceSpec) -> float:
     return min(1.0, steady) * eff
 
 
+def padded_channels(oc: int, nb: int, spec: DeviceSpec) -> float:
+    """The output channels a group's FMAs cost: whole blocks of ``nb``, less what a last
+    block with at most ``nb - 8`` valid channels saves by computing its last vector in 8 lanes
+    (``uk_tail8``: that vector's measured cost in lanes, 8 to 16; 16 where not measured)."""
+    blocks = -(-oc // nb)
+    last = oc - (blocks - 1) * nb
+    saved = 16 - spec.measured.get("uk_tail8", 16.0) if last <= nb - 8 else 0.0
+    return blocks * nb - saved
+
+
 def predict(g: ConvGeom, t: DenseTile, spec: DeviceSpec, units: int) -> float:
     """Seconds the rProgram ``t`` takes on ``units`` units of ``spec``."""
     e = g.expr()
     nb, kwin = t.NB, g.KH * g.KW
-    ocp = g.G * -(-g.OCg // nb) * nb
+    ocp = g.G * padded_channels(g.OCg, nb, spec)
     flops = 2 * g.P * ocp * kwin * g.ICg
     tasks = task_count(g, t)
     waves = -(-tasks // units)
