@@ -407,3 +407,35 @@ def test_warm_compile_constructs_nothing(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(dense, "_construct_once", boom)
     dense.forget()
     np.testing.assert_array_equal(ember.compile(model, num_threads=2)(x=x), want)
+
+
+# --------------------------------------------------------------------------- the 8-lane tail
+def test_a_block_with_a_half_empty_last_vector_computes_it_in_8_lanes() -> None:
+    """With AVX-512 the last vector of a block holding at most 8 valid channels is an 8-lane
+    accumulator (fed by the low half of each broadcast), loaded and stored only up to
+    ``nvalid``; without AVX-512 the upper half's FMAs are skipped."""
+    from ember.kernel.microkernel import emit_microkernel
+
+    src = emit_microkernel(4, 2)
+    tail = src[src.index("#ifdef EM_TAIL8"):]
+    tail = tail[:tail.index("return;")]
+    assert "if (nvalid <= 24) {" in tail
+    assert "em_v8a a3_1_t = {0};" in tail and "em_v16a a3_0 = {0};" in tail
+    assert "a3_1_t += EM_LO8(b) * w1_t;" in tail and "a3_0 += b * w0;" in tail
+    assert "a3_1_t = EM_LO8(em_load_part(c + 3 * ldc + 16, nvalid - 16));" in tail
+    assert "em_store_part(c + 3 * ldc + 16, a3_1, nvalid - 16);" in tail
+    split = src[src.index("#ifdef EM_SPLIT8"):src.index("#ifdef EM_TAIL8")]
+    assert "a3_1_1 +=" not in split[:split.index("return;")]
+
+
+def test_the_model_counts_the_tail_at_its_measured_cost(cpu: hal.DeviceSpec) -> None:
+    tail = replace(cpu, measured={**cpu.measured, "uk_tail8": 9.6})
+    assert dense.padded_channels(24, 32, cpu) == 32            # not measured: a whole vector
+    assert dense.padded_channels(24, 32, tail) == pytest.approx(25.6)
+    assert dense.padded_channels(32, 32, tail) == 32           # no tail
+    assert dense.padded_channels(40, 16, tail) == pytest.approx(48 - 6.4)
+    assert dense.padded_channels(28, 16, tail) == 32           # 12 valid: a whole vector
+    g = ConvGeom(N=1, H=40, W=40, C=96, OH=40, OW=40, OC=24, KH=3, KW=3, SH=1, SW=1, DH=1,
+                 DW=1, G=1, pad_t=1, pad_l=1, pad_b=1, pad_r=1)
+    t = dense.DenseTile(R=6, V=2, KC=96, PT=96, NT=32, order="p")
+    assert dense.predict(g, t, tail, 2) < dense.predict(g, t, cpu, 2)
