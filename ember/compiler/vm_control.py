@@ -35,6 +35,7 @@ from ember.compiler.vm_partition import Segment, partition
 from ember.errors import UnsupportedOpError
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.optional import is_optional
+from ember.ir.types import TensorType
 from ember.runtime.compiled import CompiledModel
 from ember.vm.builder import FunctionBuilder, Var
 
@@ -147,16 +148,42 @@ def _cons(c: _VMCompiler, f: FunctionBuilder, accs: list[Var], values: tuple[Var
 
 
 def _stacked(c: _VMCompiler, f: FunctionBuilder, acc: Var, out: Value, axis: int,
-             reverse: bool) -> Var:
-    """The accumulated list as one tensor stacked along ``axis``."""
+             reverse: bool, sources: Sequence[tuple[Var, Value]] = ()) -> Var:
+    """The accumulated list as one tensor stacked along ``axis``. After zero trips its
+    element shape is each dim the type fixes; a symbolic one is read at run time from a
+    loop input (``sources``: registers and values) whose type has the same symbol, else 0."""
     t = out.type
-    elem = tuple(d if isinstance(d, int) else 0 for i, d in enumerate(t.shape) if i != axis)
+    inner = [d for i, d in enumerate(t.shape) if i != axis]
+    elem = [d if isinstance(d, int) else 0 for d in inner]
+    dims: list[list[int] | None] = [None] * len(inner)
+    used: list[Var] = []
+    for i, d in enumerate(inner):
+        found = None if isinstance(d, int) else next(
+            ((j, a) for j, (_, v) in enumerate(sources) if isinstance(v.type, TensorType)
+             for a, e in enumerate(v.type.shape) if not isinstance(e, int) and e == d), None)
+        if found is not None:
+            reg = sources[found[0]][0]
+            if reg not in used:
+                used.append(reg)
+            dims[i] = [used.index(reg), found[1]]
     shape_fn = c.add_packed(c.fresh("stack_shape"), "shape", {
-        "fn": "stack_shape", "axis": axis, "elem": list(elem), "itemsize": t.dtype.itemsize})
+        "fn": "stack_shape", "axis": axis, "elem": elem, "itemsize": t.dtype.itemsize,
+        **({"dims": dims} if used else {})})
     copy_fn = c.add_packed(f"stack{axis}r{int(reverse)}", "target",
                            {"fn": "stack", "axis": axis, "reverse": int(reverse)})
-    (result,) = f.invoke_with_shapes(shape_fn, copy_fn, [acc], [(t.rank, t.dtype.name)])
+    shp, nbytes = f.call_packed(shape_fn, [acc, *used], [((t.rank,), "int64"), ((), "int64")])
+    result = f.alloc_tensor(f.alloc_storage(nbytes, t.dtype.name), shp, t.dtype.name)
+    f.invoke_packed(copy_fn, [acc], [result])
     return result
+
+
+def _sources(f: FunctionBuilder, values: Sequence[Value | None],
+             regs: Regs) -> list[tuple[Var, Value]]:
+    """The loop's tensor inputs with symbolic dims, each with its register: where a scan
+    output's element dims are read after zero trips."""
+    return [(value_reg(f, v, regs), v) for v in values
+            if v is not None and isinstance(v.type, TensorType)
+            and any(not isinstance(d, int) for d in v.type.shape)]
 
 
 def _loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
@@ -218,8 +245,9 @@ def _vm_loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
     loop.next()
     for o, reg in zip(n.outputs[:carried_n], carried):
         regs[o.uid] = reg
+    sources = _sources(f, n.inputs[2:], regs)
     for o, acc in zip(n.outputs[carried_n:], accs):
-        regs[o.uid] = _stacked(c, f, acc, o, 0, False)
+        regs[o.uid] = _stacked(c, f, acc, o, 0, False, sources)
 
 
 # A loop body doing less than this many flops per trip is compiled for one thread: a trip
@@ -408,7 +436,8 @@ def _scan(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:
     loop.next()
     for o, reg in zip(n.outputs[:state_n], states):
         regs[o.uid] = reg
+    sources = _sources(f, n.inputs, regs)
     for o, acc, ax, rev in zip(n.outputs[state_n:], accs, a["scan_output_axes"],
                                a["scan_output_directions"]):
-        regs[o.uid] = _stacked(c, f, acc, o, ax, bool(rev))
+        regs[o.uid] = _stacked(c, f, acc, o, ax, bool(rev), sources)
 

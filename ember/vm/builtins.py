@@ -84,10 +84,20 @@ def _stacked_shape(items: list[np.ndarray], axis: int, elem: tuple[int, ...]) ->
     return shape
 
 
-def stack_shape(axis: int, elem: tuple[int, ...], itemsize: int) -> PackedFunc:
-    """``elem``: the element shape to use when the loop ran zero times (static dims, else 0)."""
+def stack_shape(axis: int, elem: tuple[int, ...], itemsize: int,
+                dims: Sequence[Sequence[int] | None] = ()) -> PackedFunc:
+    """``(list, *sources, shape, nbytes)``. ``elem``: the element shape to use when the loop
+    ran zero times (static dims, else 0); ``dims[i] = (j, a)``: element dim i is then axis
+    ``a`` of source tensor j (a loop input whose type has the same symbol)."""
+    n_src = sum(1 for d in dims if d is not None) and 1 + max(d[0] for d in dims if d is not None)
+
     def fn(args: Sequence[Any]) -> None:
-        put_shape(args, 1, _stacked_shape(_elements(args[0]), axis, elem), itemsize)
+        items = _elements(args[0])
+        zero = list(elem)
+        for i, d in enumerate(dims):
+            if d is not None and not items:
+                zero[i] = int(args[1 + d[0]].shape[d[1]])
+        put_shape(args, 1 + n_src, _stacked_shape(items, axis, tuple(zero)), itemsize)
     return fn
 
 
@@ -305,7 +315,8 @@ def seq_concat(axis: int, new_axis: bool) -> PackedFunc:
 _FACTORIES: dict[str, Callable[[dict[str, Any]], PackedFunc]] = {
     "loop_test": lambda r: loop_test,
     "incr": lambda r: incr,
-    "stack_shape": lambda r: stack_shape(r["axis"], tuple(r["elem"]), r["itemsize"]),
+    "stack_shape": lambda r: stack_shape(r["axis"], tuple(r["elem"]), r["itemsize"],
+                                         r.get("dims", ())),
     "stack": lambda r: stack(r["axis"], bool(r["reverse"])),
     "take_shape": lambda r: take_shape(r["axis"], r["itemsize"]),
     "take": lambda r: take(r["axis"], bool(r["reverse"])),

@@ -308,3 +308,44 @@ def test_a_small_loop_body_is_compiled_for_one_thread(hidden: int, threads: int)
 
     want = 1 if threads == 1 else driver.default_threads()
     assert cm.programs and all(p.meta["num_threads"] == want for p in cm.programs)
+
+
+def _zero_trip_model(declared: int | str) -> onnx.ModelProto:
+    """Loop(M, true, x: [n]) whose body, declaring its carried value ``[declared]``, gives
+    |v| and scans -|v|."""
+    body = helper.make_graph(
+        [helper.make_node("Abs", ["v_in"], ["v_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Neg", ["v_out"], ["scan"])],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c_in", B, []),
+         helper.make_tensor_value_info("v_in", F, [declared])],
+        [helper.make_tensor_value_info("c_out", B, []),
+         helper.make_tensor_value_info("v_out", F, [declared]),
+         helper.make_tensor_value_info("scan", F, None)])
+    nodes = [helper.make_node("Loop", ["M", "go", "x"], ["v", "vs"], body=body)]
+    ins = [helper.make_tensor_value_info("M", I64, []),
+           helper.make_tensor_value_info("x", F, ["n"])]
+    outs = [helper.make_tensor_value_info("v", F, ["n"]),
+            helper.make_tensor_value_info("vs", F, None)]
+    return _model(nodes, ins, outs, [numpy_helper.from_array(np.array(True), "go")])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_zero_trips_give_scan_rows_of_the_element_shape(compiled: bool,
+                                                        monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """After zero trips a scan output is [0, *element shape], its symbolic dims read from
+    the loop input that carries the same symbol, on both loop paths and both VMs. The
+    fuzzer's case 41:1744 (an input [N], a body declaring [3]) gave (0, 0) where
+    onnxruntime gives (0, 3). Where the body declares the dim symbolic too, onnxruntime
+    gives (0, 0) and ember (0, n): the shape every trip's row has."""
+    monkeypatch.setattr(vm_control, "COMPILED_LOOPS", compiled)
+    feeds = [{"M": np.array(m, np.int64), "x": RNG.standard_normal(3).astype(np.float32)}
+             for m in (0, 2)]
+    _check(_zero_trip_model(3), feeds)
+    cm = ember.compile(_zero_trip_model("n"))
+    x = RNG.standard_normal(5).astype(np.float32)
+    assert cm.run({"M": np.array(0, np.int64), "x": x})["vs"].shape == (0, 5)
+    np.testing.assert_array_equal(cm.run({"M": np.array(2, np.int64), "x": x})["vs"],
+                                  np.stack([-np.abs(x)] * 2))

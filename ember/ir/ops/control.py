@@ -113,13 +113,26 @@ def loop(attrs: Attrs, trip: np.ndarray | None, cond: np.ndarray | None,
         for acc, s in zip(scans, res[1 + n:]):
             acc.append(s)
         i += 1
-    stacked = [np.stack(acc) if acc else np.zeros((0, *_static(o.type)), o.type.dtype.np)
+    dims = _bound(body.inputs[2:], rest)
+    stacked = [np.stack(acc) if acc else np.zeros((0, *_static(o.type, dims)), o.type.dtype.np)
                for acc, o in zip(scans, body.outputs[1 + n:])]
     return v + stacked
 
 
-def _static(t: TensorType) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else 0 for d in t.shape)
+def _bound(formals: list, values: Sequence[np.ndarray]) -> dict:
+    """The symbols of the body's formal inputs bound to the run-time values' dims."""
+    out: dict = {}
+    for f, a in zip(formals, values):
+        t = f.type
+        if isinstance(t, TensorType) and isinstance(a, np.ndarray) and a.ndim == t.rank:
+            out.update({d: a.shape[i] for i, d in enumerate(t.shape) if not isinstance(d, int)})
+    return out
+
+
+def _static(t: TensorType, dims: dict | None = None) -> tuple[int, ...]:
+    """A scan value's element shape after zero trips: static dims, symbolic ones as bound by
+    the loop's inputs (``_bound``), else 0."""
+    return tuple(d if isinstance(d, int) else (dims or {}).get(d, 0) for d in t.shape)
 
 
 # --------------------------------------------------------------------------- Scan
@@ -160,7 +173,8 @@ def scan(attrs: Attrs, *args: np.ndarray) -> list[np.ndarray]:
     for acc, o, axis, r in zip(scans, body.outputs[n:], attrs["scan_output_axes"],
                                attrs["scan_output_directions"]):
         if not acc:
-            shape = list(_static(o.type))
+            shape = list(_static(o.type, _bound(body.inputs[:n] + body.inputs[n + m:],
+                                                state + captures)))
             shape.insert(axis, 0)
             outs.append(np.zeros(shape, o.type.dtype.np))
             continue
