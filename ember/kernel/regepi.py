@@ -24,10 +24,9 @@ EPI_HELPERS = r"""
 typedef int32_t em_v16i __attribute__((vector_size(64)));
 /* lane-wise max / min where a NaN in either operand wins (cmath's em_maxf / em_minf): Relu and
    Clip of a NaN are NaN, as in onnxruntime */
-#ifdef EM_SPLIT8
 typedef int32_t em_v8i __attribute__((vector_size(32)));
-/* AVX/AVX2: gcc scalarizes compares of 64-byte vectors, so the 8-lane halves are compared
-   (vcmpps; with a splat constant b, b != b folds away: Relu is a compare and an andn) */
+/* the 8-lane forms: kernels built in halves use them (AVX/AVX2, or any host whose device
+   spec pins vector_split 2) */
 static inline em_v8a em_vmax8(em_v8a a, em_v8a b) {  /* a < b || b is NaN ? b : a */
   const em_v8i m = (a < b) | (b != b);
   return (em_v8a)((m & (em_v8i)b) | (~m & (em_v8i)a));
@@ -36,6 +35,9 @@ static inline em_v8a em_vmin8(em_v8a a, em_v8a b) {  /* b < a || b is NaN ? b : 
   const em_v8i m = (b < a) | (b != b);
   return (em_v8a)((m & (em_v8i)b) | (~m & (em_v8i)a));
 }
+#ifdef EM_SPLIT8
+/* AVX/AVX2: gcc scalarizes compares of 64-byte vectors, so the 8-lane halves are compared
+   (vcmpps; with a splat constant b, b != b folds away: Relu is a compare and an andn) */
 static inline em_v16a em_vmax(em_v16a a, em_v16a b) {
   return EM_JOIN8(em_vmax8(EM_LO8(a), EM_LO8(b)), em_vmax8(EM_HI8(a), EM_HI8(b)));
 }
