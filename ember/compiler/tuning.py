@@ -72,9 +72,12 @@ def _uk_tiles(regs: int, split: int = 1) -> list[tuple[int, int]]:
             if fits_registers(r, v, regs, split)]
 
 
-def tail_tile(tiles: list[tuple[int, int]]) -> tuple[int, int]:
-    """The one-vector tile (up to 8 rows) whose 8-lane tail the probe times."""
-    return max((r, v) for r, v in tiles if v == 1 and r <= 8)
+def _uk_cases(tiles: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(rows, vectors, valid lanes) the probe times: each tile with every lane valid, then
+    the one-vector tile of up to 8 rows with 8 of its 16 lanes valid (the micro-kernel
+    computes that vector in 8 lanes)."""
+    tail = max((r, v) for r, v in tiles if v == 1 and r <= 8)
+    return [(r, v, 16 * v) for r, v in tiles] + [(*tail, 8)]
 
 
 def _uk_source(tiles: list[tuple[int, int]]) -> str:
@@ -91,10 +94,7 @@ double ember_uk(int which, int64_t calls) {{
   for (int i = 0; i < {UK_K} * 64; ++i) em_w[i] = 1e-3f * (i % 5);
   double t0 = omp_get_wtime();
   switch (which) {{""")
-    # each tile with every lane valid; then the tail tile with 8 of its 16 lanes valid (the
-    # micro-kernel computes that vector in 8 lanes), its useful flops counted
-    cases = [(r, v, 16 * v) for r, v in tiles] + [(*tail_tile(tiles), 8)]
-    for i, (r, v, valid) in enumerate(cases):
+    for i, (r, v, valid) in enumerate(_uk_cases(tiles)):   # useful flops counted
         parts.append(f"    case {i}: for (int64_t n = 0; n < calls; ++n) {{ {uk_name(r, v)}(rows, "
                      f"em_w, 1, 1, {UK_K}, 0, 0, em_c, 64, 1, {valid}, {UK_K}); "
                      f"__asm__ volatile(\"\" ::: \"memory\"); }} "
@@ -115,15 +115,14 @@ def microkernel_peaks(regs: int, force: bool = False, split: int = 1) -> dict[st
     lib = ctypes.CDLL(str(compile_shared(_uk_source(tiles))))
     lib.ember_uk.restype = ctypes.c_double
     lib.ember_uk.argtypes = [ctypes.c_int, ctypes.c_int64]
-    out: dict[str, float] = {}
-    for i, (r, v) in enumerate(tiles):
-        calls = max(1, int(2e8 // (2 * r * v * 16 * UK_K)))   # ~2 ms at 100 GFLOP/s
-        out[f"uk_{r}x{v}"] = round(max(lib.ember_uk(i, calls) for _ in range(5)), 1)
-    r, v = tail_tile(tiles)
-    calls = max(1, int(2e8 // (2 * r * 16 * UK_K)))
-    tail = max(lib.ember_uk(len(tiles), calls) for _ in range(5))
+    got = []
+    for i, (r, _v, valid) in enumerate(_uk_cases(tiles)):
+        calls = max(1, int(2e8 // (2 * r * valid * UK_K)))   # ~2 ms at 100 GFLOP/s
+        got.append(max(lib.ember_uk(i, calls) for _ in range(5)))
+    out = {f"uk_{r}x{v}": round(g, 1) for (r, v), g in zip(tiles, got)}
+    r, v, _ = _uk_cases(tiles)[-1]
     # what the 8-lane tail vector costs, in lanes of a whole vector's FMA (8: half, 16: the same)
-    out["uk_tail8"] = round(min(16.0, max(8.0, 8 * out[f"uk_{r}x{v}"] / tail)), 1)
+    out["uk_tail8"] = round(min(16.0, max(8.0, 8 * out[f"uk_{r}x{v}"] / got[-1])), 1)
     write_atomic(path, json.dumps({"format": UK_FORMAT, "gflops": out}).encode())
     return out
 

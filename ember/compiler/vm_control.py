@@ -25,7 +25,7 @@ Pre: a node of ``ir.ops.control`` whose inputs have registers. Post: registers f
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -148,42 +148,41 @@ def _cons(c: _VMCompiler, f: FunctionBuilder, accs: list[Var], values: tuple[Var
 
 
 def _stacked(c: _VMCompiler, f: FunctionBuilder, acc: Var, out: Value, axis: int,
-             reverse: bool, sources: Sequence[tuple[Var, Value]] = ()) -> Var:
+             reverse: bool, sources: Mapping[Any, tuple[Var, int]]) -> Var:
     """The accumulated list as one tensor stacked along ``axis``. After zero trips its
-    element shape is each dim the type fixes; a symbolic one is read at run time from a
-    loop input (``sources``: registers and values) whose type has the same symbol, else 0."""
+    element shape is each dim the type fixes; a symbolic one is read at run time from the
+    loop input that has the same symbol (``sources``: symbol -> (register, axis)), else 0."""
     t = out.type
     inner = [d for i, d in enumerate(t.shape) if i != axis]
-    elem = [d if isinstance(d, int) else 0 for d in inner]
-    dims: list[list[int] | None] = [None] * len(inner)
-    used: list[Var] = []
-    for i, d in enumerate(inner):
-        found = None if isinstance(d, int) else next(
-            ((j, a) for j, (_, v) in enumerate(sources) if isinstance(v.type, TensorType)
-             for a, e in enumerate(v.type.shape) if not isinstance(e, int) and e == d), None)
-        if found is not None:
-            reg = sources[found[0]][0]
-            if reg not in used:
-                used.append(reg)
-            dims[i] = [used.index(reg), found[1]]
+    used: list[Var] = []     # the registers the shape function reads dims from
+    dims: list[list[int] | None] = []
+    for d in inner:
+        src = None if isinstance(d, int) else sources.get(d)
+        if src is not None and src[0] not in used:
+            used.append(src[0])
+        dims.append(None if src is None else [used.index(src[0]), src[1]])
     shape_fn = c.add_packed(c.fresh("stack_shape"), "shape", {
-        "fn": "stack_shape", "axis": axis, "elem": elem, "itemsize": t.dtype.itemsize,
-        **({"dims": dims} if used else {})})
+        "fn": "stack_shape", "axis": axis, "elem": [d if isinstance(d, int) else 0 for d in inner],
+        "itemsize": t.dtype.itemsize, **({"dims": dims} if used else {})})
     copy_fn = c.add_packed(f"stack{axis}r{int(reverse)}", "target",
                            {"fn": "stack", "axis": axis, "reverse": int(reverse)})
-    shp, nbytes = f.call_packed(shape_fn, [acc, *used], [((t.rank,), "int64"), ((), "int64")])
-    result = f.alloc_tensor(f.alloc_storage(nbytes, t.dtype.name), shp, t.dtype.name)
-    f.invoke_packed(copy_fn, [acc], [result])
+    (result,) = f.invoke_with_shapes(shape_fn, copy_fn, [acc], [(t.rank, t.dtype.name)], used)
     return result
 
 
 def _sources(f: FunctionBuilder, values: Sequence[Value | None],
-             regs: Regs) -> list[tuple[Var, Value]]:
-    """The loop's tensor inputs with symbolic dims, each with its register: where a scan
-    output's element dims are read after zero trips."""
-    return [(value_reg(f, v, regs), v) for v in values
-            if v is not None and isinstance(v.type, TensorType)
-            and any(not isinstance(d, int) for d in v.type.shape)]
+             regs: Regs) -> dict[Any, tuple[Var, int]]:
+    """Each symbol in the types of the loop's tensor inputs -> (the input's register, its
+    axis): where a scan output's symbolic element dims are read after zero trips."""
+    out: dict[Any, tuple[Var, int]] = {}
+    for v in values:
+        if v is None or not isinstance(v.type, TensorType) or v.type.is_static:
+            continue
+        reg = value_reg(f, v, regs)
+        for a, d in enumerate(v.type.shape):
+            if not isinstance(d, int):
+                out.setdefault(d, (reg, a))
+    return out
 
 
 def _loop(c: _VMCompiler, f: FunctionBuilder, n: Node, regs: Regs) -> None:

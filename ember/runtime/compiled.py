@@ -356,10 +356,31 @@ class CompiledModel(ModelSpecs):
         """One inference writing into ``outputs`` (C-contiguous, 64-byte aligned arrays of the
         output shapes and dtypes: what a VM allocated; Nimble's invoke with explicit outputs).
         Inputs in input order."""
-        values = [_validate(spec, a, self._dim_names) for spec, a in zip(self._inputs, inputs)]
-        if len(values) != len(self._inputs) or len(outputs) != len(self._outputs):
+        if len(outputs) != len(self._outputs):
             raise InputError(f"run_into takes {len(self._inputs)} inputs and "
                              f"{len(self._outputs)} outputs")
+        values, sizes, _, out_addrs = self._checked(inputs, outputs)
+        self._launch(sizes, [address(a) for a in values], out_addrs)
+
+    def sizes_for(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None
+                  = None) -> tuple[tuple[int, ...], list[int], int, list[tuple[int, ...]]]:
+        """What a native caller needs to run the program on these inputs (into these
+        outputs, when given): (dims, buffer offsets, workspace bytes, output shapes), with
+        ``run_into``'s checks (an InputError naming the input or output that does not fit)."""
+        _, sizes, layout, _ = self._checked(inputs, outputs or ())
+        outs = [tuple(int(d) for d in shape) for _, _, _, shape in layout]
+        if sizes is None:
+            return (), [], int(self._workspace.size), outs
+        return sizes.dims, list(sizes.offsets), int(sizes.workspace_bytes), outs
+
+    def _checked(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+                 ) -> tuple[list[np.ndarray], _Sizes | None, list, list[int]]:
+        """The inputs validated and their sizes bound (derived dims and run-time checks
+        included), the output layout, and the addresses of ``outputs`` (each checked against
+        its place in the layout)."""
+        values = [_validate(spec, a, self._dim_names) for spec, a in zip(self._inputs, inputs)]
+        if len(values) != len(self._inputs):
+            raise InputError(f"the program takes {len(self._inputs)} inputs, got {len(values)}")
         sizes = self._bind_dims([a.shape for a in values]) if self._dim_names else None
         layout = sizes.out_layout if sizes else self._out_layout
         out_addrs = []
@@ -370,31 +391,7 @@ class CompiledModel(ModelSpecs):
                 raise InputError(f"output {spec.name!r}: expected an aligned, contiguous "
                                  f"{dt.name}{tuple(shape)}, got {out.dtype.name}{out.shape}")
             out_addrs.append(addr)
-        self._launch(sizes, [address(a) for a in values], out_addrs)
-
-    def sizes_for(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None
-                  = None) -> tuple[tuple[int, ...], list[int], int, list[tuple[int, ...]]]:
-        """What a native caller needs to run the program on these inputs (into these
-        outputs, when given): (dims, buffer offsets, workspace bytes, output shapes). Checks
-        them as ``run_into`` does (an InputError naming the input or output that does not
-        fit), derived dims and run-time checks included."""
-        values = [_validate(spec, a, self._dim_names) for spec, a in zip(self._inputs, inputs)]
-        if len(values) != len(self._inputs):
-            raise InputError(f"the program takes {len(self._inputs)} inputs, got {len(values)}")
-        shapes = [a.shape for a in values]
-        sizes = self._bind_dims(shapes) if self._dim_names else None
-        if sizes is not None:
-            self._check_inputs(shapes, sizes.dims)
-        layout = sizes.out_layout if sizes else self._out_layout
-        for (_, _, dt, shape), spec, out in zip(layout, self._outputs, outputs or ()):
-            if out.shape != tuple(shape) or out.dtype != dt or not out.flags.c_contiguous \
-                    or (address(out) % ALIGNMENT and out.size):
-                raise InputError(f"output {spec.name!r}: expected an aligned, contiguous "
-                                 f"{dt.name}{tuple(shape)}, got {out.dtype.name}{out.shape}")
-        outs = [tuple(int(d) for d in shape) for _, _, _, shape in layout]
-        if sizes is None:
-            return (), [], int(self._workspace.size), outs
-        return sizes.dims, list(sizes.offsets), int(sizes.workspace_bytes), outs
+        return values, sizes, layout, out_addrs
 
     @property
     def native_entry(self) -> tuple[int, int, int]:

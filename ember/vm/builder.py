@@ -251,12 +251,13 @@ class FunctionBuilder:
         return results
 
     def invoke_with_shapes(self, shape_fn: str, name: str, args: Sequence[Var],
-                           outs: Sequence[tuple[int, str]]) -> list[Var]:
-        """Nimble's sequence for outputs of run-time shapes: packed ``shape_fn(args)`` gives
-        each output's shape (of rank ``outs[i][0]``) and byte size, then one storage and one
-        tensor per output, then ``name(args -> outputs)``."""
+                           outs: Sequence[tuple[int, str]],
+                           shape_args: Sequence[Var] = ()) -> list[Var]:
+        """Nimble's sequence for outputs of run-time shapes: packed ``shape_fn(args,
+        *shape_args)`` gives each output's shape (of rank ``outs[i][0]``) and byte size, then
+        one storage and one tensor per output, then ``name(args -> outputs)``."""
         spec = [o for rank, _ in outs for o in (((rank,), "int64"), ((), "int64"))]
-        res = self.call_packed(shape_fn, args, spec)
+        res = self.call_packed(shape_fn, [*args, *shape_args], spec)
         results = []
         for i, (_, dtype) in enumerate(outs):
             storage = self.alloc_storage(res[2 * i + 1], dtype)

@@ -89,7 +89,7 @@ def stack_shape(axis: int, elem: tuple[int, ...], itemsize: int,
     """``(list, *sources, shape, nbytes)``. ``elem``: the element shape to use when the loop
     ran zero times (static dims, else 0); ``dims[i] = (j, a)``: element dim i is then axis
     ``a`` of source tensor j (a loop input whose type has the same symbol)."""
-    n_src = sum(1 for d in dims if d is not None) and 1 + max(d[0] for d in dims if d is not None)
+    n_src = 1 + max((d[0] for d in dims if d is not None), default=-1)
 
     def fn(args: Sequence[Any]) -> None:
         items = _elements(args[0])
@@ -144,7 +144,7 @@ MAX_LOOP_ROWS_BYTES = 1 << 30
 def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> PackedFunc:
     """``(M, (shape, nbytes) per scan output)``: M rows of each scan value (an upper bound:
     the loop's condition may end it earlier)."""
-    most = _max_rows(elems, itemsizes)
+    most = max_rows(elems, itemsizes)
 
     def fn(args: Sequence[Any]) -> None:
         rows = max(int(args[0].reshape(-1)[0]), 0)
@@ -157,7 +157,7 @@ def loop_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> Packe
     return fn
 
 
-def _max_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> float:
+def max_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> float:
     """The most rows every scan value may have within ``MAX_LOOP_ROWS_BYTES``."""
     row = max((math.prod(elem) * size for elem, size in zip(elems, itemsizes)), default=0)
     return MAX_LOOP_ROWS_BYTES // row if row else math.inf
@@ -166,7 +166,7 @@ def _max_rows(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> float
 def loop_fits(elems: Sequence[Sequence[int]], itemsizes: Sequence[int]) -> PackedFunc:
     """``(M, fits)``: whether M rows of every scan value stay within ``MAX_LOOP_ROWS_BYTES``
     (an absent M, an empty tensor, never fits)."""
-    most = _max_rows(elems, itemsizes)
+    most = max_rows(elems, itemsizes)
 
     def fn(args: Sequence[Any]) -> None:
         m = args[0].reshape(-1)

@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from ember.errors import EmberError, InputError, VMError
-from ember.runtime.module import aligned_empty, check_parallel
+from ember.runtime.module import address, aligned_empty, check_parallel
 from ember.runtime.natives import library_path
 from ember.vm import native_c, native_loop_c
-from ember.vm.builtins import MAX_LOOP_ROWS_BYTES
+from ember.vm.builtins import max_rows
 from ember.vm.executable import Executable
 from ember.vm.interpreter import (
     DEFAULT_MAX_DEPTH,
@@ -116,6 +116,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "vm_take": (_I64, [_VP, _VP, _VP]),
     "vm_describe": (_I64, [_VP, _VP, _VP, _I64]),
     "vm_copy_out": (_I64, [_VP, _VP, _VP, _I64]),
+    "vm_copied_bytes": (_I64, [_VP, _I64]),
     "vm_free": (None, [_VP]),
 }
 _LIB: Any = None
@@ -300,7 +301,7 @@ class NativeVM:
             dt = index.get(a.dtype)
             if dt is None:
                 dt = self._dtype(a.dtype)
-            words.extend((_data(a), dt, a.ndim, 0 if a.flags.writeable else 1))
+            words.extend((address(a), dt, a.ndim, 0 if a.flags.writeable else 1))
             words.extend(a.shape)
         if not words:
             words.append(0)
@@ -326,9 +327,9 @@ class NativeVM:
                 total, words = w[1], w[2:2 + w[0]]
             else:
                 words, used = self._describe(ptr)
-                total = _copied_bytes(words, used)
+                total = self._lib.vm_copied_bytes(words.buffer_info()[0], used)
             raw = np.empty(total + 64, np.uint8)
-            addr = _data(raw)
+            addr = address(raw)
             shift = -addr % 64
         except BaseException:
             self._lib.vm_take(self._vm, ptr, None)
@@ -378,7 +379,7 @@ class NativeVM:
                 keep.append(arr)
                 shape = (ctypes.c_int64 * MAXDIM)(*arr.shape)
                 ro = flags | (0 if arr.flags.writeable else 1)
-                obj = self._lib.vm_tensor(self._vm, _data(arr) if arr.size else 0,
+                obj = self._lib.vm_tensor(self._vm, address(arr) if arr.size else 0,
                                           self._dtype(arr.dtype), arr.ndim, shape, ro)
             if not obj:
                 raise EmberError("the native VM is out of memory")
@@ -548,22 +549,10 @@ def _rows_words(fn: str, recipe: Mapping[str, Any]) -> tuple[int, list[int]]:
     """loop_rows / loop_fits: the most rows, the scan values' count, then per value its rank,
     dims and itemsize."""
     elems, sizes = recipe["elems"], recipe["itemsizes"]
-    row = max((math.prod(e) * s for e, s in zip(elems, sizes)), default=0)
-    most = MAX_LOOP_ROWS_BYTES // row if row else 2**62
-    words = [most, len(elems)]
+    words = [int(min(max_rows(elems, sizes), 2**62)), len(elems)]
     for e, s in zip(elems, sizes):
         words += [len(e), *e, s]
     return (PK_LOOP_ROWS if fn == "loop_rows" else PK_LOOP_FITS), words
-
-
-def _data(a: np.ndarray) -> int:
-    """The data address of ``a`` (the buffer protocol's, where writable: cheapest)."""
-    if a.flags.writeable:
-        try:
-            return ctypes.addressof(ctypes.c_char.from_buffer(a))
-        except (TypeError, ValueError):
-            pass
-    return int(a.__array_interface__["data"][0])
 
 
 class _DeviceIndex:
@@ -579,22 +568,6 @@ class _DeviceIndex:
         if name not in self.others:
             self.others.append(name)
         return -1 - self.others.index(name)
-
-
-def _copied_bytes(w: array.array, used: int) -> int:
-    """The bytes ``vm_copy_out`` writes for a described tree (64-byte aligned pieces)."""
-    total = i = 0
-    while i < used:
-        kind = w[i]
-        if kind == K_TENSOR:
-            total += -(-w[i + 4] // 64) * 64
-            i += 6 + w[i + 2]
-        elif kind == K_STORAGE:
-            total += -(-w[i + 2] // 64) * 64
-            i += 3
-        else:
-            i += 1 if kind == 0 else 3
-    return total
 
 
 def _leaf(w: array.array, i: int, dtypes: list[np.dtype], into: tuple[np.ndarray, int] | None,

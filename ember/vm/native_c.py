@@ -260,6 +260,16 @@ static const char *kind_name(const Obj *o) {
     return "an object";
 }
 
+/* element i of a tensor as an int64 (integer or bool tensors) */
+static int64_t elem_i64(VM *vm, const Obj *t, int64_t i) {
+    int s = vm->dt_size[t->dtype]; const char *p = t->data + i * s;
+    if (vm->dt_kind[t->dtype] == DK_INT)
+        return s == 8 ? *(const int64_t *)p : s == 4 ? *(const int32_t *)p
+            : s == 2 ? *(const int16_t *)p : *(const int8_t *)p;
+    return s == 8 ? (int64_t)*(const uint64_t *)p : s == 4 ? *(const uint32_t *)p
+        : s == 2 ? *(const uint16_t *)p : *(const uint8_t *)p;
+}
+
 /* the value of a one-element tensor: *f = 1 and *dv for floats, else *iv */
 static int scalar(VM *vm, const Obj *o, const char *what, int64_t *iv, double *dv, int *f) {
     if (!o || o->kind != K_TENSOR || numel(o) != 1)
@@ -268,12 +278,8 @@ static int scalar(VM *vm, const Obj *o, const char *what, int64_t *iv, double *d
     int k = vm->dt_kind[o->dtype], s = vm->dt_size[o->dtype];
     const char *p = o->data;
     *f = 0;
-    if (k == DK_INT) {
-        *iv = s == 8 ? *(const int64_t *)p : s == 4 ? *(const int32_t *)p
-            : s == 2 ? *(const int16_t *)p : *(const int8_t *)p;
-    } else if (k == DK_UINT || k == DK_BOOL) {
-        *iv = s == 8 ? (int64_t)*(const uint64_t *)p : s == 4 ? *(const uint32_t *)p
-            : s == 2 ? *(const uint16_t *)p : *(const uint8_t *)p;
+    if (k == DK_INT || k == DK_UINT || k == DK_BOOL) {
+        *iv = elem_i64(vm, o, 0);
     } else if (k == DK_FLOAT) {
         *f = 1;
         *dv = s == 8 ? *(const double *)p : s == 4 ? *(const float *)p
@@ -292,16 +298,6 @@ static int int_of(VM *vm, const Obj *o, const char *what, int64_t *v) {
     if (scalar(vm, o, what, v, &d, &f)) return -1;
     if (f) *v = (int64_t)d;
     return 0;
-}
-
-/* element i of a tensor as an int64 (integer or bool tensors) */
-static int64_t elem_i64(VM *vm, const Obj *t, int64_t i) {
-    int s = vm->dt_size[t->dtype]; const char *p = t->data + i * s;
-    if (vm->dt_kind[t->dtype] == DK_INT)
-        return s == 8 ? *(const int64_t *)p : s == 4 ? *(const int32_t *)p
-            : s == 2 ? *(const int16_t *)p : *(const int8_t *)p;
-    return s == 8 ? (int64_t)*(const uint64_t *)p : s == 4 ? *(const uint32_t *)p
-        : s == 2 ? *(const uint16_t *)p : *(const uint8_t *)p;
 }
 
 /* store v into element i of an integer, bool or float tensor (bounds checked) */

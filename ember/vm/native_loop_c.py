@@ -280,6 +280,8 @@ static Obj *interpret(VM *vm, int32_t fidx, Obj **args, int64_t nargs) {
 
 /* ------------------------------------------------------------------ the API */
 
+void vm_free(VM *vm);
+
 VM *vm_new(int nfuncs, int nconsts, int npacked, int nprogs, int64_t max_depth, py_fn pycb,
            prog_fn progcb) {
     VM *vm = calloc(1, sizeof(VM));
@@ -288,7 +290,7 @@ VM *vm_new(int nfuncs, int nconsts, int npacked, int nprogs, int64_t max_depth, 
     vm->consts = calloc((size_t)nconsts + 1, sizeof(Obj *));
     vm->packed = calloc((size_t)npacked + 1, sizeof(Packed));
     vm->progs = calloc((size_t)nprogs + 1, sizeof(Prog));
-    if (!vm->funcs || !vm->consts || !vm->packed || !vm->progs) return NULL;
+    if (!vm->funcs || !vm->consts || !vm->packed || !vm->progs) { vm_free(vm); return NULL; }
     vm->nfuncs = nfuncs; vm->nconsts = nconsts; vm->npacked = npacked; vm->nprogs = nprogs;
     vm->max_depth = max_depth; vm->pycb = pycb; vm->progcb = progcb;
     return vm;
@@ -393,6 +395,7 @@ Obj *vm_run(VM *vm, int func, int nargs, Obj **args) {
 void vm_release(VM *vm, Obj *o) { unref(vm, o); }
 
 int64_t vm_describe(VM *vm, const Obj *o, int64_t *w, int64_t cap);
+int64_t vm_copied_bytes(const int64_t *w, int64_t used);
 
 /* a run whose arguments are all tensors: desc holds (data, dtype, ndim, flags, dims...) each;
    the result is described into w (w[0]: the words used or < 0 when cap is too small, w[1]:
@@ -413,15 +416,22 @@ Obj *vm_run_desc(VM *vm, int func, int nargs, const int64_t *desc, int64_t *w, i
     Obj *r = vm_run(vm, func, nargs, args);
     if (r) {
         w[0] = vm_describe(vm, r, w + 2, cap - 2);
-        w[1] = 0;
-        for (int64_t i = 2; w[0] > 0 && i < 2 + w[0];) {
-            int64_t k = w[i];
-            if (k == K_TENSOR) { w[1] += (w[i + 4] + 63) / 64 * 64; i += 6 + w[i + 2]; }
-            else if (k == K_STORAGE) { w[1] += (w[i + 2] + 63) / 64 * 64; i += 3; }
-            else i += k == 0 ? 1 : 3;
-        }
+        w[1] = w[0] > 0 ? vm_copied_bytes(w + 2, w[0]) : 0;
     }
     return r;
+}
+
+/* the bytes vm_copy_out writes for a tree vm_describe gave in w[0..used) (each tensor and
+   storage at a 64-byte aligned offset) */
+int64_t vm_copied_bytes(const int64_t *w, int64_t used) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < used;) {
+        int64_t k = w[i];
+        if (k == K_TENSOR) { total += (w[i + 4] + 63) / 64 * 64; i += 6 + w[i + 2]; }
+        else if (k == K_STORAGE) { total += (w[i + 2] + 63) / 64 * 64; i += 3; }
+        else i += k == 0 ? 1 : 3;
+    }
+    return total;
 }
 
 typedef struct { const Obj **a; int64_t n, cap; } Stack;

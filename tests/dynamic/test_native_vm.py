@@ -46,7 +46,8 @@ def test_vad_runs_every_packed_function_natively_and_matches() -> None:
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
     st = m.vm.stats
     assert st.runs == 4 and st.instructions >= 4 * 70 and st.packed_calls >= 40
-    assert {"seconds_per_instruction", "dispatch_seconds"} <= set(st.as_dict())
+    counts = st.as_dict()    # the C counters, as the reference VM's stats report them
+    assert (counts["runs"], counts["instructions"]) == (st.runs, st.instructions)
 
 
 def test_alternating_widths_and_programs_run_from_python_too() -> None:
