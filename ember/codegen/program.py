@@ -33,6 +33,7 @@ import numpy as np
 
 from ember.codegen.c import BufferBinding, CEmitter
 from ember.codegen.checks import CHECKS_C, FAULTS_C
+from ember.codegen.steal import sync_c
 from ember.codegen.cmath import MATH_C
 from ember.kernel.base import T0, T1, Kernel
 from ember.loops.ir import Buffer, Scope
@@ -161,13 +162,6 @@ static void em_caller_enter(cpu_set_t *saved, int *moved) {
 static void em_caller_leave(const cpu_set_t *saved, int moved) {
   if (moved) sched_setaffinity(0, sizeof *saved, saved);
 }
-static inline void em_wait(int v, int64_t s) {
-  int spins = 0;
-  while (__atomic_load_n(&em_steps[v * 16], __ATOMIC_ACQUIRE) < s) {
-    EM_PAUSE();
-    if (++spins > 2048) { sched_yield(); spins = 0; }
-  }
-}
 """
 
 
@@ -246,7 +240,8 @@ def emit_program(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int 
 
 def emit_units(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 0,
                num_slots: int = 0, num_ops: int | None = None,
-               op_of: list[int] | None = None, interleaved: bool = False) -> ProgramUnits:
+               op_of: list[int] | None = None, interleaved: bool = False,
+               steal: bool = True) -> ProgramUnits:
     """The program's C units. The first ``num_ops`` kernels (default all) are the operators'
     own, in order; kernels after them are other rKernels of those operators (``op_of[k]``:
     kernel k's operator), which only a plan runs (the one-thread fallback runs the operators'
@@ -257,7 +252,8 @@ def emit_units(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 
     is a template whose kernel ``k`` has ``num_veus`` rTasks, see ``symbolic_template``);
     ``ember_set_dims(dims, offsets)`` sets all of it before a run. ``interleaved``: the plan's
     vEUs are not threads (a GPU plan in cuda-sim): one thread runs their programs in turn, each
-    as far as its waits allow, and a plan that cannot go on is a fault, not a hang."""
+    as far as its waits allow, and a plan that cannot go on is a fault, not a hang. ``steal``:
+    vEU threads that wait run rTasks of entries other vEUs have begun (``steal.py``)."""
     dims_decl = (f"extern EM_HIDDEN int64_t g_dims[{num_dims}];\n" if num_dims else "")
     out = TextBuffer()
     for line in (HEADER + PROGRAM_GLOBALS).splitlines():
@@ -283,7 +279,7 @@ def emit_units(kernels: list[BoundKernel], plan: ExecutionPlan, num_dims: int = 
                  list(range(nops)) + [0] * (len(kernels) - nops) if op_of is None else op_of)
     T = plan.num_veus
     if T > 1 and not interleaved:
-        for line in SYNC.replace("%(T)d", str(T)).splitlines():
+        for line in (SYNC.replace("%(T)d", str(T)) + sync_c(T, steal)).splitlines():
             out.line(line)
     if interleaved:
         _emit_interleaved(plan, out)
@@ -615,7 +611,7 @@ static void em_run_veu(int v) {
   for (int64_t i = 0; i < g_len[v]; ++i, p += 3) {
     if (p[0] >= 0) {
       em_cur = p[0];
-      EM_TASK(e, em_kernels[p[0]](p[1], p[2]));
+      EM_TASK(e, EM_ENTRY(v, p[0], p[1], p[2]));
       ++e;
       EM_SIGNAL(v, ++step);
     } else {
@@ -744,9 +740,11 @@ def _emit_entry(plan: ExecutionPlan, out: TextBuffer) -> None:
     if T > 1:
         out.line("#define EM_SIGNAL(v, s) em_signal(v, s)")
         out.line("#define EM_WAIT(u, s) em_wait(u, s)")
+        out.line("#define EM_ENTRY(v, k, b, e) em_entry(v, k, b, e)")
     else:
         out.line("#define EM_SIGNAL(v, s) ((void)(s))")
         out.line("#define EM_WAIT(u, s) ((void)0)")
+        out.line("#define EM_ENTRY(v, k, b, e) em_kernels[k](b, e)")
     for line in RUN_VEU_C.splitlines():
         out.line(line)
     out.line(f"int ember_num_threads(void) {{ return {T}; }}")

@@ -376,7 +376,7 @@ def _emit(comp: Compilation) -> None:
     slots = len(comp.memory_plan.slot_types)
     comp.units = emit_units(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
                             slots, num_ops=len(comp.kernels), op_of=comp.op_of,
-                            interleaved=comp.interleaved)
+                            interleaved=comp.interleaved, steal=options.current().steal)
     comp.source = comp.units.source
 
 

@@ -58,6 +58,7 @@ class Options:
     cuda_arch: tuple[str, ...] = ("sm_80", "sm_90")   # what --target cuda compiles for
     precision: str = "fp32"          # GPU dense products: fp32 (FFMA), tf32, fp16, bf16
     vm: str = "native"               # the VM interpreter: native (C), python (the reference)
+    steal: bool = True               # idle vEU threads run rTasks other vEUs have begun
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
 
     def with_(self, **changes: Any) -> Options:
@@ -152,6 +153,8 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                   "(default sm_80,sm_90)"),
     "vm": ("EMBER_VM", _choice(VM_KINDS), "the VM's interpreter: native (default, C) or "
            "python (the reference, for debugging)"),
+    "steal": ("EMBER_STEAL", _flag, "0: every rTask runs on the vEU its plan puts it on "
+              "(default 1: a vEU that waits takes rTasks from a vEU still busy)"),
     "env_threads": ("OMP_NUM_THREADS", _omp_threads, "caps the default thread count"),
 }
 

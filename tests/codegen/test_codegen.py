@@ -165,7 +165,7 @@ def test_plan_is_compiled_in_as_data_with_a_profile_hook_per_rtask() -> None:
         m = re.search(rf"static const int64_t em_plan_v{v}\[\] = {{([^}}]*)}};", comp.source)
         assert m is not None and [int(x) for x in m.group(1).split(",")] == flat
     run = comp.source[comp.source.index("static void em_run_veu("):]
-    assert "EM_TASK(e, em_kernels[p[0]](p[1], p[2]));" in run   # the one profile hook
+    assert "EM_TASK(e, EM_ENTRY(v, p[0], p[1], p[2]));" in run   # the one profile hook
     assert f"#define EM_NK {len(comp.kernels)}" in comp.source
 
 
