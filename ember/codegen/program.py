@@ -33,8 +33,8 @@ import numpy as np
 
 from ember.codegen.c import BufferBinding, CEmitter
 from ember.codegen.checks import CHECKS_C, FAULTS_C
-from ember.codegen.steal import sync_c
 from ember.codegen.cmath import MATH_C
+from ember.codegen.steal import sync_c
 from ember.kernel.base import T0, T1, Kernel
 from ember.loops.ir import Buffer, Scope
 from ember.lower import dims

@@ -34,7 +34,9 @@ HARNESS = r"""
 static __thread int64_t em_cur;
 static __thread int me;
 static int64_t em_steps[2 * 16] __attribute__((aligned(64)));
-static void em_signal(int v, int64_t s) { __atomic_store_n(&em_steps[v * 16], s, __ATOMIC_RELEASE); }
+static void em_signal(int v, int64_t s) {
+  __atomic_store_n(&em_steps[v * 16], s, __ATOMIC_RELEASE);
+}
 static int runs[N], ran_by[N], stolen;
 static double out[N], deadline;
 static double now(void) {
