@@ -107,15 +107,18 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0
 
 
+def _generic_mark(generic: bool | None) -> str:
+    return "  [generic compute]" if generic else ""
+
+
 def _program_kernels(programs: list) -> None:
     """Each compiled program's kernels (a VM model's): op, rTasks, what Roller built, and
     which run on the generic compute."""
     for j, cm in enumerate(programs):
         print(f"\n==== program{j}: {cm.meta.get('graph_name', '?')} ====")
         for k in cm.meta.get("profile", {}).get("kernels", []):
-            mark = "  [generic compute]" if k.get("generic") else ""
             print(f"  {k['name']}: {k['op']} ({k.get('tasks', '?')} rTasks) "
-                  f"{k.get('doc', '')}{mark}")
+                  f"{k.get('doc', '')}{_generic_mark(k.get('generic'))}")
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
@@ -156,8 +159,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     for k, (n, kern) in enumerate(zip(fused, comp.kernels)):
         body = n.attrs["body"]
         ops = " -> ".join(m.op for m in body.nodes)
-        mark = "  [generic compute]" if getattr(kern, "generic", False) else ""
-        print(f"  k{k}: [{ops}] -> {n.output.type}  ({kern.ntasks} rTasks) {kern.doc}{mark}")
+        print(f"  k{k}: [{ops}] -> {n.output.type}  ({kern.ntasks} rTasks) {kern.doc}"
+              f"{_generic_mark(getattr(kern, 'generic', False))}")
         if a.kernels:
             print("    " + (kern.loops or format_stmt(kern.body)).replace("\n", "\n    "))
     for j, (op, kern) in enumerate(comp.variants):

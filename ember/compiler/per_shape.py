@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from ember.errors import ArtifactError, EmberError, InputError, NoSymbolicKernelError
+from ember.errors import ArtifactError, EmberError, InputError
 from ember.runtime import interop
 from ember.runtime.compiled import CompiledModel
 from ember.support import log, options
@@ -86,8 +86,6 @@ class PerShapeModel:
         fixed = {**self.input_shapes, **dict(zip(self.input_names, key))}
         LOG.info("compiling for input shapes %s (%s)", fixed, self.reason)
         cm = _COMPILE(self.model, input_shapes=fixed, options=self.options)
-        if isinstance(cm, PerShapeModel):   # (cannot be: every input's shape is fixed)
-            raise NoSymbolicKernelError(cm.reason)
         with self._lock:
             self.compiles += 1
             self.programs[key] = cm

@@ -80,7 +80,7 @@ def _uk_cases(tiles: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return [(r, v, 16 * v) for r, v in tiles] + [(*tail, 8)]
 
 
-def _uk_source(tiles: list[tuple[int, int]]) -> str:
+def _uk_source(tiles: list[tuple[int, int]], cases: list[tuple[int, int, int]]) -> str:
     parts = [PRELUDE, PART_HELPERS]
     parts += [emit_microkernel(r, v) for r, v in tiles]
     parts.append(f"""
@@ -94,7 +94,7 @@ double ember_uk(int which, int64_t calls) {{
   for (int i = 0; i < {UK_K} * 64; ++i) em_w[i] = 1e-3f * (i % 5);
   double t0 = omp_get_wtime();
   switch (which) {{""")
-    for i, (r, v, valid) in enumerate(_uk_cases(tiles)):   # useful flops counted
+    for i, (r, v, valid) in enumerate(cases):   # useful flops counted
         parts.append(f"    case {i}: for (int64_t n = 0; n < calls; ++n) {{ {uk_name(r, v)}(rows, "
                      f"em_w, 1, 1, {UK_K}, 0, 0, em_c, 64, 1, {valid}, {UK_K}); "
                      f"__asm__ volatile(\"\" ::: \"memory\"); }} "
@@ -112,15 +112,16 @@ def microkernel_peaks(regs: int, force: bool = False, split: int = 1) -> dict[st
         if data is not None and data.get("format") == UK_FORMAT:
             return {k: float(v) for k, v in data["gflops"].items()}
     tiles = _uk_tiles(regs, split)
-    lib = ctypes.CDLL(str(compile_shared(_uk_source(tiles))))
+    cases = _uk_cases(tiles)
+    lib = ctypes.CDLL(str(compile_shared(_uk_source(tiles, cases))))
     lib.ember_uk.restype = ctypes.c_double
     lib.ember_uk.argtypes = [ctypes.c_int, ctypes.c_int64]
     got = []
-    for i, (r, _v, valid) in enumerate(_uk_cases(tiles)):
+    for i, (r, _v, valid) in enumerate(cases):
         calls = max(1, int(2e8 // (2 * r * valid * UK_K)))   # ~2 ms at 100 GFLOP/s
         got.append(max(lib.ember_uk(i, calls) for _ in range(5)))
     out = {f"uk_{r}x{v}": round(g, 1) for (r, v), g in zip(tiles, got)}
-    r, v, _ = _uk_cases(tiles)[-1]
+    r, v, _ = cases[-1]
     # what the 8-lane tail vector costs, in lanes of a whole vector's FMA (8: half, 16: the same)
     out["uk_tail8"] = round(min(16.0, max(8.0, 8 * out[f"uk_{r}x{v}"] / got[-1])), 1)
     write_atomic(path, json.dumps({"format": UK_FORMAT, "gflops": out}).encode())

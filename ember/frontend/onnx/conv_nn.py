@@ -428,7 +428,7 @@ def _max_pool_indices(ctx: Ctx, x: Value, y: Value, norm: Attrs, order: int) -> 
     it holds the maximum, so the first one wins. The indices of a tap are a constant."""
     if not x.type.is_static:
         raise NoSymbolicKernelError(f"MaxPool's Indices output needs a static input shape, got "
-                                 f"{x.type}")
+                                    f"{x.type}")
     n, c, *sp = (int(d) for d in x.type.shape)  # type: ignore[arg-type]
     kernel, strides, dil = norm["kernel_shape"], norm["strides"], norm["dilations"]
     nd, out = len(sp), [int(d) for d in y.type.shape[2:]]  # type: ignore[arg-type]

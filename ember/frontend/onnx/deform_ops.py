@@ -34,7 +34,7 @@ def _static(ctx: Ctx, v: Value, dims: range, what: str) -> list[int]:
     got = [v.type.shape[i] for i in dims]
     if not all(isinstance(d, int) for d in got):
         raise NoSymbolicKernelError(f"{ctx.op_type} needs static {what} of %{v.name}, which is "
-                                 f"{v.type}; bind it with import_model(..., input_shapes=...)")
+                                    f"{v.type}; bind it with import_model(..., input_shapes=...)")
     return [int(d) for d in got]  # type: ignore[arg-type]
 
 

@@ -56,8 +56,8 @@ def _static(v: Value, what: str) -> list[int]:
     dims = v.type.shape[1:]
     if any(not isinstance(d, int) for d in dims):
         raise NoSymbolicKernelError(f"{what} {v.type}: ember needs its heads, sequence and head "
-                                 "dims static (bind them with import_model(..., "
-                                 "input_shapes=...))")
+                                    "dims static (bind them with import_model(..., "
+                                    "input_shapes=...))")
     return [int(d) for d in dims]  # type: ignore[arg-type]
 
 

@@ -152,7 +152,7 @@ def _group_channels(ctx: Ctx, x: Value, g: int) -> int:
     c = x.type.shape[1] if x.type.rank >= 2 else None
     if not isinstance(c, int):
         raise NoSymbolicKernelError(f"GroupNormalization needs an input (N, C, ...) with a static "
-                                 f"channel count C, got %{x.name}: {x.type}")
+                                    f"channel count C, got %{x.name}: {x.type}")
     if g < 1 or c % g:
         raise ModelError(f"GroupNormalization: {c} channels cannot be split into num_groups="
                          f"{g} groups of equal size")
@@ -282,7 +282,7 @@ def hardmax1(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     flat = ctx.add1("Flatten", [x], {"axis": axis})
     if not isinstance(flat.type.shape[1], int):
         raise NoSymbolicKernelError(f"Hardmax needs the static size of the dims from axis {axis} "
-                                 f"of %{x.name} ({x.type})")
+                                    f"of %{x.name} ({x.type})")
     back = (ctx.const(np.array(x.type.shape, np.int64)) if x.type.is_static
             else ctx.add1("Shape", [x]))
     return ctx.add("Reshape", [hardmax_axis(ctx, flat, 1), back])

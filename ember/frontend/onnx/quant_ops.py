@@ -36,7 +36,7 @@ def _broadcast(ctx: Ctx, v: Value, x: Value, axis: int, block: int, what: str) -
     rank = x.type.rank
     if not x.type.is_static or not v.type.is_static:
         raise NoSymbolicKernelError(f"{ctx.op_type} needs static shapes, got x {x.type}, "
-                                 f"{what} {v.type}")
+                                    f"{what} {v.type}")
     size = int(np.prod(v.type.shape, dtype=np.int64))
     if v.type.rank == 0 or (size == 1 and not block):
         return v if v.type.rank == 0 else ctx.add1(

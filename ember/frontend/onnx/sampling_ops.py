@@ -55,7 +55,7 @@ def _grid_sample(ctx: Ctx, ins: Inputs, attrs: Attrs, modes: dict[str, str],
     dims = list(x.type.shape[2:])
     if not all(isinstance(d, int) for d in dims):
         raise NoSymbolicKernelError(f"GridSample needs static spatial dims of its input, got "
-                                 f"{x.type}")
+                                    f"{x.type}")
     coords = ctx.add1("GridSampleCoords", [grid], {**norm, "dims": dims})
     return ctx.add("GridSampleAt", [x, coords], norm)
 

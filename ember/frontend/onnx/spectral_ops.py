@@ -80,7 +80,7 @@ def _static(ctx: Ctx, x: Value, axis: int, what: str) -> int:
     d = x.type.shape[axis]
     if not isinstance(d, int):
         raise NoSymbolicKernelError(f"{ctx.op_type} needs a static {what} (dim {axis} of "
-                                 f"{x.type}); ember builds its matrix at compile time")
+                                    f"{x.type}); ember builds its matrix at compile time")
     return d
 
 

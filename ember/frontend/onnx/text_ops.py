@@ -192,7 +192,7 @@ def tfidf_vectorizer(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     width = x2.type.shape[1]
     if not isinstance(width, int):
         raise NoSymbolicKernelError(f"input {x.type}: ember needs the row length C static (bind it "
-                                 "with import_model(..., input_shapes=...))")
+                                    "with import_model(..., input_shapes=...))")
     y = _frequencies(ctx, x2, spec, width)
     if spec.mode == "IDF":
         y = ctx.add1("Cast", [ctx.add1("Greater", [y, ctx.const(0.0, np.float32)])],

@@ -184,7 +184,7 @@ def _scatternd_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     _reduction(attrs)
     if idx.rank < 1 or not isinstance(idx.shape[-1], int) or not 1 <= idx.shape[-1] <= x.rank:
         raise NoSymbolicKernelError(f"ScatterND indices {idx} need a static last dim in "
-                                 f"[1, {x.rank}]")
+                                    f"[1, {x.rank}]")
     want = (*idx.shape[:-1], *x.shape[idx.shape[-1]:])
     if len(want) != upd.rank or any(dims_equal(a, b) is False for a, b in zip(want, upd.shape)) \
             or upd.dtype != x.dtype:
