@@ -16,6 +16,7 @@ from ember.kernel.schedule import (
     numel,
     transpose_schedule,
 )
+from ember.loops.hoist import hoist_invariants
 from ember.loops.ir import Bin, Buffer, If, Store, hint_of
 from ember.loops.transform import format_stmt, partition_selects
 from ember.lower.group import GroupTE, group_to_te
@@ -45,6 +46,7 @@ def build_generic(name: str, body: Graph, min_tasks: int = 8,
     ntasks = par.extent if par is not None else 1
     # a fused Concat's select among its inputs by position: one loop per input instead
     stmt = partition_selects(nest.to_stmt((T0, T1) if par is not None else None))
+    stmt = hoist_invariants(stmt)   # a gather's index and weight arithmetic once per row
     if par is None:
         # one rTask: it runs only in a range that holds it (a symbolic program's plan hands
         # every vEU a range of every kernel, empty ones too; in place, a second run is wrong)

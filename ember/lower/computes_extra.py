@@ -26,7 +26,8 @@ import numpy as np
 from ember.errors import CompileError
 from ember.ir.ops.resize import CROP, antialias_taps, coord_dtype, crop_terms, resize_axes
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, all_of
+from ember.loops.evaluate import NotEvaluable, evaluate
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, Var, all_of
 from ember.lower.computes import (
     axes_of,
     call,
@@ -204,11 +205,13 @@ class _Axis:
 
 
 def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scale: float,
-               roi: tuple[float, float] | None, wdt: str, cdt: str) -> _Axis:
+               roi: tuple[float, float] | None, wdt: str, cdt: str, innermost: bool) -> _Axis:
     """How one axis is resized. Antialiased linear / cubic taps come from (index, weight)
     tables worked out at compile time by the reference's own ``antialias_taps`` (they depend
     on the output index alone; the indices are already clamped), the others from the
-    coordinate expression; a crop tests that expression against [0, in_len - 1]."""
+    coordinate expression; a crop tests that expression against [0, in_len - 1]. The
+    innermost axis's expression is tabulated too where its length is static: it varies along
+    the vectorized loop, where the other axes' taps are computed once per row (hoisted)."""
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
 
     def src(o: Expr) -> Expr:
@@ -220,7 +223,8 @@ def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scal
 
     crop = outside if coord == CROP else None
     if attrs.get("mode", "nearest") == "nearest" or not attrs.get("antialias", 0):
-        return _Axis(axis, lambda o: _axis_taps(attrs, src(o), in_len, scale, wdt), crop)
+        ax = _Axis(axis, lambda o: _axis_taps(attrs, src(o), in_len, scale, wdt), crop)
+        return (_tabulated(ax, out_len) or ax) if innermost else ax
     idx, w = antialias_taps(attrs, out_len, in_len, scale, roi)
     ti, tw = const_table(idx, "resize_tap"), const_table(w, "resize_weight")
 
@@ -228,6 +232,34 @@ def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scal
         return [(ti[(o, Const(k))], tw[(o, Const(k))]) for k in range(idx.shape[1])]
 
     return _Axis(axis, taps, crop)
+
+
+def _tabulated(ax: _Axis, out_len: int | Expr) -> _Axis | None:
+    """``ax`` with its taps and crop test read from tables of every output index, each the
+    value of the axis's own expression there (``loops.evaluate``: the same arithmetic, so the
+    same values); None where the length is symbolic or the expression is not tabulable."""
+    if not isinstance(out_len, int):
+        return None
+    o = Var("o")
+    env = {o: np.arange(out_len, dtype=np.int64)}
+    try:
+        pairs = [(evaluate(ti, env), None if wt is None else evaluate(wt, env))
+                 for ti, wt in ax.taps(o)]
+        mask = None if ax.outside is None else evaluate(ax.outside(o), env)
+    except NotEvaluable:
+        return None
+    # tap-major: each tap's indices (and weights) contiguous along the vectorized loop
+    ti = const_table(np.stack([np.broadcast_to(i, (out_len,)) for i, _ in pairs]
+                              ).astype(np.int32), "resize_tap")
+    tw = None if pairs[0][1] is None else const_table(
+        np.stack([np.broadcast_to(w, (out_len,)) for _, w in pairs]), "resize_weight")
+    tm = None if mask is None else const_table(np.broadcast_to(mask, (out_len,)), "resize_out")
+
+    def taps(q: Expr) -> list[Tap]:
+        return [(Cast(ti[(Const(k), q)], "int64"), None if tw is None else tw[(Const(k), q)])
+                for k in range(len(pairs))]
+
+    return _Axis(ax.axis, taps, None if tm is None else (lambda q: tm[(q,)]))
 
 
 def _fill(v: float, dt: str) -> Const:
@@ -255,7 +287,7 @@ def _resize(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]) ->
     # and for ints
     wdt = _F64 if mode == "cubic" or smooth or is_int or dt == _F64 else "float32"
     cdt = coord_dtype(dt)          # the coordinates' dtype, as the reference computes them
-    plan = [_plan_axis(attrs, a, shape[a], x.shape[a], sc, roi, wdt, cdt)
+    plan = [_plan_axis(attrs, a, shape[a], x.shape[a], sc, roi, wdt, cdt, a == len(shape) - 1)
             for a, sc, roi in resize_axes(attrs, x.shape, shape)]
     fill = float(attrs.get("extrapolation_value", 0.0))
 
