@@ -7,13 +7,15 @@ the same in every run and independent of which other cases run:
 * MatMul ``(M, K) x (K, N)``, B a constant initializer (weights);
 * every distinct Conv of ResNet-50 at 224 x 224 and every distinct depthwise Conv of
   MobileNetV2 (``group`` = input channels), read from ember's zoo after ONNX shape inference;
+* ConvTranspose x2 upsamplings (2 x 2 and 4 x 4, stride 2, 64 -> 64 channels, 160 x 160);
+* Resize x2 linear, channels-last and planar (64 channels, 160 x 160);
 * pools (MaxPool, AveragePool, GlobalAveragePool), reductions and element-wise ops.
 
-FLOPs (``op_flops``): 2 x MACs for MatMul and Conv (as ``ember.zoo.flops.count_flops``); one
-per output element for each element-wise node (``x * a + b`` is two nodes, so two); one per
-window element per output for pools (so one per input element for GlobalAveragePool); one per
-input element for reductions. Compulsory bytes (``compulsory_bytes``): every graph input,
-initializer and graph output, once.
+FLOPs (``op_flops``): 2 x MACs for MatMul, Conv and ConvTranspose (as
+``ember.zoo.flops.count_flops``); one per output element for each element-wise node (``x * a +
+b`` is two nodes, so two); one per window element per output for pools (so one per input element
+for GlobalAveragePool); one per input element for reductions. Compulsory bytes
+(``compulsory_bytes``): every graph input, initializer and graph output, once.
 """
 
 from __future__ import annotations
@@ -215,6 +217,38 @@ def scale_shift_case(x: tuple[int, ...]) -> OpCase:
     return OpCase(name, "Elementwise", f"x*a+b, x[{_dims(x)}], a,b[{_dims(ch)}]", build, x)
 
 
+def convt_case(k: int, pad: int) -> OpCase:
+    """A decoder's x2 upsampling: ConvTranspose 64 -> 64, k x k, stride 2, bias, 160 x 160."""
+    x, w, y = (1, 64, 160, 160), (64, 64, k, k), (1, 64, 320, 320)
+    name = f"convt_c64_160x160_o64_k{k}x{k}s2p{pad}"
+
+    def build() -> onnx.ModelProto:
+        node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], kernel_shape=[k, k],
+                                strides=[2, 2], pads=[pad] * 4)
+        inits = {"w": _normal(name, w, 64 * k * k // 4),
+                 "b": (_rng(name, 2).standard_normal(64) * 0.1).astype(np.float32)}
+        return one_op_model(name, [node], {"x": x}, y, inits)
+
+    return OpCase(name, "ConvTranspose", f"x[{_dims(x)}] w[{_dims(w)}] s2 p{pad} +bias", build, y)
+
+
+def resize_case(layout: str, mode: str) -> OpCase:
+    """Resize x2 over the spatial axes of a 64-channel 160 x 160 map, channels-last (an FPN's
+    upsampling inside an NHWC conv chain) or planar."""
+    nhwc = layout == "nhwc"
+    x = (1, 160, 160, 64) if nhwc else (1, 64, 160, 160)
+    scales = [1, 2, 2, 1] if nhwc else [1, 1, 2, 2]
+    y = tuple(d * s for d, s in zip(x, scales, strict=True))
+    name = f"resize_{layout}_{_dims(x)}_{mode}_x2"
+
+    def build() -> onnx.ModelProto:
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode)
+        return one_op_model(name, [node], {"x": x}, y,
+                            {"scales": np.array(scales, np.float32)})
+
+    return OpCase(name, "Resize", f"{mode} x2, {layout.upper()} x[{_dims(x)}]", build, y)
+
+
 def _misc_cases() -> list[OpCase]:
     p = simple_case
     return [
@@ -246,6 +280,8 @@ def suite() -> list[OpCase]:
     cases = [matmul_case(*mkn) for mkn in MATMULS]
     cases += [conv_case("r50", "Conv", s) for s in zoo_convs("resnet50", False)]
     cases += [conv_case("mbv2_dw", "DepthwiseConv", s) for s in zoo_convs("mobilenet_v2", True)]
+    cases += [convt_case(2, 0), convt_case(4, 1)]
+    cases += [resize_case("nhwc", "linear"), resize_case("nchw", "linear")]
     cases += _misc_cases()
     names = [c.name for c in cases]
     assert len(set(names)) == len(names), "duplicate case names"
