@@ -65,6 +65,7 @@ from bench.ops_suite import QUICK, OpCase, compulsory_bytes, op_flops, suite  # 
 from ember.bench.engines import OnnxRuntimeEngine, Prepared  # noqa: E402
 from ember.bench.harness import EngineResult, ModelResult, Progress, Settings, measure  # noqa: E402
 from ember.bench.report import render_text  # noqa: E402
+from ember.compiler import model_cache  # noqa: E402
 from ember.runtime.cache import cache_dir  # noqa: E402
 from ember.runtime.probe import MachinePeak, probe  # noqa: E402
 
@@ -145,6 +146,7 @@ def fresh_cache() -> Iterator[Path]:
         try:
             yield Path(tmp)
         finally:
+            model_cache.flush()   # the compiled models written in the background, before rmtree
             if old is None:
                 os.environ.pop("EMBER_CACHE_DIR", None)
             else:
