@@ -29,36 +29,32 @@ class NotEvaluable(Exception):
 def evaluate(e: Expr, env: dict[Var, np.ndarray]) -> np.ndarray:
     """``e`` for every element of its variables' arrays (broadcast together), in its dtype."""
     with np.errstate(all="ignore"):
-        return np.asarray(_eval(e, env)).astype(np.dtype(_np_type(e.dtype)), copy=False)
-
-
-def _np_type(dt: str) -> str:
-    return "bool" if dt == "bool" else dt
+        return np.asarray(_eval(e, env)).astype(np.dtype(e.dtype), copy=False)
 
 
 def _eval(e: Expr, env: dict[Var, np.ndarray]) -> np.ndarray:
     if isinstance(e, Var):
         if e not in env:
             raise NotEvaluable(f"variable {e.name} has no value")
-        return np.asarray(env[e]).astype(_np_type(e.dtype), copy=False)
+        return np.asarray(env[e]).astype(e.dtype, copy=False)
     if isinstance(e, Const):
-        return np.asarray(e.value, dtype=_np_type(e.dtype))
+        return np.asarray(e.value, dtype=e.dtype)
     if isinstance(e, Cast):
         v = _eval(e.value, env)
         if np.issubdtype(v.dtype, np.floating) and not e.dtype.startswith("float"):
             v = np.trunc(v)
-        return v.astype(_np_type(e.dtype))
+        return v.astype(e.dtype)
     if isinstance(e, Select):
         return np.where(_eval(e.cond, env), _eval(e.a, env), _eval(e.b, env))
     if isinstance(e, Call) and e.fn in _CALLS:
-        return _CALLS[e.fn](_eval(e.args[0], env)).astype(_np_type(e.dtype))
+        return _CALLS[e.fn](_eval(e.args[0], env)).astype(e.dtype)
     if isinstance(e, Bin):
         return _bin(e, _eval(e.a, env), _eval(e.b, env))
     raise NotEvaluable(f"{type(e).__name__} {getattr(e, 'fn', '')}".strip())
 
 
 def _bin(e: Bin, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    dt = _np_type(e.a.dtype)
+    dt = e.a.dtype
     if e.op in _BINARY:
         out = _BINARY[e.op](a, b)
         return out if e.dtype == "bool" else out.astype(dt)

@@ -43,7 +43,7 @@ from ember.loops.ir import (
     Stmt,
     Var,
 )
-from ember.loops.transform import free_vars, iter_stmts, map_stmt
+from ember.loops.transform import iter_stmts, map_stmt
 
 # the types a hoisted value may have: its C local holds it exactly (narrow floats compute in
 # float32 and round on a store or cast, so a value of theirs stays in its expression)
@@ -76,24 +76,18 @@ def _bound_inside(loop: For) -> set[Var]:
 
 
 def _hoist(loop: For) -> Stmt:
-    bound = _bound_inside(loop)
+    motion = _Motion(_bound_inside(loop))
     moved: list[tuple[Var, Expr]] = []
     body = loop.body
-    while isinstance(body, Let) and not (free_vars(body.value) & bound) \
-            and _pure_tree(body.value):
+    while isinstance(body, Let) and motion.movable(body.value):   # a Let hoisted before
         moved.append((body.var, body.value))
-        bound.discard(body.var)
+        motion.bound.discard(body.var)
         body = body.body
-    motion = _Motion(bound)
     body = map_stmt(body, motion.top)
     out: Stmt = For(loop.var, loop.begin, loop.extent, body, loop.kind)
     for v, e in reversed(moved + motion.lets):
         out = Let(v, e, out)
     return out
-
-
-def _pure_tree(e: Expr) -> bool:
-    return _pure_node(e) and all(_pure_tree(k) for k in _children(e))
 
 
 def _pure_node(e: Expr) -> bool:
@@ -155,6 +149,9 @@ class _Motion:
         self.bound = bound
         self.lets: list[tuple[Var, Expr]] = []
         self._vars: dict[tuple, Var] = {}
+
+    def movable(self, e: Expr) -> bool:
+        return self._walk(e)[1]
 
     def top(self, e: Expr) -> Expr:
         new, movable = self._walk(e)

@@ -232,12 +232,7 @@ def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scal
         ax = _Axis(axis, lambda o: _axis_taps(attrs, src(o), in_len, scale, wdt), crop)
         return (_tabulated(ax, out_len) or ax) if innermost else ax
     idx, w = antialias_taps(attrs, out_len, in_len, scale, roi)
-    ti, tw = const_table(idx, "resize_tap"), const_table(w, "resize_weight")
-
-    def taps(o: Expr) -> list[Tap]:
-        return [(ti[(o, Const(k))], tw[(o, Const(k))]) for k in range(idx.shape[1])]
-
-    return _Axis(axis, taps, crop)
+    return _table_axis(axis, idx.T, w.T, crop)
 
 
 def _tabulated(ax: _Axis, out_len: int | Expr) -> _Axis | None:
@@ -254,18 +249,30 @@ def _tabulated(ax: _Axis, out_len: int | Expr) -> _Axis | None:
         mask = None if ax.outside is None else evaluate(ax.outside(o), env)
     except NotEvaluable:
         return None
-    # tap-major: each tap's indices (and weights) contiguous along the vectorized loop
-    ti = const_table(np.stack([np.broadcast_to(i, (out_len,)) for i, _ in pairs]
-                              ).astype(np.int32), "resize_tap")
-    tw = None if pairs[0][1] is None else const_table(
-        np.stack([np.broadcast_to(w, (out_len,)) for _, w in pairs]), "resize_weight")
+
+    def table(cols: list[np.ndarray]) -> np.ndarray:
+        return np.stack([np.broadcast_to(c, (out_len,)) for c in cols])
+
+    w = None if pairs[0][1] is None else table([wt for _, wt in pairs])   # type: ignore[misc]
     tm = None if mask is None else const_table(np.broadcast_to(mask, (out_len,)), "resize_out")
+    return _table_axis(ax.axis, table([i for i, _ in pairs]), w,
+                       None if tm is None else (lambda q: tm[(q,)]))
+
+
+def _table_axis(axis: int, idx: np.ndarray, w: np.ndarray | None,
+                crop: Callable[[Expr], Expr] | None) -> _Axis:
+    """An axis whose taps are read from compile-time tables ``idx`` (clamped input indices)
+    and ``w`` (weights; None for nearest), shape (taps, out_len): tap-major, so each tap's
+    entries are contiguous along the output axis (the vectorized loop, when innermost)."""
+    narrow = idx.size and int(idx.max()) < 2**31
+    ti = const_table(idx.astype(np.int32 if narrow else np.int64), "resize_tap")
+    tw = None if w is None else const_table(w, "resize_weight")
 
     def taps(q: Expr) -> list[Tap]:
         return [(Cast(ti[(Const(k), q)], "int64"), None if tw is None else tw[(Const(k), q)])
-                for k in range(len(pairs))]
+                for k in range(idx.shape[0])]
 
-    return _Axis(ax.axis, taps, None if tm is None else (lambda q: tm[(q,)]))
+    return _Axis(axis, taps, crop)
 
 
 def _fill(v: float, dt: str) -> Const:
