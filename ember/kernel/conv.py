@@ -21,7 +21,7 @@ import numpy as np
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.layout import conv_pads
 from ember.ir.types import TensorType
-from ember.kernel import transpose_tile
+from ember.kernel import phase_store, transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, heights, uk_name
@@ -69,11 +69,13 @@ def transposed_output(body: Graph) -> bool:
 
 
 def core_body(body: Graph) -> Graph:
-    """``body`` without its trailing transpose (the group the tile is computed by)."""
-    if not transposed_output(body):
+    """``body`` without its trailing transpose or interleave (the group the tile is computed
+    by)."""
+    cut = phase_store.tail_length(body) or (1 if transposed_output(body) else 0)
+    if not cut:
         return body
-    last = body.nodes[-1]
-    return Graph(body.inputs, [last.inputs[0]], body.nodes[:-1], body.name)  # type: ignore[list-item]
+    first = body.nodes[-cut]
+    return Graph(body.inputs, [first.inputs[0]], body.nodes[:-cut], body.name)  # type: ignore[list-item]
 
 
 def applicable(body: Graph) -> bool:
@@ -480,7 +482,8 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     sym = None if isinstance(rows, int) else rows
     cd = c_dims(m, g, rows)
     t = tiling or _tiling(name, body, g, ctx, cd, spread)
-    local = transposed_output(body)
+    phases = phase_store.phase_output(body, _cache_bytes(ctx))
+    local = transposed_output(body) or phases is not None
     if local:
         t = fit_scratch(t)
     if sym is not None:   # a panel is sized for a static row count
@@ -495,11 +498,12 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     core = core_body(body)
     reg = register_epilogue(core, m, g.OC, tensors=True) if len(core.nodes) > 1 else None
     # named by what its text depends on, so kernels of one shape share one tile function
-    key = (g, t, local) if sym is None else (g, t, local, cd)
+    key = (g, t, bool(local)) if sym is None else (g, t, bool(local), cd)
     if reg is not None:
         key += reg.key
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
-    out_buf = Buffer(f"{name}_out", mul_extent(rows, g.OC))
+    out_buf = Buffer(f"{name}_out", numel(static_shape(body.outputs[0].type)) if phases
+                     else mul_extent(rows, g.OC))
     x_buf = Buffer(f"{name}_x", numel(static_shape(m.inputs[0].type)))  # type: ignore[union-attr]
     w_buf = Buffer(f"{name}_w", packed.size)
     x_index = body.inputs.index(m.inputs[0])
@@ -507,9 +511,12 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     extra = [] if reg is None else _register_args(name, body, m, g, t, reg, x_buf, args)
     task = Var("task")
     if local:
-        scratch = Buffer(f"{name}_tile", t.PT * _task_channels(t), scope=Scope.LOCAL)
-        epi = _transposed_epilogue(core, m, g, t, task, out_buf, scratch, x_buf, args,
-                                   elementwise=reg is None)
+        # the phase store reads whole 16 x 16 blocks: 16 rows and 16 floats of slack
+        slack = 16 if phases is not None else 0
+        scratch = Buffer(f"{name}_tile", (t.PT + slack) * _task_channels(t) + slack,
+                         scope=Scope.LOCAL)
+        epi = _local_epilogue(core, m, g, t, task, out_buf, scratch, x_buf, args,
+                              elementwise=reg is None, phases=phases)
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf, *extra)), epi))
     else:
         call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra))
@@ -521,11 +528,24 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     support[fn] = _tile_fn(fn, g, t, cd, local, reg)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
+    if phases is not None:
+        support[phase_store.NAME] = phase_store.C_SOURCE
     flops = 2 * hint_of(rows) * g.OC * g.KH * g.KW * g.ICg
     doc = f"{body.name}: {dense.describe_space(g)}; roller {t.describe()}"
     if reg is not None:
         doc += "; epilogue in registers"
+    if phases is not None:
+        doc += "; stored through the interleave" + (" to NCHW" if phases.nchw else "")
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
+
+
+def _cache_bytes(ctx: RollerContext) -> int:
+    """The last-level cache's capacity, all of it (a private layer's times the units)."""
+    caches = [lay for lay in ctx.spec.layers if lay.name in ("L2", "L3")]
+    if not caches:
+        return 0
+    last = caches[-1]
+    return last.capacity if last.shared else last.capacity * ctx.units
 
 
 def _tiling(name: str, body: Graph, g: ConvGeom, ctx: RollerContext, cd: CDims,
@@ -631,13 +651,15 @@ def _task_origin(g: ConvGeom, t: DenseTile, task: Var, rows: Extent | None = Non
     return p0, c0, p_len, c_len
 
 
-def _transposed_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var,
-                         out_buf: Buffer, scratch: Buffer, x_buf: Buffer, args: list,
-                         elementwise: bool = True) -> Stmt:
+def _local_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var,
+                    out_buf: Buffer, scratch: Buffer, x_buf: Buffer, args: list,
+                    elementwise: bool = True, phases: phase_store.PhaseStore | None = None
+                    ) -> Stmt:
     """The group's element-wise ops over the task's tile, in place in the scratch (channels
     innermost, as the untransposed epilogue; not when ``elementwise`` is off: the
-    micro-kernels applied them), then the tile stored transposed into the NCHW output (N = 1)
-    in 16 x 16 register-transposed blocks (``transpose_tile``)."""
+    micro-kernels applied them), then the tile stored: through the interleave ``phases``
+    (``phase_store``), else transposed into the NCHW output (N = 1) in 16 x 16
+    register-transposed blocks (``transpose_tile``)."""
     p0v, c0v = Var("p0"), Var("c0")
     p0, c0, p_len, c_len = _task_origin(g, t, task)
     ct = _task_channels(t)
@@ -652,10 +674,15 @@ def _transposed_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: 
                          if isinstance(e, Load) and e.buf is scratch else None)
         stmts.append(For(pv, p0v, p_len, For(cv, c0v, c_len, Store(scratch, local, value),
                                               ForKind.VECTORIZED)))
-    ohw = g.OH * g.OW
-    stmts.append(Eval(transpose_tile.NAME, (
-        scratch, Const(ct), out_buf, Bin("+", Bin("*", c0v, Const(ohw)), p0v), Const(ohw),
-        p_len, c_len)))
+    if phases is not None:
+        helper = phase_store.NCHW_NAME if phases.nchw else phase_store.NAME
+        stmts.append(Eval(helper, (scratch, Const(ct), out_buf, p0v, p_len, c0v, c_len,
+                                   *phases.args())))
+    else:
+        ohw = g.OH * g.OW
+        stmts.append(Eval(transpose_tile.NAME, (
+            scratch, Const(ct), out_buf, Bin("+", Bin("*", c0v, Const(ohw)), p0v), Const(ohw),
+            p_len, c_len)))
     return simplify(Let(p0v, p0, Let(c0v, c0, seq(*stmts))))  # type: ignore[return-value]
 
 

@@ -188,6 +188,24 @@ def _depth_to_space(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> 
     return [te.compute(shape, body, name="depth_to_space")]
 
 
+@register("DepthToSpaceNHWC")
+def _depth_to_space_nhwc(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]
+                         ) -> list[Tensor]:
+    """The interleave as a gather; a dense convolution's group stores it from its tiles
+    instead (``kernel/phase_store.py``)."""
+    x = ins[0]
+    s0, s1 = (int(s) for s in attrs["blocksize"])
+    top, left = int(attrs["crop"][0]), int(attrs["crop"][1])
+    cg = x.shape[3] // (int(attrs.get("group", 1)) * s0 * s1)
+
+    def body(n: Expr, h: Expr, w: Expr, c: Expr) -> Expr:
+        a, b = h + top, w + left
+        phase = ((c // cg) * s0 + a % s0) * s1 + b % s1
+        return x[n, a // s0, b // s1, phase * cg + c % cg]
+
+    return [te.compute(static_shape(outs[0]), body, name="depth_to_space_nhwc")]
+
+
 @register("SpaceToDepth")
 def _space_to_depth(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x = ins[0]

@@ -92,6 +92,10 @@ def legal(group: Group, n: Node, via: Value) -> bool:
     same_shape = n.output.type.shape == via.type.shape
     if group.nodes[-1].op == "Transpose" and group.pattern is Pattern.OUT_FUSABLE:
         return False       # a transposed store closes a dense group
+    if group.pattern is Pattern.OUT_FUSABLE and n.op == "DepthToSpaceNHWC":
+        return phase_store(group)
+    if group.pattern is Pattern.OUT_FUSABLE and group.nodes[-1].op == "DepthToSpaceNHWC":
+        return n.op == "Transpose" and list(n.attrs.get("perm", ())) == TO_NCHW
     if group.pattern is Pattern.OUT_FUSABLE and n.op == "Transpose":
         return transposed_store(group, n)
     if group.pattern in (Pattern.OUT_FUSABLE, Pattern.REDUCTION):
@@ -129,6 +133,16 @@ def transposed_store(group: Group, n: Node) -> bool:
             and list(n.attrs.get("perm", ())) == TO_NCHW)
 
 
+def phase_store(group: Group) -> bool:
+    """The dense convolution kernel can store its tiles through a sub-pixel interleave
+    (``kernel/phase_store.py``), then optionally transposed to NCHW: a ConvNHWC master of
+    the dense kernel (as ``transposed_store``, any batch), static, float32."""
+    m = group.master
+    w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
+    return (w is not None and w.is_const and w.type.shape[2] >= 2
+            and m.output.type.is_static and m.output.type.dtype.name == "float32")
+
+
 POOLS = ("MaxPool", "AveragePool", "LpPool", "MaxPoolNHWC", "AveragePoolNHWC")
 
 
@@ -161,11 +175,13 @@ def profitable(group: Group, n: Node) -> bool:
     # terms an element, kept the C compiler busy for minutes), so each runs as its own kernel
     if _blends(n) and any(_blends(m) for m in group.nodes):
         return False
-    # a crop feeding a layout transpose (a sub-pixel ConvTranspose's exit): the crop copies
-    # contiguous channel runs and the tiled transpose kernel takes the rest; fused, each
-    # output element is a gather (the text detector's 1x320x320x32 exit: 24 ms against 9)
+    # a crop or an interleave feeding a layout transpose (a sub-pixel ConvTranspose's exit
+    # where no dense conv stores it): it copies contiguous channel runs and the tiled
+    # transpose kernel takes the rest; fused, each output element is a gather (the text
+    # detector's 1x320x320x32 exit: 24 ms against 9)
     if n.op == "Transpose" and list(n.attrs.get("perm", ())) == TO_NCHW and any(
-            m.op == "Slice" for m in group.nodes):
+            m.op in ("Slice", "DepthToSpaceNHWC") for m in group.nodes) and \
+            group.pattern is not Pattern.OUT_FUSABLE:
         return False
     return True
 

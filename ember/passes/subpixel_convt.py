@@ -9,8 +9,8 @@ Efficient Sub-Pixel Convolutional Neural Network", 2016; the transposed-conv equ
 Dumoulin & Visin, "A guide to convolution arithmetic", 2016). Stacking the ``prod(s)`` phases
 as output channels makes the whole operator ONE Conv (stride 1, left pad ``M - 1``) that the
 dense kernels run, with weights built here at compile time; the phases' outputs then interleave
-(Reshape, Transpose, Reshape: an injective copy the fusion pass keeps as one kernel) and the
-``pads`` and ``output_padding`` become a crop (Slice). Every group, stride, pad and
+and the ``pads`` and ``output_padding`` become a crop: one ``DepthToSpaceNHWC``, which the
+dense kernel applies as it stores its tiles. Every group, stride, pad and
 output_padding of a 2-D ConvTranspose; the bias rides on the Conv (``subpixel_weights`` is
 written for any rank, but ember generates 2-D convolutions only).
 
@@ -158,33 +158,18 @@ def _rewrite(n: Node) -> list[Node]:
 
 def _interleave_nhwc(n: Node, z: Value, group: int, strides: list[int], cg: int,
                      zs: list[int], pads: list[int], outs: list[int]) -> list[Node]:
-    """2-D: the interleave channels-last, where each move is a whole run of ``Cg`` contiguous
-    channels (``[N, Z0, Z1, G, s0, s1, Cg] -> [N, Z0, s0, Z1, s1, G, Cg]``), between a
-    transpose to NHWC that cancels against the layout pass's after the Conv and one back to
-    NCHW that it sinks into the consumers (or cancels against the next convolution's)."""
+    """2-D: the interleave and crop channels-last, one ``DepthToSpaceNHWC`` whose moves are
+    whole runs of ``Cg`` contiguous channels, between a transpose to NHWC that cancels
+    against the layout pass's after the Conv and one back to NCHW that it sinks into the
+    consumers (or cancels against the next convolution's). The dense kernel stores a
+    convolution's tiles through it (``kernel/phase_store.py``), so it costs no pass."""
     batch, dt = int(z.type.shape[0]), z.type.dtype
-    (z0, z1), (s0, s1) = zs, strides
-
-    def node(op: str, x: Value, shape: list[int], attrs: dict, tag: str,
-             out: Value | None = None) -> Node:
-        ins: list[Value | None] = [x]
-        if op == "Reshape":
-            ins.append(Value.constant(np.array(shape, np.int64)))
-        y = out if out is not None else Value(TensorType(tuple(shape), dt), f"{n.name}_{tag}")
-        return Node(op, ins, [y], attrs, name=f"{n.name}_{tag}" if out is None else n.name)
-
-    c = group * s0 * s1 * cg
-    t1 = node("Transpose", z, [batch, z0, z1, c], {"perm": [0, 2, 3, 1]}, "nhwc")
-    r1 = node("Reshape", t1.output, [batch, z0, z1, group, s0, s1, cg], {}, "split")
-    tr = node("Transpose", r1.output, [batch, z0, s0, z1, s1, group, cg],
-              {"perm": [0, 1, 4, 2, 5, 3, 6]}, "interleave")
-    full = [batch, z0 * s0, z1 * s1, group * cg]
-    r2 = node("Reshape", tr.output, full, {}, "full")
-    nodes = [t1, r1, tr, r2]
-    if pads[:2] != [0, 0] or full[1:3] != outs:      # the pads and output_padding: a crop
-        nodes.append(node("Slice", r2.output, [batch, outs[0], outs[1], group * cg],
-                          {"starts": pads[:2], "ends": [pads[0] + outs[0], pads[1] + outs[1]],
-                           "axes": [1, 2]}, "crop"))
-    nodes.append(node("Transpose", nodes[-1].output, [], {"perm": [0, 3, 1, 2]}, "nchw",
-                      n.output))
-    return nodes
+    c = group * math.prod(strides) * cg
+    to_nhwc = Node("Transpose", [z], [Value(TensorType((batch, *zs, c), dt), f"{n.name}_nhwc")],
+                   {"perm": [0, 2, 3, 1]}, name=f"{n.name}_nhwc")
+    y = Value(TensorType((batch, *outs, group * cg), dt), f"{n.name}_interleave")
+    d2s = Node("DepthToSpaceNHWC", [to_nhwc.output], [y],
+               {"blocksize": list(strides), "group": group, "crop": [*pads[:2], *outs]},
+               name=f"{n.name}_interleave")
+    back = Node("Transpose", [y], [n.output], {"perm": [0, 3, 1, 2]}, name=n.name)
+    return [to_nhwc, d2s, back]

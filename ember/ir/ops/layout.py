@@ -4,7 +4,9 @@
 group and optional ``pads`` [top, left, bottom, right] of zeros around the input (the layout
 pass sets them where the kernel reads the border itself, ``layout_nhwc._reads_border``:
 depthwise, or 16 or more channels per group; otherwise a Pad node comes before the conv).
-``MaxPoolNHWC`` / ``AveragePoolNHWC``: the ONNX pools with the channel axis last. ``Fused``: a
+``MaxPoolNHWC`` / ``AveragePoolNHWC``: the ONNX pools with the channel axis last.
+``DepthToSpaceNHWC``: channel blocks moved into spatial blocks, channels-last, then cropped (a
+sub-pixel ConvTranspose's interleave, ``passes/subpixel_convt.py``). ``Fused``: a
 fused group (TVM's primitive function) whose ``body`` attribute is a Graph; its type relation
 and reference come from the body.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.errors import TypeInferenceError
 from ember.ir.ops.nn import window_out_dim
 from ember.ir.ops.registry import Pattern, ShapeMode, defop, get
 from ember.ir.types import TensorType
@@ -77,6 +80,39 @@ def _pool_nhwc_ref(op: str) -> Any:
 
 for _op in ("MaxPool", "AveragePool"):
     defop(f"{_op}NHWC", Pattern.REDUCTION, _pool_nhwc_type(_op))(_pool_nhwc_ref(_op))
+
+
+def _d2s_nhwc_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorType]:
+    x = ts[0]
+    if x.rank != 4:
+        raise TypeInferenceError(f"DepthToSpaceNHWC needs a 4-D NHWC input, got {x}")
+    n, z0, z1, c = x.shape
+    s0, s1 = (int(s) for s in attrs["blocksize"])
+    g = int(attrs.get("group", 1))
+    top, left, oh, ow = (int(v) for v in attrs["crop"])
+    if not all(isinstance(d, int) for d in (z0, z1, c)) or c % (g * s0 * s1):
+        raise TypeInferenceError(f"DepthToSpaceNHWC: needs static spatial dims and channels "
+                                 f"a multiple of group x blocksize {g} x {s0} x {s1}, got {x}")
+    for full, start, size in ((z0 * s0, top, oh), (z1 * s1, left, ow)):
+        if start < 0 or size < 0 or start + size > full:
+            raise TypeInferenceError(f"DepthToSpaceNHWC: crop {list(attrs['crop'])} outside "
+                                     f"the {z0 * s0} x {z1 * s1} interleave")
+    return [TensorType((n, oh, ow, c // (s0 * s1)), x.dtype)]
+
+
+@defop("DepthToSpaceNHWC", Pattern.INJECTIVE, _d2s_nhwc_type)
+def depth_to_space_nhwc(attrs: dict[str, Any], x: np.ndarray) -> list[np.ndarray]:
+    """Input channel ``((g·s0 + r0)·s1 + r1)·Cg + c`` of pixel (z0, z1) is output channel
+    ``g·Cg + c`` of pixel (z0·s0 + r0 - top, z1·s1 + r1 - left); ``crop`` = [top, left, OH,
+    OW] keeps the output window of the interleaved [Z0·s0, Z1·s1] image."""
+    n, z0, z1, c = x.shape
+    s0, s1 = (int(s) for s in attrs["blocksize"])
+    g = int(attrs.get("group", 1))
+    top, left, oh, ow = (int(v) for v in attrs["crop"])
+    cg = c // (g * s0 * s1)
+    y = x.reshape(n, z0, z1, g, s0, s1, cg).transpose(0, 1, 4, 2, 5, 3, 6)
+    y = y.reshape(n, z0 * s0, z1 * s1, g * cg)
+    return [np.ascontiguousarray(y[:, top:top + oh, left:left + ow])]
 
 
 def _fused_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorType]:

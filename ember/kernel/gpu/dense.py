@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Node
 from ember.ir.ops.layout import conv_pads
+from ember.kernel import phase_store
 from ember.kernel.base import OUTPUT
 from ember.kernel.conv import core_body, transposed_output
 from ember.kernel.epilogue import element_epilogue
@@ -222,7 +223,9 @@ def _epilogue(name: str, body: Graph, m: Node, gm: Gemm) -> Callable[[Expr, Expr
     core = core_body(body)
     oshape = [int(d) for d in static_shape(m.output.type)]
     pixels, chans = math.prod(oshape[:-1]), oshape[-1]
-    out_buf = Buffer(f"{name}_out", pixels * chans)
+    phases = phase_store.phase_output(body)
+    out_buf = Buffer(f"{name}_out", math.prod(static_shape(body.outputs[0].type)) if phases
+                     else pixels * chans)
     gm.args.insert(0, (out_buf, OUTPUT))
     stmt, pv, cv = element_epilogue(core, m, out_buf, gm.a_buf, gm.args)
     if not isinstance(stmt, Store) or stmt.buf is not out_buf:
@@ -244,7 +247,12 @@ def _epilogue(name: str, body: Graph, m: Node, gm: Gemm) -> Callable[[Expr, Expr
         if transposed:    # batch 1: NHWC tile stored as NCHW
             idx = Bin("+", Bin("*", c, Const(pixels)), p)
         v = substitute(value, {pv: p, cv: c, acc: a})
-        return Store(out_buf, simplify(idx), v)  # type: ignore[arg-type]
+        if phases is None:
+            return Store(out_buf, simplify(idx), v)  # type: ignore[arg-type]
+        # through the sub-pixel interleave; the crop drops the elements outside it
+        at, inside = phase_store.destination(phases, p, c)
+        st: Stmt = Store(out_buf, simplify(at), v)  # type: ignore[arg-type]
+        return st if inside is None else If(inside, st)
 
     return store
 

@@ -1,0 +1,261 @@
+"""A dense convolution's tile stored through a sub-pixel interleave (``DepthToSpaceNHWC``),
+optionally then transposed to NCHW: a ConvTranspose's output written once, in place.
+
+A sub-pixel ConvTranspose (``passes/subpixel_convt.py``) is a Conv whose output channel
+``((g·s0 + r0)·s1 + r1)·Cg + c`` at pixel (z0, z1) is the ConvTranspose's channel ``g·Cg + c``
+at (z0·s0 + r0 - top, z1·s1 + r1 - left), kept where that lies inside the [OH, OW] crop. As
+separate kernels that is three passes over the output (the conv's store, the interleave, the
+layout transpose); here the dense kernel computes each task's tile into its scratch and these
+helpers move it to its final place while it is in cache:
+
+- ``em_phase_store``: NHWC destination; each (row, phase) is a run of ``Cg`` contiguous
+  channels, copied whole.
+- ``em_phase_store_nchw``: NCHW destination; the tile's rows of one image row are transposed
+  in 16 x 16 register blocks (``transpose_tile``), then the ``s1`` phases of each channel are
+  zipped into one contiguous output row segment and stored clipped to the crop.
+
+On the GPU (``kernel/gpu/dense.py``) each element is stored at ``destination``'s index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.ir.graph import Graph
+from ember.kernel.schedule import numel
+from ember.loops.ir import Bin, Const, Expr, all_of
+from ember.lower.computes import static_shape
+
+NAME = "em_phase_store"
+TO_NCHW = [0, 3, 1, 2]
+NCHW_NAME = "em_phase_store_nchw"
+
+
+@dataclass(frozen=True)
+class PhaseStore:
+    """The interleave a dense group's output goes through: the conv's [N, Z0, Z1, G·s0·s1·Cg]
+    output to [N, OH, OW, G·Cg] (``nchw``: then [N, G·Cg, OH, OW])."""
+    z0: int
+    z1: int
+    s0: int
+    s1: int
+    cg: int
+    top: int
+    left: int
+    oh: int
+    ow: int
+    oc: int
+    nchw: bool
+    streaming: bool = False
+
+    def args(self) -> tuple[Const, ...]:
+        """The helpers' geometry arguments and the non-temporal store flag."""
+        return tuple(Const(int(v)) for v in (
+            self.z0, self.z1, self.s0, self.s1, self.cg, self.top, self.left, self.oh, self.ow,
+            self.oc, self.streaming))
+
+
+def phase_output(body: Graph, cache_bytes: int = 0) -> PhaseStore | None:
+    """The interleave ``body`` ends in (a ``DepthToSpaceNHWC``, optionally followed by the
+    layout transpose to NCHW), or None. Stores are non-temporal where the output exceeds
+    half of ``cache_bytes`` (the last-level cache: it would not stay there for its consumer
+    anyway)."""
+    nodes = body.nodes
+    nchw = len(nodes) > 2 and nodes[-1].op == "Transpose" and \
+        list(nodes[-1].attrs["perm"]) == TO_NCHW
+    d = nodes[-2] if nchw else nodes[-1]
+    if len(nodes) < 2 or d.op != "DepthToSpaceNHWC":
+        return None
+    _, z0, z1, c = (int(v) for v in d.inputs[0].type.shape)   # type: ignore[union-attr]
+    s0, s1 = (int(s) for s in d.attrs["blocksize"])
+    top, left, oh, ow = (int(v) for v in d.attrs["crop"])
+    g = int(d.attrs.get("group", 1))
+    cg = c // (g * s0 * s1)
+    out = body.outputs[0].type
+    big = cache_bytes > 0 and numel(static_shape(out)) * 4 > cache_bytes // 2
+    return PhaseStore(z0, z1, s0, s1, cg, top, left, oh, ow, g * cg, nchw, big)
+
+
+def tail_length(body: Graph) -> int:
+    """How many trailing nodes of ``body`` the phase store applies (0 without one)."""
+    ps = phase_output(body)
+    return 0 if ps is None else 2 if ps.nchw else 1
+
+
+def destination(ps: PhaseStore, p: Expr, c: Expr) -> tuple[Expr, Expr | None]:
+    """The output index of the conv's element (row ``p``, channel ``c``) and the condition
+    under which it is stored (None: always)."""
+    z1 = Bin("%", p, Const(ps.z1))
+    z0 = Bin("%", Bin("//", p, Const(ps.z1)), Const(ps.z0))
+    n = Bin("//", p, Const(ps.z0 * ps.z1))
+    ph = Bin("//", c, Const(ps.cg))
+    r1 = Bin("%", ph, Const(ps.s1))
+    r0 = Bin("%", Bin("//", ph, Const(ps.s1)), Const(ps.s0))
+    ch = Bin("+", Bin("*", Bin("//", ph, Const(ps.s0 * ps.s1)), Const(ps.cg)),
+             Bin("%", c, Const(ps.cg)))
+    o0 = Bin("-", Bin("+", Bin("*", z0, Const(ps.s0)), r0), Const(ps.top))
+    o1 = Bin("-", Bin("+", Bin("*", z1, Const(ps.s1)), r1), Const(ps.left))
+    if ps.nchw:
+        idx = Bin("+", Bin("*", Bin("+", Bin("*", Bin("+", Bin("*", n, Const(ps.oc)), ch),
+                                             Const(ps.oh)), o0), Const(ps.ow)), o1)
+    else:
+        idx = Bin("+", Bin("*", Bin("+", Bin("*", Bin("+", Bin("*", n, Const(ps.oh)), o0),
+                                             Const(ps.ow)), o1), Const(ps.oc)), ch)
+    conds = []
+    for o, lo_cut, hi_cut, size in ((o0, ps.top > 0, ps.top + ps.oh < ps.z0 * ps.s0, ps.oh),
+                                    (o1, ps.left > 0, ps.left + ps.ow < ps.z1 * ps.s1, ps.ow)):
+        if lo_cut:
+            conds.append(Bin(">=", o, Const(0)))
+        if hi_cut:
+            conds.append(Bin("<", o, Const(size)))
+    return idx, all_of(conds) if conds else None
+
+
+C_SOURCE = r"""
+#include <string.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+/* n floats from s to d; with nt, the 64-byte lines d covers whole are written with
+   non-temporal stores (no read for ownership: an output larger than the cache was written
+   at half the speed of a plain copy, its lines first read from memory), the rest copied. */
+static inline void em_ps_put(float *d, const float *s, int64_t n, int nt) {
+#if defined(__AVX__)
+  if (nt && n >= 16) {
+    int64_t head = (int64_t)((64 - ((uintptr_t)d & 63)) & 63);
+    if (head % 4 == 0) {
+      head /= 4;
+      memcpy(d, s, (size_t)head * sizeof(float));
+      int64_t e = head;
+#if defined(__AVX512F__)
+      for (; e + 16 <= n; e += 16) _mm512_stream_ps(d + e, _mm512_loadu_ps(s + e));
+#else
+      for (; e + 16 <= n; e += 16) {
+        _mm256_stream_ps(d + e, _mm256_loadu_ps(s + e));
+        _mm256_stream_ps(d + e + 8, _mm256_loadu_ps(s + e + 8));
+      }
+#endif
+      memcpy(d + e, s + e, (size_t)(n - e) * sizeof(float));
+      return;
+    }
+  }
+#else
+  (void)nt;
+#endif
+  memcpy(d, s, (size_t)n * sizeof(float));
+}
+
+static inline void em_ps_fence(int nt) {
+#if defined(__AVX__)
+  if (nt) _mm_sfence();
+#else
+  (void)nt;
+#endif
+}
+/* The columns [c0, c0 + cols) of a conv tile as runs of one phase (at most cols + 2): where
+   each starts in the tile, its length, the output channel of its first column and its phase
+   (r0, r1); computed by walking, once per call (a division per column had cost more than the
+   tile's FMAs). */
+typedef struct { int64_t at, len, ch, r0, r1; } em_phase_run;
+static int64_t em_phase_runs(em_phase_run *rs, int64_t c0, int64_t cols, int64_t s0,
+                             int64_t s1, int64_t cg) {
+  int64_t ph = c0 / cg, cc = c0 % cg, n = 0;
+  int64_t r1 = ph % s1, r0 = ph / s1 % s0, g = ph / (s0 * s1);
+  for (int64_t at = 0; at < cols; ++n) {
+    const int64_t len = cg - cc < cols - at ? cg - cc : cols - at;
+    rs[n] = (em_phase_run){at, len, g * cg + cc, r0, r1};
+    at += len;
+    cc = 0;
+    if (++r1 == s1) { r1 = 0; if (++r0 == s0) { r0 = 0; ++g; } }
+  }
+  return n;
+}
+
+/* The task's tile s[rows][lds] (conv rows p0.., channels c0..) through the interleave:
+   channel ((g*s0 + r0)*s1 + r1)*cg + c of pixel (n, z0, z1) goes to output channel g*cg + c
+   of pixel (z0*s0 + r0 - top, z1*s1 + r1 - left), kept inside [oh, ow]. */
+static void em_phase_store(const float *s, int64_t lds, float *out, int64_t p0, int64_t rows,
+                           int64_t c0, int64_t cols, int64_t z0n, int64_t z1n, int64_t s0,
+                           int64_t s1, int64_t cg, int64_t top, int64_t left, int64_t oh,
+                           int64_t ow, int64_t oc, int nt) {
+  em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
+  const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
+  int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < nr; ++k) {
+      const int64_t o0 = z0 * s0 + rs[k].r0 - top, o1 = z1 * s1 + rs[k].r1 - left;
+      if (o0 >= 0 && o0 < oh && o1 >= 0 && o1 < ow)
+        em_ps_put(out + ((n * oh + o0) * ow + o1) * oc + rs[k].ch, s + i * lds + rs[k].at,
+                  rs[k].len, nt);
+    }
+    if (++z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
+  }
+  em_ps_fence(nt);
+}
+
+#define EM_PS_ROWS 32
+/* The same into an NCHW output, a run of at most 32 rows of one image row at a time: the run
+   transposed (whole 16 x 16 blocks; the scratch has 16 rows and 16 floats of slack past the
+   tile, so a block may read past its valid rows and columns, never past the allocation),
+   the s1 phases of each channel zipped into one output row segment and stored clipped to
+   the crop (s1 <= 8 with all its phases in this tile), else element by element. */
+static void em_phase_store_nchw(const float *s, int64_t lds, float *out, int64_t p0,
+                                int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
+                                int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
+                                int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
+  em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
+  const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
+  float zb[EM_PS_ROWS * 8];
+  float *t = (float *)__builtin_alloca(sizeof(float) * EM_PS_ROWS * (size_t)(cols + 16));
+  int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
+  for (int64_t i = 0; i < rows;) {
+    int64_t len = z1n - z1 < rows - i ? z1n - z1 : rows - i;
+    if (len > EM_PS_ROWS) len = EM_PS_ROWS;
+#if EM_TR_BLOCK
+    for (int64_t c = 0; c < cols; c += 16)
+      for (int64_t r = 0; r < len; r += 16)
+        em_tr16x16(s + (i + r) * lds + c, lds, t + c * EM_PS_ROWS + r, EM_PS_ROWS);
+#else
+    em_transpose_store(s + i * lds, lds, t, 0, EM_PS_ROWS, len, cols);
+#endif
+    const int64_t q = z1 * s1 - left;     /* the output column of (z1, r1 = 0) */
+    for (int64_t k = 0; k < nr; ++k) {
+      const int64_t o0 = z0 * s0 + rs[k].r0 - top;
+      if (o0 < 0 || o0 >= oh) continue;
+      const int64_t r1 = rs[k].r1;
+      /* the runs of the same channels' other phases: k + 1 .. k + s1 - 1, whole */
+      const int zip = s1 <= 8 && r1 == 0 && k + s1 - 1 < nr &&
+                      rs[k + s1 - 1].len == rs[k].len && rs[k + s1 - 1].ch == rs[k].ch;
+      if (!zip && r1 > 0 && k >= r1 && rs[k - r1].r1 == 0 && k - r1 + s1 - 1 < nr &&
+          rs[k - r1 + s1 - 1].len == rs[k - r1].len && rs[k - r1 + s1 - 1].ch == rs[k - r1].ch)
+        continue;                           /* stored with its run's first phase */
+      for (int64_t j = 0; j < rs[k].len; ++j) {
+        float *d = out + ((n * oc + rs[k].ch + j) * oh + o0) * ow;
+        const float *a = t + (rs[k].at + j) * EM_PS_ROWS;
+        if (zip) {
+          if (s1 == 2) {
+            const float *b = t + (rs[k + 1].at + j) * EM_PS_ROWS;
+            for (int64_t m = 0; m < EM_PS_ROWS; ++m) { zb[2 * m] = a[m]; zb[2 * m + 1] = b[m]; }
+          } else {
+            for (int64_t r = 0; r < s1; ++r) {
+              const float *b = t + (rs[k + r].at + j) * EM_PS_ROWS;
+              for (int64_t m = 0; m < len; ++m) zb[m * s1 + r] = b[m];
+            }
+          }
+          const int64_t lo = q < 0 ? -q : 0, hi = q + len * s1 > ow ? ow - q : len * s1;
+          if (hi > lo) em_ps_put(d + q + lo, zb + lo, hi - lo, nt);
+        } else {
+          for (int64_t m = 0; m < len; ++m) {
+            const int64_t o1 = q + m * s1 + r1;
+            if (o1 >= 0 && o1 < ow) d[o1] = a[m];
+          }
+        }
+      }
+    }
+    i += len;
+    z1 += len;
+    if (z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
+  }
+  em_ps_fence(nt);
+}
+"""
