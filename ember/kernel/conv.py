@@ -229,7 +229,7 @@ def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
 
 
 def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = False,
-             epi: RegEpilogue | None = None) -> str:
+             epi: RegEpilogue | None = None, stream: bool = False) -> str:
     """The C function of one rTask. ``local``: it writes its tile to ``out`` as a
     [PT][channels per task] scratch instead of at the tile's place in the [P][OC] output.
     ``cd``: the sizes as C (symbolic ones: the last row tile is the residue, dispatched by
@@ -250,6 +250,8 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
     crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
     pix = t.KC if t.pack else g.C
     tail, ts, params = _epilogue_args(g, t, epi)
+    fence = "\n  EM_FENCE();   /* the non-temporal stores, before another thread reads */" \
+        if stream else ""
 
     def cases(indirect: bool) -> str:
         width = g.W if t.pack else cd.IW   # a panel holds padded rows
@@ -257,7 +259,8 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
             f"{_cmul(g.DH, width, pix)}, {g.DW * pix}"
         table = "tb" if indirect else "rows"
         return "\n".join(
-            f"        case {r}: {uk_name(r, t.V, epi, indirect)}({table}, wb, {g.KH}, {g.KW}, "
+            f"        case {r}: {uk_name(r, t.V, epi, indirect, stream)}({table}, wb, {g.KH}, "
+            f"{g.KW}, "
             f"icc, {strides}, cb + {crow}, {ldc}, c > 0, nvalid, {t.KC}{tail}); break;"
             for r in heights(P, t.PT, t.R))
 
@@ -275,6 +278,10 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
         default: break;
       }}"""
     left = f"{g.OCg} - j * {t.NB}"
+    if local and (epi is None or not epi.tensors):
+        # a scratch tile has whole blocks: the padding lanes (zero weights) are stored there
+        # and never copied out, so a block of a few channels is stored whole, not lane by lane
+        left = f"{t.NB}"
     block = f"""const int64_t nvalid = {left} < {t.NB} ? {left} : {t.NB};
       float *cb = out + {"(j - j0)" if local else f"g * {g.OCg} + j"} * {t.NB};
       const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};"""
@@ -294,7 +301,7 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
     const int64_t icc = {g.ICg} - c * {t.KC} < {t.KC} ? {g.ICg} - c * {t.KC} : {t.KC};
     {_pack_copy(g, t) if t.pack else ""}
     {loops}
-  }}
+  }}{fence}
 }}
 """
 
@@ -497,8 +504,13 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
                             Bin("//", Bin("+", sym, Const(t.PT - 1)), Const(t.PT)))
     core = core_body(body)
     reg = register_epilogue(core, m, g.OC, tensors=True) if len(core.nodes) > 1 else None
+    # an output written once (one K chunk, final in registers) that would not stay in the
+    # cache: non-temporal stores (the detector's 1x1 16 -> 96 expansion at 320x320, 39 MB)
+    stream = (not local and sym is None and -(-g.ICg // t.KC) == 1 and g.OCg % 16 == 0
+              and g.OC % 16 == 0 and (reg is not None or len(core.nodes) == 1)
+              and 4 * g.P * g.OC > _cache_bytes(ctx) // 2)
     # named by what its text depends on, so kernels of one shape share one tile function
-    key = (g, t, bool(local)) if sym is None else (g, t, bool(local), cd)
+    key = (g, t, bool(local), stream) if sym is None else (g, t, bool(local), cd)
     if reg is not None:
         key += reg.key
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
@@ -524,8 +536,8 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
             _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    support = _helpers(g, t, reg, g.P if sym is None else sym)
-    support[fn] = _tile_fn(fn, g, t, cd, local, reg)
+    support = _helpers(g, t, reg, g.P if sym is None else sym, stream)
+    support[fn] = _tile_fn(fn, g, t, cd, local, reg, stream)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
     if phases is not None:
@@ -566,7 +578,7 @@ def _tiling(name: str, body: Graph, g: ConvGeom, ctx: RollerContext, cd: CDims,
 
 
 def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
-             rows: object) -> dict[str, str]:
+             rows: object, stream: bool = False) -> dict[str, str]:
     """The C helpers a tile function calls: partial vectors, the epilogue's ops, the
     micro-kernel of each height its tasks reach over ``rows`` (and its indirect variant and
     zero block, for a padded conv's border)."""
@@ -575,9 +587,11 @@ def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
         support["epi"] = EPI_HELPERS
     border = g.padded and not t.pack
     for r in heights(rows, t.PT, t.R):
-        support[uk_name(r, t.V, reg)] = emit_microkernel(r, t.V, reg)
+        support[uk_name(r, t.V, reg, False, stream)] = emit_microkernel(r, t.V, reg, False,
+                                                                         stream)
         if border:
-            support[uk_name(r, t.V, reg, True)] = emit_microkernel(r, t.V, reg, True)
+            support[uk_name(r, t.V, reg, True, stream)] = emit_microkernel(r, t.V, reg, True,
+                                                                        stream)
     if border:
         support[zero_name(g.ICg)] = zero_block(g.ICg)
     return support

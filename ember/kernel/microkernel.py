@@ -31,8 +31,8 @@ LANES = 16
 
 
 def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None,
-            indirect: bool = False) -> str:
-    base = f"em_uk_{rows}x{vecs}{'i' if indirect else ''}"
+            indirect: bool = False, stream: bool = False) -> str:
+    base = f"em_uk_{rows}x{vecs}{'i' if indirect else ''}{'s' if stream else ''}"
     if epi is None:
         return base
     return f"{base}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
@@ -51,14 +51,18 @@ def heights(rows: object, span: int, R: int) -> list[int]:
 
 
 def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
-                     indirect: bool = False) -> str:
+                     indirect: bool = False, stream: bool = False) -> str:
+    """``stream``: whole blocks are stored with non-temporal stores (``EM_PUT16``/``EM_PUT8``;
+    for an output that is written once, in one K chunk, and is too large to stay in the
+    cache: the plain store first read each line from memory). The caller fences."""
     nb = LANES * vecs
+    put16, put8 = ("EM_PUT16", "EM_PUT8") if stream else ("EM_SET16", "EM_SET8")
     R, V = range(rows), range(vecs)
     L: list[str] = []
     # not inlined: the tile function's switch over row counts inlines every height into one
     # body, where gcc spilled accumulators and weight vectors to the stack (5x4: a load per
     # FMA, 59 against 113 GFLOP/s on one core); on its own each is spill-free
-    L.append(f"static __attribute__((noinline)) void {uk_name(rows, vecs, epi, indirect)}(")
+    L.append(f"static __attribute__((noinline)) void {uk_name(rows, vecs, epi, indirect, stream)}(")
     L.append("    const float *const *rows, const float *w, int64_t nkh, int64_t nkw,")
     L.append("    int64_t nic, int64_t " + ("tr, int64_t koff" if indirect else "skh, int64_t skw")
              + ", float *c, int64_t ldc,")
@@ -85,8 +89,8 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     L.append(f"  if (nvalid == {nb}) {{")
     L += _epilogue(epi, rows, vecs, full=True, halves=True)
     for r in R:
-        L.append("    " + " ".join(f"*(em_v8 *)(c + {r} * ldc + {v * LANES + o}) = "
-                                    f"a{r}_{v}_{h};" for v in V for h, o in ((0, 0), (1, 8))))
+        L.append("    " + " ".join(f"{put8}(c + {r} * ldc + {v * LANES + o}, a{r}_{v}_{h});"
+                                    for v in V for h, o in ((0, 0), (1, 8))))
     L.append("    return;")
     L.append("  }")
     for r in R:
@@ -108,7 +112,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     L.append(f"  if (nvalid == {nb}) {{")
     L += _epilogue(epi, rows, vecs, full=True)
     for r in R:
-        L.append("    " + " ".join(f"*(em_v16 *)(c + {r} * ldc + {v * LANES}) = a{r}_{v};"
+        L.append("    " + " ".join(f"{put16}(c + {r} * ldc + {v * LANES}, a{r}_{v});"
                                     for v in V))
     L.append("  } else {")
     L += _partial_store(epi, rows, vecs)
@@ -241,6 +245,21 @@ def _load_c(rows: int, vecs: int) -> str:
 
 
 PART_HELPERS = r"""
+#define EM_SET16(p, v) (*(em_v16 *)(p) = (v))
+#define EM_SET8(p, v) (*(em_v8 *)(p) = (v))
+#if defined(__AVX__)
+#include <immintrin.h>
+#define EM_PUT8(p, v) _mm256_stream_ps((p), (__m256)(v))
+#define EM_FENCE() _mm_sfence()
+#else
+#define EM_PUT8(p, v) EM_SET8(p, v)
+#define EM_FENCE() ((void)0)
+#endif
+#if defined(__AVX512F__)
+#define EM_PUT16(p, v) _mm512_stream_ps((p), (__m512)(v))
+#else
+#define EM_PUT16(p, v) EM_SET16(p, v)
+#endif
 static inline void em_store_part(float *dst, em_v16a v, int64_t n) {
   if (n <= 0) return;
   if (n >= 16) { *(em_v16 *)dst = v; return; }

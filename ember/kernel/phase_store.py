@@ -171,22 +171,56 @@ static int64_t em_phase_runs(em_phase_run *rs, int64_t c0, int64_t cols, int64_t
   return n;
 }
 
+/* n floats, a few: inline (a call per run of one or two channels had cost more than the
+   run) */
+static inline void em_ps_small(float *d, const float *s, int64_t n) {
+  for (int64_t e = 0; e < n; ++e) d[e] = s[e];
+}
+
 /* The task's tile s[rows][lds] (conv rows p0.., channels c0..) through the interleave:
    channel ((g*s0 + r0)*s1 + r1)*cg + c of pixel (n, z0, z1) goes to output channel g*cg + c
-   of pixel (z0*s0 + r0 - top, z1*s1 + r1 - left), kept inside [oh, ow]. */
+   of pixel (z0*s0 + r0 - top, z1*s1 + r1 - left), kept inside [oh, ow]. With one group
+   (oc == cg) a row's whole phases r1 = 0..s1-1 of one r0 are one contiguous run in the tile
+   and in the output: copied as one, clipped to the crop. */
 static void em_phase_store(const float *s, int64_t lds, float *out, int64_t p0, int64_t rows,
                            int64_t c0, int64_t cols, int64_t z0n, int64_t z1n, int64_t s0,
                            int64_t s1, int64_t cg, int64_t top, int64_t left, int64_t oh,
                            int64_t ow, int64_t oc, int nt) {
   em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
-  const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
+  int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
+  int64_t *nph = (int64_t *)__builtin_alloca(sizeof(int64_t) * (size_t)(nr + 1));
+  if (oc == cg) {       /* merge the whole runs of one r0: phases r1, r1 + 1, ... */
+    int64_t m = 0;
+    for (int64_t k = 0; k < nr; ++k) {
+      if (m > 0 && rs[m - 1].len == nph[m - 1] * cg && rs[k].len == cg &&
+          rs[k].r0 == rs[m - 1].r0 && rs[k].r1 == rs[m - 1].r1 + nph[m - 1]) {
+        rs[m - 1].len += cg;
+        ++nph[m - 1];
+      } else {
+        rs[m] = rs[k];
+        nph[m++] = rs[k].len == cg ? 1 : 0;   /* 0: a partial run, copied as it is */
+      }
+    }
+    nr = m;
+  } else {
+    for (int64_t k = 0; k < nr; ++k) nph[k] = 0;
+  }
   int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t k = 0; k < nr; ++k) {
-      const int64_t o0 = z0 * s0 + rs[k].r0 - top, o1 = z1 * s1 + rs[k].r1 - left;
-      if (o0 >= 0 && o0 < oh && o1 >= 0 && o1 < ow)
-        em_ps_put(out + ((n * oh + o0) * ow + o1) * oc + rs[k].ch, s + i * lds + rs[k].at,
-                  rs[k].len, nt);
+      const int64_t o0 = z0 * s0 + rs[k].r0 - top;
+      if (o0 < 0 || o0 >= oh) continue;
+      int64_t o1 = z1 * s1 + rs[k].r1 - left, at = rs[k].at, len = rs[k].len, ch = rs[k].ch;
+      if (nph[k] > 1) {      /* clip the merged phases to [0, ow) */
+        int64_t lo = o1 < 0 ? -o1 : 0, hi = o1 + nph[k] > ow ? ow - o1 : nph[k];
+        if (hi <= lo) continue;
+        at += lo * cg; o1 += lo; len = (hi - lo) * cg;
+      } else if (o1 < 0 || o1 >= ow) {
+        continue;
+      }
+      float *d = out + ((n * oh + o0) * ow + o1) * oc + ch;
+      if (len < 16) em_ps_small(d, s + i * lds + at, len);
+      else em_ps_put(d, s + i * lds + at, len, nt);
     }
     if (++z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
   }

@@ -1,7 +1,7 @@
 """Element-wise epilogues applied to a kernel's accumulators in registers, before the store.
 
 A fused group's ops after its master (a depthwise or dense convolution, a matrix product, a
-planar window) that are Relu, Clip, HardSigmoid, HardSwish, or Add/Sub/Mul/Div by a per-channel
+planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div by a per-channel
 constant or (for the dense kernel) by a run-time tensor of the output's shape become C
 expressions over an accumulator vector (``RegEpilogue``): the tile is stored once, final,
 instead of being stored, read back and stored again by a separate pass over it.
@@ -34,6 +34,33 @@ static inline em_v8a em_vmax8(em_v8a a, em_v8a b) {  /* a < b || b is NaN ? b : 
 static inline em_v8a em_vmin8(em_v8a a, em_v8a b) {  /* b < a || b is NaN ? b : a */
   const em_v8i m = (b < a) | (b != b);
   return (em_v8a)((m & (em_v8i)b) | (~m & (em_v8i)a));
+}
+/* Sigmoid and Tanh lane by lane through cmath's branch-free em_expf / em_tanhf, the same
+   formulas as the generic kernels' (1 / (1 + exp(-x))); gcc vectorizes the lane loop, no
+   call remains */
+static inline em_v16a em_vsigmoid(em_v16a a) {
+  float t[16] __attribute__((aligned(64)));
+  *(em_v16a *)t = a;
+  for (int l = 0; l < 16; ++l) t[l] = 1.0f / (1.0f + em_expf(-t[l]));
+  return *(em_v16a *)t;
+}
+static inline em_v16a em_vtanh(em_v16a a) {
+  float t[16] __attribute__((aligned(64)));
+  *(em_v16a *)t = a;
+  for (int l = 0; l < 16; ++l) t[l] = em_tanhf(t[l]);
+  return *(em_v16a *)t;
+}
+static inline em_v8a em_vsigmoid8(em_v8a a) {
+  float t[8] __attribute__((aligned(32)));
+  *(em_v8a *)t = a;
+  for (int l = 0; l < 8; ++l) t[l] = 1.0f / (1.0f + em_expf(-t[l]));
+  return *(em_v8a *)t;
+}
+static inline em_v8a em_vtanh8(em_v8a a) {
+  float t[8] __attribute__((aligned(32)));
+  *(em_v8a *)t = a;
+  for (int l = 0; l < 8; ++l) t[l] = em_tanhf(t[l]);
+  return *(em_v8a *)t;
 }
 #ifdef EM_SPLIT8
 /* AVX/AVX2: gcc scalarizes compares of 64-byte vectors, so the 8-lane halves are compared
@@ -109,6 +136,10 @@ def _unary_exprs(n: Node) -> list[str] | None:
     if n.op == "HardSigmoid":
         lin = f"{{a}} * {_cfloat(a.get('alpha', 0.2))} + {_cfloat(a.get('beta', 0.5))}"
         return [f"em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
+    if n.op == "Sigmoid":
+        return ["em_vsigmoid({a})"]
+    if n.op == "Tanh":
+        return ["em_vtanh({a})"]
     if n.op == "HardSwish":
         lin = f"{{a}} * {_cfloat(1 / 6)} + {_cfloat(0.5)}"
         return [f"{{a}} * em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
@@ -119,7 +150,7 @@ def register_epilogue(body: Graph, m: Node, c: int,
                       channel_const: Callable[[Any, int], np.ndarray | None] | None = None,
                       tensors: bool = False) -> RegEpilogue | None:
     """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
-    Relu, Clip, HardSigmoid, HardSwish, or Add/Sub/Mul/Div by a per-channel (or scalar)
+    Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div by a per-channel (or scalar)
     constant (``channel_const`` extracts one as a (C,) array; default: NHWC's) or, with
     ``tensors``, by a float32 group input of the output's static shape (a residual)."""
     epi = RegEpilogue([], [])
@@ -189,8 +220,9 @@ def apply_epilogue(epi: RegEpilogue, R: int, nv: int, const_at: Callable[[int, i
 
     for e in epi.exprs:
         if halves:
-            e = e.replace("em_vmax(", "em_vmax8(").replace("em_vmin(", "em_vmin8(") \
-                .replace("(em_v16a)", "(em_v8a)")
+            for f in ("em_vmax", "em_vmin", "em_vsigmoid", "em_vtanh"):
+                e = e.replace(f"{f}(", f"{f}8(")
+            e = e.replace("(em_v16a)", "(em_v8a)")
         for v in range(nv):
             for p, o in parts:
                 ks = {f"k{i}": f"k{i}_{v}{p}" for i in range(nconst)}
