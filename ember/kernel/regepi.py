@@ -1,8 +1,8 @@
 """Element-wise epilogues applied to a kernel's accumulators in registers, before the store.
 
 A fused group's ops after its master (a depthwise or dense convolution, a matrix product, a
-planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div by a per-channel
-constant or (for the dense kernel) by a run-time tensor of the output's shape become C
+planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div
+by a per-channel constant or (for the dense kernel) by a run-time tensor of the output's shape become C
 expressions over an accumulator vector (``RegEpilogue``): the tile is stored once, final,
 instead of being stored, read back and stored again by a separate pass over it.
 """
@@ -150,8 +150,8 @@ def register_epilogue(body: Graph, m: Node, c: int,
                       channel_const: Callable[[Any, int], np.ndarray | None] | None = None,
                       tensors: bool = False) -> RegEpilogue | None:
     """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
-    Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div by a per-channel (or scalar)
-    constant (``channel_const`` extracts one as a (C,) array; default: NHWC's) or, with
+    Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div by a per-channel (or
+    scalar) constant (``channel_const`` extracts one as a (C,) array; default: NHWC's) or, with
     ``tensors``, by a float32 group input of the output's static shape (a residual)."""
     epi = RegEpilogue([], [])
     cur = m.output
