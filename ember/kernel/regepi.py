@@ -2,8 +2,8 @@
 
 A fused group's ops after its master (a depthwise or dense convolution, a matrix product, a
 planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div
-by a per-channel constant or (for the dense kernel) by a run-time tensor of the output's shape become C
-expressions over an accumulator vector (``RegEpilogue``): the tile is stored once, final,
+by a per-channel constant or (for the dense kernel) by a run-time tensor of the output's shape
+become C expressions over an accumulator vector (``RegEpilogue``): the tile is stored once, final,
 instead of being stored, read back and stored again by a separate pass over it.
 """
 
