@@ -72,6 +72,9 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     for r in R:
         if not indirect:
             L.append(f"  const float *r{r} = rows[{r}];")
+    if stream:   # ldc is a multiple of 16 floats (the caller's condition): rows align with c
+        L.append("  const int em_nt = ((uintptr_t)c & 63) == 0 && (ldc & 15) == 0;")
+        L.append("  (void)em_nt;")
     # AVX/AVX2: the accumulators in 8-lane halves (registers); AVX-512: 16-lane vectors
     L.append("#ifdef EM_SPLIT8")
     # a block whose last vector's upper half is all padding (24 channels: 16 + 8) skips that
@@ -247,16 +250,18 @@ def _load_c(rows: int, vecs: int) -> str:
 PART_HELPERS = r"""
 #define EM_SET16(p, v) (*(em_v16 *)(p) = (v))
 #define EM_SET8(p, v) (*(em_v8 *)(p) = (v))
+/* non-temporal stores where the micro-kernel's C is 64-byte aligned (em_nt, tested once per
+   call: an output buffer the caller passed may not be), plain ones elsewhere */
 #if defined(__AVX__)
 #include <immintrin.h>
-#define EM_PUT8(p, v) _mm256_stream_ps((p), (__m256)(v))
+#define EM_PUT8(p, v) (em_nt ? _mm256_stream_ps((p), (__m256)(v)) : (void)EM_SET8(p, v))
 #define EM_FENCE() _mm_sfence()
 #else
 #define EM_PUT8(p, v) EM_SET8(p, v)
 #define EM_FENCE() ((void)0)
 #endif
 #if defined(__AVX512F__)
-#define EM_PUT16(p, v) _mm512_stream_ps((p), (__m512)(v))
+#define EM_PUT16(p, v) (em_nt ? _mm512_stream_ps((p), (__m512)(v)) : (void)EM_SET16(p, v))
 #else
 #define EM_PUT16(p, v) EM_SET16(p, v)
 #endif

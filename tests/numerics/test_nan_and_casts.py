@@ -426,13 +426,13 @@ def _epilogue_node(epilogue: str, src: str, inits: dict, channels: int = 0) -> o
     return helper.make_node(epilogue, [src], ["y"])
 
 
-@pytest.mark.parametrize("epilogue", ["Relu", "Clip", "HardSigmoid", "MaxC"])
+@pytest.mark.parametrize("epilogue", ["Relu", "Clip", "HardSigmoid", "Sigmoid", "Tanh", "MaxC"])
 @pytest.mark.parametrize("kind", list(KERNEL_DOCS))
 @settings(SOME, max_examples=4)
 @given(data=st.data())
 def test_conv_epilogue_nan(kind: str, epilogue: str, data: st.DataObject) -> None:
-    """A convolution's epilogue in registers (Relu, Clip, HardSigmoid) or in TE (Max with a
-    constant), with NaN / ±inf pixels in the input, against onnxruntime."""
+    """A convolution's epilogue in registers (Relu, Clip, HardSigmoid, Sigmoid, Tanh) or in TE
+    (Max with a constant), with NaN / ±inf pixels in the input, against onnxruntime."""
     shape = (1, 8, 13, 21)
     model = _conv_model(kind, epilogue, 8, shape)
     x = special(data, shape, np.array([np.nan, np.inf, -np.inf], F32), frac=0.01)

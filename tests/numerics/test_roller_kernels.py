@@ -85,7 +85,9 @@ EPILOGUES = {   # the ops after the middle conv of a 1x1 conv chain (op, its oth
     "residual_of_input": ([("Add", "h", False), ("Clip", None, False)], True),   # own input
     "scale_shift_residual": ([("Mul", "s", False), ("Sub", "t", True), ("Add", "r", False)],
                              True),
-    "sigmoid": ([("Add", "b", False), ("Sigmoid", None, False)], False),   # TE, not registers
+    "sigmoid": ([("Add", "b", False), ("Sigmoid", None, False)], True),
+    "tanh": ([("Tanh", None, False), ("Mul", "s", False)], True),
+    "erf": ([("Add", "b", False), ("Erf", None, False)], False),   # TE, not registers
 }
 
 
@@ -185,3 +187,37 @@ def test_symbolic_rows_choose_by_measuring_a_spread(tmp_path,  # noqa: ANN001
     for n in (1, 13, 200):
         x = rng.standard_normal((n, 48)).astype(np.float32)
         np.testing.assert_allclose(cm(x=x), x @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_outputs_larger_than_the_cache_are_stored_non_temporally(
+        split: int, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """A device spec with a 64 KiB last-level cache makes this 1x1 chain's outputs 'large':
+    its micro-kernels store them with non-temporal stores (16-lane, or 8-lane halves), the
+    result as onnxruntime's, into fresh outputs and into ones the caller passes."""
+    import json
+
+    from ember.compiler import driver
+    from ember.support import options
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"vector_split": split, "layers": [
+        {"name": "L3", "capacity": 65536, "transaction": 64, "bandwidth": 100.0,
+         "shared": True, "ways": 16}]}))
+    rng = np.random.default_rng(split)
+    x = rng.standard_normal((1, 32, 24, 20)).astype(np.float32)
+    inits = {"w": rng.standard_normal((64, 32, 1, 1)).astype(np.float32) * 0.2,
+             "b": rng.standard_normal(64).astype(np.float32),
+             "w2": rng.standard_normal((48, 64, 1, 1)).astype(np.float32) * 0.2}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"])]
+    model = make_model(nodes, {"x": x}, inits, ["y"])
+    with options.using(options.current().with_(device_spec=str(spec))):
+        kernels = driver.build(model, num_threads=2).kernels
+        assert any("em_nt" in src for k in kernels for src in k.support.values())
+        cm = ember.compile(model, num_threads=2)
+        want = run_ort(model, {"x": x})[0]
+        np.testing.assert_allclose(cm(x=x), want, rtol=1e-4, atol=1e-4)
+        bufs = cm.output_buffers()
+        np.testing.assert_allclose(cm.run({"x": x}, out=bufs)["y"], want, rtol=1e-4, atol=1e-4)
