@@ -206,23 +206,42 @@ static void em_phase_store(const float *s, int64_t lds, float *out, int64_t p0, 
     for (int64_t k = 0; k < nr; ++k) nph[k] = 0;
   }
   int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t i = 0; i < rows;) {     /* a segment of rows of one image row */
+    const int64_t seg = z1n - z1 < rows - i ? z1n - z1 : rows - i;
     for (int64_t k = 0; k < nr; ++k) {
       const int64_t o0 = z0 * s0 + rs[k].r0 - top;
       if (o0 < 0 || o0 >= oh) continue;
-      int64_t o1 = z1 * s1 + rs[k].r1 - left, at = rs[k].at, len = rs[k].len, ch = rs[k].ch;
-      if (nph[k] > 1) {      /* clip the merged phases to [0, ow) */
-        int64_t lo = o1 < 0 ? -o1 : 0, hi = o1 + nph[k] > ow ? ow - o1 : nph[k];
-        if (hi <= lo) continue;
-        at += lo * cg; o1 += lo; len = (hi - lo) * cg;
-      } else if (o1 < 0 || o1 >= ow) {
-        continue;
+      const int64_t w = nph[k] > 1 ? nph[k] : 1;     /* output pixels per tile row */
+      const int64_t q = z1 * s1 + rs[k].r1 - left;   /* the first row's output column */
+      /* rows [ra, rb) lie inside [0, ow) whole; the others are clipped */
+      int64_t ra = q >= 0 ? 0 : (-q + s1 - 1) / s1, rb = ow - w - q >= 0 ? (ow - w - q) / s1 + 1 : 0;
+      if (rb > seg) rb = seg;
+      if (ra > rb) ra = rb;
+      float *d = out + ((n * oh + o0) * ow) * oc + rs[k].ch;
+      const float *src = s + i * lds + rs[k].at;
+      const int64_t len = rs[k].len, dstep = s1 * oc;
+      if (len < 16) {
+        for (int64_t r = ra; r < rb; ++r) em_ps_small(d + (q + r * s1) * oc, src + r * lds, len);
+      } else {
+        for (int64_t r = ra; r < rb; ++r)
+          em_ps_put(d + q * oc + r * dstep, src + r * lds, len, nt);
       }
-      float *d = out + ((n * oh + o0) * ow + o1) * oc + ch;
-      if (len < 16) em_ps_small(d, s + i * lds + at, len);
-      else em_ps_put(d, s + i * lds + at, len, nt);
+      for (int64_t r = 0; r < seg; ++r) {       /* the clipped rows, at the borders */
+        if (r == ra) { r = rb; if (r >= seg) break; }
+        int64_t o1 = q + r * s1, at = 0, n1 = len;
+        if (nph[k] > 1) {
+          const int64_t lo = o1 < 0 ? -o1 : 0, hi = o1 + nph[k] > ow ? ow - o1 : nph[k];
+          if (hi <= lo) continue;
+          at = lo * cg; o1 += lo; n1 = (hi - lo) * cg;
+        } else if (o1 < 0 || o1 >= ow) {
+          continue;
+        }
+        em_ps_small(d + o1 * oc, src + r * lds + at, n1);
+      }
     }
-    if (++z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
+    i += seg;
+    z1 += seg;
+    if (z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
   }
   em_ps_fence(nt);
 }

@@ -3,8 +3,8 @@ against onnxruntime (rtol 1e-4, atol 1e-5 scaled by the output's magnitude).
 
 Each model is one depthwise Conv (group == channels, one weight channel per group), optionally
 with a bias and an element-wise epilogue that the fusion pass merges into the kernel: those the
-kernel applies in registers (Relu, Clip, HardSwish, HardSigmoid, Add/Mul of per-channel
-constants) and those it lowers as tensor expressions over each output row (Sigmoid, Add of
+kernel applies in registers (Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Add/Mul of
+per-channel constants) and those it lowers as tensor expressions over each output row (Erf, Add of
 another convolution's output or of the depthwise convolution's own input). Shapes are drawn by
 hypothesis (derandomized); tilings are forced through ``default_tiling`` to cover remainders in
 OW, channels, channel groups and rows.
@@ -44,7 +44,7 @@ def _depthwise_in_nhwc(monkeypatch: pytest.MonkeyPatch) -> None:
 SOME = BASE                              # 6 examples: every example runs the C compiler
 MORE = settings(BASE, max_examples=16)
 EPILOGUES = [None, "Relu", "Clip", "AddC", "MulAddRelu", "HardSwish", "HardSigmoid", "Sigmoid",
-             "Add"]
+             "Erf", "Add"]
 
 
 # --------------------------------------------------------------------------- model building
@@ -53,7 +53,7 @@ def dw_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict,
              ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Conv(x, w[, b]) followed by ``epilogue``: Relu, Clip (0, 6), AddC (a per-channel
     constant), MulAddRelu (per-channel scale and shift, then Relu), HardSwish, HardSigmoid
-    (alpha 0.3, beta 0.4), Sigmoid or Add (of the output of a dense convolution of x with the
+    (alpha 0.3, beta 0.4), Sigmoid, Erf or Add (of the output of a dense convolution of x with the
     same geometry)."""
     c = x.shape[1]
     feeds = {"x": x}
@@ -75,7 +75,7 @@ def dw_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict,
         nodes.append(helper.make_node(op, [y, *ins], [f"e{n}"], **kw))
         y = f"e{n}"
 
-    if epilogue in ("Relu", "Sigmoid", "HardSwish"):
+    if epilogue in ("Relu", "Sigmoid", "HardSwish", "Erf"):
         add(epilogue)
     elif epilogue == "HardSigmoid":
         add("HardSigmoid", alpha=0.3, beta=0.4)
@@ -193,7 +193,7 @@ def test_depthwise_tricky_tilings(c: int, hw: tuple[int, int], k: tuple[int, int
 def test_depthwise_epilogues(epilogue: str, data: st.DataObject) -> None:
     x, w, b, attrs = draw_case(data, [3, 24, 40])
     doc = check_dw(x, w, b, attrs, epilogue, seed=7)
-    if epilogue in ("Sigmoid", "Add"):
+    if epilogue in ("Erf", "Add"):
         assert "epilogue=TE" in doc, doc
     elif epilogue is not None or b is not None:
         assert "epilogue=registers" in doc, doc
@@ -281,7 +281,7 @@ def test_depthwise_in_halves_and_whole_vectors(c: int, epi: str | None, split: i
 
 
 def test_te_epilogue_when_not_per_channel() -> None:
-    docs = kernel_docs(_model(24, epilogue="Sigmoid"))
+    docs = kernel_docs(_model(24, epilogue="Erf"))
     assert "depthwise" in docs and "epilogue=TE" in docs
 
 

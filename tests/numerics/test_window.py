@@ -5,7 +5,7 @@ of convolutions scaled by the output's magnitude).
 The layout pass is taken out of the pipeline for this module, so every pool and convolution
 stays NCHW and reaches the window kernel (asserted through the kernel's description in every
 numeric test). Models are one op (opset 19: AveragePool with dilations), optionally followed by
-an element-wise epilogue: Relu, Clip and per-channel Add in registers, Sigmoid and Add of
+an element-wise epilogue: Relu, Clip, Sigmoid and per-channel Add in registers, Erf and Add of
 another graph input lowered with TE. Shapes are drawn by hypothesis (derandomized): widths
 below, at and above one 16-float vector, kernels 1-7, strides 1-3, dilations 1-2, asymmetric
 pads, ceil_mode, count_include_pad; inputs are random normal.
@@ -38,7 +38,7 @@ pytest.importorskip("onnxruntime")
 SOME = settings(BASE, max_examples=14)
 OPSET = 19
 POOL_EPILOGUES = [None, "Relu", "Clip", "AddC"]
-DW_EPILOGUES = [None, "Relu", "Clip", "AddC", "Sigmoid", "Add"]
+DW_EPILOGUES = [None, "Relu", "Clip", "AddC", "Sigmoid", "Erf", "Add"]
 
 
 @pytest.fixture(autouse=True)
@@ -54,10 +54,10 @@ def with_epilogue(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray],
                   inits: dict[str, np.ndarray], epilogue: str | None, c: int,
                   out_shape: tuple[int, ...]) -> onnx.ModelProto:
     """``nodes`` (output "y") followed by ``epilogue``: Relu, Clip (-0.5, 0.7), AddC (a
-    (C, 1, 1) constant), Sigmoid, or Add (of a graph input shaped like the output)."""
+    (C, 1, 1) constant), Sigmoid, Erf, or Add (of a graph input shaped like the output)."""
     rng = np.random.default_rng(c)
     y = "y"
-    if epilogue in ("Relu", "Sigmoid"):
+    if epilogue in ("Relu", "Sigmoid", "Erf"):
         nodes.append(helper.make_node(epilogue, ["y"], ["z"]))
         y = "z"
     elif epilogue == "Clip":
@@ -159,7 +159,7 @@ def test_depthwise_random_shapes(data: st.DataObject) -> None:
     model, feeds = dw_case(data, DW_EPILOGUES)
     doc = check(model, feeds, scale_atol=True)
     assert "window Conv NCHW" in doc
-    if "Sigmoid" in str(model.graph.node) or '"other"' in str(model.graph.node):
+    if "Erf" in str(model.graph.node) or '"other"' in str(model.graph.node):
         assert "epilogue=TE" in doc, doc
 
 
