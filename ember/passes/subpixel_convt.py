@@ -11,16 +11,17 @@ as output channels makes the whole operator ONE Conv (stride 1, left pad ``M - 1
 dense kernels run, with weights built here at compile time; the phases' outputs then interleave
 and the ``pads`` and ``output_padding`` become a crop: one ``DepthToSpaceNHWC``, which the
 dense kernel applies as it stores its tiles. Every group, stride, pad and
-output_padding of a 2-D ConvTranspose; the bias rides on the Conv (``subpixel_weights`` is
-written for any rank, but ember generates 2-D convolutions only).
+output_padding of a 2-D ConvTranspose; the bias rides on the Conv. A 3-D one is the same
+stride-1 Conv run as 2-D Convs, one per depth tap (``_rewrite_3d``), then its interleave
+as one transpose.
 
 A dilated kernel is the undilated kernel of extent ``(K-1)·d + 1`` with zeros between the taps
 (``undilated``): the same operator, on the dense kernel, for ``d``× the multiply-adds of its
 taps. A 1-D ConvTranspose is the 2-D one over a height of 1 (Reshapes around it).
 
-Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 1-D
-or 2-D ``ConvTranspose`` with constant weights and a static input remains; the others (3-D,
-run-time weights, symbolic shapes) keep their generic kernel.
+Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 1-D,
+2-D or 3-D ``ConvTranspose`` with constant weights and a static input remains; the others
+(run-time weights, symbolic shapes) keep their generic kernel.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def run(g: Graph) -> Graph:
     for n in g.nodes:
         if n.op == "ConvTranspose" and _applicable(n):
             n = _undilate(n)
-            out += _rewrite(n) if n.inputs[0].type.rank == 4 else _as_2d(n)  # type: ignore
+            rank = n.inputs[0].type.rank   # type: ignore[union-attr]
+            out += _rewrite(n) if rank in (4, 5) else _as_2d(n)
         else:
             out.append(n)
     g.nodes = out
@@ -50,7 +52,7 @@ def _applicable(n: Node) -> bool:
     b = n.inputs[2] if len(n.inputs) > 2 else None
     if x is None or w is None or not w.is_const or (b is not None and not b.is_const):
         return False
-    if not (x.type.is_static and n.output.type.is_static) or x.type.rank not in (3, 4):
+    if not (x.type.is_static and n.output.type.is_static) or x.type.rank not in (3, 4, 5):
         return False
     return x.type.dtype.name in ("float32", "float64", "float16")
 
@@ -150,10 +152,74 @@ def _rewrite(n: Node) -> list[Node]:
     def value(shape: list[int], tag: str) -> Value:
         return Value(TensorType(tuple(shape), dt), f"{n.name}_{tag}")
 
+    if nd == 3:
+        return _rewrite_3d(n, conv_in, ms, right, zs, group, strides, cg, pads, outs)
     conv = Node("Conv", conv_in, [value([batch, group * nphase * cg, *zs], "phases")],
                 {"kernel_shape": ms, "strides": [1] * nd, "dilations": [1] * nd,
                  "pads": [m - 1 for m in ms] + right, "group": group}, name=f"{n.name}_phases")
     return [conv, *_interleave_nhwc(n, conv.output, group, strides, cg, zs, pads, outs)]
+
+
+class _Emit:
+    """Nodes of one rewrite, each output typed by hand (static shapes, the input's dtype)."""
+
+    def __init__(self, n: Node) -> None:
+        self.n, self.nodes, self.dt = n, [], n.inputs[0].type.dtype  # type: ignore[union-attr]
+
+    def __call__(self, op: str, ins: list[Value | None], shape: list[int], attrs: dict,
+                 out: Value | None = None) -> Value:
+        tag = f"{self.n.name}_{op.lower()}{len(self.nodes)}"
+        y = out if out is not None else Value(TensorType(tuple(shape), self.dt), tag)
+        self.nodes.append(Node(op, ins, [y], attrs, name=tag))
+        return y
+
+    def reshape(self, x: Value, shape: list[int], out: Value | None = None) -> Value:
+        return self("Reshape", [x, Value.constant(np.array(shape, np.int64))], shape, {}, out)
+
+
+def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list[int],
+                zs: list[int], group: int, strides: list[int], cg: int, pads: list[int],
+                outs: list[int]) -> list[Node]:
+    """3-D: the stride-1 sub-pixel Conv as 2-D Convs, one per depth tap ``t`` over every
+    padded depth slice at once (``[N·Dp, C, H, W]``), output depth ``z`` summing tap t's
+    result at depth ``z + t`` (as the frontend runs a 3-D Conv); then the 3-D interleave
+    (one transpose) and the crop."""
+    e = _Emit(n)
+    x, wc = conv_in[0], conv_in[1]
+    assert x is not None and wc is not None and wc.const is not None
+    batch, c, depth, h, w = (int(d) for d in x.type.shape)
+    ocp = int(wc.const.shape[0])
+    dp = depth + ms[0] - 1 + right[0]
+    if dp != depth:
+        x = e("Pad", [x], [batch, c, dp, h, w], {"pads": [0, 0, ms[0] - 1, 0, 0,
+                                                          0, 0, right[0], 0, 0],
+                                                 "mode": "constant", "value": 0.0})
+    x = e("Transpose", [x], [batch, dp, c, h, w], {"perm": [0, 2, 1, 3, 4]})
+    x4 = e.reshape(x, [batch * dp, c, h, w])
+    total: Value | None = None
+    for t in range(ms[0]):
+        wt = Value.constant(np.ascontiguousarray(wc.const[:, :, t]))
+        ins = [x4, wt] + ([conv_in[2]] if t == 0 and len(conv_in) > 2 else [])
+        y = e("Conv", ins, [batch * dp, ocp, zs[1], zs[2]],
+              {"kernel_shape": ms[1:], "strides": [1, 1], "dilations": [1, 1],
+               "pads": [ms[1] - 1, ms[2] - 1, right[1], right[2]], "group": group})
+        y = e.reshape(y, [batch, dp, ocp, zs[1], zs[2]])
+        y = e("Slice", [y], [batch, zs[0], ocp, zs[1], zs[2]],
+              {"starts": [t], "ends": [t + zs[0]], "axes": [1]})
+        total = y if total is None else e("Add", [total, y], [batch, zs[0], ocp, *zs[1:]], {})
+    assert total is not None
+    s0, s1, s2 = strides
+    y = e.reshape(total, [batch, zs[0], group, s0, s1, s2, cg, zs[1], zs[2]])
+    y = e("Transpose", [y], [batch, group, cg, zs[0], s0, zs[1], s1, zs[2], s2],
+          {"perm": [0, 2, 6, 1, 3, 7, 4, 8, 5]})
+    full = [batch, group * cg, zs[0] * s0, zs[1] * s1, zs[2] * s2]
+    if full[2:] == outs and not any(pads[:3]):
+        e.reshape(y, full, n.output)
+    else:
+        y = e.reshape(y, full)
+        e("Slice", [y], [], {"starts": pads[:3], "ends": [p + o for p, o in zip(pads, outs)],
+                             "axes": [2, 3, 4]}, n.output)
+    return e.nodes
 
 
 def _interleave_nhwc(n: Node, z: Value, group: int, strides: list[int], cg: int,

@@ -157,3 +157,29 @@ def test_a_decoder_of_convtransposes_matches_onnxruntime() -> None:
     for k in cm.meta["profile"]["kernels"]:
         kops = [op for _, op in k["nodes"]]
         assert "DepthToSpaceNHWC" not in kops or kops[0] == "ConvNHWC"
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 4, 3, 5, 4), (4, 3, 2, 2, 2), {"strides": [2, 2, 2]}),
+    ((2, 6, 4, 3, 5), (6, 2, 3, 4, 3), {"strides": [2, 1, 3], "pads": [1, 0, 2, 1, 1, 0],
+                                        "output_padding": [1, 0, 2], "group": 3}),
+    ((1, 3, 4, 4, 4), (3, 2, 4, 4, 4), {"strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}),
+    ((1, 2, 3, 4, 3), (2, 3, 3, 2, 3), {"strides": [2, 2, 1], "dilations": [2, 1, 2],
+                                        "pads": [0, 1, 1, 2, 0, 1]}),
+])
+def test_a_3d_convtranspose_runs_on_dense_2d_convs(xs: tuple, ws: tuple, attrs: dict) -> None:
+    """One dense 2-D conv per depth tap of the sub-pixel kernel (ceil(K_d / s_d), dilation
+    undone first), then the 3-D interleave and crop: every group, stride, pad, dilation and
+    output_padding against onnxruntime."""
+    x = rng.standard_normal(xs).astype(np.float32)
+    inits = {"w": rng.standard_normal(ws).astype(np.float32),
+             "b": rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)}
+    m = make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
+                                     kernel_shape=list(ws[2:]), **attrs)], {"x": x}, inits, ["y"])
+    cm = ember.compile(m)
+    np.testing.assert_allclose(cm.run({"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-4,
+                               atol=1e-5)
+    ops = [op for k in cm.meta["profile"]["kernels"] for _, op in k["nodes"]]
+    kd = (ws[2] - 1) * attrs.get("dilations", [1])[0] + 1
+    assert "ConvTranspose" not in ops
+    assert ops.count("ConvNHWC") == -(-kd // attrs["strides"][0])
