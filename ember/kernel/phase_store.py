@@ -214,7 +214,8 @@ static void em_phase_store(const float *s, int64_t lds, float *out, int64_t p0, 
       const int64_t w = nph[k] > 1 ? nph[k] : 1;     /* output pixels per tile row */
       const int64_t q = z1 * s1 + rs[k].r1 - left;   /* the first row's output column */
       /* rows [ra, rb) lie inside [0, ow) whole; the others are clipped */
-      int64_t ra = q >= 0 ? 0 : (-q + s1 - 1) / s1, rb = ow - w - q >= 0 ? (ow - w - q) / s1 + 1 : 0;
+      int64_t ra = q >= 0 ? 0 : (-q + s1 - 1) / s1;
+      int64_t rb = ow - w - q >= 0 ? (ow - w - q) / s1 + 1 : 0;
       if (rb > seg) rb = seg;
       if (ra > rb) ra = rb;
       float *d = out + ((n * oh + o0) * ow) * oc + rs[k].ch;
