@@ -232,6 +232,24 @@ def convt_case(k: int, pad: int) -> OpCase:
     return OpCase(name, "ConvTranspose", f"x[{_dims(x)}] w[{_dims(w)}] s2 p{pad} +bias", build, y)
 
 
+def convt3d_case(k: int, pad: int, out_pad: int) -> OpCase:
+    """A volumetric decoder's x2 upsampling (3-D U-Net): ConvTranspose3d 64 -> 32, k^3,
+    stride 2, bias, on 16 x 32 x 32."""
+    x, w = (1, 64, 16, 32, 32), (64, 32, k, k, k)
+    y = (1, 32, *((d - 1) * 2 - 2 * pad + k + out_pad for d in x[2:]))
+    name = f"convt3d_c64_16x32x32_o32_k{k}s2p{pad}op{out_pad}"
+
+    def build() -> onnx.ModelProto:
+        node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], kernel_shape=[k] * 3,
+                                strides=[2] * 3, pads=[pad] * 6, output_padding=[out_pad] * 3)
+        inits = {"w": _normal(name, w, 64 * k ** 3 // 8),
+                 "b": (_rng(name, 2).standard_normal(32) * 0.1).astype(np.float32)}
+        return one_op_model(name, [node], {"x": x}, y, inits)
+
+    return OpCase(name, "ConvTranspose", f"x[{_dims(x)}] w[{_dims(w)}] s2 p{pad} op{out_pad}",
+                  build, y)
+
+
 def resize_case(layout: str, mode: str) -> OpCase:
     """Resize x2 over the spatial axes of a 64-channel 160 x 160 map, channels-last (an FPN's
     upsampling inside an NHWC conv chain) or planar."""
@@ -280,7 +298,7 @@ def suite() -> list[OpCase]:
     cases = [matmul_case(*mkn) for mkn in MATMULS]
     cases += [conv_case("r50", "Conv", s) for s in zoo_convs("resnet50", False)]
     cases += [conv_case("mbv2_dw", "DepthwiseConv", s) for s in zoo_convs("mobilenet_v2", True)]
-    cases += [convt_case(2, 0), convt_case(4, 1)]
+    cases += [convt_case(2, 0), convt_case(4, 1), convt3d_case(2, 0, 0), convt3d_case(3, 1, 1)]
     cases += [resize_case("nhwc", "linear"), resize_case("nchw", "linear")]
     cases += _misc_cases()
     names = [c.name for c in cases]

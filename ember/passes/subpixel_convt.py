@@ -12,8 +12,8 @@ dense kernels run, with weights built here at compile time; the phases' outputs 
 and the ``pads`` and ``output_padding`` become a crop: one ``DepthToSpaceNHWC``, which the
 dense kernel applies as it stores its tiles. Every group, stride, pad and
 output_padding of a 2-D ConvTranspose; the bias rides on the Conv. A 3-D one is the same
-stride-1 Conv run as 2-D Convs, one per depth tap (``_rewrite_3d``), then its interleave
-as one transpose.
+stride-1 Conv run as one 2-D Conv over the depth slices (``_rewrite_3d``), then its
+interleave.
 
 A dilated kernel is the undilated kernel of extent ``(K-1)·d + 1`` with zeros between the taps
 (``undilated``): the same operator, on the dense kernel, for ``d``× the multiply-adds of its
@@ -180,45 +180,50 @@ class _Emit:
 def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list[int],
                 zs: list[int], group: int, strides: list[int], cg: int, pads: list[int],
                 outs: list[int]) -> list[Node]:
-    """3-D: the stride-1 sub-pixel Conv as 2-D Convs, one per depth tap ``t`` over every
-    padded depth slice at once (``[N·Dp, C, H, W]``), output depth ``z`` summing tap t's
-    result at depth ``z + t`` (as the frontend runs a 3-D Conv); then the 3-D interleave
-    (one transpose) and the crop."""
+    """3-D: the stride-1 sub-pixel Conv as ONE 2-D Conv over the depth slices: its input
+    ``[N·Z0, G·Md·Cin_g, H, W]`` holds, at output depth z, the ``Md`` padded input slices
+    z .. z + Md - 1 as channels (an im2col along depth, Md = ceil(Kd / sd) copies of the
+    input, which is 1/prod(s) of the output), its weight the taps' matching planes. Its
+    output is interleaved channels-last: height and width by a ``DepthToSpaceNHWC`` that
+    takes the depth phase as part of its group (the dense kernel stores it from its tiles),
+    depth by one transpose of channel runs, then the crop and the layout transpose out."""
     e = _Emit(n)
     x, wc = conv_in[0], conv_in[1]
     assert x is not None and wc is not None and wc.const is not None
     batch, c, depth, h, w = (int(d) for d in x.type.shape)
+    md, cig = ms[0], c // group
     ocp = int(wc.const.shape[0])
-    dp = depth + ms[0] - 1 + right[0]
+    dp = depth + md - 1 + right[0]
     if dp != depth:
-        x = e("Pad", [x], [batch, c, dp, h, w], {"pads": [0, 0, ms[0] - 1, 0, 0,
+        x = e("Pad", [x], [batch, c, dp, h, w], {"pads": [0, 0, md - 1, 0, 0,
                                                           0, 0, right[0], 0, 0],
                                                  "mode": "constant", "value": 0.0})
-    x = e("Transpose", [x], [batch, dp, c, h, w], {"perm": [0, 2, 1, 3, 4]})
-    x4 = e.reshape(x, [batch * dp, c, h, w])
-    total: Value | None = None
-    for t in range(ms[0]):
-        wt = Value.constant(np.ascontiguousarray(wc.const[:, :, t]))
-        ins = [x4, wt] + ([conv_in[2]] if t == 0 and len(conv_in) > 2 else [])
-        y = e("Conv", ins, [batch * dp, ocp, zs[1], zs[2]],
-              {"kernel_shape": ms[1:], "strides": [1, 1], "dilations": [1, 1],
-               "pads": [ms[1] - 1, ms[2] - 1, right[1], right[2]], "group": group})
-        y = e.reshape(y, [batch, dp, ocp, zs[1], zs[2]])
-        y = e("Slice", [y], [batch, zs[0], ocp, zs[1], zs[2]],
-              {"starts": [t], "ends": [t + zs[0]], "axes": [1]})
-        total = y if total is None else e("Add", [total, y], [batch, zs[0], ocp, *zs[1:]], {})
-    assert total is not None
+    z0, z1, z2 = zs
+    taps = [e("Slice", [x], [batch, c, z0, h, w], {"starts": [t], "ends": [t + z0],
+                                                    "axes": [2]}) for t in range(md)]
+    cols = taps[0] if md == 1 else e("Concat", taps, [batch, md * c, z0, h, w], {"axis": 1})
+    cols = e.reshape(cols, [batch, md, group, cig, z0, h, w])
+    cols = e("Transpose", [cols], [batch, z0, group, md, cig, h, w],
+             {"perm": [0, 4, 2, 1, 3, 5, 6]})
+    x4 = e.reshape(cols, [batch * z0, group * md * cig, h, w])
+    w4 = np.ascontiguousarray(wc.const.transpose(0, 2, 1, 3, 4).reshape(
+        ocp, md * cig, ms[1], ms[2]))
+    y = e("Conv", [x4, Value.constant(w4), *conv_in[2:]], [batch * z0, ocp, z1, z2],
+          {"kernel_shape": ms[1:], "strides": [1, 1], "dilations": [1, 1],
+           "pads": [ms[1] - 1, ms[2] - 1, right[1], right[2]], "group": group})
     s0, s1, s2 = strides
-    y = e.reshape(total, [batch, zs[0], group, s0, s1, s2, cg, zs[1], zs[2]])
-    y = e("Transpose", [y], [batch, group, cg, zs[0], s0, zs[1], s1, zs[2], s2],
-          {"perm": [0, 2, 6, 1, 3, 7, 4, 8, 5]})
-    full = [batch, group * cg, zs[0] * s0, zs[1] * s1, zs[2] * s2]
-    if full[2:] == outs and not any(pads[:3]):
-        e.reshape(y, full, n.output)
-    else:
-        y = e.reshape(y, full)
-        e("Slice", [y], [], {"starts": pads[:3], "ends": [p + o for p, o in zip(pads, outs)],
-                             "axes": [2, 3, 4]}, n.output)
+    y = e("Transpose", [y], [batch * z0, z1, z2, ocp], {"perm": [0, 2, 3, 1]})
+    # channels (g, r0, r1, r2, c): (g, r0) is the 2-D interleave's group
+    y = e("DepthToSpaceNHWC", [y], [batch * z0, outs[1], outs[2], group * s0 * cg],
+          {"blocksize": [s1, s2], "group": group * s0, "crop": [pads[1], pads[2], *outs[1:]]})
+    y = e.reshape(y, [batch, z0, outs[1], outs[2], group, s0, cg])
+    y = e("Transpose", [y], [batch, z0, s0, outs[1], outs[2], group, cg],
+          {"perm": [0, 1, 5, 2, 3, 4, 6]})
+    y = e.reshape(y, [batch, z0 * s0, outs[1], outs[2], group * cg])
+    if pads[0] or z0 * s0 != outs[0]:
+        y = e("Slice", [y], [batch, outs[0], outs[1], outs[2], group * cg],
+              {"starts": [pads[0]], "ends": [pads[0] + outs[0]], "axes": [1]})
+    e("Transpose", [y], [], {"perm": [0, 4, 1, 2, 3]}, n.output)
     return e.nodes
 
 
