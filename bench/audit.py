@@ -1,0 +1,105 @@
+"""Roofline audit: every kernel of the given models against its own roofline.
+
+A kernel's roofline time is the larger of its FLOPs at the machine's FMA peak and its bytes
+(compulsory traffic, as ``cm.profile()`` counts them) at a read bandwidth, both for the
+threads it runs on (``ember probe``): with ``--roof layer`` (default) the bandwidth of the
+layer its bytes fit (L2 up to L2's capacity per thread, L3 up to L3's, else DRAM: the op
+bench's rule), with ``--roof dram`` DRAM's. Its share is that time over its measured time
+(1.0: at the roof). Kernels below ``--below`` (default 10 %) of their roofline, and every kernel on
+the generic compute, are listed; the exit status is 1 if any kernel is below it.
+
+    python bench/audit.py db_detector resnet50 mobilenet_v2 [--threads 2] [--below 0.10]
+    python bench/audit.py path/to/model.onnx
+
+Zoo names are built with random weights; a path is loaded as is. One process; each model's
+profile is the minimum per kernel over a few rounds (the machine's drift is not what this
+looks for: an order of magnitude is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ember  # noqa: E402
+from ember.runtime.probe import probe  # noqa: E402
+from ember.zoo import SPECS  # noqa: E402
+
+
+def _model(name: str):  # noqa: ANN202
+    import onnx
+
+    return onnx.load(name) if name.endswith(".onnx") else SPECS[name].fn(1, 0)
+
+
+def _feeds(cm: ember.CompiledModel) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {s.name: rng.standard_normal(s.shape).astype(s.dtype) for s in cm.inputs}
+
+
+def _bandwidth(nbytes: int, threads: int, roof: str, gbs: dict[str, float]) -> float:
+    """GB/s the kernel's bytes are read at: DRAM's, or the layer they fit."""
+    from ember.kernel.roller.hal import detect_cpu
+
+    if roof == "layer":
+        caps = {lay.name: lay.capacity * (1 if lay.shared else threads)
+                for lay in detect_cpu(threads).layers}
+        for layer in ("L2", "L3"):
+            if layer in gbs and nbytes <= caps.get(layer, 0):
+                return gbs[layer]
+    return gbs.get("DRAM", 20.0)
+
+
+def audit(name: str, threads: int, peak_gflops: float, gbs: dict[str, float],
+          roof_kind: str) -> list[tuple]:
+    cm = ember.compile(_model(name), num_threads=threads)
+    feeds = _feeds(cm)
+    generic = {k["name"]: k.get("generic", False) for k in cm.meta["profile"]["kernels"]}
+    best: dict[str, tuple[float, int, int, str]] = {}
+    for _ in range(3):
+        for k in cm.profile(feeds, runs=5).kernels:
+            if k.name not in best or k.seconds < best[k.name][0]:
+                best[k.name] = (k.seconds, k.flops, k.bytes, k.op)
+    rows = []
+    total = sum(v[0] for v in best.values())
+    for kname, (sec, flops, nbytes, op) in best.items():
+        bw = _bandwidth(nbytes, threads, roof_kind, gbs)
+        roof = max(flops / (peak_gflops * 1e9), nbytes / (bw * 1e9))
+        share = roof / sec if sec > 0 else 1.0
+        rows.append((name, kname, op, sec * 1e3, 100 * sec / total, share,
+                     bool(generic.get(kname.split("_", 1)[-1]) or generic.get(kname))))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--below", type=float, default=0.10)
+    ap.add_argument("--roof", choices=("layer", "dram"), default="layer")
+    a = ap.parse_args(argv)
+    pk = probe(a.threads)
+    peak, gbs = pk.fma_gflops_all, dict(pk.read_gbs)
+    print(f"roofline ({a.roof}): FMA {peak:.0f} GFLOP/s, read GB/s "
+          + ", ".join(f"{k} {v:.0f}" for k, v in gbs.items()) + f" ({a.threads} threads)")
+    low = 0
+    for name in a.models:
+        rows = audit(name, a.threads, peak, gbs, a.roof)
+        bad = [r for r in rows if r[5] < a.below]
+        gen = [r for r in rows if r[6]]
+        low += len(bad)
+        print(f"\n{name}: {len(rows)} kernels, {len(bad)} below {a.below:.0%} of their "
+              f"roofline, {len(gen)} on the generic compute")
+        for r in sorted({*bad, *gen}, key=lambda r: r[5]):
+            print(f"  {r[1]:32s} {r[2]:18s} {r[3]:8.3f} ms {r[4]:5.1f} % of run  "
+                  f"{r[5]:6.1%} of roofline{'  [generic]' if r[6] else ''}")
+    return 1 if low else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
