@@ -329,6 +329,22 @@ def test_softmax(data: st.DataObject, op: str) -> None:
     check(op, [x], {"axis": axis})
 
 
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@BASE
+@given(data=st.data())
+def test_softmax_long_rows_with_nan_and_inf(data: st.DataObject, op: str) -> None:
+    """Rows of 1-70 elements (the kernel reduces them in 16 vectorized partial maxima and
+    sums, the rest past the last whole group in lane 0), contiguous or strided, with NaN and
+    +-inf sprinkled in: as onnxruntime."""
+    k = data.draw(st.integers(1, 70))
+    shape = data.draw(st.sampled_from([(3, k), (2, k, 3)]))
+    x = randn(data, shape) * F32(3)
+    flat = x.reshape(-1)
+    for v in data.draw(st.lists(st.sampled_from([np.nan, np.inf, -np.inf]), max_size=3)):
+        flat[data.draw(st.integers(0, flat.size - 1))] = v
+    check(op, [x], {"axis": 1})
+
+
 # --------------------------------------------------------------------------- tensor ops
 @BASE
 @given(data=st.data())
