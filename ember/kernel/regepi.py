@@ -1,7 +1,7 @@
 """Element-wise epilogues applied to a kernel's accumulators in registers, before the store.
 
 A fused group's ops after its master (a depthwise or dense convolution, a matrix product, a
-planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div
+planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, Gelu, or Add/Sub/Mul/Div
 by a per-channel constant or (for the dense kernel) by a run-time tensor of the output's shape
 become C expressions over an accumulator vector (``RegEpilogue``): the tile is stored once, final,
 instead of being stored, read back and stored again by a separate pass over it.
@@ -49,6 +49,18 @@ static inline em_v16a em_vtanh(em_v16a a) {
   *(em_v16a *)t = a;
   for (int l = 0; l < 16; ++l) t[l] = em_tanhf(t[l]);
   return *(em_v16a *)t;
+}
+static inline em_v16a em_vgelu(em_v16a a) {   /* Gelu, approximate="none" */
+  float t[16] __attribute__((aligned(64)));
+  *(em_v16a *)t = a;
+  for (int l = 0; l < 16; ++l) t[l] = 0.5f * t[l] * (1.0f + em_erff(t[l] * 0.70710678118654752f));
+  return *(em_v16a *)t;
+}
+static inline em_v8a em_vgelu8(em_v8a a) {
+  float t[8] __attribute__((aligned(32)));
+  *(em_v8a *)t = a;
+  for (int l = 0; l < 8; ++l) t[l] = 0.5f * t[l] * (1.0f + em_erff(t[l] * 0.70710678118654752f));
+  return *(em_v8a *)t;
 }
 static inline em_v8a em_vsigmoid8(em_v8a a) {
   float t[8] __attribute__((aligned(32)));
@@ -140,6 +152,8 @@ def _unary_exprs(n: Node) -> list[str] | None:
         return ["em_vsigmoid({a})"]
     if n.op == "Tanh":
         return ["em_vtanh({a})"]
+    if n.op == "Gelu" and a.get("approximate", "none") == "none":
+        return ["em_vgelu({a})"]
     if n.op == "HardSwish":
         lin = f"{{a}} * {_cfloat(1 / 6)} + {_cfloat(0.5)}"
         return [f"{{a}} * em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
@@ -150,8 +164,8 @@ def register_epilogue(body: Graph, m: Node, c: int,
                       channel_const: Callable[[Any, int], np.ndarray | None] | None = None,
                       tensors: bool = False) -> RegEpilogue | None:
     """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
-    Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, or Add/Sub/Mul/Div by a per-channel (or
-    scalar) constant (``channel_const`` extracts one as a (C,) array; default: NHWC's) or, with
+    Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, Gelu, or Add/Sub/Mul/Div by a per-channel
+    (or scalar) constant (``channel_const`` extracts one as a (C,) array; default: NHWC's) or, with
     ``tensors``, by a float32 group input of the output's static shape (a residual)."""
     epi = RegEpilogue([], [])
     cur = m.output
@@ -220,7 +234,7 @@ def apply_epilogue(epi: RegEpilogue, R: int, nv: int, const_at: Callable[[int, i
 
     for e in epi.exprs:
         if halves:
-            for f in ("em_vmax", "em_vmin", "em_vsigmoid", "em_vtanh"):
+            for f in ("em_vmax", "em_vmin", "em_vsigmoid", "em_vtanh", "em_vgelu"):
                 e = e.replace(f"{f}(", f"{f}8(")
             e = e.replace("(em_v16a)", "(em_v8a)")
         for v in range(nv):
