@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
-from ember.ir.ops.layout import conv_pads
+from ember.ir.ops.layout import TO_NCHW, conv_pads
 from ember.ir.types import TensorType
 from ember.kernel import phase_store, transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
@@ -53,7 +53,6 @@ from ember.loops.transform import format_stmt, map_expr, simplify, substitute
 from ember.lower import dims
 from ember.lower.computes import static_shape
 
-TO_NCHW = [0, 3, 1, 2]
 SCRATCH_BYTES = 512 * 1024   # the per-task tile of a transposed-output kernel, on the stack
 TABLE_BYTES = 128 * 1024     # a padded conv task's pointer table, on the stack
 
@@ -278,11 +277,11 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
         default: break;
       }}"""
     left = f"{g.OCg} - j * {t.NB}"
-    if local and (epi is None or not epi.tensors):
-        # a scratch tile has whole blocks: the padding lanes (zero weights) are stored there
-        # and never copied out, so a block of a few channels is stored whole, not lane by lane
-        left = f"{t.NB}"
-    block = f"""const int64_t nvalid = {left} < {t.NB} ? {left} : {t.NB};
+    # a scratch tile has whole blocks: the padding lanes (zero weights) are stored there and
+    # never copied out, so a block of a few channels is stored whole, not lane by lane
+    whole = local and (epi is None or not epi.tensors)
+    nvalid = f"{t.NB}" if whole else f"{left} < {t.NB} ? {left} : {t.NB}"
+    block = f"""const int64_t nvalid = {nvalid};
       float *cb = out + {"(j - j0)" if local else f"g * {g.OCg} + j"} * {t.NB};
       const float *wb = w + ((g * {jb} + j) * {nc} + c) * (int64_t){chunk};"""
     outer, inner = ("j", "p") if t.order == "p" else ("p", "j")
@@ -489,7 +488,8 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     sym = None if isinstance(rows, int) else rows
     cd = c_dims(m, g, rows)
     t = tiling or _tiling(name, body, g, ctx, cd, spread)
-    phases = phase_store.phase_output(body, _cache_bytes(ctx))
+    cache = _cache_bytes(ctx)
+    phases = phase_store.phase_output(body, cache)
     local = transposed_output(body) or phases is not None
     if local:
         t = fit_scratch(t)
@@ -508,9 +508,9 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     # cache: non-temporal stores (the detector's 1x1 16 -> 96 expansion at 320x320, 39 MB)
     stream = (not local and sym is None and -(-g.ICg // t.KC) == 1 and g.OCg % 16 == 0
               and g.OC % 16 == 0 and (reg is not None or len(core.nodes) == 1)
-              and 4 * g.P * g.OC > _cache_bytes(ctx) // 2)
+              and phase_store.streams(4 * g.P * g.OC, cache))
     # named by what its text depends on, so kernels of one shape share one tile function
-    key = (g, t, bool(local), stream) if sym is None else (g, t, bool(local), cd)
+    key = (g, t, local, stream) if sym is None else (g, t, local, cd)
     if reg is not None:
         key += reg.key
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]

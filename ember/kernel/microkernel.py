@@ -72,7 +72,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     for r in R:
         if not indirect:
             L.append(f"  const float *r{r} = rows[{r}];")
-    if stream:   # ldc is a multiple of 16 floats (the caller's condition): rows align with c
+    if stream:   # every row then aligns with c (ldc a multiple of 16 floats)
         L.append("  const int em_nt = ((uintptr_t)c & 63) == 0 && (ldc & 15) == 0;")
         L.append("  (void)em_nt;")
     # AVX/AVX2: the accumulators in 8-lane halves (registers); AVX-512: 16-lane vectors

@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ember.ir.graph import Graph
+from ember.ir.ops.layout import TO_NCHW
 from ember.kernel.schedule import numel
 from ember.loops.ir import Bin, Const, Expr, all_of
 from ember.lower.computes import static_shape
 
 NAME = "em_phase_store"
-TO_NCHW = [0, 3, 1, 2]
 NCHW_NAME = "em_phase_store_nchw"
 
 
@@ -55,11 +55,16 @@ class PhaseStore:
             self.oc, self.streaming))
 
 
+def streams(nbytes: int, cache_bytes: int) -> bool:
+    """Should an output of ``nbytes``, written once, be stored non-temporally: is it larger
+    than half of ``cache_bytes`` (the last-level cache), so that it would not stay there for
+    its consumer anyway? (Then a plain store only adds a read of each line from memory.)"""
+    return cache_bytes > 0 and nbytes > cache_bytes // 2
+
+
 def phase_output(body: Graph, cache_bytes: int = 0) -> PhaseStore | None:
     """The interleave ``body`` ends in (a ``DepthToSpaceNHWC``, optionally followed by the
-    layout transpose to NCHW), or None. Stores are non-temporal where the output exceeds
-    half of ``cache_bytes`` (the last-level cache: it would not stay there for its consumer
-    anyway)."""
+    layout transpose to NCHW), or None; its stores ``streams`` by ``cache_bytes``."""
     nodes = body.nodes
     nchw = len(nodes) > 2 and nodes[-1].op == "Transpose" and \
         list(nodes[-1].attrs["perm"]) == TO_NCHW
@@ -71,8 +76,7 @@ def phase_output(body: Graph, cache_bytes: int = 0) -> PhaseStore | None:
     top, left, oh, ow = (int(v) for v in d.attrs["crop"])
     g = int(d.attrs.get("group", 1))
     cg = c // (g * s0 * s1)
-    out = body.outputs[0].type
-    big = cache_bytes > 0 and numel(static_shape(out)) * 4 > cache_bytes // 2
+    big = streams(4 * numel(static_shape(body.outputs[0].type)), cache_bytes)
     return PhaseStore(z0, z1, s0, s1, cg, top, left, oh, ow, g * cg, nchw, big)
 
 

@@ -20,6 +20,31 @@ from ember.ir.graph import Graph, Node, Value
 _BINARY = {"Add": "{a} + {k}", "Sub": "{a} - {k}", "Mul": "{a} * {k}", "Div": "{a} / {k}"}
 _BINARY_REV = {"Add": "{k} + {a}", "Sub": "{k} - {a}", "Mul": "{k} * {a}", "Div": "{k} / {a}"}
 
+# unary ops applied lane by lane through cmath's branch-free float functions, the generic
+# kernels' formulas (x: the lane's value); gcc vectorizes the lane loop, no call remains
+LANEWISE = {
+    "Sigmoid": ("em_vsigmoid", "1.0f / (1.0f + em_expf(-x))"),
+    "Tanh": ("em_vtanh", "em_tanhf(x)"),
+    "Gelu": ("em_vgelu", "0.5f * x * (1.0f + em_erff(x * 0.70710678118654752f))"),  # "none"
+}
+
+
+def _lanewise_c() -> str:
+    """The 16- and 8-lane C function of each ``LANEWISE`` op (written out, not a macro:
+    ``codegen/program.py`` finds a helper's definer by its ``static`` declaration)."""
+    out = []
+    for fn, expr in LANEWISE.values():
+        for name, vt, n in ((fn, "em_v16a", 16), (f"{fn}8", "em_v8a", 8)):
+            out.append(f"""static inline {vt} {name}({vt} a) {{
+  float t[{n}] __attribute__((aligned({4 * n})));
+  *({vt} *)t = a;
+  for (int l = 0; l < {n}; ++l) {{ const float x = t[l]; t[l] = {expr}; }}
+  return *({vt} *)t;
+}}
+""")
+    return "".join(out)
+
+
 EPI_HELPERS = r"""
 typedef int32_t em_v16i __attribute__((vector_size(64)));
 /* lane-wise max / min where a NaN in either operand wins (cmath's em_maxf / em_minf): Relu and
@@ -34,45 +59,6 @@ static inline em_v8a em_vmax8(em_v8a a, em_v8a b) {  /* a < b || b is NaN ? b : 
 static inline em_v8a em_vmin8(em_v8a a, em_v8a b) {  /* b < a || b is NaN ? b : a */
   const em_v8i m = (b < a) | (b != b);
   return (em_v8a)((m & (em_v8i)b) | (~m & (em_v8i)a));
-}
-/* Sigmoid and Tanh lane by lane through cmath's branch-free em_expf / em_tanhf, the same
-   formulas as the generic kernels' (1 / (1 + exp(-x))); gcc vectorizes the lane loop, no
-   call remains */
-static inline em_v16a em_vsigmoid(em_v16a a) {
-  float t[16] __attribute__((aligned(64)));
-  *(em_v16a *)t = a;
-  for (int l = 0; l < 16; ++l) t[l] = 1.0f / (1.0f + em_expf(-t[l]));
-  return *(em_v16a *)t;
-}
-static inline em_v16a em_vtanh(em_v16a a) {
-  float t[16] __attribute__((aligned(64)));
-  *(em_v16a *)t = a;
-  for (int l = 0; l < 16; ++l) t[l] = em_tanhf(t[l]);
-  return *(em_v16a *)t;
-}
-static inline em_v16a em_vgelu(em_v16a a) {   /* Gelu, approximate="none" */
-  float t[16] __attribute__((aligned(64)));
-  *(em_v16a *)t = a;
-  for (int l = 0; l < 16; ++l) t[l] = 0.5f * t[l] * (1.0f + em_erff(t[l] * 0.70710678118654752f));
-  return *(em_v16a *)t;
-}
-static inline em_v8a em_vgelu8(em_v8a a) {
-  float t[8] __attribute__((aligned(32)));
-  *(em_v8a *)t = a;
-  for (int l = 0; l < 8; ++l) t[l] = 0.5f * t[l] * (1.0f + em_erff(t[l] * 0.70710678118654752f));
-  return *(em_v8a *)t;
-}
-static inline em_v8a em_vsigmoid8(em_v8a a) {
-  float t[8] __attribute__((aligned(32)));
-  *(em_v8a *)t = a;
-  for (int l = 0; l < 8; ++l) t[l] = 1.0f / (1.0f + em_expf(-t[l]));
-  return *(em_v8a *)t;
-}
-static inline em_v8a em_vtanh8(em_v8a a) {
-  float t[8] __attribute__((aligned(32)));
-  *(em_v8a *)t = a;
-  for (int l = 0; l < 8; ++l) t[l] = em_tanhf(t[l]);
-  return *(em_v8a *)t;
 }
 #ifdef EM_SPLIT8
 /* AVX/AVX2: gcc scalarizes compares of 64-byte vectors, so the 8-lane halves are compared
@@ -94,7 +80,7 @@ static inline em_v16a em_vmin(em_v16a a, em_v16a b) {  /* b < a || b is NaN ? b 
   return (em_v16a)((m & (em_v16i)b) | (~m & (em_v16i)a));
 }
 #endif
-"""
+""" + _lanewise_c()
 
 
 @dataclass
@@ -148,12 +134,8 @@ def _unary_exprs(n: Node) -> list[str] | None:
     if n.op == "HardSigmoid":
         lin = f"{{a}} * {_cfloat(a.get('alpha', 0.2))} + {_cfloat(a.get('beta', 0.5))}"
         return [f"em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
-    if n.op == "Sigmoid":
-        return ["em_vsigmoid({a})"]
-    if n.op == "Tanh":
-        return ["em_vtanh({a})"]
-    if n.op == "Gelu" and a.get("approximate", "none") == "none":
-        return ["em_vgelu({a})"]
+    if n.op in LANEWISE and a.get("approximate", "none") == "none":   # Gelu's tanh form: TE
+        return [f"{LANEWISE[n.op][0]}({{a}})"]
     if n.op == "HardSwish":
         lin = f"{{a}} * {_cfloat(1 / 6)} + {_cfloat(0.5)}"
         return [f"{{a}} * em_vmin(em_vmax({lin}, {_splat(0)}), {_splat(1)})"]
@@ -234,7 +216,7 @@ def apply_epilogue(epi: RegEpilogue, R: int, nv: int, const_at: Callable[[int, i
 
     for e in epi.exprs:
         if halves:
-            for f in ("em_vmax", "em_vmin", "em_vsigmoid", "em_vtanh", "em_vgelu"):
+            for f in ("em_vmax", "em_vmin", *(fn for fn, _ in LANEWISE.values())):
                 e = e.replace(f"{f}(", f"{f}8(")
             e = e.replace("(em_v16a)", "(em_v8a)")
         for v in range(nv):

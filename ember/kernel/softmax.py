@@ -108,6 +108,7 @@ def _lane_reduce(r: Rows, at: Callable[[Expr], Expr], out: Buffer, init: float,
     done = Bin("*", groups, Const(LANES))
     zero = Const(0)
     at_lane = Bin("+", Bin("*", jb, Const(LANES)), lane)
+
     def visit(idx: Expr, slot: Expr) -> Stmt:
         if not keep:
             return Store(part, slot, step(Load(part, slot), elem(Load(r.x, at(idx)))))

@@ -37,13 +37,12 @@ from ember.loops.ir import (
     For,
     If,
     Let,
-    Load,
     Select,
     Seq,
     Stmt,
     Var,
 )
-from ember.loops.transform import iter_stmts, map_stmt
+from ember.loops.transform import children, iter_stmts, map_stmt, with_children
 
 # the types a hoisted value may have: its C local holds it exactly (narrow floats compute in
 # float32 and round on a store or cast, so a value of theirs stays in its expression)
@@ -103,35 +102,6 @@ def _pure_node(e: Expr) -> bool:
     return False   # Load, and expression kinds of upper layers
 
 
-def _children(e: Expr) -> list[Expr]:
-    if isinstance(e, Bin):
-        return [e.a, e.b]
-    if isinstance(e, Call):
-        return list(e.args)
-    if isinstance(e, Select):
-        return [e.cond, e.a, e.b]
-    if isinstance(e, Cast):
-        return [e.value]
-    if isinstance(e, Load):
-        return [e.index]
-    return []
-
-
-def _rebuild(e: Expr, kids: list[Expr]) -> Expr:
-    if all(a is b for a, b in zip(kids, _children(e), strict=True)):
-        return e
-    if isinstance(e, Bin):
-        return Bin(e.op, kids[0], kids[1])
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(kids), e.dtype)
-    if isinstance(e, Select):
-        return Select(kids[0], kids[1], kids[2])
-    if isinstance(e, Cast):
-        return Cast(kids[0], e.dtype)
-    assert isinstance(e, Load)
-    return Load(e.buf, kids[0])
-
-
 def _key(e: Expr) -> tuple:
     """Structural identity of a pure expression (variables by object)."""
     if isinstance(e, Var):
@@ -139,7 +109,7 @@ def _key(e: Expr) -> tuple:
     if isinstance(e, Const):
         return ("c", e.dtype, repr(e.value))
     tag = e.op if isinstance(e, Bin) else e.fn if isinstance(e, Call) else ""
-    return (type(e).__name__, tag, e.dtype, *(_key(k) for k in _children(e)))
+    return (type(e).__name__, tag, e.dtype, *(_key(k) for k in children(e)))
 
 
 class _Motion:
@@ -155,7 +125,7 @@ class _Motion:
 
     def top(self, e: Expr) -> Expr:
         new, movable = self._walk(e)
-        return self._name(e) if movable and _children(e) else new
+        return self._name(e) if movable and children(e) else new
 
     def _walk(self, e: Expr) -> tuple[Expr, bool]:
         """(``e`` rewritten, whether all of ``e`` may move out of the loop)."""
@@ -163,15 +133,15 @@ class _Motion:
             return e, e not in self.bound
         if isinstance(e, Const):
             return e, True
-        kids = _children(e)
+        kids = children(e)
         if not kids and not _pure_node(e):
             return e, False
         walked = [self._walk(k) for k in kids]
         if all(m for _, m in walked) and _pure_node(e) and e.dtype in HOISTED_TYPES:
             return e, True
-        new = [self._name(k) if m and _children(k) else w
+        new = [self._name(k) if m and children(k) else w
                for k, (w, m) in zip(kids, walked, strict=True)]
-        return _rebuild(e, new), False
+        return with_children(e, new), False
 
     def _name(self, e: Expr) -> Expr:
         if e.dtype not in HOISTED_TYPES:

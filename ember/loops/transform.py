@@ -28,20 +28,44 @@ from ember.loops.ir import (
 )
 
 
+def children(e: Expr) -> list[Expr]:
+    """The operands of a loop-IR expression (none for a leaf, or for a kind of an upper
+    layer)."""
+    if isinstance(e, Bin):
+        return [e.a, e.b]
+    if isinstance(e, Call):
+        return list(e.args)
+    if isinstance(e, Select):
+        return [e.cond, e.a, e.b]
+    if isinstance(e, Cast):
+        return [e.value]
+    if isinstance(e, Load):
+        return [e.index]
+    return []
+
+
+def with_children(e: Expr, kids: list[Expr]) -> Expr:
+    """``e`` with its ``children`` replaced by ``kids`` (``e`` itself where they are the
+    same objects)."""
+    if all(a is b for a, b in zip(kids, children(e), strict=True)):
+        return e
+    if isinstance(e, Bin):
+        return Bin(e.op, kids[0], kids[1])
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(kids), e.dtype)
+    if isinstance(e, Select):
+        return Select(kids[0], kids[1], kids[2])
+    if isinstance(e, Cast):
+        return Cast(kids[0], e.dtype)
+    assert isinstance(e, Load)
+    return Load(e.buf, kids[0])
+
+
 def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     """Bottom-up rebuild: ``f`` may return a replacement for a node (after its children)."""
-    if isinstance(e, Bin):
-        a, b = map_expr(e.a, f), map_expr(e.b, f)
-        out: Expr = e if (a is e.a and b is e.b) else Bin(e.op, a, b)
-    elif isinstance(e, Call):
-        args = tuple(map_expr(x, f) for x in e.args)
-        out = Call(e.fn, args, e.dtype)
-    elif isinstance(e, Select):
-        out = Select(map_expr(e.cond, f), map_expr(e.a, f), map_expr(e.b, f))
-    elif isinstance(e, Cast):
-        out = Cast(map_expr(e.value, f), e.dtype)
-    elif isinstance(e, Load):
-        out = Load(e.buf, map_expr(e.index, f))
+    kids = children(e)
+    if kids:
+        out = with_children(e, [map_expr(k, f) for k in kids])
     elif hasattr(e, "map_children"):  # expression kinds defined by upper layers (te)
         out = e.map_children(lambda x: map_expr(x, f))
     else:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops import registry
+from ember.ir.ops.layout import TO_NCHW
 from ember.ir.ops.registry import Pattern
 from ember.ir.ops.tensor import concat_copy_inputs, slice_params, slice_range
-from ember.passes.layout_nhwc import TO_NCHW
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 MAX_GROUP = 24
@@ -119,28 +119,29 @@ def keeps_dtype(group: Group, n: Node, via: Value) -> bool:
     return True
 
 
-def transposed_store(group: Group, n: Node) -> bool:
-    """The dense convolution kernel (``kernel/conv.py``) can store its output tile transposed
-    NHWC -> NCHW (a conv chain's exit): a ConvNHWC master with >= 2 input channels per group
-    and constant weights (depthwise has a kernel of its own, without that store), batch 1,
-    static sizes (the scratch tile is transposed by the static output's row count), float32
-    (another dtype runs on the generic kernel, whose epilogue keeps the master's shape)."""
+def _dense_conv_master(group: Group) -> bool:
+    """Is the group's master a ConvNHWC of the dense kernel (``kernel/conv.py``: >= 2 input
+    channels per group, constant weights; depthwise has a kernel of its own, without these
+    stores) with a static float32 output (its scratch tile is sized by the static shape, and
+    its tiles are float32; another dtype runs on the generic kernel, whose epilogue keeps the
+    master's shape)?"""
     m = group.master
     w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
     return (w is not None and w.is_const and w.type.shape[2] >= 2
-            and m.output.type.shape[0] == 1 and m.output.type.is_static   # a static tile
-            and m.output.type.dtype.name == "float32"        # the kernel's tiles are float32
+            and m.output.type.is_static and m.output.type.dtype.name == "float32")
+
+
+def transposed_store(group: Group, n: Node) -> bool:
+    """The dense convolution kernel can store its output tile transposed NHWC -> NCHW (a conv
+    chain's exit) for batch 1."""
+    return (_dense_conv_master(group) and group.master.output.type.shape[0] == 1
             and list(n.attrs.get("perm", ())) == TO_NCHW)
 
 
 def phase_store(group: Group) -> bool:
     """The dense convolution kernel can store its tiles through a sub-pixel interleave
-    (``kernel/phase_store.py``), then optionally transposed to NCHW: a ConvNHWC master of
-    the dense kernel (as ``transposed_store``, any batch), static, float32."""
-    m = group.master
-    w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
-    return (w is not None and w.is_const and w.type.shape[2] >= 2
-            and m.output.type.is_static and m.output.type.dtype.name == "float32")
+    (``kernel/phase_store.py``), then optionally transposed to NCHW, for any batch."""
+    return _dense_conv_master(group)
 
 
 POOLS = ("MaxPool", "AveragePool", "LpPool", "MaxPoolNHWC", "AveragePoolNHWC")

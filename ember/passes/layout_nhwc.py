@@ -22,10 +22,9 @@ import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops import registry
+from ember.ir.ops.layout import TO_NCHW, TO_NHWC
 from ember.ir.ops.registry import Pattern
 
-TO_NHWC = [0, 2, 3, 1]
-TO_NCHW = [0, 3, 1, 2]
 MAX_ROUNDS = 100
 
 

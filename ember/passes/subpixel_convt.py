@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
+from ember.ir.ops.layout import TO_NCHW, TO_NHWC
 from ember.ir.types import TensorType
 
 
@@ -123,6 +124,25 @@ def subpixel_weights(w: np.ndarray, strides: list[int], group: int) -> np.ndarra
     return out.reshape(group * math.prod(strides) * cg, cin_g, *ms)
 
 
+class _Emit:
+    """Nodes of one rewrite, each output typed by hand (static shapes, the input's dtype)."""
+
+    def __init__(self, n: Node) -> None:
+        self.n, self.nodes, self.dt = n, [], n.inputs[0].type.dtype  # type: ignore[union-attr]
+
+    def __call__(self, op: str, ins: list[Value | None], shape: list[int], attrs: dict,
+                 out: Value | None = None) -> Value:
+        tag = f"{self.n.name}_{op.lower()}{len(self.nodes)}"
+        y = out if out is not None else Value(TensorType(tuple(shape), self.dt), tag)
+        # the node writing the ConvTranspose's output keeps its name (errors name it)
+        self.nodes.append(Node(op, ins, [y], attrs, name=self.n.name if out is self.n.output
+                               else tag))
+        return y
+
+    def reshape(self, x: Value, shape: list[int], out: Value | None = None) -> Value:
+        return self("Reshape", [x, Value.constant(np.array(shape, np.int64))], shape, {}, out)
+
+
 def _rewrite(n: Node) -> list[Node]:
     x, w = n.inputs[0], n.inputs[1]
     assert x is not None and w is not None and w.const is not None
@@ -146,35 +166,23 @@ def _rewrite(n: Node) -> list[Node]:
     if b is not None:
         bias = np.asarray(b.const).reshape(group, 1, cg)
         conv_in.append(Value.constant(np.broadcast_to(bias, (group, nphase, cg)).reshape(-1)))
-    dt = x.type.dtype
-    batch = int(x.type.shape[0])
-
-    def value(shape: list[int], tag: str) -> Value:
-        return Value(TensorType(tuple(shape), dt), f"{n.name}_{tag}")
-
     if nd == 3:
         return _rewrite_3d(n, conv_in, ms, right, zs, group, strides, cg, pads, outs)
-    conv = Node("Conv", conv_in, [value([batch, group * nphase * cg, *zs], "phases")],
-                {"kernel_shape": ms, "strides": [1] * nd, "dilations": [1] * nd,
-                 "pads": [m - 1 for m in ms] + right, "group": group}, name=f"{n.name}_phases")
-    return [conv, *_interleave_nhwc(n, conv.output, group, strides, cg, zs, pads, outs)]
-
-
-class _Emit:
-    """Nodes of one rewrite, each output typed by hand (static shapes, the input's dtype)."""
-
-    def __init__(self, n: Node) -> None:
-        self.n, self.nodes, self.dt = n, [], n.inputs[0].type.dtype  # type: ignore[union-attr]
-
-    def __call__(self, op: str, ins: list[Value | None], shape: list[int], attrs: dict,
-                 out: Value | None = None) -> Value:
-        tag = f"{self.n.name}_{op.lower()}{len(self.nodes)}"
-        y = out if out is not None else Value(TensorType(tuple(shape), self.dt), tag)
-        self.nodes.append(Node(op, ins, [y], attrs, name=tag))
-        return y
-
-    def reshape(self, x: Value, shape: list[int], out: Value | None = None) -> Value:
-        return self("Reshape", [x, Value.constant(np.array(shape, np.int64))], shape, {}, out)
+    # 2-D: the interleave and crop channels-last, one DepthToSpaceNHWC whose moves are whole
+    # runs of Cg contiguous channels, between a transpose to NHWC that cancels against the
+    # layout pass's after the Conv and one back to NCHW that it sinks into the consumers (or
+    # cancels against the next convolution's); the dense kernel stores the conv's tiles
+    # through it (kernel/phase_store.py), so it costs no pass
+    e = _Emit(n)
+    batch, c = int(x.type.shape[0]), group * nphase * cg
+    y = e("Conv", conv_in, [batch, c, *zs],
+          {"kernel_shape": ms, "strides": [1] * nd, "dilations": [1] * nd,
+           "pads": [m - 1 for m in ms] + right, "group": group})
+    y = e("Transpose", [y], [batch, *zs, c], {"perm": TO_NHWC})
+    y = e("DepthToSpaceNHWC", [y], [batch, *outs, group * cg],
+          {"blocksize": list(strides), "group": group, "crop": [*pads[:2], *outs]})
+    e("Transpose", [y], [], {"perm": TO_NCHW}, n.output)
+    return e.nodes
 
 
 def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list[int],
@@ -212,7 +220,7 @@ def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list
           {"kernel_shape": ms[1:], "strides": [1, 1], "dilations": [1, 1],
            "pads": [ms[1] - 1, ms[2] - 1, right[1], right[2]], "group": group})
     s0, s1, s2 = strides
-    y = e("Transpose", [y], [batch * z0, z1, z2, ocp], {"perm": [0, 2, 3, 1]})
+    y = e("Transpose", [y], [batch * z0, z1, z2, ocp], {"perm": TO_NHWC})
     # channels (g, r0, r1, r2, c): (g, r0) is the 2-D interleave's group
     y = e("DepthToSpaceNHWC", [y], [batch * z0, outs[1], outs[2], group * s0 * cg],
           {"blocksize": [s1, s2], "group": group * s0, "crop": [pads[1], pads[2], *outs[1:]]})
@@ -225,22 +233,3 @@ def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list
               {"starts": [pads[0]], "ends": [pads[0] + outs[0]], "axes": [1]})
     e("Transpose", [y], [], {"perm": [0, 4, 1, 2, 3]}, n.output)
     return e.nodes
-
-
-def _interleave_nhwc(n: Node, z: Value, group: int, strides: list[int], cg: int,
-                     zs: list[int], pads: list[int], outs: list[int]) -> list[Node]:
-    """2-D: the interleave and crop channels-last, one ``DepthToSpaceNHWC`` whose moves are
-    whole runs of ``Cg`` contiguous channels, between a transpose to NHWC that cancels
-    against the layout pass's after the Conv and one back to NCHW that it sinks into the
-    consumers (or cancels against the next convolution's). The dense kernel stores a
-    convolution's tiles through it (``kernel/phase_store.py``), so it costs no pass."""
-    batch, dt = int(z.type.shape[0]), z.type.dtype
-    c = group * math.prod(strides) * cg
-    to_nhwc = Node("Transpose", [z], [Value(TensorType((batch, *zs, c), dt), f"{n.name}_nhwc")],
-                   {"perm": [0, 2, 3, 1]}, name=f"{n.name}_nhwc")
-    y = Value(TensorType((batch, *outs, group * cg), dt), f"{n.name}_interleave")
-    d2s = Node("DepthToSpaceNHWC", [to_nhwc.output], [y],
-               {"blocksize": list(strides), "group": group, "crop": [*pads[:2], *outs]},
-               name=f"{n.name}_interleave")
-    back = Node("Transpose", [y], [n.output], {"perm": [0, 3, 1, 2]}, name=n.name)
-    return [to_nhwc, d2s, back]

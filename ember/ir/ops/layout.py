@@ -22,6 +22,9 @@ from ember.ir.ops.nn import window_out_dim
 from ember.ir.ops.registry import Pattern, ShapeMode, defop, get
 from ember.ir.types import TensorType
 
+TO_NHWC = [0, 2, 3, 1]    # the Transpose perms between NCHW and the NHWC ops below
+TO_NCHW = [0, 3, 1, 2]
+
 
 def _conv_nhwc_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorType]:
     x, w = ts[0], ts[1]
