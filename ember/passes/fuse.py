@@ -4,7 +4,8 @@ Pre: layout-transformed, canonical graph. Post: every compute node sits inside a
 (one kernel each), except views that the memory planner turns into aliases: Reshape / Flatten /
 Squeeze / Unsqueeze, and a ``Slice`` that selects one contiguous range of its statically shaped
 input (``view_offset``). A group has one master (the most complex node), grows along
-single-consumer edges, and has exactly one output value. A node of several outputs (a Split
+single-consumer edges (an element-wise group also takes in the element-wise producers of its
+new node's other inputs), and has exactly one output value. A node of several outputs (a Split
 whose parts have symbolic sizes) is a group of its own, one ``Fused`` node per output read.
 
 ``legal`` answers whether the kernel generators can compute the merged group correctly;
@@ -166,10 +167,11 @@ def profitable(group: Group, n: Node) -> bool:
             m.op in ("Exp", "Tanh", "Erf", "Sigmoid", "Log", "Pow", "Gelu")
             for m in group.nodes):
         return False
-    # a pool reading through a Concat selects the input per element and window tap; the
-    # Concat's own kernel copies runs (SqueezeNet's 55x55x128: 23 µs, then a 30 µs pool,
-    # where the fused pool took 74; a global pool, one read per element, stays fused)
-    if n.op in POOLS and any(_copies_in_place(m) for m in group.nodes):
+    # a pool or reduction reading through a Concat selects the input per element (and
+    # window tap): a chain of compares in its inner loop; the Concat's own kernel copies runs
+    # (SqueezeNet's 55x55x128: 23 µs, then a 30 µs pool, where the fused pool took 74;
+    # Inception-v3's global mean over a six-way 8x8x2048 Concat: 43 µs fused)
+    if pattern_of(n) is Pattern.REDUCTION and any(_copies_in_place(m) for m in group.nodes):
         return False
     # a Resize that blends several taps (linear, cubic) inlines its producer once per tap:
     # over another blending Resize the expression multiplies (linear -> linear -> cubic, 256
@@ -207,10 +209,37 @@ def partition(g: Graph) -> list[Group]:
         if target is None:
             target = Group()
             groups.append(target)
+        if pattern_of(n) <= Pattern.BROADCAST and target.pattern <= Pattern.BROADCAST:
+            _absorb_producers(target, n, group_of, groups, users, outputs)
         target.nodes.append(n)
         target.pattern = max(target.pattern, pattern_of(n))
         group_of[id(n)] = target
     return groups
+
+
+def _absorb_producers(target: Group, n: Node, group_of: dict[int, Group],
+                      groups: list[Group], users: dict, outputs: set[int]) -> None:
+    """Element-wise ``n`` joining the element-wise group ``target`` takes its other inputs'
+    element-wise producer groups along (TVM fuses every injective producer into its consumer;
+    a group otherwise grows along one chain, so an ``Add`` of two scaled values kept one
+    ``Mul`` a kernel of its own: RandWire's weighted node sums, 167 kernels). Legal: each such
+    input has ``n`` as its only reader, is no graph output, and has ``n``'s shape (each of
+    its elements is computed once, inline); the producers' nodes go before ``target``'s,
+    which they cannot read (a group's interior values have one reader, inside it)."""
+    for v in n.inputs:
+        if v is None or v.producer is None or id(v.producer) not in group_of:
+            continue
+        h = group_of[id(v.producer)]
+        if (h is target or h.output is not v or len(users.get(v, [])) != 1
+                or v.uid in outputs or h.pattern > Pattern.BROADCAST
+                or v.type.shape != n.output.type.shape
+                or len(target.nodes) + len(h.nodes) >= MAX_GROUP):
+            continue
+        target.nodes[:0] = h.nodes
+        target.pattern = max(target.pattern, h.pattern)
+        for m in h.nodes:
+            group_of[id(m)] = target
+        groups.remove(h)
 
 
 def run(g: Graph) -> Graph:

@@ -194,8 +194,31 @@ def test_fusion_legal_rejects_multi_consumer_and_broadcast_growth() -> None:
     s = g.add("Add", [a.output, b.output])
     g.outputs = [s.output]
     groups = fuse.partition(g)
-    assert [[n.op for n in grp.nodes] for grp in groups] == [["Exp"], ["Relu", "Add"], ["Neg"]] \
-        or [[n.op for n in grp.nodes] for grp in groups] == [["Exp"], ["Relu"], ["Neg", "Add"]]
+    # Relu and Neg (one reader each) both join the Add; Exp, read twice, stays a group output
+    assert [[n.op for n in grp.nodes] for grp in groups] == [["Exp"], ["Neg", "Relu", "Add"]]
+
+
+def test_fusion_takes_every_elementwise_producer_of_a_sum() -> None:
+    """A weighted sum of three scaled values (RandWire's node input) is one group; a producer
+    read twice, one of another shape (broadcast: read more than once per element) and a
+    graph output stay groups of their own."""
+    xs = [Value(TensorType((1, 8, 8, 4)), f"x{i}") for i in range(4)]
+    small = Value(TensorType((1, 1, 1, 4)), "s")
+    g = Graph([*xs, small])
+    c = [g.add("Mul", [x, Value.constant(np.float32(0.5 + i))]).output for i, x in enumerate(xs)]
+    twice = g.add("Neg", [xs[0]]).output
+    bc = g.add("Exp", [small]).output
+    s1 = g.add("Add", [c[0], c[1]]).output
+    s2 = g.add("Add", [s1, c[2]]).output
+    s3 = g.add("Add", [s2, twice]).output
+    s4 = g.add("Add", [s3, bc]).output
+    s5 = g.add("Relu", [s4]).output
+    s6 = g.add("Sub", [s5, twice]).output
+    s7 = g.add("Add", [s6, c[3]]).output
+    g.outputs = [s7, c[3]]
+    got = [[n.op for n in grp.nodes] for grp in fuse.partition(g)]
+    assert got == [["Mul", "Mul", "Mul", "Add", "Add", "Add", "Add", "Relu", "Sub", "Add"],
+                   ["Mul"], ["Neg"], ["Exp"]]
 
 
 def test_fusion_keeps_a_copied_concat_out_of_a_pool() -> None:
