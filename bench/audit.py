@@ -2,11 +2,14 @@
 
 A kernel's roofline time is the larger of its FLOPs at the machine's FMA peak and its bytes
 (compulsory traffic, as ``cm.profile()`` counts them) at a read bandwidth, both for the
-threads it runs on (``ember probe``): with ``--roof layer`` (default) the bandwidth of the
-layer its bytes fit (L2 up to L2's capacity per thread, L3 up to L3's, else DRAM: the op
-bench's rule), with ``--roof dram`` DRAM's. Its share is that time over its measured time
-(1.0: at the roof). Kernels below ``--below`` (default 10 %) of their roofline, and every kernel on
-the generic compute, are listed; the exit status is 1 if any kernel is below it.
+threads it runs on (``ember probe``), plus the runtime's dispatch floor: the span of a kernel
+with next to no work (a chain of small products, measured first and printed), which a kernel
+of a few kilobytes cannot go under however it is built (0.1-0.3 us on two vEUs). With
+``--roof layer`` (default) the bandwidth is that of the layer its bytes fit (L2 up to L2's
+capacity per thread, L3 up to L3's, else DRAM: the op bench's rule), with ``--roof dram``
+DRAM's. Its share is that time over its measured time (1.0: at the roof). Kernels below
+``--below`` (default 10 %) of their roofline, and every kernel on the generic compute, are
+listed; the exit status is 1 if any kernel is below it.
 
     python bench/audit.py db_detector resnet50 mobilenet_v2 [--threads 2] [--below 0.10]
     python bench/audit.py path/to/model.onnx
@@ -56,8 +59,40 @@ def _bandwidth(nbytes: int, threads: int, roof: str, gbs: dict[str, float]) -> f
     return gbs.get("DRAM", 20.0)
 
 
+def _chain_model(n: int = 8):  # noqa: ANN202
+    """``n`` MatMuls, 1x16 by 16x256 and 1x256 by 256x16 in turn: ``n`` kernels (a product
+    never fuses into a product) of a few thousand flops, each split over the vEUs (the wide
+    ones: two rTasks), so each one's span is the runtime's cost of running a kernel at all."""
+    import onnx
+    from onnx import helper as oh
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    for i in range(n):
+        shape = (16, 256) if i % 2 == 0 else (256, 16)
+        w = rng.standard_normal(shape).astype(np.float32) * 0.25
+        inits.append(onnx.numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(oh.make_node("MatMul", [f"v{i}", f"w{i}"], [f"v{i + 1}"]))
+    g = oh.make_graph(nodes, "chain", [oh.make_tensor_value_info("v0", 1, [1, 16])],
+                      [oh.make_tensor_value_info(f"v{n}", 1, [1, 16])], inits)
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def dispatch_floor(threads: int) -> float:
+    """Seconds a kernel with next to no work spans on ``threads`` vEUs (the median over a
+    chain's kernels after the first, each the minimum over rounds): the sequential plan's
+    signal and wait between kernels, the vEUs' skew, the call into the kernel."""
+    cm = ember.compile(_chain_model(), num_threads=threads, schedule="sequential")
+    feeds = _feeds(cm)
+    best: dict[str, float] = {}
+    for _ in range(5):
+        for k in cm.profile(feeds, runs=20).kernels:
+            best[k.name] = min(best.get(k.name, 1.0), k.seconds)
+    return float(np.median(sorted(best.values())[1:]))
+
+
 def audit(name: str, threads: int, peak_gflops: float, gbs: dict[str, float],
-          roof_kind: str) -> list[tuple]:
+          roof_kind: str, floor: float) -> list[tuple]:
     # the sequential plan: each kernel alone on every thread, so its span (first rTask start to
     # last end) is its own time; under a Rammer / IOS plan a kernel's rTasks interleave with
     # other kernels' on the vEUs and its span counts their time too
@@ -73,7 +108,7 @@ def audit(name: str, threads: int, peak_gflops: float, gbs: dict[str, float],
     total = sum(v[0] for v in best.values())
     for kname, (sec, flops, nbytes, op) in best.items():
         bw = _bandwidth(nbytes, threads, roof_kind, gbs)
-        roof = max(flops / (peak_gflops * 1e9), nbytes / (bw * 1e9))
+        roof = floor + max(flops / (peak_gflops * 1e9), nbytes / (bw * 1e9))
         share = roof / sec if sec > 0 else 1.0
         rows.append((name, kname, op, sec * 1e3, 100 * sec / total, share,
                      bool(generic.get(kname.split("_", 1)[-1]) or generic.get(kname))))
@@ -89,11 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     pk = probe(a.threads)
     peak, gbs = pk.fma_gflops_all, dict(pk.read_gbs)
+    floor = dispatch_floor(a.threads)
     print(f"roofline ({a.roof}): FMA {peak:.0f} GFLOP/s, read GB/s "
-          + ", ".join(f"{k} {v:.0f}" for k, v in gbs.items()) + f" ({a.threads} threads)")
+          + ", ".join(f"{k} {v:.0f}" for k, v in gbs.items()) + f" ({a.threads} threads), "
+          f"plus a dispatch floor of {floor * 1e6:.2f} us a kernel")
     low = 0
     for name in a.models:
-        rows = audit(name, a.threads, peak, gbs, a.roof)
+        rows = audit(name, a.threads, peak, gbs, a.roof, floor)
         bad = [r for r in rows if r[5] < a.below]
         gen = [r for r in rows if r[6]]
         low += len(bad)

@@ -547,7 +547,8 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     if reg is not None:
         doc += "; epilogue in registers"
     if phases is not None:
-        doc += "; stored through the interleave" + (" to NCHW" if phases.nchw else "")
+        doc += "; stored through the interleave" + (" to NCHW" if phases.nchw else
+                                                     " by rows" if phases.planar else "")
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))
 
 
@@ -689,7 +690,7 @@ def _local_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var,
         stmts.append(For(pv, p0v, p_len, For(cv, c0v, c_len, Store(scratch, local, value),
                                               ForKind.VECTORIZED)))
     if phases is not None:
-        helper = phase_store.NCHW_NAME if phases.nchw else phase_store.NAME
+        helper = phase_store.NCHW_NAME if phases.planar else phase_store.NAME
         stmts.append(Eval(helper, (scratch, Const(ct), out_buf, p0v, p_len, c0v, c_len,
                                    *phases.args())))
     else:

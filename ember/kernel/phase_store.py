@@ -10,9 +10,11 @@ helpers move it to its final place while it is in cache:
 
 - ``em_phase_store``: NHWC destination; each (row, phase) is a run of ``Cg`` contiguous
   channels, copied whole.
-- ``em_phase_store_nchw``: NCHW destination; the tile's rows of one image row are transposed
-  in 16 x 16 register blocks (``transpose_tile``), then the ``s1`` phases of each channel are
-  zipped into one contiguous output row segment and stored clipped to the crop.
+- ``em_phase_store_nchw``: NCHW destination (or NHWC of one channel); the tile's rows of one
+  image row are transposed in 16 x 16 register blocks (``transpose_tile``), then the ``s1``
+  phases of each channel are zipped into one contiguous output row segment and stored
+  clipped to the crop.
+- ``em_phase_store_cols``: the same from a tile already channel-major (``kernel/thin.py``).
 
 On the GPU (``kernel/gpu/dense.py``) each element is stored at ``destination``'s index.
 """
@@ -29,6 +31,7 @@ from ember.lower.computes import static_shape
 
 NAME = "em_phase_store"
 NCHW_NAME = "em_phase_store_nchw"
+COLS_NAME = "em_phase_store_cols"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,14 @@ class PhaseStore:
     oc: int
     nchw: bool
     streaming: bool = False
+
+    @property
+    def planar(self) -> bool:
+        """Are the output's image rows contiguous per channel: NCHW, or NHWC of one channel
+        (the same bytes)? Then ``em_phase_store_nchw`` stores whole zipped row segments where
+        the NHWC store copies each pixel's one or two floats as a run of its own (a
+        one-channel detector head: 1.4 ms for a 640x640 map)."""
+        return self.nchw or self.oc == 1
 
     def args(self) -> tuple[Const, ...]:
         """The helpers' geometry arguments and the non-temporal store flag."""
@@ -252,18 +263,61 @@ static void em_phase_store(const float *s, int64_t lds, float *out, int64_t p0, 
 }
 
 #define EM_PS_ROWS 32
-/* The same into an NCHW output, a run of at most 32 rows of one image row at a time: the run
-   transposed (whole 16 x 16 blocks; the scratch has 16 rows and 16 floats of slack past the
-   tile, so a block may read past its valid rows and columns, never past the allocation),
-   the s1 phases of each channel zipped into one output row segment and stored clipped to
-   the crop (s1 <= 8 with all its phases in this tile), else element by element. */
+/* One segment of len <= EM_PS_ROWS tile rows (conv rows of one image row, starting at pixel
+   (n, z0, z1)) from its transposed form t[channel][ldt] into the planar output: the s1
+   phases of each channel zipped into one output row segment and stored clipped to the crop
+   (s1 <= 8 with all its phases in this tile), else element by element. */
+static void em_phase_zip(const float *t, int64_t ldt, float *out, int64_t len, int64_t n,
+                         int64_t z0, int64_t z1, const em_phase_run *rs, int64_t nr,
+                         int64_t s0, int64_t s1, int64_t top, int64_t left, int64_t oh,
+                         int64_t ow, int64_t oc, int nt) {
+  float zb[EM_PS_ROWS * 8];
+  const int64_t q = z1 * s1 - left;     /* the output column of (z1, r1 = 0) */
+  for (int64_t k = 0; k < nr; ++k) {
+    const int64_t o0 = z0 * s0 + rs[k].r0 - top;
+    if (o0 < 0 || o0 >= oh) continue;
+    const int64_t r1 = rs[k].r1;
+    /* the runs of the same channels' other phases: k + 1 .. k + s1 - 1, whole */
+    const int zip = s1 <= 8 && r1 == 0 && k + s1 - 1 < nr &&
+                    rs[k + s1 - 1].len == rs[k].len && rs[k + s1 - 1].ch == rs[k].ch;
+    if (!zip && r1 > 0 && k >= r1 && rs[k - r1].r1 == 0 && k - r1 + s1 - 1 < nr &&
+        rs[k - r1 + s1 - 1].len == rs[k - r1].len && rs[k - r1 + s1 - 1].ch == rs[k - r1].ch)
+      continue;                           /* stored with its run's first phase */
+    for (int64_t j = 0; j < rs[k].len; ++j) {
+      float *d = out + ((n * oc + rs[k].ch + j) * oh + o0) * ow;
+      const float *a = t + (rs[k].at + j) * ldt;
+      if (zip) {
+        if (s1 == 2) {
+          const float *b = t + (rs[k + 1].at + j) * ldt;
+          for (int64_t m = 0; m < len; ++m) { zb[2 * m] = a[m]; zb[2 * m + 1] = b[m]; }
+        } else {
+          for (int64_t r = 0; r < s1; ++r) {
+            const float *b = t + (rs[k + r].at + j) * ldt;
+            for (int64_t m = 0; m < len; ++m) zb[m * s1 + r] = b[m];
+          }
+        }
+        const int64_t lo = q < 0 ? -q : 0, hi = q + len * s1 > ow ? ow - q : len * s1;
+        if (hi > lo) em_ps_put(d + q + lo, zb + lo, hi - lo, nt);
+      } else {
+        for (int64_t m = 0; m < len; ++m) {
+          const int64_t o1 = q + m * s1 + r1;
+          if (o1 >= 0 && o1 < ow) d[o1] = a[m];
+        }
+      }
+    }
+  }
+}
+
+/* The same into an NCHW output (or NHWC of one channel), a run of at most 32 rows of one
+   image row at a time: the run transposed (whole 16 x 16 blocks; the scratch has 16 rows and
+   16 floats of slack past the tile, so a block may read past its valid rows and columns,
+   never past the allocation), then zipped (em_phase_zip). */
 static void em_phase_store_nchw(const float *s, int64_t lds, float *out, int64_t p0,
                                 int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
                                 int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
                                 int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
   em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
   const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
-  float zb[EM_PS_ROWS * 8];
   float *t = (float *)__builtin_alloca(sizeof(float) * EM_PS_ROWS * (size_t)(cols + 16));
   int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
   for (int64_t i = 0; i < rows;) {
@@ -276,40 +330,27 @@ static void em_phase_store_nchw(const float *s, int64_t lds, float *out, int64_t
 #else
     em_transpose_store(s + i * lds, lds, t, 0, EM_PS_ROWS, len, cols);
 #endif
-    const int64_t q = z1 * s1 - left;     /* the output column of (z1, r1 = 0) */
-    for (int64_t k = 0; k < nr; ++k) {
-      const int64_t o0 = z0 * s0 + rs[k].r0 - top;
-      if (o0 < 0 || o0 >= oh) continue;
-      const int64_t r1 = rs[k].r1;
-      /* the runs of the same channels' other phases: k + 1 .. k + s1 - 1, whole */
-      const int zip = s1 <= 8 && r1 == 0 && k + s1 - 1 < nr &&
-                      rs[k + s1 - 1].len == rs[k].len && rs[k + s1 - 1].ch == rs[k].ch;
-      if (!zip && r1 > 0 && k >= r1 && rs[k - r1].r1 == 0 && k - r1 + s1 - 1 < nr &&
-          rs[k - r1 + s1 - 1].len == rs[k - r1].len && rs[k - r1 + s1 - 1].ch == rs[k - r1].ch)
-        continue;                           /* stored with its run's first phase */
-      for (int64_t j = 0; j < rs[k].len; ++j) {
-        float *d = out + ((n * oc + rs[k].ch + j) * oh + o0) * ow;
-        const float *a = t + (rs[k].at + j) * EM_PS_ROWS;
-        if (zip) {
-          if (s1 == 2) {
-            const float *b = t + (rs[k + 1].at + j) * EM_PS_ROWS;
-            for (int64_t m = 0; m < EM_PS_ROWS; ++m) { zb[2 * m] = a[m]; zb[2 * m + 1] = b[m]; }
-          } else {
-            for (int64_t r = 0; r < s1; ++r) {
-              const float *b = t + (rs[k + r].at + j) * EM_PS_ROWS;
-              for (int64_t m = 0; m < len; ++m) zb[m * s1 + r] = b[m];
-            }
-          }
-          const int64_t lo = q < 0 ? -q : 0, hi = q + len * s1 > ow ? ow - q : len * s1;
-          if (hi > lo) em_ps_put(d + q + lo, zb + lo, hi - lo, nt);
-        } else {
-          for (int64_t m = 0; m < len; ++m) {
-            const int64_t o1 = q + m * s1 + r1;
-            if (o1 >= 0 && o1 < ow) d[o1] = a[m];
-          }
-        }
-      }
-    }
+    em_phase_zip(t, EM_PS_ROWS, out, len, n, z0, z1, rs, nr, s0, s1, top, left, oh, ow, oc, nt);
+    i += len;
+    z1 += len;
+    if (z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
+  }
+  em_ps_fence(nt);
+}
+
+/* The same from a tile already channel-major, t[channel][ldt] (conv rows p0 .. p0 + rows of
+   channels c0 .. c0 + cols: a kernel with pixels in its lanes): zipped segment by segment. */
+static void em_phase_store_cols(const float *t, int64_t ldt, float *out, int64_t p0,
+                                int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
+                                int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
+                                int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
+  em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
+  const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
+  int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
+  for (int64_t i = 0; i < rows;) {
+    int64_t len = z1n - z1 < rows - i ? z1n - z1 : rows - i;
+    if (len > EM_PS_ROWS) len = EM_PS_ROWS;
+    em_phase_zip(t + i, ldt, out, len, n, z0, z1, rs, nr, s0, s1, top, left, oh, ow, oc, nt);
     i += len;
     z1 += len;
     if (z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }

@@ -13,6 +13,7 @@ from ember.kernel import (
     pool_nhwc,
     scatter,
     softmax,
+    thin,
     transpose,
     window,
 )
@@ -46,6 +47,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return pool_nhwc.build_pool_nhwc(name, body, threads)
     if depthwise.applicable(body):
         return depthwise.build_depthwise(name, body, ctx)
+    if thin.applicable(body):
+        return thin.build_thin(name, body)
     if conv.applicable(body):
         return conv.build_dense(name, body, ctx)
     if batched.applicable(body):

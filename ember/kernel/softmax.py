@@ -121,9 +121,22 @@ def _lane_reduce(r: Rows, at: Callable[[Expr], Expr], out: Buffer, init: float,
         For(jb, zero, groups, For(lane, zero, Const(LANES), visit(at_lane, lane),
                                   ForKind.VECTORIZED)),
         For(j, done, Bin("-", as_expr(r.k), done), visit(j, zero)),
-        Store(out, zero, Const(init, r.acc)),
-        For(lane, zero, Const(LANES), Store(out, zero, step(Load(out, zero), Load(part, lane)))))
+        *_fold(part, step),
+        Store(out, zero, step(Const(init, r.acc), Load(part, zero))))
     return Alloc(part, stmts)
+
+
+def _fold(part: Buffer, step: Callable[[Expr, Expr], Expr]) -> list[Stmt]:
+    """``part[0] = step over part[0 .. LANES)`` as a tree of halvings (8, 4, 2, 1 lanes, each
+    step vectorized): a serial fold through one scalar was 16 dependent max or add latencies a
+    row, as long as the row's own work at BERT's 128-wide rows."""
+    out, half = [], LANES // 2
+    while half >= 1:
+        lane = Var("l")
+        out.append(For(lane, Const(0), Const(half), Store(part, lane, step(
+            Load(part, lane), Load(part, Bin("+", lane, Const(half))))), ForKind.VECTORIZED))
+        half //= 2
+    return out
 
 
 def build_softmax(name: str, body: Graph) -> Kernel:

@@ -26,6 +26,11 @@ void store(const float *s, int64_t lds, float *out, int64_t p0, int64_t rows, in
   (nchw ? em_phase_store_nchw : em_phase_store)(s, lds, out, p0, rows, c0, cols, geo[0],
       geo[1], geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], geo[8], geo[9], nt);
 }
+void store_cols(const float *t, int64_t ldt, float *out, int64_t p0, int64_t rows, int64_t c0,
+                int64_t cols, const int64_t *geo, int nt) {
+  em_phase_store_cols(t, ldt, out, p0, rows, c0, cols, geo[0], geo[1], geo[2], geo[3], geo[4],
+                      geo[5], geo[6], geo[7], geo[8], geo[9], nt);
+}
 """
 
 
@@ -36,6 +41,8 @@ def helpers() -> ctypes.CDLL:
     lib.store.restype = None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.store.argtypes = [ptr, i64, ptr, i64, i64, i64, i64, ptr, ctypes.c_int, ctypes.c_int]
+    lib.store_cols.restype = None
+    lib.store_cols.argtypes = [ptr, i64, ptr, i64, i64, i64, i64, ptr, ctypes.c_int]
     return lib
 
 
@@ -77,6 +84,35 @@ def test_the_helpers_store_every_element_where_the_interleave_puts_it(
             tile[:r * lds].reshape(r, lds)[:, :k] = flat[p0:p0 + r, c0:c0 + k]
             helpers.store(tile.ctypes.data, lds, out.ctypes.data, p0, r, c0, k,
                           geo.ctypes.data, int(nchw), int(nt))
+    np.testing.assert_array_equal(out.reshape(want.shape), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_channel_major_tile_is_stored_by_rows(helpers: ctypes.CDLL,
+                                                data: st.DataObject) -> None:
+    """``em_phase_store_cols`` (a tile already [channel][pixel], ``kernel/thin.py``) into a
+    planar output (NCHW, or NHWC of one channel: the same bytes): every element once,
+    bit-exact, for tasks cut anywhere, crops on every side, batch > 1."""
+    n, z0, z1 = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 5)), \
+        data.draw(st.integers(1, 70))
+    s = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    cg = data.draw(st.integers(1, 2))
+    full = (z0 * s[0], z1 * s[1])
+    top, left = data.draw(st.integers(0, full[0] - 1)), data.draw(st.integers(0, full[1] - 1))
+    oh, ow = data.draw(st.integers(1, full[0] - top)), data.draw(st.integers(1, full[1] - left))
+    c, rows = s[0] * s[1] * cg, n * z0 * z1
+    pt = data.draw(st.integers(1, rows))
+    y = np.random.default_rng(rows * c).standard_normal((n, z0, z1, c)).astype(np.float32)
+    want = _reference(y, s, 1, [top, left, oh, ow], True)
+    out = np.full(want.size, np.nan, np.float32)
+    geo = np.array([z0, z1, *s, cg, top, left, oh, ow, cg], np.int64)
+    flat = y.reshape(rows, c)
+    for p0 in range(0, rows, pt):
+        r = min(pt, rows - p0)
+        t = np.ascontiguousarray(flat[p0:p0 + r].T)
+        helpers.store_cols(t.ctypes.data, r, out.ctypes.data, p0, r, 0, c, geo.ctypes.data,
+                           int(data.draw(st.booleans())))
     np.testing.assert_array_equal(out.reshape(want.shape), want)
 
 

@@ -1,0 +1,188 @@
+"""A pointwise convolution with few output channels, its pixels in the vector lanes.
+
+Assumes (``applicable``): the group's master is a static float32 1x1 ``ConvNHWC`` (stride 1, no
+padding, one group) with constant weights and at most ``MAX_OC`` output channels, at most
+``MAX_IC`` input channels and at least ``MIN_PIXELS`` pixels; the rest of the group is its
+element-wise epilogue, then optionally its store: the sub-pixel interleave into an output whose
+image rows are contiguous per channel (``phase_store.PhaseStore.planar``: NCHW, or NHWC of one
+channel) or the batch-1 transpose to NCHW.
+
+Why: the dense kernel puts output channels in the lanes. A head that ends in one or four
+channels (a text detector's probability map: a 24 -> 1 ConvTranspose x2, i.e. a 1x1 conv to
+four phases) used 4 of 16 lanes of every FMA, of its Sigmoid and of its stores, and copied its
+output a pixel's phase pair at a time: 1.2-1.4 ms for a 640x640 map (onnxruntime 0.64).
+
+Schedule: an rTask is ``PX`` consecutive pixels. Their input rows (NHWC: ``IC`` contiguous
+floats a pixel) are transposed into a local ``[IC][PX]`` block (16 x 16 register transposes
+where a whole block lies inside the input, element copies at its end), then every output
+channel is ``PXV`` vectors of 16 pixels accumulated over the input channels with the weight
+broadcast (``OC · PXV`` independent FMA chains), into a local ``[OC][PX]`` tile. The
+epilogue runs over that tile with pixels innermost (full vectors), and the tile is stored:
+row segments through the interleave (``em_phase_store_cols``), NCHW rows, or (a plain NHWC
+output) transposed back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node
+from ember.kernel import phase_store
+from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.conv import core_body, geometry, transposed_output
+from ember.kernel.epilogue import element_epilogue
+from ember.loops.ir import (
+    Alloc,
+    Bin,
+    Buffer,
+    Const,
+    Eval,
+    For,
+    ForKind,
+    Let,
+    Load,
+    Scope,
+    Stmt,
+    Store,
+    Var,
+    seq,
+)
+from ember.loops.transform import format_stmt, map_expr, simplify, substitute
+
+MAX_OC = 8          # output channels: up to half a vector (the dense kernel fills more)
+MAX_IC = 96         # the transposed input block [IC][PX] stays in L1 (24 KiB)
+MIN_PIXELS = 256
+PX = 64             # pixels an rTask (4 vectors)
+LANES = 16
+
+
+def applicable(body: Graph) -> bool:
+    """Is ``body`` a thin pointwise conv with an epilogue and a store this kernel makes?"""
+    m = body.nodes[0]
+    if m.op != "ConvNHWC" or len(m.inputs) != 2 or body.outputs[0].type.dtype.name != "float32":
+        return False
+    x, w = m.inputs
+    if x is None or w is None or not w.is_const or not x.type.is_static \
+            or not m.output.type.is_static or x.type.dtype.name != "float32":
+        return False
+    kh, kw, ic, oc = (int(d) for d in w.type.shape)
+    plain = (kh, kw) == (1, 1) and m.attrs.get("group", 1) == 1 and \
+        list(m.attrs["strides"]) == [1, 1] and not any(m.attrs.get("pads", (0, 0, 0, 0))) \
+        and m.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+    if not plain:
+        return False
+    n, h, wd, _ = (int(d) for d in x.type.shape)
+    if not (oc <= MAX_OC and ic <= MAX_IC and n * h * wd >= MIN_PIXELS):
+        return False
+    ps = phase_store.phase_output(body)
+    if ps is not None:
+        return ps.planar
+    last = body.nodes[-1]
+    return last.op != "Transpose" or transposed_output(body)
+
+
+def _compute_source(fn: str, ic: int, oc: int, pixels: int) -> str:
+    """The rTask's transpose and products: ``tile[o * PX + q] = sum_c x[(p0 + q) * IC + c] ·
+    w[c * OC + o]`` for its ``n`` pixels."""
+    pxv = min(4, max(1, 8 // oc))      # vectors of pixels a step: OC · PXV FMA chains
+    icb = -(-ic // LANES) * LANES
+    accs = " ".join(f"em_v16a a{o}_{v} = em_bcast(0.0f);" for o in range(oc) for v in range(pxv))
+    fmas = " ".join(f"a{o}_{v} += x{v} * em_bcast(wc[{o}]);" for o in range(oc)
+                    for v in range(pxv))
+    loads = " ".join(f"const em_v16a x{v} = *(const em_v16a *)(xt + c * {PX} + q + {16 * v});"
+                     for v in range(pxv))
+    stores = " ".join(f"*(em_v16a *)(tile + {o * PX} + q + {16 * v}) = a{o}_{v};"
+                      for o in range(oc) for v in range(pxv))
+    return f"""
+static void {fn}(int64_t task, float *restrict tile, const float *restrict x,
+                 const float *restrict w) {{
+  const int64_t p0 = task * {PX}, n = {pixels} - p0 < {PX} ? {pixels} - p0 : {PX};
+  float xt[{icb} * {PX}] __attribute__((aligned(64)));
+  const float *xs = x + p0 * {ic};
+  int64_t q = 0;
+#if EM_TR_BLOCK
+  /* whole 16 x 16 blocks that lie inside the input (the last channel block of a pixel reads
+     the next pixel's first channels: past the input only at its very end) */
+  for (; q + 16 <= n && (p0 + q + 16) * {ic} + {icb - ic} <= {pixels * ic}; q += 16)
+    for (int64_t c = 0; c < {ic}; c += 16)
+      em_tr16x16(xs + q * {ic} + c, {ic}, xt + c * {PX} + q, {PX});
+#endif
+  for (int64_t c = 0; c < {ic}; ++c)
+    for (int64_t r = q; r < {PX}; ++r) xt[c * {PX} + r] = r < n ? xs[r * {ic} + c] : 0.0f;
+  for (q = 0; q < n; q += {16 * pxv}) {{
+    {accs}
+    for (int64_t c = 0; c < {ic}; ++c) {{
+      const float *wc = w + c * {oc};
+      {loads}
+      {fmas}
+    }}
+    {stores}
+  }}
+}}
+"""
+
+
+def _epilogue(core: Graph, body_master: Node, tile: Buffer, out_buf: Buffer, x_buf: Buffer,
+              args: list, p0: Var, n: Var, oc: int) -> Stmt | None:
+    """The group's element-wise ops over the tile, pixels innermost, in place."""
+    if len(core.nodes) == 1:
+        return None
+    pv, cv = Var("p"), Var("c")
+    st, epv, ecv = element_epilogue(core, body_master, out_buf, x_buf, args)
+    assert isinstance(st, Store)
+    st = substitute(st, {epv: pv, ecv: cv})  # type: ignore[assignment]
+    local = Bin("+", Bin("*", cv, Const(PX)), Bin("-", pv, p0))
+    value = map_expr(st.value, lambda e: Load(tile, local)
+                     if isinstance(e, Load) and e.buf is out_buf else None)
+    return For(cv, Const(0), Const(oc), For(pv, p0, n, Store(tile, local, value),
+                                           ForKind.VECTORIZED))
+
+
+def _store(body: Graph, tile: Buffer, out_buf: Buffer, p0: Var, n: Var, oc: int,
+           pixels: int) -> tuple[Stmt, dict[str, str]]:
+    """The tile into the output: through the interleave, as NCHW rows, or as NHWC pixels."""
+    ps = phase_store.phase_output(body)
+    if ps is not None:
+        return Eval(phase_store.COLS_NAME, (tile, Const(PX), out_buf, p0, n, Const(0),
+                                            Const(oc), *ps.args())), \
+            {phase_store.NAME: phase_store.C_SOURCE}
+    pv, cv = Var("p"), Var("c")
+    src = Load(tile, Bin("+", Bin("*", cv, Const(PX)), Bin("-", pv, p0)))
+    if transposed_output(body):
+        return For(cv, Const(0), Const(oc), For(pv, p0, n, Store(
+            out_buf, Bin("+", Bin("*", cv, Const(pixels)), pv), src), ForKind.VECTORIZED)), {}
+    return For(pv, p0, n, For(cv, Const(0), Const(oc), Store(
+        out_buf, Bin("+", Bin("*", pv, Const(oc)), cv), src))), {}
+
+
+def build_thin(name: str, body: Graph) -> Kernel:
+    """The kernel of a group ``applicable`` accepts."""
+    from ember.kernel import transpose_tile
+
+    m = body.nodes[0]
+    g, w_hwio = geometry(m)
+    ic, oc, pixels = g.ICg, g.OC, g.N * g.OH * g.OW
+    core = core_body(body)
+    fn = "em_thin_" + hashlib.sha1(repr((ic, oc, pixels, PX)).encode()).hexdigest()[:12]
+    out_buf = Buffer(f"{name}_out", int(np.prod([int(d) for d in body.outputs[0].type.shape])))
+    x_buf = Buffer(f"{name}_x", pixels * ic)
+    w_buf = Buffer(f"{name}_w", ic * oc)
+    args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(m.inputs[0])),
+                  (w_buf, np.ascontiguousarray(w_hwio.reshape(ic, oc), dtype=np.float32))]
+    tile = Buffer(f"{name}_tile", oc * PX, scope=Scope.LOCAL)
+    task, p0, n = Var("task"), Var("p0"), Var("n")
+    epi = _epilogue(core, m, tile, out_buf, x_buf, args, p0, n, oc)
+    store, helpers = _store(body, tile, out_buf, p0, n, oc, pixels)
+    inner = seq(Eval(fn, (task, tile, x_buf, w_buf)), *([epi] if epi is not None else []),
+                store)
+    stmt: Stmt = Let(p0, Bin("*", task, Const(PX)), Let(
+        n, Bin("min", Const(PX), Bin("-", Const(pixels), p0)), Alloc(tile, inner)))
+    stmt = For(task, T0, Bin("-", T1, T0), simplify(stmt), ForKind.SERIAL)  # type: ignore[arg-type]
+    support = {transpose_tile.NAME: transpose_tile.C_SOURCE, **helpers,
+               fn: _compute_source(fn, ic, oc, pixels)}
+    doc = (f"{body.name}: thin pointwise conv P={pixels} IC={ic} OC={oc}, pixels in the lanes, "
+           f"rTask {PX} pixels")
+    return Kernel(name, stmt, -(-pixels // PX), args, support, 2 * pixels * ic * oc, doc,
+                  format_stmt(stmt))
