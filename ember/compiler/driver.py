@@ -43,7 +43,7 @@ from ember.kernel.select import build_kernel
 from ember.lower import dims
 from ember.passes import pipeline
 from ember.passes.cse import attr_key
-from ember.passes.memplan import MemoryPlan, kernel_dependencies
+from ember.passes.memplan import MemoryPlan, kernel_dependencies, output_views
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.host import isa_features, physical_memory
 from ember.runtime.toolchain import compile_shared
@@ -666,15 +666,18 @@ def _body_key(n: Node) -> tuple:
 
 
 def _copy_outputs(g: Graph) -> None:
-    """Every graph output is written by a kernel of its own (not an input, constant or view)."""
+    """Every graph output is written by a kernel of its own (not an input, constant or view),
+    or is a whole view of a kernel's output that writes it (``memplan.output_views``)."""
     from ember.passes.fuse import run as fuse_run
 
+    viewed = set(output_views(g).values())
     seen: set[int] = set()
     outs = []
     extra: list[Node] = []
-    for v in g.outputs:
+    for i, v in enumerate(g.outputs):
         p = v.producer
-        if p is None or p.op != "Fused" or v.uid in seen:
+        written = i in viewed or (p is not None and p.op == "Fused")
+        if not written or v.uid in seen:
             copy = Node("Identity", [v], [Value(v.type, v.name + "_out")], {}, "copy_" + v.name)
             extra.append(copy)
             v = copy.output

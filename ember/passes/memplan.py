@@ -101,13 +101,31 @@ def _root(v: Value) -> Value:
     return _view(v)[0]
 
 
+def output_views(g: Graph) -> dict[int, int]:
+    """Graph outputs that are whole views (a Reshape, Flatten, Squeeze or Unsqueeze at offset
+    0, static) of a kernel's output that is no graph output itself: that kernel's output uid
+    -> the output position, so the kernel writes the caller's output buffer directly (a
+    detector's [1, 640, 640, 1] map read as [1, 1, 640, 640] had been copied by a kernel of
+    its own). The first output viewing a value takes it; the driver copies the others."""
+    outs = {v.uid for v in g.outputs}
+    found: dict[int, int] = {}
+    for i, v in enumerate(g.outputs):
+        root, off = _view(v)
+        if (root is not v and off == 0 and root.producer is not None
+                and root.producer.op == "Fused" and root.uid not in outs
+                and root.uid not in found and v.type.is_static and root.type.is_static
+                and root.type.nbytes == v.type.nbytes):
+            found[root.uid] = i
+    return found
+
+
 def run(g: Graph) -> Graph:
     symbolic = not all(v.type.is_static for n in g.nodes for v in n.outputs) or \
         not all(v.type.is_static for v in g.inputs)
     plan = MemoryPlan(symbolic=symbolic)
     for i, v in enumerate(g.inputs):
         plan.storage[v.uid] = Storage("input", i, _nbytes(v.type))
-    out_pos = {v.uid: i for i, v in enumerate(g.outputs)}
+    out_pos = {v.uid: i for i, v in enumerate(g.outputs)} | output_views(g)
     # last use of each storage root
     last: dict[int, int] = {}
     for t, n in enumerate(g.nodes):

@@ -459,3 +459,34 @@ def test_view_matmul_view_is_one_batched_matmul(case: str) -> None:
     verify(g)
     assert structure(g) == want
     np.testing.assert_allclose(run_graph(g, feeds)[0], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("outs,copies", [(["z"], 0), (["y", "z"], 1), (["z", "z2"], 1),
+                                         (["y2", "z"], 0)])
+def test_an_output_that_views_a_kernels_output_is_written_by_that_kernel(
+        outs: list[str], copies: int) -> None:
+    """A graph output that is a whole view (Reshape, Flatten) of a kernel's output takes the
+    kernel's output storage: no copy kernel. A second view of the same value, or a view of a
+    value that is an output itself, is copied; all match onnxruntime (CPU and cuda-sim)."""
+    from onnx import helper
+
+    import ember
+    from tests.modelkit import make_model, run_ort
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 10, 12)).astype(np.float32)
+    inits = {"w": rng.standard_normal((1, 8, 1, 1)).astype(np.float32),
+             "s": np.array([1, 120], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"]),
+             helper.make_node("Reshape", ["y", "s"], ["z"]),
+             helper.make_node("Flatten", ["y"], ["z2"]),
+             helper.make_node("Sigmoid", ["y"], ["y2"])]
+    m = make_model(nodes, {"x": x}, inits, outs)
+    want = run_ort(m, {"x": x})
+    for target in ("cpu", "cuda-sim"):
+        cm = ember.compile(m, target=target)
+        for got, ref in zip(cm.run({"x": x}).values(), want):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+        if target == "cpu":
+            ops = [[op for _, op in k["nodes"]] for k in cm.meta["profile"]["kernels"]]
+            assert ops.count(["Identity"]) == copies, ops
