@@ -13,8 +13,9 @@ four phases) used 4 of 16 lanes of every FMA, of its Sigmoid and of its stores, 
 output a pixel's phase pair at a time: 1.2-1.4 ms for a 640x640 map (onnxruntime 0.64).
 
 Schedule: an rTask is ``PX`` consecutive pixels. Their input rows (NHWC: ``IC`` contiguous
-floats a pixel) are transposed into a local ``[IC][PX]`` block (16 x 16 register transposes
-where a whole block lies inside the input, element copies at its end), then every output
+floats a pixel) are transposed into a local ``[IC][PX]`` block (16 x 16 register transposes,
+16 x 8 for a last block of at most 8 channels, where a whole block lies inside the input;
+element copies at its end), then every output
 channel is ``PXV`` vectors of 16 pixels accumulated over the input channels with the weight
 broadcast (``OC · PXV`` independent FMA chains), into a local ``[OC][PX]`` tile. The
 epilogue runs over that tile with pixels innermost (full vectors), and the tile is stored:
@@ -88,6 +89,11 @@ def _compute_source(fn: str, ic: int, oc: int, pixels: int) -> str:
     w[c * OC + o]`` for its ``n`` pixels."""
     pxv = min(4, max(1, 8 // oc))      # vectors of pixels a step: OC · PXV FMA chains
     icb = -(-ic // LANES) * LANES
+    whole, tail = ic // LANES * LANES, ic % LANES
+    # the last block of a pixel's channels: 8 columns (a 16 x 8 transpose) or 16
+    span = whole + (0 if tail == 0 else 8 if tail <= 8 else 16)
+    last = "" if tail == 0 else f"""
+    em_tr16x{span - whole}(xs + q * {ic} + {whole}, {ic}, xt + {whole * PX} + q, {PX});"""
     accs = " ".join(f"em_v16a a{o}_{v} = em_bcast(0.0f);" for o in range(oc) for v in range(pxv))
     fmas = " ".join(f"a{o}_{v} += x{v} * em_bcast(wc[{o}]);" for o in range(oc)
                     for v in range(pxv))
@@ -103,11 +109,12 @@ static void {fn}(int64_t task, float *restrict tile, const float *restrict x,
   const float *xs = x + p0 * {ic};
   int64_t q = 0;
 #if EM_TR_BLOCK
-  /* whole 16 x 16 blocks that lie inside the input (the last channel block of a pixel reads
-     the next pixel's first channels: past the input only at its very end) */
-  for (; q + 16 <= n && (p0 + q + 16) * {ic} + {icb - ic} <= {pixels * ic}; q += 16)
-    for (int64_t c = 0; c < {ic}; c += 16)
-      em_tr16x16(xs + q * {ic} + c, {ic}, xt + c * {PX} + q, {PX});
+  /* whole blocks that lie inside the input (the last channel block of a pixel reads the next
+     pixel's first channels: past the input only at its very end) */
+  for (; q + 16 <= n && (p0 + q + 16) * {ic} + {span - ic} <= {pixels * ic}; q += 16) {{
+    for (int64_t c = 0; c < {whole}; c += 16)
+      em_tr16x16(xs + q * {ic} + c, {ic}, xt + c * {PX} + q, {PX});{last}
+  }}
 #endif
   for (int64_t c = 0; c < {ic}; ++c)
     for (int64_t r = q; r < {PX}; ++r) xt[c * {PX} + r] = r < n ? xs[r * {ic} + c] : 0.0f;
@@ -121,6 +128,40 @@ static void {fn}(int64_t task, float *restrict tile, const float *restrict x,
     {stores}
   }}
 }}
+"""
+
+
+TR16X8 = r"""
+#if defined(__AVX512F__)
+/* 16 rows of 8 floats at s (row stride lds) to 8 rows of 16 at d (row stride ldd): rows i
+   and i + 8 share a register, an 8 x 8 transpose runs in each 256-bit half (unpack,
+   shuffle), then the halves' 128-bit lanes are paired (vpermt2ps): 24 shuffles where a
+   16 x 16 transpose of half-empty rows takes 64 */
+static inline void em_tr16x8(const float *s, int64_t lds, float *d, int64_t ldd) {
+  __m512 r[8], t[8];
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(s + i * lds))),
+        _mm256_castps_pd(_mm256_loadu_ps(s + (i + 8) * lds)), 1));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30,
+                                       31);
+  for (int i = 0; i < 4; ++i) {
+    _mm512_storeu_ps(d + i * ldd, _mm512_permutex2var_ps(r[i], lo, r[i + 4]));
+    _mm512_storeu_ps(d + (i + 4) * ldd, _mm512_permutex2var_ps(r[i], hi, r[i + 4]));
+  }
+}
+#endif
 """
 
 
@@ -180,7 +221,7 @@ def build_thin(name: str, body: Graph) -> Kernel:
     stmt: Stmt = Let(p0, Bin("*", task, Const(PX)), Let(
         n, Bin("min", Const(PX), Bin("-", Const(pixels), p0)), Alloc(tile, inner)))
     stmt = For(task, T0, Bin("-", T1, T0), simplify(stmt), ForKind.SERIAL)  # type: ignore[arg-type]
-    support = {transpose_tile.NAME: transpose_tile.C_SOURCE, **helpers,
+    support = {transpose_tile.NAME: transpose_tile.C_SOURCE, "em_tr16x8": TR16X8, **helpers,
                fn: _compute_source(fn, ic, oc, pixels)}
     doc = (f"{body.name}: thin pointwise conv P={pixels} IC={ic} OC={oc}, pixels in the lanes, "
            f"rTask {PX} pixels")

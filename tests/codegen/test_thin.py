@@ -54,6 +54,22 @@ def test_a_thin_pointwise_conv_matches_onnxruntime(oc: int, ic: int, n: int, hw:
     assert len(_thin_kernels(cm)) == 1, cm.meta["profile"]["kernels"]
 
 
+@pytest.mark.parametrize("ic", [1, 5, 8, 9, 16, 24, 31])
+def test_every_channel_tail_is_transposed(ic: int) -> None:
+    """Input channel counts past the 16-lane blocks by 0, 1-8 (a 16 x 8 transpose) and 9-15
+    (16 x 16), over 17 x 19 pixels (the last blocks read near the input's end: copied
+    element-wise there)."""
+    rng = np.random.default_rng(ic)
+    x = rng.standard_normal((1, ic, 17, 19)).astype(np.float32)
+    inits = {"w": (rng.standard_normal((3, ic, 1, 1)) * 0.3).astype(np.float32),
+             "w2": (rng.standard_normal((16, 3, 1, 1)) * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["c"]),
+             helper.make_node("Conv", ["c", "w2"], ["z"])]
+    m = make_model(nodes, {"x": x}, inits, ["z"])
+    assert len(_thin_kernels(_check(m, {"x": x}))) == 1
+
+
 def test_a_residual_add_is_read_at_each_pixel_and_channel() -> None:
     """An epilogue with another tensor (a residual of the same NHWC shape) and NaN / inf in
     the input: propagated as onnxruntime does."""
