@@ -295,7 +295,11 @@ def partition_selects(s: Stmt) -> Stmt:
     """Each loop of constant range whose body stores ``Select(var < c, a, b)`` for its own
     ``var`` and a constant ``c`` inside the range runs as two loops, ``[begin, c)`` storing
     ``a`` and ``[c, end)`` storing ``b`` (recursively: a Concat fused after its inputs selects
-    among them by channel; split, each loop copies one input, no select per element)."""
+    among them by channel; split, each loop copies one input, no select per element). A loop
+    whose body stores ``Select(cond, a, b)`` with ``cond`` free of its variable and of loads
+    is unswitched: ``if cond`` runs the loop storing ``a``, else the one storing ``b`` (a
+    select evaluates both sides per element: an LSTM cell's output rows h and c each
+    computed both cells' gates)."""
     if isinstance(s, For):
         loop = For(s.var, s.begin, s.extent, partition_selects(s.body), s.kind)
         return _split_at_select(loop) or loop
@@ -313,6 +317,10 @@ def _split_at_select(loop: For) -> Stmt | None:
     """``loop`` as the two loops of ``partition_selects``, or None where it does not apply."""
     st, (b, e) = loop.body, (loop.begin, loop.extent)
     v = st.value if isinstance(st, Store) else None
+    if isinstance(v, Select) and _invariant(v.cond, loop.var):
+        assert isinstance(st, Store)
+        return If(v.cond, partition_selects(replace(loop, body=Store(st.buf, st.index, v.a))),
+                  partition_selects(replace(loop, body=Store(st.buf, st.index, v.b))))
     if not (isinstance(v, Select) and isinstance(b, Const) and isinstance(e, Const)):
         return None
     cond, lo = v.cond, int(b.value)
@@ -326,3 +334,15 @@ def _split_at_select(loop: For) -> Stmt | None:
                                       Store(st.buf, st.index, v.a), loop.kind)),
                 partition_selects(For(loop.var, Const(c), Const(hi - c),
                                       Store(st.buf, st.index, v.b), loop.kind))])
+
+
+def _invariant(cond: Expr, var: Var) -> bool:
+    """Is ``cond`` the same at every iteration of ``var``'s loop: no ``var``, no load?"""
+    loads: list[Expr] = []
+
+    def visit(x: Expr) -> None:
+        if isinstance(x, Load):
+            loads.append(x)
+
+    map_expr(cond, visit)
+    return var not in free_vars(cond) and not loads

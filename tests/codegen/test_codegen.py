@@ -206,7 +206,8 @@ def test_elementwise_group_runs_as_one_flat_loop() -> None:
 def test_a_fused_concat_copies_each_input_in_a_loop_of_its_own() -> None:
     """``partition_selects``: a loop storing ``Select(c < k, a, b)`` over its own variable
     runs as ``[0, k)`` storing a and ``[k, n)`` storing b, recursively; a condition outside
-    the range, or on another variable, stays."""
+    the range stays; one on another variable only unswitches the loop; one that loads
+    stays."""
     from ember.loops.ir import Bin, Const, For, ForKind, Load, Select, Seq, Store, Var
     from ember.loops.transform import format_stmt, partition_selects
 
@@ -220,7 +221,14 @@ def test_a_fused_concat_copies_each_input_in_a_loop_of_its_own() -> None:
     assert isinstance(got, Seq) and "select" not in format_stmt(got)
     text = format_stmt(got)
     assert "[0, +24)" in text and "[24, +24)" in text and "[48, +48)" in text
-    for other in (Bin("<", j, Const(48)), Bin("<", i, Const(200))):
-        keep = For(i, Const(0), Const(96), Store(out, i, Select(other, Load(a, i), Load(b, i))),
-                   ForKind.VECTORIZED)
-        assert "select" in format_stmt(partition_selects(keep))
+    keep = For(i, Const(0), Const(96), Store(out, i, Select(
+        Bin("<", i, Const(200)), Load(a, i), Load(b, i))), ForKind.VECTORIZED)
+    assert "select" in format_stmt(partition_selects(keep))
+    # a condition free of the loop's variable (and of loads): the loop is unswitched
+    inv = For(i, Const(0), Const(96), Store(out, i, Select(
+        Bin("<", j, Const(48)), Load(a, i), Load(b, i))), ForKind.VECTORIZED)
+    text = format_stmt(partition_selects(inv))
+    assert "select" not in text and text.startswith("if (j < 48):"), text
+    ld = For(i, Const(0), Const(96), Store(out, i, Select(
+        Bin("<", Load(c, j), Const(0)), Load(a, i), Load(b, i))), ForKind.VECTORIZED)
+    assert "select" in format_stmt(partition_selects(ld))
