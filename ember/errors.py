@@ -37,6 +37,13 @@ class TypeInferenceError(ModelError):
     """A node's input types do not satisfy its type relation."""
 
 
+class BranchRankError(TypeInferenceError):
+    """An ``If``'s two branches give a value of different ranks or element types: one type
+    cannot describe the ``If``'s output. A top-level such ``If`` is compiled per branch taken
+    (``compiler.per_branch``); ``onnx_nodes`` (set by the importer on every error it passes
+    up) locates it."""
+
+
 class VerifyError(EmberError):
     """The IR broke an invariant (SSA, topological order, types). A bug in a pass."""
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import onnx
 
-from ember.compiler import driver, gpu, model_cache, per_shape
+from ember.compiler import driver, gpu, model_cache, per_branch, per_shape
+from ember.compiler.per_branch import PerBranchModel
 from ember.compiler.per_shape import PerShapeModel
 from ember.compiler.vm import compile_vm, needs_vm
-from ember.errors import EmberError, NoSymbolicKernelError
+from ember.errors import BranchRankError, EmberError, NoSymbolicKernelError
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph
 from ember.runtime.compiled import CompiledModel
@@ -79,11 +80,21 @@ def cache_key(model: Any, num_threads: int | None = None, topk: int | None = Non
 
 
 def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts: Options,
-             run: log.CompileRun) -> CompiledModel | VMModel | PerShapeModel:
+             run: log.CompileRun) -> CompiledModel | VMModel | PerShapeModel | PerBranchModel:
     """The compile; a model with symbolic input dims that an op or a kernel has no symbolic
-    form for (``NoSymbolicKernelError``) is compiled per input shape instead (``per_shape``)."""
+    form for (``NoSymbolicKernelError``) is compiled per input shape instead (``per_shape``),
+    and one with a top-level ``If`` whose branches give different ranks (``BranchRankError``)
+    per branch taken (``per_branch``)."""
     try:
         return _compile_once(model, input_shapes, target, opts, run)
+    except BranchRankError as e:
+        proto = None if isinstance(model, Graph) or target != "cpu" else \
+            model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+        index = None if proto is None else per_branch.top_level_if(proto, e)
+        if index is None:
+            raise
+        LOG.warning("compiled per branch taken: %s", e)
+        return PerBranchModel(proto, index, opts, str(e), input_shapes)
     except NoSymbolicKernelError as e:
         proto = _with_symbolic_inputs(model, input_shapes) if target == "cpu" else None
         if proto is None:
@@ -131,6 +142,7 @@ def _compile_once(model: Any, input_shapes: dict[str, Any] | None, target: str, 
 
 
 per_shape.set_compiler(compile)
+per_branch.set_compiler(compile)
 
 
 def is_torch_module(model: Any) -> bool:

@@ -518,7 +518,10 @@ def _convert_node(ctx: Ctx, node: onnx.NodeProto, index: int, env: Scope) -> Non
     except RuntimeOperandError as e:
         raise RuntimeOperandError(f"{where}: {e}", e.value_uid) from e
     except EmberError as e:
-        raise type(e)(f"{where}: {e}") from e
+        err = type(e)(f"{where}: {e}")
+        # the path of (name, index) from this graph's node down to the failing one
+        err.onnx_nodes = [(name, index), *getattr(e, "onnx_nodes", [])]  # type: ignore[attr-defined]
+        raise err from e
     except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as e:
         raise ModelError(f"{where}: {type(e).__name__}: {e}") from e
     for i, o in enumerate(node.output):

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import TypeInferenceError
+from ember.errors import BranchRankError, TypeInferenceError
 from ember.ir.graph import Graph
 from ember.ir.ops.registry import Pattern, ShapeMode, defop
 from ember.ir.optional import OptionalType
@@ -73,7 +73,10 @@ def _if_infer(attrs: Attrs, ts: list[TensorType | None], cs: list) -> list[Tenso
     if len(then) != len(other):
         raise TypeInferenceError(f"If: the then branch gives {len(then)} value(s), the else "
                                  f"branch {len(other)}")
-    return [join_type(a, b, f"If output {i}") for i, (a, b) in enumerate(zip(then, other))]
+    try:
+        return [join_type(a, b, f"If output {i}") for i, (a, b) in enumerate(zip(then, other))]
+    except TypeInferenceError as e:
+        raise BranchRankError(str(e)) from e
 
 
 @defop("If", Pattern.OPAQUE, _if_infer, ShapeMode.DATA_DEPENDENT)
