@@ -133,6 +133,7 @@ static void {fn}(int64_t task, float *restrict tile, const float *restrict x,
 
 TR16X8 = r"""
 #if defined(__AVX512F__)
+#include <immintrin.h>
 /* 16 rows of 8 floats at s (row stride lds) to 8 rows of 16 at d (row stride ldd): rows i
    and i + 8 share a register, an 8 x 8 transpose runs in each 256-bit half (unpack,
    shuffle), then the halves' 128-bit lanes are paired (vpermt2ps): 24 shuffles where a
