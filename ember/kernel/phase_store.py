@@ -308,29 +308,37 @@ static void em_phase_zip(const float *t, int64_t ldt, float *out, int64_t len, i
   }
 }
 
-/* The same into an NCHW output (or NHWC of one channel), a run of at most 32 rows of one
-   image row at a time: the run transposed (whole 16 x 16 blocks; the scratch has 16 rows and
-   16 floats of slack past the tile, so a block may read past its valid rows and columns,
-   never past the allocation), then zipped (em_phase_zip). */
-static void em_phase_store_nchw(const float *s, int64_t lds, float *out, int64_t p0,
-                                int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
-                                int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
-                                int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
+/* A tile's conv rows p0 .. p0 + rows (channels c0 .. c0 + cols) into the planar output, by
+   segments of at most EM_PS_ROWS rows of one image row: from s[row][lds] (transposed = 0),
+   each segment first transposed into a local block (whole 16 x 16 blocks; the scratch has 16
+   rows and 16 floats of slack past the tile, so a block may read past its valid rows and
+   columns, never past the allocation), or straight from a channel-major s[channel][lds]
+   (transposed = 1: a kernel with pixels in its lanes), then zipped (em_phase_zip). */
+static void em_phase_walk(const float *s, int64_t lds, int transposed, float *out, int64_t p0,
+                          int64_t rows, int64_t c0, int64_t cols, int64_t z0n, int64_t z1n,
+                          int64_t s0, int64_t s1, int64_t cg, int64_t top, int64_t left,
+                          int64_t oh, int64_t ow, int64_t oc, int nt) {
   em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
   const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
-  float *t = (float *)__builtin_alloca(sizeof(float) * EM_PS_ROWS * (size_t)(cols + 16));
+  float *t = transposed ? NULL
+      : (float *)__builtin_alloca(sizeof(float) * EM_PS_ROWS * (size_t)(cols + 16));
   int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
   for (int64_t i = 0; i < rows;) {
     int64_t len = z1n - z1 < rows - i ? z1n - z1 : rows - i;
     if (len > EM_PS_ROWS) len = EM_PS_ROWS;
+    if (transposed) {
+      em_phase_zip(s + i, lds, out, len, n, z0, z1, rs, nr, s0, s1, top, left, oh, ow, oc, nt);
+    } else {
 #if EM_TR_BLOCK
-    for (int64_t c = 0; c < cols; c += 16)
-      for (int64_t r = 0; r < len; r += 16)
-        em_tr16x16(s + (i + r) * lds + c, lds, t + c * EM_PS_ROWS + r, EM_PS_ROWS);
+      for (int64_t c = 0; c < cols; c += 16)
+        for (int64_t r = 0; r < len; r += 16)
+          em_tr16x16(s + (i + r) * lds + c, lds, t + c * EM_PS_ROWS + r, EM_PS_ROWS);
 #else
-    em_transpose_store(s + i * lds, lds, t, 0, EM_PS_ROWS, len, cols);
+      em_transpose_store(s + i * lds, lds, t, 0, EM_PS_ROWS, len, cols);
 #endif
-    em_phase_zip(t, EM_PS_ROWS, out, len, n, z0, z1, rs, nr, s0, s1, top, left, oh, ow, oc, nt);
+      em_phase_zip(t, EM_PS_ROWS, out, len, n, z0, z1, rs, nr, s0, s1, top, left, oh, ow, oc,
+                   nt);
+    }
     i += len;
     z1 += len;
     if (z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
@@ -338,23 +346,21 @@ static void em_phase_store_nchw(const float *s, int64_t lds, float *out, int64_t
   em_ps_fence(nt);
 }
 
-/* The same from a tile already channel-major, t[channel][ldt] (conv rows p0 .. p0 + rows of
-   channels c0 .. c0 + cols: a kernel with pixels in its lanes): zipped segment by segment. */
+/* The tile s[row][lds] into an NCHW output (or NHWC of one channel). */
+static void em_phase_store_nchw(const float *s, int64_t lds, float *out, int64_t p0,
+                                int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
+                                int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
+                                int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
+  em_phase_walk(s, lds, 0, out, p0, rows, c0, cols, z0n, z1n, s0, s1, cg, top, left, oh, ow,
+                oc, nt);
+}
+
+/* The same from a tile already channel-major, t[channel][ldt]. */
 static void em_phase_store_cols(const float *t, int64_t ldt, float *out, int64_t p0,
                                 int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
                                 int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
                                 int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
-  em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
-  const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
-  int64_t n = p0 / (z0n * z1n), z0 = p0 / z1n % z0n, z1 = p0 % z1n;
-  for (int64_t i = 0; i < rows;) {
-    int64_t len = z1n - z1 < rows - i ? z1n - z1 : rows - i;
-    if (len > EM_PS_ROWS) len = EM_PS_ROWS;
-    em_phase_zip(t + i, ldt, out, len, n, z0, z1, rs, nr, s0, s1, top, left, oh, ow, oc, nt);
-    i += len;
-    z1 += len;
-    if (z1 == z1n) { z1 = 0; if (++z0 == z0n) { z0 = 0; ++n; } }
-  }
-  em_ps_fence(nt);
+  em_phase_walk(t, ldt, 1, out, p0, rows, c0, cols, z0n, z1n, s0, s1, cg, top, left, oh, ow,
+                oc, nt);
 }
 """
