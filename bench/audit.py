@@ -16,14 +16,17 @@ listed; the exit status is 1 if any kernel is below it.
 
 Zoo names are built with random weights; a path is loaded as is. One process; each model's
 profile is the minimum per kernel over a few rounds (the machine's drift is not what this
-looks for: an order of magnitude is). Models are compiled with the sequential plan, so a
-kernel's span is its own time on all threads, not interleaved with other kernels' rTasks.
+looks for: an order of magnitude is); a model with a kernel below the line is profiled again,
+up to ``RETRIES`` times two rounds a second apart, before the kernel is reported. Models are
+compiled with the sequential plan, so a kernel's span is its own time on all threads, not
+interleaved with other kernels' rTasks.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +94,11 @@ def dispatch_floor(threads: int) -> float:
     return float(np.median(sorted(best.values())[1:]))
 
 
+RETRIES = 5
+
+
 def audit(name: str, threads: int, peak_gflops: float, gbs: dict[str, float],
-          roof_kind: str, floor: float) -> list[tuple]:
+          roof_kind: str, floor: float, below: float = 0.10) -> list[tuple]:
     # the sequential plan: each kernel alone on every thread, so its span (first rTask start to
     # last end) is its own time; under a Rammer / IOS plan a kernel's rTasks interleave with
     # other kernels' on the vEUs and its span counts their time too
@@ -100,19 +106,34 @@ def audit(name: str, threads: int, peak_gflops: float, gbs: dict[str, float],
     feeds = _feeds(cm)
     generic = {k["name"]: k.get("generic", False) for k in cm.meta["profile"]["kernels"]}
     best: dict[str, tuple[float, int, int, str]] = {}
-    for _ in range(3):
-        for k in cm.profile(feeds, runs=5).kernels:
-            if k.name not in best or k.seconds < best[k.name][0]:
-                best[k.name] = (k.seconds, k.flops, k.bytes, k.op)
-    rows = []
-    total = sum(v[0] for v in best.values())
-    for kname, (sec, flops, nbytes, op) in best.items():
-        bw = _bandwidth(nbytes, threads, roof_kind, gbs)
-        roof = floor + max(flops / (peak_gflops * 1e9), nbytes / (bw * 1e9))
-        share = roof / sec if sec > 0 else 1.0
-        rows.append((name, kname, op, sec * 1e3, 100 * sec / total, share,
-                     bool(generic.get(kname.split("_", 1)[-1]) or generic.get(kname))))
-    return rows
+
+    def measure(rounds: int) -> None:
+        for _ in range(rounds):
+            for k in cm.profile(feeds, runs=5).kernels:
+                if k.name not in best or k.seconds < best[k.name][0]:
+                    best[k.name] = (k.seconds, k.flops, k.bytes, k.op)
+
+    def rows() -> list[tuple]:
+        out = []
+        total = sum(v[0] for v in best.values())
+        for kname, (sec, flops, nbytes, op) in best.items():
+            bw = _bandwidth(nbytes, threads, roof_kind, gbs)
+            roof = floor + max(flops / (peak_gflops * 1e9), nbytes / (bw * 1e9))
+            share = roof / sec if sec > 0 else 1.0
+            out.append((name, kname, op, sec * 1e3, 100 * sec / total, share,
+                        bool(generic.get(kname.split("_", 1)[-1]) or generic.get(kname))))
+        return out
+
+    measure(3)
+    # a kernel below the line is measured again in later rounds, a second apart: the machine's
+    # slow stretches (a minute of memory-bound kernels at 1.5-5x their time) are not what
+    # this looks for, and each kernel keeps its best round
+    for _ in range(RETRIES):
+        if all(r[5] >= below for r in rows()):
+            break
+        time.sleep(1.0)
+        measure(2)
+    return rows()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
           f"plus a dispatch floor of {floor * 1e6:.2f} us a kernel")
     low = 0
     for name in a.models:
-        rows = audit(name, a.threads, peak, gbs, a.roof, floor)
+        rows = audit(name, a.threads, peak, gbs, a.roof, floor, a.below)
         bad = [r for r in rows if r[5] < a.below]
         gen = [r for r in rows if r[6]]
         low += len(bad)
