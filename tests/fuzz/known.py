@@ -82,6 +82,10 @@ DEFECTS: dict[str, str] = {
     "oom-kill": "a Pad to 2**31 elements as a graph output: the output's pages were granted "
                 "and the process killed by the kernel when they were touched (fixed: "
                 "allocations beyond MemAvailable are an EmberError)",
+    # found by the symbolic campaign of seed 41 rerun on 2026-11-28 (index 1754), not fixed
+    "convt-zero-tap-nan": "a NaN or inf input of a ConvTranspose reaches outputs it does not "
+                          "feed: the sub-pixel form multiplies it by structural zero taps "
+                          "(between dilated taps, past K in a phase); 0 * NaN = NaN",
 }
 
 # (seed, index) of the CI slice (seed 1, indices 0-499) -> the defect it hits. The 44 cases
@@ -110,6 +114,8 @@ SIGNATURES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "f16-reduce-nan": (r"mismatch", ("ReduceL1", "ReduceL2"),
                        r"NaN positions differ .*ember -?inf, onnxruntime nan"),
     "sym-conv-kernel-unchecked": (r"mismatch", ("Conv",), r"kernel_shape is not compatible"),
+    "convt-zero-tap-nan": (r"mismatch", ("ConvTranspose",),
+                           r"NaN positions differ .*ember nan, onnxruntime -?[0-9]"),
 }
 
 
