@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ember  # noqa: E402
 from ember.runtime.probe import probe  # noqa: E402
+from ember.runtime.profile import KernelTime  # noqa: E402
 from ember.zoo import SPECS  # noqa: E402
 
 
@@ -81,17 +82,23 @@ def _chain_model(n: int = 8):  # noqa: ANN202
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
 
 
+def _best(cm: ember.CompiledModel, feeds: dict, rounds: int, runs: int,
+          best: dict[str, KernelTime]) -> None:
+    """Profile ``rounds`` times (``runs`` runs each), keeping each kernel's fastest round."""
+    for _ in range(rounds):
+        for k in cm.profile(feeds, runs=runs).kernels:
+            if k.name not in best or k.seconds < best[k.name].seconds:
+                best[k.name] = k
+
+
 def dispatch_floor(threads: int) -> float:
     """Seconds a kernel with next to no work spans on ``threads`` vEUs (the median over a
     chain's kernels after the first, each the minimum over rounds): the sequential plan's
     signal and wait between kernels, the vEUs' skew, the call into the kernel."""
     cm = ember.compile(_chain_model(), num_threads=threads, schedule="sequential")
-    feeds = _feeds(cm)
-    best: dict[str, float] = {}
-    for _ in range(5):
-        for k in cm.profile(feeds, runs=20).kernels:
-            best[k.name] = min(best.get(k.name, 1.0), k.seconds)
-    return float(np.median(sorted(best.values())[1:]))
+    best: dict[str, KernelTime] = {}
+    _best(cm, _feeds(cm), 5, 20, best)
+    return float(np.median(sorted(k.seconds for k in best.values())[1:]))
 
 
 RETRIES = 5
@@ -105,26 +112,20 @@ def audit(name: str, threads: int, peak_gflops: float, gbs: dict[str, float],
     cm = ember.compile(_model(name), num_threads=threads, schedule="sequential")
     feeds = _feeds(cm)
     generic = {k["name"]: k.get("generic", False) for k in cm.meta["profile"]["kernels"]}
-    best: dict[str, tuple[float, int, int, str]] = {}
-
-    def measure(rounds: int) -> None:
-        for _ in range(rounds):
-            for k in cm.profile(feeds, runs=5).kernels:
-                if k.name not in best or k.seconds < best[k.name][0]:
-                    best[k.name] = (k.seconds, k.flops, k.bytes, k.op)
+    best: dict[str, KernelTime] = {}
 
     def rows() -> list[tuple]:
         out = []
-        total = sum(v[0] for v in best.values())
-        for kname, (sec, flops, nbytes, op) in best.items():
-            bw = _bandwidth(nbytes, threads, roof_kind, gbs)
-            roof = floor + max(flops / (peak_gflops * 1e9), nbytes / (bw * 1e9))
-            share = roof / sec if sec > 0 else 1.0
-            out.append((name, kname, op, sec * 1e3, 100 * sec / total, share,
-                        bool(generic.get(kname.split("_", 1)[-1]) or generic.get(kname))))
+        total = sum(k.seconds for k in best.values())
+        for k in best.values():
+            bw = _bandwidth(k.bytes, threads, roof_kind, gbs)
+            roof = floor + max(k.flops / (peak_gflops * 1e9), k.bytes / (bw * 1e9))
+            share = roof / k.seconds if k.seconds > 0 else 1.0
+            out.append((name, k.name, k.op, k.seconds * 1e3, 100 * k.seconds / total, share,
+                        bool(generic.get(k.name.split("_", 1)[-1]) or generic.get(k.name))))
         return out
 
-    measure(3)
+    _best(cm, feeds, 3, 5, best)
     # a kernel below the line is measured again in later rounds, a second apart: the machine's
     # slow stretches (a minute of memory-bound kernels at 1.5-5x their time) are not what
     # this looks for, and each kernel keeps its best round
@@ -132,7 +133,7 @@ def audit(name: str, threads: int, peak_gflops: float, gbs: dict[str, float],
         if all(r[5] >= below for r in rows()):
             break
         time.sleep(1.0)
-        measure(2)
+        _best(cm, feeds, 2, 5, best)
     return rows()
 
 

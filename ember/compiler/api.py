@@ -88,8 +88,7 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
     try:
         return _compile_once(model, input_shapes, target, opts, run)
     except BranchRankError as e:
-        proto = None if isinstance(model, Graph) or target != "cpu" else \
-            model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+        proto = _as_proto(model) if target == "cpu" else None
         index = None if proto is None else per_branch.top_level_if(proto, e)
         if index is None:
             raise
@@ -103,13 +102,21 @@ def _compile(model: Any, input_shapes: dict[str, Any] | None, target: str, opts:
         return PerShapeModel(proto, opts, str(e), input_shapes)
 
 
+def _as_proto(model: Any) -> onnx.ModelProto | None:
+    """``model`` (a proto or a path) as an ONNX proto; None for an imported Graph (a torch
+    frontend's)."""
+    if isinstance(model, Graph):
+        return None
+    return model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+
+
 def _with_symbolic_inputs(model: Any, input_shapes: Mapping[str, Any] | None
                           ) -> onnx.ModelProto | None:
     """``model`` as an ONNX proto when one of its inputs has a dim that is not static (nor
     fixed by ``input_shapes``), else None (a torch frontend's Graph: None too)."""
-    if isinstance(model, Graph):
+    proto = _as_proto(model)
+    if proto is None:
         return None
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
     fixed = dict(input_shapes or {})
     inits = {i.name for i in proto.graph.initializer}
     for v in proto.graph.input:
@@ -142,7 +149,6 @@ def _compile_once(model: Any, input_shapes: dict[str, Any] | None, target: str, 
 
 
 per_shape.set_compiler(compile)
-per_branch.set_compiler(compile)
 
 
 def is_torch_module(model: Any) -> bool:

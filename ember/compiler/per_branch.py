@@ -21,26 +21,18 @@ branch taken compiles once (from the model cache after the first time).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ember.compiler.per_shape import compiler
 from ember.errors import BranchRankError, EmberError, InputError
 from ember.support import log, options
 
 LOG = log.LOG.getChild("per_branch")
-
-# ``ember.compile``, registered by ``compiler.api`` (which imports this module: no cycle)
-_COMPILE: Callable[..., Any] | None = None
-
-
-def set_compiler(fn: Callable[..., Any]) -> None:
-    """The function a per-branch model compiles with (``ember.compile``)."""
-    global _COMPILE
-    _COMPILE = fn
 
 
 def top_level_if(model: onnx.ModelProto, err: BranchRankError) -> int | None:
@@ -137,11 +129,9 @@ class PerBranchModel:
         self._lock = threading.Lock()
 
     def _compile(self, proto: onnx.ModelProto) -> Any:
-        if _COMPILE is None:
-            raise EmberError("a per-branch model compiles on first use: import ember (its "
-                             "compile registers itself) before running one")
         self.compiles += 1
-        return _COMPILE(proto, input_shapes=self.input_shapes or None, options=self.options)
+        return compiler("per-branch")(proto, input_shapes=self.input_shapes or None,
+                                      options=self.options)
 
     def branch(self, feeds: Mapping[str, Any]) -> bool:
         """The branch the ``If`` takes on ``feeds``: its condition's one element."""

@@ -40,9 +40,17 @@ _COMPILE: Callable[..., Any] | None = None
 
 
 def set_compiler(fn: Callable[..., Any]) -> None:
-    """The function a per-shape model compiles with (``ember.compile``)."""
+    """The function per-shape and per-branch models compile with (``ember.compile``)."""
     global _COMPILE
     _COMPILE = fn
+
+
+def compiler(what: str) -> Callable[..., Any]:
+    """``ember.compile``, for a ``what`` model that compiles on first use."""
+    if _COMPILE is None:
+        raise EmberError(f"a {what} model compiles on first use: import ember (its compile "
+                         "registers itself) before running one")
+    return _COMPILE
 
 LOG = log.LOG.getChild("per_shape")
 
@@ -80,12 +88,9 @@ class PerShapeModel:
             if cm is not None:
                 self.programs.move_to_end(key)
                 return cm
-        if _COMPILE is None:
-            raise EmberError("a per-shape model compiles on first use: import ember (its "
-                             "compile registers itself) before running one")
         fixed = {**self.input_shapes, **dict(zip(self.input_names, key))}
         LOG.info("compiling for input shapes %s (%s)", fixed, self.reason)
-        cm = _COMPILE(self.model, input_shapes=fixed, options=self.options)
+        cm = compiler("per-shape")(self.model, input_shapes=fixed, options=self.options)
         with self._lock:
             self.compiles += 1
             self.programs[key] = cm

@@ -23,7 +23,7 @@ from ember.ir.ops.layout import TO_NCHW, conv_pads
 from ember.ir.types import TensorType
 from ember.kernel import phase_store, transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.epilogue import element_epilogue
+from ember.kernel.epilogue import element_epilogue, tile_epilogue
 from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, heights, uk_name
 from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, register_epilogue
 from ember.kernel.roller import RollerContext, dense
@@ -40,7 +40,6 @@ from ember.loops.ir import (
     For,
     ForKind,
     Let,
-    Load,
     Scope,
     Stmt,
     Store,
@@ -49,7 +48,7 @@ from ember.loops.ir import (
     hint_of,
     seq,
 )
-from ember.loops.transform import format_stmt, map_expr, simplify, substitute
+from ember.loops.transform import format_stmt, simplify
 from ember.lower import dims
 from ember.lower.computes import static_shape
 
@@ -680,19 +679,14 @@ def _local_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var,
     ct = _task_channels(t)
     stmts: list[Stmt] = []
     if elementwise and len(core.nodes) > 1:
-        pv, cv = Var("p"), Var("c")
-        local = Bin("+", Bin("*", Bin("-", pv, p0v), Const(ct)), Bin("-", cv, c0v))
-        st, epv, ecv = element_epilogue(core, m, scratch, x_buf, args)
-        assert isinstance(st, Store)
-        st = substitute(st, {epv: pv, ecv: cv})  # type: ignore[assignment]
-        value = map_expr(st.value, lambda e: Load(scratch, local)
-                         if isinstance(e, Load) and e.buf is scratch else None)
-        stmts.append(For(pv, p0v, p_len, For(cv, c0v, c_len, Store(scratch, local, value),
-                                              ForKind.VECTORIZED)))
+        def local(p: Var, c: Var) -> Expr:
+            return Bin("+", Bin("*", Bin("-", p, p0v), Const(ct)), Bin("-", c, c0v))
+
+        pv, cv, value = tile_epilogue(core, m, scratch, x_buf, args, local)
+        stmts.append(For(pv, p0v, p_len, For(cv, c0v, c_len, Store(scratch, local(pv, cv),
+                                                                   value), ForKind.VECTORIZED)))
     if phases is not None:
-        helper = phase_store.NCHW_NAME if phases.planar else phase_store.NAME
-        stmts.append(Eval(helper, (scratch, Const(ct), out_buf, p0v, p_len, c0v, c_len,
-                                   *phases.args())))
+        stmts.append(phases.store(scratch, Const(ct), out_buf, p0v, p_len, c0v, c_len))
     else:
         ohw = g.OH * g.OW
         stmts.append(Eval(transpose_tile.NAME, (

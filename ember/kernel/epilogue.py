@@ -11,10 +11,12 @@ constants) are appended to ``args``; a read of the master's own input is bound t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ember.ir.graph import Graph, Node
 from ember.kernel.schedule import numel
-from ember.loops.ir import Buffer, Stmt, Var
-from ember.loops.transform import substitute
+from ember.loops.ir import Buffer, Expr, Load, Stmt, Store, Var
+from ember.loops.transform import map_expr, substitute
 from ember.lower.computes import static_shape, unravel
 from ember.lower.group import group_to_te
 from ember.te import tensor as te
@@ -49,3 +51,16 @@ def element_epilogue(body: Graph, m: Node, out_buf: Buffer, x_buf: Buffer,
     pv, cv = Var("p"), Var("c")
     inner = substitute(nest.body, {nest.loops[0].var: pv, nest.loops[1].var: cv})
     return inner, pv, cv
+
+
+def tile_epilogue(body: Graph, m: Node, tile: Buffer, x_buf: Buffer, args: list,
+                  local: Callable[[Var, Var], Expr]) -> tuple[Var, Var, Expr]:
+    """The epilogue over a task's local ``tile`` instead of the output: ``(p, c, value)``,
+    ``value`` the element ``(p, c)`` computed from the tile's element at ``local(p, c)``
+    (the caller stores it there, in the loops its tile layout wants)."""
+    st, pv, cv = element_epilogue(body, m, tile, x_buf, args)
+    assert isinstance(st, Store)
+    at = local(pv, cv)
+    value = map_expr(st.value, lambda e: Load(tile, at)
+                     if isinstance(e, Load) and e.buf is tile else None)
+    return pv, cv, value

@@ -10,11 +10,10 @@ helpers move it to its final place while it is in cache:
 
 - ``em_phase_store``: NHWC destination; each (row, phase) is a run of ``Cg`` contiguous
   channels, copied whole.
-- ``em_phase_store_nchw``: NCHW destination (or NHWC of one channel); the tile's rows of one
-  image row are transposed in 16 x 16 register blocks (``transpose_tile``), then the ``s1``
-  phases of each channel are zipped into one contiguous output row segment and stored
-  clipped to the crop.
-- ``em_phase_store_cols``: the same from a tile already channel-major (``kernel/thin.py``).
+- ``em_phase_store_planar``: NCHW destination (or NHWC of one channel); the tile's rows of one
+  image row are transposed in 16 x 16 register blocks (``transpose_tile``; not for a tile
+  already channel-major, ``kernel/thin.py``'s), then the ``s1`` phases of each channel are
+  zipped into one contiguous output row segment and stored clipped to the crop.
 
 On the GPU (``kernel/gpu/dense.py``) each element is stored at ``destination``'s index.
 """
@@ -26,12 +25,11 @@ from dataclasses import dataclass
 from ember.ir.graph import Graph
 from ember.ir.ops.layout import TO_NCHW
 from ember.kernel.schedule import numel
-from ember.loops.ir import Bin, Const, Expr, all_of
+from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, all_of
 from ember.lower.computes import static_shape
 
 NAME = "em_phase_store"
-NCHW_NAME = "em_phase_store_nchw"
-COLS_NAME = "em_phase_store_cols"
+PLANAR_NAME = "em_phase_store_planar"
 
 
 @dataclass(frozen=True)
@@ -54,16 +52,24 @@ class PhaseStore:
     @property
     def planar(self) -> bool:
         """Are the output's image rows contiguous per channel: NCHW, or NHWC of one channel
-        (the same bytes)? Then ``em_phase_store_nchw`` stores whole zipped row segments where
+        (the same bytes)? Then ``em_phase_store_planar`` stores whole zipped row segments where
         the NHWC store copies each pixel's one or two floats as a run of its own (a
         one-channel detector head: 1.4 ms for a 640x640 map)."""
         return self.nchw or self.oc == 1
 
-    def args(self) -> tuple[Const, ...]:
-        """The helpers' geometry arguments and the non-temporal store flag."""
-        return tuple(Const(int(v)) for v in (
+    def store(self, tile: Buffer, ld: Expr, out: Buffer, p0: Expr, rows: Expr, c0: Expr,
+              cols: Expr, transposed: bool = False) -> Eval:
+        """The helper call storing a task's tile (conv rows ``p0 ..``, channels ``c0 ..``):
+        ``tile[row][ld]``, or with ``transposed`` ``tile[channel][ld]`` (a planar output
+        only)."""
+        geo = tuple(Const(int(v)) for v in (
             self.z0, self.z1, self.s0, self.s1, self.cg, self.top, self.left, self.oh, self.ow,
             self.oc, self.streaming))
+        if not self.planar:
+            assert not transposed
+            return Eval(NAME, (tile, ld, out, p0, rows, c0, cols, *geo))
+        return Eval(PLANAR_NAME, (tile, ld, Const(int(transposed)), out, p0, rows, c0, cols,
+                                  *geo))
 
 
 def streams(nbytes: int, cache_bytes: int) -> bool:
@@ -314,10 +320,11 @@ static void em_phase_zip(const float *t, int64_t ldt, float *out, int64_t len, i
    rows and 16 floats of slack past the tile, so a block may read past its valid rows and
    columns, never past the allocation), or straight from a channel-major s[channel][lds]
    (transposed = 1: a kernel with pixels in its lanes), then zipped (em_phase_zip). */
-static void em_phase_walk(const float *s, int64_t lds, int transposed, float *out, int64_t p0,
-                          int64_t rows, int64_t c0, int64_t cols, int64_t z0n, int64_t z1n,
-                          int64_t s0, int64_t s1, int64_t cg, int64_t top, int64_t left,
-                          int64_t oh, int64_t ow, int64_t oc, int nt) {
+static void em_phase_store_planar(const float *s, int64_t lds, int transposed, float *out,
+                                  int64_t p0, int64_t rows, int64_t c0, int64_t cols,
+                                  int64_t z0n, int64_t z1n, int64_t s0, int64_t s1,
+                                  int64_t cg, int64_t top, int64_t left, int64_t oh,
+                                  int64_t ow, int64_t oc, int nt) {
   em_phase_run *rs = (em_phase_run *)__builtin_alloca(sizeof(em_phase_run) * (size_t)(cols + 2));
   const int64_t nr = em_phase_runs(rs, c0, cols, s0, s1, cg);
   float *t = transposed ? NULL
@@ -346,21 +353,4 @@ static void em_phase_walk(const float *s, int64_t lds, int transposed, float *ou
   em_ps_fence(nt);
 }
 
-/* The tile s[row][lds] into an NCHW output (or NHWC of one channel). */
-static void em_phase_store_nchw(const float *s, int64_t lds, float *out, int64_t p0,
-                                int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
-                                int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
-                                int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
-  em_phase_walk(s, lds, 0, out, p0, rows, c0, cols, z0n, z1n, s0, s1, cg, top, left, oh, ow,
-                oc, nt);
-}
-
-/* The same from a tile already channel-major, t[channel][ldt]. */
-static void em_phase_store_cols(const float *t, int64_t ldt, float *out, int64_t p0,
-                                int64_t rows, int64_t c0, int64_t cols, int64_t z0n,
-                                int64_t z1n, int64_t s0, int64_t s1, int64_t cg, int64_t top,
-                                int64_t left, int64_t oh, int64_t ow, int64_t oc, int nt) {
-  em_phase_walk(t, ldt, 1, out, p0, rows, c0, cols, z0n, z1n, s0, s1, cg, top, left, oh, ow,
-                oc, nt);
-}
 """

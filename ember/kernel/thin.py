@@ -19,8 +19,8 @@ element copies at its end), then every output
 channel is ``PXV`` vectors of 16 pixels accumulated over the input channels with the weight
 broadcast (``OC · PXV`` independent FMA chains), into a local ``[OC][PX]`` tile. The
 epilogue runs over that tile with pixels innermost (full vectors), and the tile is stored:
-row segments through the interleave (``em_phase_store_cols``), NCHW rows, or (a plain NHWC
-output) transposed back.
+row segments through the interleave (``PhaseStore.store``, channel-major), NCHW rows, or (a
+plain NHWC output) pixel by pixel.
 """
 
 from __future__ import annotations
@@ -29,17 +29,20 @@ import hashlib
 
 import numpy as np
 
-from ember.ir.graph import Graph, Node
-from ember.kernel import phase_store
+from ember.ir.graph import Graph
+from ember.kernel import phase_store, transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.conv import core_body, geometry, transposed_output
-from ember.kernel.epilogue import element_epilogue
+from ember.kernel.epilogue import tile_epilogue
+from ember.kernel.microkernel import LANES
+from ember.kernel.schedule import numel
 from ember.loops.ir import (
     Alloc,
     Bin,
     Buffer,
     Const,
     Eval,
+    Expr,
     For,
     ForKind,
     Let,
@@ -50,13 +53,13 @@ from ember.loops.ir import (
     Var,
     seq,
 )
-from ember.loops.transform import format_stmt, map_expr, simplify, substitute
+from ember.loops.transform import format_stmt, simplify
+from ember.lower.computes import static_shape
 
 MAX_OC = 8          # output channels: up to half a vector (the dense kernel fills more)
 MAX_IC = 96         # the transposed input block [IC][PX] stays in L1 (24 KiB)
 MIN_PIXELS = 256
 PX = 64             # pixels an rTask (4 vectors)
-LANES = 16
 
 
 def applicable(body: Graph) -> bool:
@@ -86,7 +89,7 @@ def applicable(body: Graph) -> bool:
 
 def _compute_source(fn: str, ic: int, oc: int, pixels: int) -> str:
     """The rTask's transpose and products: ``tile[o * PX + q] = sum_c x[(p0 + q) * IC + c] ·
-    w[c * OC + o]`` for its ``n`` pixels."""
+    w[c * OC + o]`` for its ``n`` pixels from ``p0``."""
     pxv = min(4, max(1, 8 // oc))      # vectors of pixels a step: OC · PXV FMA chains
     icb = -(-ic // LANES) * LANES
     whole, tail = ic // LANES * LANES, ic % LANES
@@ -102,9 +105,8 @@ def _compute_source(fn: str, ic: int, oc: int, pixels: int) -> str:
     stores = " ".join(f"*(em_v16a *)(tile + {o * PX} + q + {16 * v}) = a{o}_{v};"
                       for o in range(oc) for v in range(pxv))
     return f"""
-static void {fn}(int64_t task, float *restrict tile, const float *restrict x,
+static void {fn}(int64_t p0, int64_t n, float *restrict tile, const float *restrict x,
                  const float *restrict w) {{
-  const int64_t p0 = task * {PX}, n = {pixels} - p0 < {PX} ? {pixels} - p0 : {PX};
   float xt[{icb} * {PX}] __attribute__((aligned(64)));
   const float *xs = x + p0 * {ic};
   int64_t q = 0;
@@ -166,64 +168,53 @@ static inline void em_tr16x8(const float *s, int64_t lds, float *d, int64_t ldd)
 """
 
 
-def _epilogue(core: Graph, body_master: Node, tile: Buffer, out_buf: Buffer, x_buf: Buffer,
-              args: list, p0: Var, n: Var, oc: int) -> Stmt | None:
-    """The group's element-wise ops over the tile, pixels innermost, in place."""
-    if len(core.nodes) == 1:
-        return None
-    pv, cv = Var("p"), Var("c")
-    st, epv, ecv = element_epilogue(core, body_master, out_buf, x_buf, args)
-    assert isinstance(st, Store)
-    st = substitute(st, {epv: pv, ecv: cv})  # type: ignore[assignment]
-    local = Bin("+", Bin("*", cv, Const(PX)), Bin("-", pv, p0))
-    value = map_expr(st.value, lambda e: Load(tile, local)
-                     if isinstance(e, Load) and e.buf is out_buf else None)
-    return For(cv, Const(0), Const(oc), For(pv, p0, n, Store(tile, local, value),
-                                           ForKind.VECTORIZED))
-
-
-def _store(body: Graph, tile: Buffer, out_buf: Buffer, p0: Var, n: Var, oc: int,
-           pixels: int) -> tuple[Stmt, dict[str, str]]:
-    """The tile into the output: through the interleave, as NCHW rows, or as NHWC pixels."""
-    ps = phase_store.phase_output(body)
+def _store(body: Graph, ps: phase_store.PhaseStore | None, tile: Buffer, out_buf: Buffer,
+           p0: Var, n: Var, oc: int, pixels: int) -> Stmt:
+    """The tile into the output: through the interleave ``ps``, as NCHW rows, or as NHWC
+    pixels."""
     if ps is not None:
-        return Eval(phase_store.COLS_NAME, (tile, Const(PX), out_buf, p0, n, Const(0),
-                                            Const(oc), *ps.args())), \
-            {phase_store.NAME: phase_store.C_SOURCE}
+        return ps.store(tile, Const(PX), out_buf, p0, n, Const(0), Const(oc), transposed=True)
     pv, cv = Var("p"), Var("c")
     src = Load(tile, Bin("+", Bin("*", cv, Const(PX)), Bin("-", pv, p0)))
     if transposed_output(body):
         return For(cv, Const(0), Const(oc), For(pv, p0, n, Store(
-            out_buf, Bin("+", Bin("*", cv, Const(pixels)), pv), src), ForKind.VECTORIZED)), {}
+            out_buf, Bin("+", Bin("*", cv, Const(pixels)), pv), src), ForKind.VECTORIZED))
     return For(pv, p0, n, For(cv, Const(0), Const(oc), Store(
-        out_buf, Bin("+", Bin("*", pv, Const(oc)), cv), src))), {}
+        out_buf, Bin("+", Bin("*", pv, Const(oc)), cv), src)))
 
 
 def build_thin(name: str, body: Graph) -> Kernel:
     """The kernel of a group ``applicable`` accepts."""
-    from ember.kernel import transpose_tile
-
     m = body.nodes[0]
     g, w_hwio = geometry(m)
     ic, oc, pixels = g.ICg, g.OC, g.N * g.OH * g.OW
     core = core_body(body)
     fn = "em_thin_" + hashlib.sha1(repr((ic, oc, pixels, PX)).encode()).hexdigest()[:12]
-    out_buf = Buffer(f"{name}_out", int(np.prod([int(d) for d in body.outputs[0].type.shape])))
+    out_buf = Buffer(f"{name}_out", numel(static_shape(body.outputs[0].type)))
     x_buf = Buffer(f"{name}_x", pixels * ic)
     w_buf = Buffer(f"{name}_w", ic * oc)
     args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(m.inputs[0])),
                   (w_buf, np.ascontiguousarray(w_hwio.reshape(ic, oc), dtype=np.float32))]
     tile = Buffer(f"{name}_tile", oc * PX, scope=Scope.LOCAL)
     task, p0, n = Var("task"), Var("p0"), Var("n")
-    epi = _epilogue(core, m, tile, out_buf, x_buf, args, p0, n, oc)
-    store, helpers = _store(body, tile, out_buf, p0, n, oc, pixels)
-    inner = seq(Eval(fn, (task, tile, x_buf, w_buf)), *([epi] if epi is not None else []),
-                store)
+    stmts: list[Stmt] = [Eval(fn, (p0, n, tile, x_buf, w_buf))]
+    if len(core.nodes) > 1:    # the group's element-wise ops over the tile, pixels innermost
+
+        def local(p: Var, c: Var) -> Expr:
+            return Bin("+", Bin("*", c, Const(PX)), Bin("-", p, p0))
+
+        pv, cv, value = tile_epilogue(core, m, tile, x_buf, args, local)
+        stmts.append(For(cv, Const(0), Const(oc), For(pv, p0, n, Store(
+            tile, local(pv, cv), value), ForKind.VECTORIZED)))
+    ps = phase_store.phase_output(body)
+    stmts.append(_store(body, ps, tile, out_buf, p0, n, oc, pixels))
     stmt: Stmt = Let(p0, Bin("*", task, Const(PX)), Let(
-        n, Bin("min", Const(PX), Bin("-", Const(pixels), p0)), Alloc(tile, inner)))
+        n, Bin("min", Const(PX), Bin("-", Const(pixels), p0)), Alloc(tile, seq(*stmts))))
     stmt = For(task, T0, Bin("-", T1, T0), simplify(stmt), ForKind.SERIAL)  # type: ignore[arg-type]
-    support = {transpose_tile.NAME: transpose_tile.C_SOURCE, "em_tr16x8": TR16X8, **helpers,
+    support = {transpose_tile.NAME: transpose_tile.C_SOURCE, "em_tr16x8": TR16X8,
                fn: _compute_source(fn, ic, oc, pixels)}
+    if ps is not None:
+        support[phase_store.NAME] = phase_store.C_SOURCE
     doc = (f"{body.name}: thin pointwise conv P={pixels} IC={ic} OC={oc}, pixels in the lanes, "
            f"rTask {PX} pixels")
     return Kernel(name, stmt, -(-pixels // PX), args, support, 2 * pixels * ic * oc, doc,

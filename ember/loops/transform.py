@@ -338,11 +338,6 @@ def _split_at_select(loop: For) -> Stmt | None:
 
 def _invariant(cond: Expr, var: Var) -> bool:
     """Is ``cond`` the same at every iteration of ``var``'s loop: no ``var``, no load?"""
-    loads: list[Expr] = []
-
-    def visit(x: Expr) -> None:
-        if isinstance(x, Load):
-            loads.append(x)
-
-    map_expr(cond, visit)
-    return var not in free_vars(cond) and not loads
+    if isinstance(cond, Load) or cond is var:
+        return False
+    return all(_invariant(k, var) for k in children(cond))

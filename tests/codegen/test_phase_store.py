@@ -23,13 +23,17 @@ from tests.modelkit import make_model, run_ort
 WRAP = r"""
 void store(const float *s, int64_t lds, float *out, int64_t p0, int64_t rows, int64_t c0,
            int64_t cols, const int64_t *geo, int nchw, int nt) {
-  (nchw ? em_phase_store_nchw : em_phase_store)(s, lds, out, p0, rows, c0, cols, geo[0],
-      geo[1], geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], geo[8], geo[9], nt);
+  if (nchw)
+    em_phase_store_planar(s, lds, 0, out, p0, rows, c0, cols, geo[0], geo[1], geo[2], geo[3],
+                          geo[4], geo[5], geo[6], geo[7], geo[8], geo[9], nt);
+  else
+    em_phase_store(s, lds, out, p0, rows, c0, cols, geo[0], geo[1], geo[2], geo[3], geo[4],
+                   geo[5], geo[6], geo[7], geo[8], geo[9], nt);
 }
 void store_cols(const float *t, int64_t ldt, float *out, int64_t p0, int64_t rows, int64_t c0,
                 int64_t cols, const int64_t *geo, int nt) {
-  em_phase_store_cols(t, ldt, out, p0, rows, c0, cols, geo[0], geo[1], geo[2], geo[3], geo[4],
-                      geo[5], geo[6], geo[7], geo[8], geo[9], nt);
+  em_phase_store_planar(t, ldt, 1, out, p0, rows, c0, cols, geo[0], geo[1], geo[2], geo[3],
+                        geo[4], geo[5], geo[6], geo[7], geo[8], geo[9], nt);
 }
 """
 
@@ -91,7 +95,7 @@ def test_the_helpers_store_every_element_where_the_interleave_puts_it(
 @given(data=st.data())
 def test_a_channel_major_tile_is_stored_by_rows(helpers: ctypes.CDLL,
                                                 data: st.DataObject) -> None:
-    """``em_phase_store_cols`` (a tile already [channel][pixel], ``kernel/thin.py``) into a
+    """``em_phase_store_planar`` of a tile already [channel][pixel] (``kernel/thin.py``) into a
     planar output (NCHW, or NHWC of one channel: the same bytes): every element once,
     bit-exact, for tasks cut anywhere, crops on every side, batch > 1."""
     n, z0, z1 = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 5)), \
