@@ -15,9 +15,15 @@ output_padding of a 2-D ConvTranspose; the bias rides on the Conv. A 3-D one is 
 stride-1 Conv run as one 2-D Conv over the depth slices (``_rewrite_3d``), then its
 interleave.
 
-A dilated kernel is the undilated kernel of extent ``(K-1)·d + 1`` with zeros between the taps
-(``undilated``): the same operator, on the dense kernel, for ``d``× the multiply-adds of its
-taps. A 1-D ConvTranspose is the 2-D one over a height of 1 (Reshapes around it).
+Structural zero taps (the taps past ``K`` in a phase when ``K`` is not a multiple of ``s``,
+and the ``d - 1`` between a dilated kernel's taps) are never multiplied: ``0 · NaN`` is NaN,
+so a non-finite input would reach outputs it does not feed, where onnxruntime (and the
+definition) leave them finite. Such a ConvTranspose becomes one Conv per phase over only that
+phase's real taps (``_exact``): an arithmetic progression of them per axis, so the phase is
+an ordinary Conv with its own kernel size, dilation ``d / gcd(s, d)`` and pads; a phase
+without a tap is its bias. The phases' outputs are concatenated in the order the single
+Conv's channels have, and interleave the same way (2-D and 1-D: the ``DepthToSpaceNHWC``;
+3-D: each phase's 3-D Conv as a 2-D Conv over its depth taps, then a reshape and transpose).
 
 Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 1-D,
 2-D or 3-D ``ConvTranspose`` with constant weights and a static input remains; the others
@@ -27,6 +33,7 @@ Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,9 +46,11 @@ def run(g: Graph) -> Graph:
     out: list[Node] = []
     for n in g.nodes:
         if n.op == "ConvTranspose" and _applicable(n):
-            n = _undilate(n)
             rank = n.inputs[0].type.rank   # type: ignore[union-attr]
-            out += _rewrite(n) if rank in (4, 5) else _as_2d(n)
+            if rank == 3:
+                out += _as_2d(n)
+            else:
+                out += _exact(n) if _zero_taps(n) else _rewrite(n)
         else:
             out.append(n)
     g.nodes = out
@@ -58,28 +67,6 @@ def _applicable(n: Node) -> bool:
     return x.type.dtype.name in ("float32", "float64", "float16")
 
 
-def undilated(w: np.ndarray, dilations: list[int]) -> np.ndarray:
-    """``w`` ``[Cin, Cg, K...]`` with ``d - 1`` zeros between its taps along each axis: the
-    kernel of extent ``(K-1)·d + 1`` a dilated one stands for."""
-    ks = w.shape[2:]
-    out = np.zeros((*w.shape[:2], *((k - 1) * d + 1 for k, d in zip(ks, dilations,
-                                                                     strict=True))), w.dtype)
-    out[(slice(None), slice(None), *(slice(None, None, d) for d in dilations))] = w
-    return out
-
-
-def _undilate(n: Node) -> Node:
-    """``n`` with dilation 1 (its weight undilated), or ``n`` itself where it has that."""
-    nd = n.inputs[0].type.rank - 2   # type: ignore[union-attr]
-    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
-    if all(d == 1 for d in dil):
-        return n
-    w = undilated(np.asarray(n.inputs[1].const), dil)   # type: ignore[union-attr]
-    attrs = {**n.attrs, "dilations": [1] * nd, "kernel_shape": list(w.shape[2:])}
-    return Node("ConvTranspose", [n.inputs[0], Value.constant(w), *n.inputs[2:]],
-                list(n.outputs), attrs, name=n.name)
-
-
 def _as_2d(n: Node) -> list[Node]:
     """A 1-D ConvTranspose as the 2-D one over a height of 1, Reshapes around it."""
     x, w = n.inputs[0], n.inputs[1]
@@ -92,7 +79,8 @@ def _as_2d(n: Node) -> list[Node]:
     y2 = Value(TensorType((batch, cout, 1, lout), out.type.dtype), f"{n.name}_2d_out")
     pads = [int(p) for p in a.get("pads") or [0, 0]]
     attrs = {**a, "kernel_shape": [1, int(w2.shape[3])],
-             "strides": [1, int((a.get("strides") or [1])[0])], "dilations": [1, 1],
+             "strides": [1, int((a.get("strides") or [1])[0])],
+             "dilations": [1, int((a.get("dilations") or [1])[0])],
              "pads": [0, pads[0], 0, pads[1]],
              "output_padding": [0, int((a.get("output_padding") or [0])[0])]}
     up = Node("Reshape", [x, Value.constant(np.array(x2.type.shape, np.int64))], [x2], {},
@@ -101,7 +89,7 @@ def _as_2d(n: Node) -> list[Node]:
                 name=f"{n.name}_2d")
     down = Node("Reshape", [y2, Value.constant(np.array(out.type.shape, np.int64))], [out], {},
                 name=n.name)
-    return [up, *_rewrite(conv), down]
+    return [up, *(_exact(conv) if _zero_taps(conv) else _rewrite(conv)), down]
 
 
 def subpixel_weights(w: np.ndarray, strides: list[int], group: int) -> np.ndarray:
@@ -143,23 +131,44 @@ class _Emit:
         return self("Reshape", [x, Value.constant(np.array(shape, np.int64))], shape, {}, out)
 
 
+@dataclass(frozen=True)
+class _Geo:
+    """A ConvTranspose's geometry: the sub-pixel Conv's output length ``zs`` per axis covers
+    every needed output position ``q·s + r`` (the input right-padded by ``right``)."""
+    nd: int
+    batch: int
+    strides: list[int]
+    pads: list[int]
+    group: int
+    cg: int
+    ins: list[int]
+    outs: list[int]
+    right: list[int]
+    zs: list[int]
+
+
+def _geometry(n: Node) -> _Geo:
+    x, w = n.inputs[0], n.inputs[1]
+    assert x is not None and w is not None and w.const is not None
+    nd = x.type.rank - 2
+    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
+    pads = [int(p) for p in n.attrs.get("pads") or [0] * (2 * nd)]
+    ins = [int(d) for d in x.type.shape[2:]]
+    outs = [int(d) for d in n.output.type.shape[2:]]
+    need = [-(-(pads[a] + outs[a]) // strides[a]) for a in range(nd)]
+    right = [max(0, need[a] - ins[a]) for a in range(nd)]
+    return _Geo(nd, int(x.type.shape[0]), strides, pads, int(n.attrs.get("group", 1)),
+                int(w.const.shape[1]), ins, outs, right, [ins[a] + right[a] for a in range(nd)])
+
+
 def _rewrite(n: Node) -> list[Node]:
     x, w = n.inputs[0], n.inputs[1]
     assert x is not None and w is not None and w.const is not None
     b = n.inputs[2] if len(n.inputs) > 2 else None
-    nd = x.type.rank - 2
-    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
-    pads = [int(p) for p in n.attrs.get("pads") or [0] * (2 * nd)]
-    group = int(n.attrs.get("group", 1))
+    geo = _geometry(n)
+    nd, strides, group, cg, zs = geo.nd, geo.strides, geo.group, geo.cg, geo.zs
     wk = np.asarray(w.const)
-    cg = wk.shape[1]
     ms = [-(-int(k) // s) for k, s in zip(wk.shape[2:], strides, strict=True)]
-    ins = [int(d) for d in x.type.shape[2:]]
-    outs = [int(d) for d in n.output.type.shape[2:]]
-    # the Conv's output length Z per axis covers every needed full-output position q·s + r
-    need = [-(-(pads[a] + outs[a]) // strides[a]) for a in range(nd)]
-    right = [max(0, need[a] - ins[a]) for a in range(nd)]
-    zs = [ins[a] + right[a] for a in range(nd)]
     nphase = math.prod(strides)
     wc = Value.constant(subpixel_weights(wk, strides, group))
     conv_in: list[Value | None] = [x, wc]
@@ -167,27 +176,31 @@ def _rewrite(n: Node) -> list[Node]:
         bias = np.asarray(b.const).reshape(group, 1, cg)
         conv_in.append(Value.constant(np.broadcast_to(bias, (group, nphase, cg)).reshape(-1)))
     if nd == 3:
-        return _rewrite_3d(n, conv_in, ms, right, zs, group, strides, cg, pads, outs)
-    # 2-D: the interleave and crop channels-last, one DepthToSpaceNHWC whose moves are whole
-    # runs of Cg contiguous channels, between a transpose to NHWC that cancels against the
-    # layout pass's after the Conv and one back to NCHW that it sinks into the consumers (or
-    # cancels against the next convolution's); the dense kernel stores the conv's tiles
-    # through it (kernel/phase_store.py), so it costs no pass
+        return _rewrite_3d(n, conv_in, ms, geo)
     e = _Emit(n)
-    batch, c = int(x.type.shape[0]), group * nphase * cg
-    y = e("Conv", conv_in, [batch, c, *zs],
+    y = e("Conv", conv_in, [geo.batch, group * nphase * cg, *zs],
           {"kernel_shape": ms, "strides": [1] * nd, "dilations": [1] * nd,
-           "pads": [m - 1 for m in ms] + right, "group": group})
-    y = e("Transpose", [y], [batch, *zs, c], {"perm": TO_NHWC})
-    y = e("DepthToSpaceNHWC", [y], [batch, *outs, group * cg],
-          {"blocksize": list(strides), "group": group, "crop": [*pads[:2], *outs]})
-    e("Transpose", [y], [], {"perm": TO_NCHW}, n.output)
+           "pads": [m - 1 for m in ms] + geo.right, "group": group})
+    _interleave_2d(e, y, geo)
     return e.nodes
 
 
-def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list[int],
-                zs: list[int], group: int, strides: list[int], cg: int, pads: list[int],
-                outs: list[int]) -> list[Node]:
+def _interleave_2d(e: _Emit, y: Value, geo: _Geo) -> None:
+    """The phases' channels ``(g, phase, co)`` of ``y`` interleaved and cropped into the
+    ConvTranspose's output: channels-last, one DepthToSpaceNHWC whose moves are whole runs of
+    Cg contiguous channels, between a transpose to NHWC that cancels against the layout
+    pass's after the Conv and one back to NCHW that it sinks into the consumers (or cancels
+    against the next convolution's); the dense kernel stores the conv's tiles through it
+    (kernel/phase_store.py), so it costs no pass."""
+    c = int(y.type.shape[1])
+    y = e("Transpose", [y], [geo.batch, *geo.zs, c], {"perm": TO_NHWC})
+    y = e("DepthToSpaceNHWC", [y], [geo.batch, *geo.outs, geo.group * geo.cg],
+          {"blocksize": list(geo.strides), "group": geo.group,
+           "crop": [*geo.pads[:2], *geo.outs]})
+    e("Transpose", [y], [], {"perm": TO_NCHW}, e.n.output)
+
+
+def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], geo: _Geo) -> list[Node]:
     """3-D: the stride-1 sub-pixel Conv as ONE 2-D Conv over the depth slices: its input
     ``[N·Z0, G·Md·Cin_g, H, W]`` holds, at output depth z, the ``Md`` padded input slices
     z .. z + Md - 1 as channels (an im2col along depth, Md = ceil(Kd / sd) copies of the
@@ -198,22 +211,13 @@ def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list
     e = _Emit(n)
     x, wc = conv_in[0], conv_in[1]
     assert x is not None and wc is not None and wc.const is not None
-    batch, c, depth, h, w = (int(d) for d in x.type.shape)
+    right, zs, group, strides, cg, pads, outs = (geo.right, geo.zs, geo.group, geo.strides,
+                                                 geo.cg, geo.pads, geo.outs)
+    batch, c = int(x.type.shape[0]), int(x.type.shape[1])
     md, cig = ms[0], c // group
     ocp = int(wc.const.shape[0])
-    dp = depth + md - 1 + right[0]
-    if dp != depth:
-        x = e("Pad", [x], [batch, c, dp, h, w], {"pads": [0, 0, md - 1, 0, 0,
-                                                          0, 0, right[0], 0, 0],
-                                                 "mode": "constant", "value": 0.0})
     z0, z1, z2 = zs
-    taps = [e("Slice", [x], [batch, c, z0, h, w], {"starts": [t], "ends": [t + z0],
-                                                    "axes": [2]}) for t in range(md)]
-    cols = taps[0] if md == 1 else e("Concat", taps, [batch, md * c, z0, h, w], {"axis": 1})
-    cols = e.reshape(cols, [batch, md, group, cig, z0, h, w])
-    cols = e("Transpose", [cols], [batch, z0, group, md, cig, h, w],
-             {"perm": [0, 4, 2, 1, 3, 5, 6]})
-    x4 = e.reshape(cols, [batch * z0, group * md * cig, h, w])
+    x4 = _depth_cols(e, x, list(range(md)), md - 1, right[0], z0, group)
     w4 = np.ascontiguousarray(wc.const.transpose(0, 2, 1, 3, 4).reshape(
         ocp, md * cig, ms[1], ms[2]))
     y = e("Conv", [x4, Value.constant(w4), *conv_in[2:]], [batch * z0, ocp, z1, z2],
@@ -233,3 +237,149 @@ def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], right: list
               {"starts": [pads[0]], "ends": [pads[0] + outs[0]], "axes": [1]})
     e("Transpose", [y], [], {"perm": [0, 4, 1, 2, 3]}, n.output)
     return e.nodes
+
+
+def _depth_cols(e: _Emit, x: Value, offsets: list[int], lpad: int, rpad: int, z0: int,
+                group: int) -> Value:
+    """An im2col along depth: ``x`` ``[N, C, D, H, W]`` padded by ``lpad`` / ``rpad`` zero
+    slices, the ``z0`` slices from each offset as channels ``(g, tap, ci)`` of
+    ``[N·z0, C·taps, H, W]``: a 2-D Conv over it with the taps' planes as input channels is
+    the 3-D Conv."""
+    batch, c, depth, h, w = (int(d) for d in x.type.shape)
+    nt, cig = len(offsets), c // group
+    dp = depth + lpad + rpad
+    if dp != depth:
+        x = e("Pad", [x], [batch, c, dp, h, w], {"pads": [0, 0, lpad, 0, 0, 0, 0, rpad, 0, 0],
+                                                 "mode": "constant", "value": 0.0})
+    taps = [e("Slice", [x], [batch, c, z0, h, w], {"starts": [t], "ends": [t + z0],
+                                                    "axes": [2]}) for t in offsets]
+    cols = taps[0] if nt == 1 else e("Concat", taps, [batch, nt * c, z0, h, w], {"axis": 1})
+    cols = e.reshape(cols, [batch, nt, group, cig, z0, h, w])
+    cols = e("Transpose", [cols], [batch, z0, group, nt, cig, h, w],
+             {"perm": [0, 4, 2, 1, 3, 5, 6]})
+    return e.reshape(cols, [batch * z0, group * nt * cig, h, w])
+
+
+# --------------------------------------------------------------------------- exact phases
+def _axis_taps(k: int, d: int, s: int, r: int) -> list[int]:
+    """The real taps of phase ``r`` along one axis of a kernel of ``k`` taps, dilation ``d``,
+    stride ``s``, as their ``m`` (output ``q·s + r`` reads input ``q - m`` through undilated
+    tap ``r + m·s``, real where it is a multiple of ``d`` inside the extent): an arithmetic
+    progression, step ``d / gcd(s, d)``."""
+    ext = (k - 1) * d + 1
+    return [m for m in range(-(-ext // s)) if r + m * s < ext and (r + m * s) % d == 0]
+
+
+def _zero_taps(n: Node) -> bool:
+    """Whether the single sub-pixel Conv would hold structural zero taps: past ``K`` in a
+    phase (``K`` not a multiple of ``s``) or between dilated taps."""
+    w = n.inputs[1]
+    assert w is not None and w.const is not None
+    nd = len(w.const.shape) - 2
+    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
+    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
+    return any(k % s or (d > 1 and k > 1) for k, s, d in zip(
+        ((int(k) - 1) * d + 1 for k, d in zip(w.const.shape[2:], dil, strict=True)), strides,
+        dil, strict=True))
+
+
+def _exact(n: Node) -> list[Node]:
+    """One Conv per phase over its real taps (a ConvTranspose with structural zero taps),
+    concatenated as the single Conv's channels ``(g, phase, co)``, then the interleave."""
+    x, w = n.inputs[0], n.inputs[1]
+    assert x is not None and w is not None and w.const is not None
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    geo, e = _geometry(n), _Emit(n)
+    nd, group, cg = geo.nd, geo.group, geo.cg
+    wk = np.asarray(w.const)
+    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
+    wg = wk.reshape(group, wk.shape[0] // group, cg, *wk.shape[2:])
+    bias = [b] if b is not None else []
+    cols: dict[tuple[int, ...], Value] = {}
+    ys: list[Value] = []
+    for r in np.ndindex(*geo.strides):
+        taps = [_axis_taps(int(wk.shape[2 + a]), dil[a], geo.strides[a], r[a])
+                for a in range(nd)]
+        if not all(taps):
+            ys.append(_bias_phase(e, b, geo, wk.dtype))
+            continue
+        idx = [[(r[a] + m * geo.strides[a]) // dil[a] for m in reversed(taps[a])]
+               for a in range(nd)]
+        # [G, Cin_g, Cg, T...] -> [G, Cg, Cin_g, T...]: the phase's Conv weight per group
+        sub = np.moveaxis(wg[(slice(None),) * 3 + np.ix_(*idx)], 2, 1)
+        if nd == 2:
+            ys.append(_phase_conv(e, x, sub.reshape(group * cg, *sub.shape[2:]), bias,
+                                  taps, geo.right, geo.zs))
+            continue
+        t0 = taps[0]
+        step = t0[1] - t0[0] if len(t0) > 1 else 1
+        key = tuple(t0)
+        if key not in cols:
+            cols[key] = _depth_cols(e, x, [t * step for t in range(len(t0))], t0[-1],
+                                    max(0, geo.right[0] - t0[0]), geo.zs[0], group)
+        # input channels (tap, ci) per group, as the depth columns hold them
+        sub = np.moveaxis(sub, 3, 2)
+        w2 = sub.reshape(group * cg, len(t0) * sub.shape[3], *sub.shape[4:])
+        ys.append(_phase_conv(e, cols[key], w2, bias, taps[1:], geo.right[1:], geo.zs[1:]))
+    c = len(ys) * group * cg
+    y = ys[0] if len(ys) == 1 else e("Concat", ys, [int(ys[0].type.shape[0]), c,
+                                                      *ys[0].type.shape[2:]], {"axis": 1})
+    if nd == 3:
+        _interleave_3d(e, y, geo)
+        return e.nodes
+    if group > 1 and len(ys) > 1:   # (phase, g, co) -> (g, phase, co)
+        zs, p = geo.zs, len(ys)
+        y = e.reshape(y, [geo.batch, p, group, cg * math.prod(zs)])
+        y = e("Transpose", [y], [geo.batch, group, p, cg * math.prod(zs)],
+              {"perm": [0, 2, 1, 3]})
+        y = e.reshape(y, [geo.batch, c, *zs])
+    _interleave_2d(e, y, geo)
+    return e.nodes
+
+
+def _phase_conv(e: _Emit, xin: Value, wph: np.ndarray, bias: list[Value | None],
+                taps: list[list[int]], right: list[int], zs: list[int]) -> Value:
+    """A 2-D Conv of ``xin`` over one phase's real taps (``taps``: per axis, their ``m``):
+    kernel ``len(taps)``, dilation their step, left pad the farthest tap; the output is
+    ``zs`` (cropped where the nearest tap is past the right pad)."""
+    kern = [len(t) for t in taps]
+    dil = [t[1] - t[0] if len(t) > 1 else 1 for t in taps]
+    rp = [rt - t[0] for t, rt in zip(taps, right, strict=True)]
+    full = [z + max(0, -p) for z, p in zip(zs, rp, strict=True)]
+    group = int(xin.type.shape[1]) // int(wph.shape[1])
+    shape = [int(xin.type.shape[0]), int(wph.shape[0])]
+    y = e("Conv", [xin, Value.constant(np.ascontiguousarray(wph)), *bias], shape + full,
+          {"kernel_shape": kern, "strides": [1, 1], "dilations": dil,
+           "pads": [t[-1] for t in taps] + [max(0, p) for p in rp], "group": group})
+    if full != zs:
+        y = e("Slice", [y], shape + zs, {"starts": [0, 0], "ends": zs, "axes": [2, 3]})
+    return y
+
+
+def _bias_phase(e: _Emit, b: Value | None, geo: _Geo, dtype: np.dtype) -> Value:
+    """A phase that no tap reaches: its bias (or zeros) at every position, shaped as the
+    phase Convs' outputs are."""
+    c = geo.group * geo.cg
+    val = np.asarray(b.const, dtype) if b is not None and b.const is not None \
+        else np.zeros(c, dtype)
+    lead = [geo.batch] if geo.nd == 2 else [geo.batch * geo.zs[0]]
+    shape = lead + [c, *geo.zs[-2:]]
+    return e("Expand", [Value.constant(val.reshape(1, c, 1, 1))], shape, {"shape": shape})
+
+
+def _interleave_3d(e: _Emit, y: Value, geo: _Geo) -> None:
+    """3-D phases ``[N·Z0, (phase, g, co), Z1, Z2]`` interleaved and cropped into the
+    ConvTranspose's output by one transpose."""
+    (s0, s1, s2), (z0, z1, z2), n = geo.strides, geo.zs, geo.batch
+    g, cg = geo.group, geo.cg
+    y = e.reshape(y, [n, z0, s0, s1, s2, g, cg, z1, z2])
+    y = e("Transpose", [y], [n, g, cg, z0, s0, z1, s1, z2, s2],
+          {"perm": [0, 5, 6, 1, 2, 7, 3, 8, 4]})
+    full = [z0 * s0, z1 * s1, z2 * s2]
+    pads, outs = geo.pads, geo.outs
+    if pads[:3] == [0, 0, 0] and full == outs:
+        e.reshape(y, [n, g * cg, *full], e.n.output)
+        return
+    y = e.reshape(y, [n, g * cg, *full])
+    e("Slice", [y], [], {"starts": pads[:3], "ends": [p + o for p, o in zip(pads, outs)],
+                         "axes": [2, 3, 4]}, e.n.output)

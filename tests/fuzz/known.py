@@ -82,10 +82,11 @@ DEFECTS: dict[str, str] = {
     "oom-kill": "a Pad to 2**31 elements as a graph output: the output's pages were granted "
                 "and the process killed by the kernel when they were touched (fixed: "
                 "allocations beyond MemAvailable are an EmberError)",
-    # found by the symbolic campaign of seed 41 rerun on 2026-11-28 (index 1754), not fixed
-    "convt-zero-tap-nan": "a NaN or inf input of a ConvTranspose reaches outputs it does not "
-                          "feed: the sub-pixel form multiplies it by structural zero taps "
-                          "(between dilated taps, past K in a phase); 0 * NaN = NaN",
+    # found by the symbolic campaign of seed 41 rerun on 2026-11-28 (index 1754)
+    "convt-zero-tap-nan": "a NaN or inf input of a ConvTranspose reached outputs it does not "
+                          "feed: the sub-pixel form multiplied it by structural zero taps "
+                          "(between dilated taps, past K in a phase); 0 * NaN = NaN (fixed: "
+                          "such a ConvTranspose is one Conv per phase over its real taps)",
 }
 
 # (seed, index) of the CI slice (seed 1, indices 0-499) -> the defect it hits. The 44 cases

@@ -37,10 +37,10 @@ def convt_graph(cin: int, cout_g: int, k: tuple[int, int], hw: tuple[int, int], 
 @pytest.mark.parametrize("cin,cout_g,k,hw,attrs", [
     (4, 3, (2, 2), (5, 6), {"strides": [2, 2]}),
     (4, 3, (4, 4), (5, 5), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
-    (6, 2, (3, 3), (4, 7), {"strides": [2, 3], "pads": [1, 0, 2, 1],
+    (6, 2, (4, 6), (4, 7), {"strides": [2, 3], "pads": [1, 0, 2, 1],
                             "output_padding": [1, 2], "group": 3}),
     (2, 5, (3, 2), (3, 3), {"strides": [1, 1], "pads": [0, 1, 2, 0]}),
-    (3, 2, (5, 5), (4, 4), {"strides": [3, 2], "output_padding": [2, 1]}),
+    (3, 2, (6, 4), (4, 4), {"strides": [3, 2], "output_padding": [2, 1]}),
 ])
 def test_convtranspose_becomes_one_conv_and_an_interleave(cin: int, cout_g: int, k: tuple,
                                                           hw: tuple, attrs: dict) -> None:
@@ -63,19 +63,77 @@ def test_convtranspose_becomes_one_conv_and_an_interleave(cin: int, cout_g: int,
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_dilated_convtranspose_is_one_with_zeros_between_the_taps() -> None:
-    g = convt_graph(2, 3, (3, 2), (4, 5), {"strides": [2, 3], "dilations": [2, 3],
-                                           "pads": [1, 0, 2, 1], "output_padding": [1, 0]})
+@pytest.mark.parametrize("cin,cout_g,k,hw,attrs,kernels", [
+    # K = 3, stride 2: phases of 2 and 1 taps per axis
+    (4, 3, (3, 3), (5, 6), {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                            "output_padding": [1, 1]}, [[2, 2], [2, 1], [1, 2], [1, 1]]),
+    # dilation 2 at stride 1: one phase, a dilated Conv over the 3 x 2 real taps
+    (2, 3, (3, 2), (4, 5), {"dilations": [2, 2], "pads": [1, 0, 2, 1]}, [[3, 2]]),
+    # dilation 2 at stride 2: the odd phases reach no tap (bias only)
+    (3, 2, (2, 2), (4, 4), {"strides": [2, 2], "dilations": [2, 2], "group": 1},
+     [[2, 2], None, None, None]),
+    (6, 2, (3, 3), (4, 7), {"strides": [2, 3], "pads": [1, 0, 2, 1],
+                            "output_padding": [1, 2], "group": 3},
+     [[2, 1], [2, 1], [2, 1], [1, 1], [1, 1], [1, 1]]),
+])
+def test_structural_zero_taps_become_one_conv_per_phase(cin: int, cout_g: int, k: tuple,
+                                                        hw: tuple, attrs: dict,
+                                                        kernels: list) -> None:
+    """A phase's taps past K, or between dilated taps, are never multiplied (0 · NaN would
+    spread a NaN to outputs it does not feed): one Conv per phase over its real taps, a
+    bias-only phase where none reaches, concatenated as the phases' channels."""
+    g = convt_graph(cin, cout_g, k, hw, attrs)
     xv = rng.standard_normal(g.inputs[0].type.shape).astype(np.float32)
     want = run_graph(g, {"x": xv})[0]
     subpixel_convt.run(g)
     verify(g)
-    assert g.nodes[0].op == "Conv" and "ConvTranspose" not in [n.op for n in g.nodes]
+    ops = [n.op for n in g.nodes]
+    assert "ConvTranspose" not in ops and "DepthToSpaceNHWC" in ops
+    concat = next(n for n in g.nodes if n.op == "Concat") if len(kernels) > 1 else None
+    phases = concat.inputs if concat is not None else [g.nodes[0].output]
+    assert len(phases) == len(kernels)
+    for v, kern in zip(phases, kernels, strict=True):
+        node = v.producer
+        assert node is not None
+        if kern is None:
+            assert node.op == "Expand"
+            continue
+        assert node.op == "Conv" and node.attrs["kernel_shape"] == kern
+        assert np.all(np.asarray(node.inputs[1].const) != 0)   # only real taps
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
-    w = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3) + 1
-    u = subpixel_convt.undilated(w, [3, 2])
-    assert u.shape == (1, 1, 4, 5) and u[0, 0, ::3, ::2].tolist() == w[0, 0].tolist()
-    assert np.count_nonzero(u) == 6
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 4, 5, 6), (4, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                  "output_padding": [1, 1]}),
+    ((1, 6, 4, 7), (6, 2, 3, 3), {"strides": [2, 3], "pads": [1, 0, 2, 1],
+                                  "output_padding": [1, 2], "group": 3}),
+    ((1, 2, 4, 5), (2, 3, 3, 2), {"strides": [2, 3], "dilations": [2, 3], "pads": [1, 0, 2, 1],
+                                  "output_padding": [1, 0]}),
+    ((2, 4, 9), (4, 3, 4), {"strides": [3], "pads": [0, 2], "output_padding": [1], "group": 2,
+                            "dilations": [2]}),
+    ((1, 2, 3, 3), (2, 2, 2, 2), {"strides": [4, 4]}),
+    ((1, 2, 3, 4, 3), (2, 3, 3, 2, 3), {"strides": [2, 2, 1], "dilations": [2, 1, 2],
+                                        "pads": [0, 1, 1, 2, 0, 1]}),
+    ((2, 6, 4, 3, 5), (6, 2, 3, 4, 3), {"strides": [2, 1, 3], "pads": [1, 0, 2, 1, 1, 0],
+                                        "output_padding": [1, 0, 2], "group": 3}),
+])
+def test_nan_and_inf_reach_only_the_outputs_they_feed(xs: tuple, ws: tuple,
+                                                      attrs: dict) -> None:
+    """Compiled, with a NaN and an inf in the input: NaN, inf and finite outputs where
+    onnxruntime has them (1-D, 2-D, 3-D; K not a multiple of s, dilation, a stride past K)."""
+    x = rng.standard_normal(xs).astype(np.float32)
+    inits = {"w": rng.standard_normal(ws).astype(np.float32),
+             "b": rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)}
+    m = make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
+                                     kernel_shape=list(ws[2:]), **attrs)], {"x": x}, inits, ["y"])
+    cm = ember.compile(m)
+    for seed in range(3):
+        xv = x.copy()
+        xv.flat[np.random.default_rng(seed).choice(xv.size, 2, replace=False)] = [np.nan, np.inf]
+        got, want = cm.run({"x": xv})["y"], run_ort(m, {"x": xv})[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("attrs", [{"strides": [2], "pads": [1, 1]},
@@ -161,16 +219,15 @@ def test_a_decoder_of_convtransposes_matches_onnxruntime() -> None:
 
 @pytest.mark.parametrize("xs,ws,attrs", [
     ((1, 4, 3, 5, 4), (4, 3, 2, 2, 2), {"strides": [2, 2, 2]}),
-    ((2, 6, 4, 3, 5), (6, 2, 3, 4, 3), {"strides": [2, 1, 3], "pads": [1, 0, 2, 1, 1, 0],
+    ((2, 6, 4, 3, 5), (6, 2, 4, 4, 3), {"strides": [2, 1, 3], "pads": [1, 0, 2, 1, 1, 0],
                                         "output_padding": [1, 0, 2], "group": 3}),
     ((1, 3, 4, 4, 4), (3, 2, 4, 4, 4), {"strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}),
-    ((1, 2, 3, 4, 3), (2, 3, 3, 2, 3), {"strides": [2, 2, 1], "dilations": [2, 1, 2],
-                                        "pads": [0, 1, 1, 2, 0, 1]}),
+    ((1, 2, 3, 4, 3), (2, 3, 3, 2, 3), {"strides": [1, 2, 1], "pads": [0, 1, 1, 2, 0, 1]}),
 ])
 def test_a_3d_convtranspose_runs_on_dense_2d_convs(xs: tuple, ws: tuple, attrs: dict) -> None:
-    """One dense 2-D conv over the depth slices (the sub-pixel kernel's ceil(K_d / s_d) depth
-    taps as channels, dilation undone first) that stores the height and width interleave
-    from its tiles, then the depth interleave and crop: every group, stride, pad, dilation
+    """One dense 2-D conv over the depth slices (the sub-pixel kernel's K_d / s_d depth
+    taps as channels) that stores the height and width interleave
+    from its tiles, then the depth interleave and crop: every group, stride, pad
     and output_padding against onnxruntime."""
     x = rng.standard_normal(xs).astype(np.float32)
     inits = {"w": rng.standard_normal(ws).astype(np.float32),
