@@ -126,7 +126,12 @@ def _source_coord(mode: str, o: Expr, out_len: int, in_len: int, scale: float,
                   roi: tuple[float, float] | None = None, cdt: str = "float32") -> Expr:
     """The input coordinate of output index ``o``, op by op as the reference computes it
     (``_source_coords`` in ``ember.ir.ops.resize``), so that rounding agrees bit for bit:
-    in ``cdt`` (float32; float64 for integer data), float64 for tf_crop_and_resize."""
+    in ``cdt`` (float32; float64 for integer data), float64 for tf_crop_and_resize. The
+    modes whose coordinate uses the lengths themselves need them static."""
+    if mode in (CROP, "align_corners", "pytorch_half_pixel", "half_pixel_symmetric") and \
+            not (isinstance(in_len, int) and isinstance(out_len, int)):
+        raise CompileError(f"Resize's coordinate_transformation_mode {mode!r} computes with "
+                           f"the axis lengths, which are symbolic here ({in_len} -> {out_len})")
     if mode == CROP:
         assert roi is not None
         span, off, div = crop_terms(in_len, scale, roi)
@@ -178,10 +183,12 @@ def _axis_taps(attrs: dict[str, Any], c: Expr, in_len: int, scale: float,
         rnd = _ROUND[attrs.get("nearest_mode", "round_prefer_floor")]
         return [(clamp(Cast(rnd(c, scale), "int64"), 0, in_len - 1), None)]
     if mode == "linear":
-        cc = clamp(c, fconst(0.0, c.dtype), fconst(in_len - 1, c.dtype))
+        last = in_len - 1
+        cc = clamp(c, fconst(0.0, c.dtype), fconst(last, c.dtype) if isinstance(last, int)
+                   else Cast(last, c.dtype))
         fl = call("floor", cc)
-        i0 = clamp(Cast(fl, "int64"), 0, in_len - 1)
-        i1 = Bin("min", i0 + 1, Const(in_len - 1))
+        i0 = clamp(Cast(fl, "int64"), 0, last)
+        i1 = Bin("min", i0 + 1, Const(last) if isinstance(last, int) else last)
         w1 = Cast(cc - fl, wdt)
         return [(i0, fconst(1.0, wdt) - w1), (i1, w1)]
     if mode == "cubic":

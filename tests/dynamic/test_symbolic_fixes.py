@@ -297,3 +297,42 @@ def test_reduce_mean_over_a_symbolic_axis(axes: list[int], keep: int) -> None:
             x = (np.random.default_rng(sum(shape)).standard_normal(shape) * 10).astype(dt)
             want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
             np.testing.assert_allclose(cm.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,coord", [("linear", "half_pixel"), ("linear", "asymmetric"),
+                                        ("cubic", "half_pixel"), ("nearest", "asymmetric")])
+def test_resize_by_scales_over_symbolic_spatial_dims(mode: str, coord: str) -> None:
+    """Resize x2 (an FPN's upsampling) over symbolic H and W is one symbolic kernel for the
+    modes whose coordinate needs only the scale (linear clamped to a symbolic last index
+    raised a raw TypeError), matching onnxruntime at several sizes, odd and 1 included."""
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode,
+                          coordinate_transformation_mode=coord)], "g",
+        [helper.make_tensor_value_info("x", F32, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = ember.compile(m)
+    assert isinstance(cm, ember.CompiledModel) and cm.symbolic
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for h, w in ((5, 7), (1, 4), (16, 9)):
+        x = np.random.default_rng(h * w).standard_normal((1, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm.run({"x": x})["y"], sess.run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_resize_modes_that_need_the_lengths_compile_per_shape() -> None:
+    """align_corners computes with the axis lengths: over symbolic dims the model compiles
+    per input shape, and the reason names the mode (no raw Python error)."""
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear",
+                          coordinate_transformation_mode="align_corners")], "g",
+        [helper.make_tensor_value_info("x", F32, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = ember.compile(m)
+    assert "align_corners" in cm.reason and "Error" not in cm.reason
+    x = np.random.default_rng(0).standard_normal((1, 3, 5, 6)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
