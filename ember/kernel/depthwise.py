@@ -57,9 +57,26 @@ from ember.kernel.regepi import (
 )
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import ConvGeom
+from ember.kernel.schedule import mul_extent, numel
 from ember.kernel.window import inside_span, kernel_rows_c
-from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, For, ForKind, Let, Stmt, Var, seq
+from ember.loops.ir import (
+    Bin,
+    Buffer,
+    Const,
+    Eval,
+    Expr,
+    Extent,
+    For,
+    ForKind,
+    Let,
+    Stmt,
+    Var,
+    as_expr,
+    seq,
+)
 from ember.loops.transform import format_stmt, simplify
+from ember.lower import dims
+from ember.lower.computes import static_shape
 
 VEC_REGS = 30       # of the 32 vector registers: accumulators + weights + input columns
 ACC_REGS = 24       # at most this many accumulators
@@ -96,12 +113,46 @@ class DwTiling:
         return f"reg {self.R}x{self.NB} rows/task {self.ROWS} blocks/task {self.BLOCKS}"
 
 
+@dataclass(frozen=True)
+class DwSizes:
+    """The sizes a depthwise kernel's C text reads: ints for a static geometry, C expressions
+    of the program's dims (read at run time) where the batch, height or width is symbolic
+    (the tiling is then the hint geometry's, ``conv.geometry``)."""
+
+    IH: int | str
+    IW: int | str
+    OH: int | str
+    OW: int | str
+    symbolic: bool = False
+
+
+def _sizes(m: Node, g: DwGeom) -> DwSizes:
+    x = m.inputs[0]
+    assert x is not None
+    if x.type.is_static and m.output.type.is_static:
+        return DwSizes(g.IH, g.IW, g.OH, g.OW)
+    _, ih, iw, _ = static_shape(x.type)
+    _, oh, ow, _ = static_shape(m.output.type)
+    ih, iw, oh, ow = (e if isinstance(e, int) else f"({dims.c_expr(e)})"
+                      for e in (ih, iw, oh, ow))
+    return DwSizes(ih, iw, oh, ow, True)
+
+
+def _cmul(*parts: int | str) -> int | str:
+    """A product as C: folded where every factor is an int."""
+    if all(isinstance(p, int) for p in parts):
+        return int(np.prod(parts, dtype=np.int64))
+    return " * ".join(str(p) for p in parts)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def applicable(body: Graph) -> bool:
-    """Is the group's master a statically shaped float32 depthwise ConvNHWC (multiplier 1)?"""
+    """Is the group's master a float32 depthwise ConvNHWC (multiplier 1)? Over a symbolic
+    batch, height or width too, where its epilogue runs in registers (the TE epilogue over
+    a row's tile is laid out for static widths)."""
     m = body.nodes[0]
     if m.op != "ConvNHWC" or len(m.inputs) != 2:
         return False
@@ -110,10 +161,14 @@ def applicable(body: Graph) -> bool:
     x, w = m.inputs
     if x is None or w is None or not w.is_const:
         return False
-    if not (x.type.is_static and m.output.type.is_static) or x.type.dtype.name != "float32":
+    if x.type.dtype.name != "float32" or x.type.rank != 4:
         return False
     c = x.type.shape[3]
-    return w.type.shape[2] == 1 and m.attrs.get("group", 1) == c and w.type.shape[3] == c
+    if not (isinstance(c, int) and w.type.shape[2] == 1 and m.attrs.get("group", 1) == c
+            and w.type.shape[3] == c):
+        return False
+    static = x.type.is_static and m.output.type.is_static
+    return static or len(body.nodes) == 1 or register_epilogue(body, m, c) is not None
 
 
 def _tile_cost(g: DwGeom, R: int, V: int, split: int = 1) -> float:
@@ -232,7 +287,7 @@ static inline void em_store_part8(float *dst, em_v8a lo, em_v8a hi, int64_t n) {
 
 def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
              epi: RegEpilogue | None, guard: tuple[int, int] | None = None,
-             split: int = 1) -> str:
+             split: int = 1, iw: int | str | None = None) -> str:
     """``name(xp, wq, op, kh0, nkh, iw0)``: R output pixels × ``lanes`` channels (of a block of
     ``nb``) to output pixel ``op``, from the block's packed weights ``wq`` and kernel rows
     ``[kh0, kh0 + nkh)``, the first of which reads input row ``xp``: at the tile's first input
@@ -240,7 +295,8 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
     columns ``iw0 + col`` are read only inside the input (zero outside); the columns in
     ``[guard[0], guard[1])`` are inside for every tile and need no check. ``split`` 2 (no
     AVX-512): every 16-lane vector is held as two 8-lane halves, each in a register (a 16-lane
-    variable has none there: gcc kept it in memory, a load and a store around every FMA)."""
+    variable has none there: gcc kept it in memory, a load and a store around every FMA).
+    ``iw``: the input's width as C where it is symbolic."""
     nv = _cdiv(lanes, LANES)
     part = lanes - LANES * (nv - 1)     # lanes of the last vector
     parts = vector_parts(split == 2)
@@ -261,7 +317,7 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
     for r in range(R):
         L.append("  " + " ".join(f"{vt} a{r}_{v}{p} = {init.format(v=v, p=p)};"
                                   for v in range(nv) for p, _ in parts))
-    L += _tile_taps(g, R, nb, nv, part, guard, split)
+    L += _tile_taps(g, R, nb, nv, part, guard, split, g.IW if iw is None else iw)
     if exprs:
         assert epi is not None   # exprs are the epilogue's
         L += apply_epilogue(RegEpilogue(exprs, epi.consts), R, nv,
@@ -282,7 +338,7 @@ def _tile_fn(name: str, g: DwGeom, R: int, nb: int, lanes: int,
 
 
 def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int, int] | None,
-               split: int = 1) -> list[str]:
+               split: int = 1, iw: int | str = 0) -> list[str]:
     """The accumulation: for each kernel row, the KW·V weight vectors, then each distinct input
     column of the R pixels' taps, loaded once and multiplied into every (pixel, kw) that reads
     it (``guard``, ``split``: see ``_tile_fn``)."""
@@ -313,7 +369,7 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
 
     V = range(nv)
     L = ["  for (int64_t kh = 0; kh < nkh; ++kh) {",
-         f"    const float *xk = xp + kh * {g.DH * g.IW * g.C};",
+         f"    const float *xk = xp + kh * {_cmul(g.DH, iw, g.C)};",
          f"    const float *wk = wq + (kh0 + kh) * {g.KW * nb};"]
     for kw in range(g.KW):
         L.append("    " + " ".join(f"const {vt} w{kw}_{v}{p} = *(const {vt} *)"
@@ -324,7 +380,7 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
         for kw in range(g.KW):
             taps.setdefault(r * g.SW + kw * g.DW, []).append((r, kw))
     for col in sorted(taps):
-        ok = (f"const int ok = iw0 + {col} >= 0 && iw0 + {col} < {g.IW}; " if checked(col)
+        ok = (f"const int ok = iw0 + {col} >= 0 && iw0 + {col} < {iw}; " if checked(col)
               else "")
         xs = ok + " ".join(column(col, v) for v in V)
         fma = " ".join(f"a{r}_{v}{p} += x{v}{p} * w{kw}_{v}{p};"
@@ -341,29 +397,45 @@ def interior(g: DwGeom) -> tuple[int, int]:
 
 
 def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
-            epi: RegEpilogue | None, split: int = 1) -> str:
+            epi: RegEpilogue | None, split: int = 1, cs: DwSizes | None = None) -> str:
     """``name(q, gi, out, x, w)``: output row ``q`` (of n·OH) of channel group ``gi`` (channel
     blocks ``[gi·bt, gi·bt + bt)``), tile by tile along OW, each tile over the group's blocks.
     A tile reaching outside ``interior`` runs guarded; only kernel rows inside the input are
-    read (``_kernel_rows``)."""
+    read (``_kernel_rows``). ``cs``: sizes read at run time (a symbolic geometry: the interior
+    is computed per call, a guarded tile checks every column, and a row narrower than R runs
+    one pixel at a time)."""
+    cs = cs if cs is not None else DwSizes(g.IH, g.IW, g.OH, g.OW)
     full = g.C // nb                      # whole channel blocks; then a partial one, if any
     tail = g.C - full * nb
     ng = _cdiv(_cdiv(g.C, nb), bt)
     wb = (g.KH * g.KW + (len(epi.consts) if epi else 0)) * nb   # packed floats per block
-    lo, hi = interior(g)
-    # the tap columns every tile reads inside the input (iw0 runs over [-left, last])
-    safe = (g.pad_l, g.IW - ((g.OW - R) * g.SW - g.pad_l))
-    guards = (False, True) if (lo, hi) != (0, g.OW) else (False,)
+    bounds = ""
+    lo: int | str
+    hi: int | str
+    if cs.symbolic:
+        lo, hi, safe, guards = "lo", "hi", (0, 0), (False, True)
+        first, reach = _cdiv(g.pad_l, g.SW), (g.KW - 1) * g.DW - g.pad_l + 1
+        bounds = f"""  const int64_t lo = {cs.OW} < {first} ? {cs.OW} : {first};
+  int64_t hi = {cs.IW} - {reach} < 0 ? 0 : ({cs.IW} - {reach}) / {g.SW} + 1;
+  if (hi > {cs.OW}) hi = {cs.OW};
+  if (hi < lo) hi = lo;
+"""
+    else:
+        lo, hi = interior(g)
+        # the tap columns every tile reads inside the input (iw0 runs over [-left, last])
+        safe = (g.pad_l, g.IW - ((g.OW - R) * g.SW - g.pad_l))
+        guards = (False, True) if (lo, hi) != (0, g.OW) else (False,)
     text = ""
-    for guard in guards:
-        fn = f"{name}_{'g' if guard else 'i'}"
+    widths = [(guard, R, "") for guard in guards] + ([(True, 1, "1")] if cs.symbolic else [])
+    for guard, r, suffix in widths:
+        fn = f"{name}_{'g' if guard else 'i'}{suffix}"
         sf = safe if guard else None
-        text += _tile_fn(fn + "_full", g, R, nb, nb, epi, sf, split) if full else ""
-        text += _tile_fn(fn + "_tail", g, R, nb, tail, epi, sf, split) if tail else ""
+        text += _tile_fn(fn + "_full", g, r, nb, nb, epi, sf, split, cs.IW) if full else ""
+        text += _tile_fn(fn + "_tail", g, r, nb, tail, epi, sf, split, cs.IW) if tail else ""
 
-    def calls(guard: bool, kh: str) -> str:
+    def calls(guard: bool, kh: str, suffix: str = "") -> str:
         """The tile's calls over the group's blocks, ``kh`` its kernel rows (kh0, nkh)."""
-        fn = f"{name}_{'g' if guard else 'i'}"
+        fn = f"{name}_{'g' if guard else 'i'}{suffix}"
         xo = "xr" if guard else f"xr + (o * {g.SW} - {g.pad_l}) * {g.C}"
         args = f"{kh}, o * {g.SW} - {g.pad_l}"
         c = ""
@@ -380,36 +452,43 @@ def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
         if True in guards:
             inner = (f"    if (o < {lo} || o + {R} > {hi}) {{\n{calls(True, kh)}    }} else {{\n"
                      f"{inner}    }}\n")
-        return f"""  for (int64_t ow = 0; ow < {g.OW}; ow += {R}) {{
-    const int64_t o = ow + {R} <= {g.OW} ? ow : {g.OW - R};
+        loop = f"""  for (int64_t ow = 0; ow < {cs.OW}; ow += {R}) {{
+    const int64_t o = ow + {R} <= {cs.OW} ? ow : {cs.OW} - {R};
     float *oo = oq + o * {g.C};
 {inner}  }}
 """
+        if not cs.symbolic:
+            return loop
+        narrow = f"""  for (int64_t o = 0; o < {cs.OW}; ++o) {{
+    float *oo = oq + o * {g.C};
+{calls(True, kh, "1")}  }}
+"""
+        return f"  if ({cs.OW} < {R}) {{\n{narrow}  }} else {{\n{loop}  }}\n"
 
     loop = ow_loop(f"0, {g.KH}")
     if g.pad_t or g.pad_b:   # rows with every kernel row inside keep constants (unrolled kh)
         loop = f"  if (nkh == {g.KH}) {{\n{loop}  }} else {{\n{ow_loop('kh0, nkh')}  }}\n"
     return text + f"""
 static void {name}(int64_t q, int64_t gi, float *out, const float *x, const float *w) {{
-  const int64_t n = q / {g.OH}, oh = q % {g.OH};
-{_kernel_rows(g)}
-  const float *xr = x + r0 * {g.IW * g.C};   /* the first kernel row's input row */
-  float *oq = out + q * {g.OW * g.C};
+  const int64_t n = q / {cs.OH}, oh = q % {cs.OH};
+{bounds}{_kernel_rows(g, cs)}
+  const float *xr = x + r0 * {_cmul(cs.IW, g.C)};   /* the first kernel row's input row */
+  float *oq = out + q * {_cmul(cs.OW, g.C)};
   const int64_t b0 = gi * {bt}, b1 = b0 + {bt} < {full} ? b0 + {bt} : {full};
   (void)b0; (void)b1;
 {loop}}}
 """
 
 
-def _kernel_rows(g: DwGeom) -> str:
+def _kernel_rows(g: DwGeom, cs: DwSizes) -> str:
     """C: the kernel rows [kh0, kh0 + nkh) output row ``oh`` of image ``n`` reads inside the
     input (with vertical padding), and the input row ``r0`` (of n·H) of kernel row kh0."""
     if g.pad_t == g.pad_b == 0:   # every kernel row inside: no kh0, nkh
-        return f"  const int64_t r0 = n * {g.IH} + oh * {g.SH};"
+        return f"  const int64_t r0 = n * {cs.IH} + oh * {g.SH};"
     return f"""  const int64_t ih0 = oh * {g.SH} - {g.pad_t};   /* kernel row 0's input row */
-  {kernel_rows_c("ih0", g.IH, g.DH, g.KH, "kh0", "kh1")}
+  {kernel_rows_c("ih0", cs.IH, g.DH, g.KH, "kh0", "kh1")}
   const int64_t nkh = kh1 > kh0 ? kh1 - kh0 : 0;
-  const int64_t r0 = nkh > 0 ? n * {g.IH} + ih0 + kh0 * {g.DH} : 0;"""
+  const int64_t r0 = nkh > 0 ? n * {cs.IH} + ih0 + kh0 * {g.DH} : 0;"""
 
 
 def candidates(g: DwGeom, threads: int, k: int, split: int = 1) -> list[DwTiling]:
@@ -456,17 +535,24 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
                          lambda c: build_depthwise(name, body, ctx, c))
     if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
         raise ValueError(f"depthwise tiling {t} has a non-positive size")
-    R, rows, nb = min(t.R, g.OW), min(t.ROWS, g.rows), t.NB
+    cs = _sizes(m, g)
+    # a symbolic geometry is tiled for its hint; its rows and widths are read at run time
+    R, rows, nb = (t.R, t.ROWS, t.NB) if cs.symbolic else (min(t.R, g.OW), min(t.ROWS, g.rows),
+                                                           t.NB)
     cb = _cdiv(g.C, nb)
     bt = min(t.BLOCKS or cb, cb)
-    ng, rb = _cdiv(cb, bt), _cdiv(g.rows, rows)
+    n_, oh_, _, _ = static_shape(m.output.type)
+    nrows: Extent = mul_extent(n_, oh_)
+    ng = _cdiv(cb, bt)
+    rb: Extent = _cdiv(nrows, rows) if isinstance(nrows, int) else \
+        Bin("//", Bin("+", nrows, Const(rows - 1)), Const(rows))
     reg = register_epilogue(body, m, g.C) if len(body.nodes) > 1 else None
     packed = pack_weights(w_hwio, nb, reg.consts if reg else [])
     # named by what its text depends on, so kernels of one shape share one function
-    key = (g, R, nb, bt, reg.key if reg else None, split)
+    key = (g, R, nb, bt, reg.key if reg else None, split) + ((cs,) if cs.symbolic else ())
     fn = "em_dw_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
-    out_buf = Buffer(f"{name}_out", g.P * g.C)
-    x_buf = Buffer(f"{name}_x", g.N * g.IH * g.IW * g.C)
+    out_buf = Buffer(f"{name}_out", numel(static_shape(m.output.type)))
+    x_buf = Buffer(f"{name}_x", numel(static_shape(m.inputs[0].type)))  # type: ignore[union-attr]
     w_buf = Buffer(f"{name}_w", packed.size)
     args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(m.inputs[0])), (w_buf, packed)]
     task, rbv, gv, q = Var("task"), Var("rb"), Var("gi"), Var("q")
@@ -474,10 +560,10 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     if reg is None and len(body.nodes) > 1:
         row.append(_te_epilogue(body, m, g, bt * nb, q, gv, out_buf, x_buf, args))
     q0 = Bin("*", rbv, Const(rows))
-    loop: Stmt = For(q, q0, Bin("min", Const(rows), Bin("-", Const(g.rows), q0)), seq(*row))
+    loop: Stmt = For(q, q0, Bin("min", Const(rows), Bin("-", as_expr(nrows), q0)), seq(*row))
     loop = Let(rbv, Bin("//", task, Const(ng)), Let(gv, Bin("%", task, Const(ng)), loop))
     stmt = For(task, T0, Bin("-", T1, T0), loop, ForKind.SERIAL)
-    support = {fn: _row_fn(fn, g, R, nb, bt, reg, split)}
+    support = {fn: _row_fn(fn, g, R, nb, bt, reg, split, cs)}
     if g.C % nb:
         support["part"] = PART_HELPERS
         if split == 2:
@@ -486,11 +572,12 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
         support["epi"] = EPI_HELPERS
     flops = 2 * g.N * g.OH * g.OW * g.C * g.KH * g.KW
     pads = (g.pad_t, g.pad_l, g.pad_b, g.pad_r)
-    doc = (f"{body.name}: depthwise N={g.N} {g.IH}x{g.IW}x{g.C} -> {g.OH}x{g.OW} "
+    hint = " (symbolic; tiled for the hint)" if cs.symbolic else ""
+    doc = (f"{body.name}: depthwise{hint} N={g.N} {g.IH}x{g.IW}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={'x'.join(map(str, pads))} "
            f"tile R={R} NB={nb}{' in halves' if split == 2 else ''} "
            f"rTask {rows} rows x {bt * nb} channels, epilogue={_epi_kind(body, reg)}")
-    return Kernel(name, stmt, ng * rb, args, support, flops, doc, format_stmt(stmt))
+    return Kernel(name, stmt, mul_extent(ng, rb), args, support, flops, doc, format_stmt(stmt))
 
 
 def _epi_kind(body: Graph, reg: RegEpilogue | None) -> str:

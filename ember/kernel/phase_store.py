@@ -86,11 +86,12 @@ def phase_output(body: Graph, cache_bytes: int = 0) -> PhaseStore | None:
     nchw = len(nodes) > 2 and nodes[-1].op == "Transpose" and \
         list(nodes[-1].attrs["perm"]) == TO_NCHW
     d = nodes[-2] if nchw else nodes[-1]
-    if len(nodes) < 2 or d.op != "DepthToSpaceNHWC":
+    if len(nodes) < 2 or d.op != "DepthToSpaceNHWC" or not d.output.type.is_static:
         return None
     _, z0, z1, c = (int(v) for v in d.inputs[0].type.shape)   # type: ignore[union-attr]
     s0, s1 = (int(s) for s in d.attrs["blocksize"])
-    top, left, oh, ow = (int(v) for v in d.attrs["crop"])
+    top, left = (int(v) for v in d.attrs["crop"][:2])
+    _, oh, ow, _ = (int(v) for v in d.output.type.shape)
     g = int(d.attrs.get("group", 1))
     cg = c // (g * s0 * s1)
     big = streams(4 * numel(static_shape(body.outputs[0].type)), cache_bytes)

@@ -226,11 +226,13 @@ def inside_span(size: int, k: int, s: int, d: int, pad: int, out: int) -> tuple[
     return lo, max(lo, hi)
 
 
-def kernel_rows_c(ih0: str, size: int, d: int, k: int, lo: str, hi: str) -> str:
+def kernel_rows_c(ih0: str, size: int | str, d: int, k: int, lo: str, hi: str) -> str:
     """C: the kernel rows [lo, hi) (``hi`` may fall at or below ``lo``: none) that read inside
-    the input's ``size`` rows, kernel row 0 reading input row ``ih0`` (dilation ``d``)."""
+    the input's ``size`` rows (an int, or a C expression read at run time), kernel row 0
+    reading input row ``ih0`` (dilation ``d``)."""
+    end = size + d - 1 if isinstance(size, int) else f"{size} + {d - 1}"
     return (f"const int64_t {lo} = {ih0} < 0 ? ({d - 1} - {ih0}) / {d} : 0;\n"
-            f"  int64_t {hi} = {ih0} < {size} ? ({size + d - 1} - {ih0}) / {d} : 0;\n"
+            f"  int64_t {hi} = {ih0} < {size} ? ({end} - {ih0}) / {d} : 0;\n"
             f"  if ({hi} > {k}) {hi} = {k};")
 
 

@@ -68,12 +68,12 @@ def _convert_conv(n: Node) -> list[Node] | None:
 
 
 def _dense_symbolic(n: Node) -> bool:
-    """A conv over a symbolic batch, height or width that the dense kernel takes (it reads
-    them at run time; channels and window are the weights', static): any but a depthwise one,
-    which keeps NCHW and its window kernel."""
+    """A conv over a symbolic batch, height or width that a channels-last kernel takes (it
+    reads them at run time; channels and window are the weights', static): the dense one, or
+    the depthwise one (multiplier 1)."""
     x, w = n.inputs[0], n.inputs[1]
     assert x is not None and w is not None
-    return isinstance(x.type.shape[1], int) and _kind(n) == "Conv"
+    return isinstance(x.type.shape[1], int) and _kind(n) in ("Conv", "DepthwiseConv")
 
 
 BORDER_MIN_CHANNELS = 16

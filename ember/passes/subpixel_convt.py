@@ -25,9 +25,15 @@ without a tap is its bias. The phases' outputs are concatenated in the order the
 Conv's channels have, and interleave the same way (2-D and 1-D: the ``DepthToSpaceNHWC``;
 3-D: each phase's 3-D Conv as a 2-D Conv over its depth taps, then a reshape and transpose).
 
+Over a symbolic batch, height or width, a 2-D ConvTranspose without zero taps is rewritten the
+same way: its output length is the input's times the stride plus a constant, so the right pad
+and the crop are constants; the Conv runs on the dense kernel over symbolic rows and the
+interleave as a kernel of its own (the conv's phase store needs static shapes).
+
 Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 1-D,
-2-D or 3-D ``ConvTranspose`` with constant weights and a static input remains; the others
-(run-time weights, symbolic shapes) keep their generic kernel.
+2-D or 3-D ``ConvTranspose`` with constant weights and a static input remains, nor a 2-D one
+without zero taps over symbolic dims; the others (run-time weights, the other symbolic ones)
+keep their generic kernel (a symbolic model is then compiled per input shape).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import numpy as np
 
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.layout import TO_NCHW, TO_NHWC
-from ember.ir.types import TensorType
+from ember.ir.types import Dim, TensorType
 
 
 def run(g: Graph) -> Graph:
@@ -62,9 +68,14 @@ def _applicable(n: Node) -> bool:
     b = n.inputs[2] if len(n.inputs) > 2 else None
     if x is None or w is None or not w.is_const or (b is not None and not b.is_const):
         return False
-    if not (x.type.is_static and n.output.type.is_static) or x.type.rank not in (3, 4, 5):
+    if x.type.dtype.name not in ("float32", "float64", "float16"):
         return False
-    return x.type.dtype.name in ("float32", "float64", "float16")
+    if x.type.is_static and n.output.type.is_static:
+        return x.type.rank in (3, 4, 5)
+    # symbolic batch or spatial dims: the 2-D rewrite without zero taps, whose geometry (the
+    # right pad, the crop) is constant; the dense Conv and the interleave run symbolic
+    return x.type.rank == 4 and isinstance(x.type.shape[1], int) and not _zero_taps(n) \
+        and _geometry(n) is not None
 
 
 def _as_2d(n: Node) -> list[Node]:
@@ -134,31 +145,40 @@ class _Emit:
 @dataclass(frozen=True)
 class _Geo:
     """A ConvTranspose's geometry: the sub-pixel Conv's output length ``zs`` per axis covers
-    every needed output position ``q·s + r`` (the input right-padded by ``right``)."""
+    every needed output position ``q·s + r`` (the input right-padded by ``right``); the
+    interleaved ``zs·s`` is cropped by ``pads`` (the leading side) and ``trims`` (the end).
+    ``batch``, ``ins``, ``outs`` and ``zs`` may be symbolic; the rest are constants."""
     nd: int
-    batch: int
+    batch: Dim
     strides: list[int]
     pads: list[int]
     group: int
     cg: int
-    ins: list[int]
-    outs: list[int]
+    ins: list[Dim]
+    outs: list[Dim]
     right: list[int]
-    zs: list[int]
+    zs: list[Dim]
+    trims: list[int]
 
 
-def _geometry(n: Node) -> _Geo:
+def _geometry(n: Node) -> _Geo | None:
+    """The geometry, or None where an output length is not the input's times the stride
+    plus a constant (a symbolic one that the rewrite cannot pad and crop by constants)."""
     x, w = n.inputs[0], n.inputs[1]
     assert x is not None and w is not None and w.const is not None
     nd = x.type.rank - 2
     strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
     pads = [int(p) for p in n.attrs.get("pads") or [0] * (2 * nd)]
-    ins = [int(d) for d in x.type.shape[2:]]
-    outs = [int(d) for d in n.output.type.shape[2:]]
-    need = [-(-(pads[a] + outs[a]) // strides[a]) for a in range(nd)]
-    right = [max(0, need[a] - ins[a]) for a in range(nd)]
-    return _Geo(nd, int(x.type.shape[0]), strides, pads, int(n.attrs.get("group", 1)),
-                int(w.const.shape[1]), ins, outs, right, [ins[a] + right[a] for a in range(nd)])
+    ins, outs = list(x.type.shape[2:]), list(n.output.type.shape[2:])
+    # out = (in - 1)·s + delta, so ceil((pad + out) / s) - in = ceil((pad + delta) / s) - 1
+    delta = [outs[a] - (ins[a] - 1) * strides[a] for a in range(nd)]
+    if not all(isinstance(d, int) for d in delta):
+        return None
+    right = [max(0, -(-(pads[a] + delta[a]) // strides[a]) - 1) for a in range(nd)]
+    trims = [(1 + right[a]) * strides[a] - pads[a] - delta[a] for a in range(nd)]
+    return _Geo(nd, x.type.shape[0], strides, pads, int(n.attrs.get("group", 1)),
+                int(w.const.shape[1]), ins, outs, right, [ins[a] + right[a] for a in range(nd)],
+                trims)
 
 
 def _rewrite(n: Node) -> list[Node]:
@@ -166,6 +186,7 @@ def _rewrite(n: Node) -> list[Node]:
     assert x is not None and w is not None and w.const is not None
     b = n.inputs[2] if len(n.inputs) > 2 else None
     geo = _geometry(n)
+    assert geo is not None
     nd, strides, group, cg, zs = geo.nd, geo.strides, geo.group, geo.cg, geo.zs
     wk = np.asarray(w.const)
     ms = [-(-int(k) // s) for k, s in zip(wk.shape[2:], strides, strict=True)]
@@ -196,7 +217,7 @@ def _interleave_2d(e: _Emit, y: Value, geo: _Geo) -> None:
     y = e("Transpose", [y], [geo.batch, *geo.zs, c], {"perm": TO_NHWC})
     y = e("DepthToSpaceNHWC", [y], [geo.batch, *geo.outs, geo.group * geo.cg],
           {"blocksize": list(geo.strides), "group": geo.group,
-           "crop": [*geo.pads[:2], *geo.outs]})
+           "crop": [*geo.pads[:2], *geo.trims]})
     e("Transpose", [y], [], {"perm": TO_NCHW}, e.n.output)
 
 
@@ -227,7 +248,7 @@ def _rewrite_3d(n: Node, conv_in: list[Value | None], ms: list[int], geo: _Geo) 
     y = e("Transpose", [y], [batch * z0, z1, z2, ocp], {"perm": TO_NHWC})
     # channels (g, r0, r1, r2, c): (g, r0) is the 2-D interleave's group
     y = e("DepthToSpaceNHWC", [y], [batch * z0, outs[1], outs[2], group * s0 * cg],
-          {"blocksize": [s1, s2], "group": group * s0, "crop": [pads[1], pads[2], *outs[1:]]})
+          {"blocksize": [s1, s2], "group": group * s0, "crop": [pads[1], pads[2], *geo.trims[1:]]})
     y = e.reshape(y, [batch, z0, outs[1], outs[2], group, s0, cg])
     y = e("Transpose", [y], [batch, z0, s0, outs[1], outs[2], group, cg],
           {"perm": [0, 1, 5, 2, 3, 4, 6]})
@@ -290,6 +311,7 @@ def _exact(n: Node) -> list[Node]:
     assert x is not None and w is not None and w.const is not None
     b = n.inputs[2] if len(n.inputs) > 2 else None
     geo, e = _geometry(n), _Emit(n)
+    assert geo is not None
     nd, group, cg = geo.nd, geo.group, geo.cg
     wk = np.asarray(w.const)
     dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]

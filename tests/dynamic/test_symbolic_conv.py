@@ -103,3 +103,93 @@ def test_symbolic_1d_conv_with_a_wide_strided_window() -> None:
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     _check(model, [[1, 1, n] for n in (64, 512, 1000, 1536)])
+
+
+def _depthwise_model(c: int, k: int, stride: int, pad: int, dil: int, act: str,
+                     shape: list) -> onnx.ModelProto:
+    """A 1x1 expansion to ``c`` channels (channels-last from there), a depthwise conv with
+    its bias and ``act`` (Clip: MobileNet's ReLU6), a 1x1 projection."""
+    rng = np.random.default_rng(c * 7 + k)
+    inits = {"w0": rng.standard_normal((c, 3, 1, 1)), "w": rng.standard_normal((c, 1, k, k)),
+             "b": rng.standard_normal(c), "w2": rng.standard_normal((8, c, 1, 1)) * 0.3}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"]),
+             helper.make_node("Conv", ["a", "w", "b"], ["d"], kernel_shape=[k, k],
+                              strides=[stride] * 2, pads=[pad] * 4, dilations=[dil] * 2,
+                              group=c)]
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["d", "lo", "hi"], ["e"]))
+        inits.update(lo=np.float32(0), hi=np.float32(6))
+    else:
+        nodes.append(helper.make_node(act, ["d"], ["e"]))
+    nodes.append(helper.make_node("Conv", ["e", "w2"], ["y"]))
+    g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      shape)],
+                          [helper.make_empty_tensor_value_info("y")],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), n)
+                           for n, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("case", [
+    # channels, kernel, stride, pad, dilation, activation
+    (16, 3, 1, 1, 1, "Clip"), (24, 3, 2, 1, 1, "Clip"), (144, 3, 1, 1, 1, "Relu"),
+    (40, 3, 1, 2, 2, "Clip"), (8, 3, 1, 0, 1, "Relu"), (48, 7, 2, 3, 1, "Clip"),
+], ids=["3x3", "stride2-partial-block", "144", "dilated", "unpadded", "7x7-stride2"])
+def test_symbolic_depthwise_conv_runs_on_the_depthwise_kernel(case: tuple) -> None:
+    """A depthwise conv over a symbolic batch, height and width (a detector at the image's
+    own size) runs channels-last on the depthwise kernel, its sizes read at run time: the
+    interior computed per row, the border tiles guarded, a row narrower than the register
+    tile one pixel at a time; 1 x 1 and odd sizes included."""
+    c, k, s, p, d, act = case
+    model = _depthwise_model(c, k, s, p, d, act, ["N", 3, "H", "W"])
+    comp, cm = driver.compile_full(model, schedule="sequential")
+    assert cm.symbolic
+    dw = [kk for kk in comp.kernels if "depthwise" in kk.doc]
+    assert len(dw) == 1 and "symbolic" in dw[0].doc, [kk.doc for kk in comp.kernels]
+    # the layout transposes at the entry and the exit only: channels-last in between
+    assert sum(kk.doc.split(":")[0].startswith("Transpose") for kk in comp.kernels) <= 2, \
+        [kk.doc for kk in comp.kernels]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    reach = d * (k - 1) + 1 - 2 * p
+    for i, (n, h, w) in enumerate([(1, 9, 13), (2, 5, 3), (1, 1, 1), (1, 40, 33), (1, 7, 2)]):
+        if min(h, w) < reach:
+            continue
+        x = np.random.default_rng(i).standard_normal((n, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("k,attrs", [
+    ((2, 2), {"strides": [2, 2]}),
+    ((4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((4, 6), {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 2], "group": 2}),
+], ids=["2x2", "4x4-pad", "grouped-output-padding"])
+def test_symbolic_convtranspose_is_one_dense_conv_and_an_interleave(k: tuple, attrs: dict
+                                                                     ) -> None:
+    """A ConvTranspose over a symbolic batch, height and width whose kernel is a multiple of
+    its stride (no zero taps): the sub-pixel rewrite's geometry is constant (the right pad,
+    the crop), so the model compiles once: the dense conv over symbolic rows, then the
+    interleave, against onnxruntime at several sizes (1 x 1 included)."""
+    rng = np.random.default_rng(3)
+    group = attrs.get("group", 1)
+    inits = {"w0": rng.standard_normal((8, 3, 3, 3)) * 0.3,
+             "w": rng.standard_normal((8, 4, *k)) * 0.3, "b": rng.standard_normal(4 * group)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("ConvTranspose", ["a", "w", "b"], ["t"], kernel_shape=list(k),
+                              **attrs),
+             helper.make_node("Relu", ["t"], ["y"])]
+    g = helper.make_graph(nodes, "up", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, "H", "W"])], [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    comp, cm = driver.compile_full(model, schedule="sequential")
+    assert cm.symbolic
+    docs = [kk.doc for kk in comp.kernels]
+    assert sum("roller reg" in d for d in docs) == 2 and not any("ConvTranspose" in d
+                                                                   for d in docs), docs
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, shape in enumerate([(1, 3, 7, 9), (2, 3, 1, 1), (1, 3, 16, 5)]):
+        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = cm(x)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -13,7 +13,7 @@ from ember.passes import interleave_late
 from tests.passes.test_passes import structure
 
 rng = np.random.default_rng(11)
-D2S = {"blocksize": [2, 3], "group": 2, "crop": [1, 0, 5, 8]}   # [1,3,3,24] -> [1,5,8,4]
+D2S = {"blocksize": [2, 3], "group": 2, "crop": [1, 0, 0, 1]}   # [1,3,3,24] -> [1,5,8,4]
 
 
 def _graph(tail: list[tuple]) -> Graph:

@@ -6,7 +6,9 @@ pass sets them where the kernel reads the border itself, ``layout_nhwc._reads_bo
 depthwise, or 16 or more channels per group; otherwise a Pad node comes before the conv).
 ``MaxPoolNHWC`` / ``AveragePoolNHWC``: the ONNX pools with the channel axis last.
 ``DepthToSpaceNHWC``: channel blocks moved into spatial blocks, channels-last, then cropped (a
-sub-pixel ConvTranspose's interleave, ``passes/subpixel_convt.py``). ``Fused``: a
+sub-pixel ConvTranspose's interleave, ``passes/subpixel_convt.py``): ``crop`` = [top, left,
+bottom, right], the rows and columns trimmed from each side of the interleaved image (constants
+also where the spatial dims are symbolic). ``Fused``: a
 fused group (TVM's primitive function) whose ``body`` attribute is a Graph; its type relation
 and reference come from the body.
 """
@@ -92,26 +94,27 @@ def _d2s_nhwc_type(attrs: dict[str, Any], ts: list, cs: list) -> list[TensorType
     n, z0, z1, c = x.shape
     s0, s1 = (int(s) for s in attrs["blocksize"])
     g = int(attrs.get("group", 1))
-    top, left, oh, ow = (int(v) for v in attrs["crop"])
-    if not all(isinstance(d, int) for d in (z0, z1, c)) or c % (g * s0 * s1):
-        raise TypeInferenceError(f"DepthToSpaceNHWC: needs static spatial dims and channels "
-                                 f"a multiple of group x blocksize {g} x {s0} x {s1}, got {x}")
-    for full, start, size in ((z0 * s0, top, oh), (z1 * s1, left, ow)):
-        if start < 0 or size < 0 or start + size > full:
-            raise TypeInferenceError(f"DepthToSpaceNHWC: crop {list(attrs['crop'])} outside "
-                                     f"the {z0 * s0} x {z1 * s1} interleave")
+    top, left, bottom, right = (int(v) for v in attrs["crop"])
+    if not isinstance(c, int) or c % (g * s0 * s1):
+        raise TypeInferenceError(f"DepthToSpaceNHWC: needs channels a multiple of group x "
+                                 f"blocksize {g} x {s0} x {s1}, got {x}")
+    oh, ow = z0 * s0 - top - bottom, z1 * s1 - left - right
+    if min(top, left, bottom, right) < 0 or any(isinstance(d, int) and d < 0 for d in (oh, ow)):
+        raise TypeInferenceError(f"DepthToSpaceNHWC: crop {list(attrs['crop'])} outside "
+                                 f"the {z0 * s0} x {z1 * s1} interleave")
     return [TensorType((n, oh, ow, c // (s0 * s1)), x.dtype)]
 
 
 @defop("DepthToSpaceNHWC", Pattern.INJECTIVE, _d2s_nhwc_type)
 def depth_to_space_nhwc(attrs: dict[str, Any], x: np.ndarray) -> list[np.ndarray]:
     """Input channel ``((g·s0 + r0)·s1 + r1)·Cg + c`` of pixel (z0, z1) is output channel
-    ``g·Cg + c`` of pixel (z0·s0 + r0 - top, z1·s1 + r1 - left); ``crop`` = [top, left, OH,
-    OW] keeps the output window of the interleaved [Z0·s0, Z1·s1] image."""
+    ``g·Cg + c`` of pixel (z0·s0 + r0 - top, z1·s1 + r1 - left); ``crop`` = [top, left,
+    bottom, right] trims the interleaved [Z0·s0, Z1·s1] image."""
     n, z0, z1, c = x.shape
     s0, s1 = (int(s) for s in attrs["blocksize"])
     g = int(attrs.get("group", 1))
-    top, left, oh, ow = (int(v) for v in attrs["crop"])
+    top, left, bottom, right = (int(v) for v in attrs["crop"])
+    oh, ow = z0 * s0 - top - bottom, z1 * s1 - left - right
     cg = c // (g * s0 * s1)
     y = x.reshape(n, z0, z1, g, s0, s1, cg).transpose(0, 1, 4, 2, 5, 3, 6)
     y = y.reshape(n, z0 * s0, z1 * s1, g * cg)
