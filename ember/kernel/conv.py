@@ -39,6 +39,7 @@ from ember.loops.ir import (
     Extent,
     For,
     ForKind,
+    If,
     Let,
     Scope,
     Stmt,
@@ -504,10 +505,12 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     core = core_body(body)
     reg = register_epilogue(core, m, g.OC, tensors=True) if len(core.nodes) > 1 else None
     # an output written once (one K chunk, final in registers) that would not stay in the
-    # cache: non-temporal stores (the detector's 1x1 16 -> 96 expansion at 320x320, 39 MB)
-    stream = (not local and sym is None and -(-g.ICg // t.KC) == 1 and g.OCg % 16 == 0
-              and g.OC % 16 == 0 and (reg is not None or len(core.nodes) == 1)
-              and phase_store.streams(4 * g.P * g.OC, cache))
+    # cache: non-temporal stores (the detector's 1x1 16 -> 96 expansion at 320x320, 39 MB);
+    # over symbolic rows the choice is made per run, between two tile functions
+    once = (not local and -(-g.ICg // t.KC) == 1 and g.OCg % 16 == 0 and g.OC % 16 == 0
+            and (reg is not None or len(core.nodes) == 1))
+    stream = once and sym is None and phase_store.streams(4 * g.P * g.OC, cache)
+    stream_by_size = once and sym is not None and cache > 0
     # named by what its text depends on, so kernels of one shape share one tile function
     key = (g, t, local, stream) if sym is None else (g, t, local, cd)
     if reg is not None:
@@ -531,12 +534,18 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf, *extra)), epi))
     else:
         call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra))
+        if stream_by_size:   # phase_store.streams at run time
+            big = Bin(">", Bin("*", as_expr(sym), Const(4 * g.OC)), Const(cache // 2))
+            call = If(big, Eval(fn + "_nt", (task, out_buf, x_buf, w_buf, *extra)), call)
         epi_in_place = None if reg is not None else \
             _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = _helpers(g, t, reg, g.P if sym is None else sym, stream)
     support[fn] = _tile_fn(fn, g, t, cd, local, reg, stream)
+    if stream_by_size:
+        support.update(_helpers(g, t, reg, sym, True))
+        support[fn + "_nt"] = _tile_fn(fn + "_nt", g, t, cd, local, reg, True)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
     if phases is not None:

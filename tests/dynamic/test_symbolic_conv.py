@@ -193,3 +193,27 @@ def test_symbolic_convtranspose_is_one_dense_conv_and_an_interleave(k: tuple, at
         got = cm(x)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_symbolic_conv_streams_a_large_output_chosen_per_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A 1x1 expansion over symbolic rows: non-temporal stores or plain ones are chosen per
+    run by the output's size against half the last-level cache (pinned to 1 MiB here, so
+    the sizes below fall on both sides); both match onnxruntime."""
+    import json
+
+    from ember.support import options
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"layers": [{"name": "L3", "capacity": 1 << 20,
+                                            "transaction": 64, "bandwidth": 100.0,
+                                            "shared": True}]}))
+    model = _conv_model(16, 96, (1, 1), [0, 0, 0, 0], [1, 1], [1, 1], 1, [1, 16, "H", "W"],
+                        "Relu")
+    with options.using(options.current().with_(device_spec=str(spec))):
+        comp, cm = driver.compile_full(model, schedule="sequential")
+    (conv,) = [k for k in comp.kernels if k.name.startswith("convnhwc")]
+    assert any(name.endswith("_nt") for name in conv.support), list(conv.support)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, (h, w) in enumerate([(4, 5), (40, 37)]):   # 7.5 KiB and 568 KiB of output
+        x = np.random.default_rng(i).standard_normal((1, 16, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
