@@ -14,21 +14,30 @@ each, with ``A`` a compile-time constant, which the C compiler vectorizes into p
 element). ``A`` ≥ 16, 4-byte items: 16 x 16 register transposes (``em_transpose_store``); other item
 sizes keep the loop.
 ``R`` > 1: a copy of ``R`` items per (b, a). The padding is stored with the rows it belongs to.
+
+``T`` and ``B`` may be symbolic (a detector's NCHW input at the image's own size): the C reads
+them at run time (``dims.c_expr``), the task shape is chosen for their hints and the task count
+is an expression of the dims; ``A`` and ``R`` (channels, a head's width) stay static.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.kernel import transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.loops.ir import Bin, Buffer, Eval, For, ForKind, Var
+from ember.kernel.schedule import mul_extent, simplify_extent
+from ember.loops.ir import Bin, Buffer, Const, Eval, Extent, For, ForKind, Var, as_expr, hint_of
 from ember.loops.transform import format_stmt
+from ember.lower import dims
+from ember.lower.computes import static_shape
 
 TASK_BYTES = 32 * 1024
 BLOCK = 16           # A at or above this: 16 x 16 register transposes
@@ -37,13 +46,27 @@ PIECE_BYTES = 4096   # with runs of R > 1 items: the fewest bytes of a row one t
 RUN_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 
 
+def _prod(xs: Iterable[Extent]) -> Extent:
+    return reduce(mul_extent, xs, 1)
+
+
+def _plus(e: Extent, k: int) -> Extent:
+    return e + k if isinstance(e, int) else simplify_extent(Bin("+", as_expr(e), Const(k)))
+
+
+def _cx(e: Extent) -> str:
+    """An extent as C: the number, or the expression of the program's dims."""
+    return str(e) if isinstance(e, int) else f"({dims.c_expr(e)})"
+
+
 @dataclass(frozen=True)
 class Layout:
-    """The transpose as ``[T, A, B..., R] -> [T, B'..., A, R]`` (``B'``: ``B`` padded)."""
+    """The transpose as ``[T, A, B..., R] -> [T, B'..., A, R]`` (``B'``: ``B`` padded);
+    ``T`` and ``B`` may be expressions of the program's dims."""
 
-    T: int
+    T: Extent
     A: int
-    B: tuple[int, ...]
+    B: tuple[Extent, ...]
     R: int
     item: int
     lo: tuple[int, ...]    # padding before / after each B axis
@@ -51,15 +74,19 @@ class Layout:
     value: float = 0.0
 
     @property
-    def rows(self) -> int:
+    def rows(self) -> Extent:
         """Output rows: every index of T and of the padded B axes but the last."""
-        return self.T * math.prod(b + lo + hi for b, lo, hi in
-                                  zip(self.B[:-1], self.lo[:-1], self.hi[:-1]))
+        return mul_extent(self.T, _prod(_plus(b, lo + hi) for b, lo, hi in
+                                        zip(self.B[:-1], self.lo[:-1], self.hi[:-1])))
 
     @property
-    def width(self) -> int:
+    def width(self) -> Extent:
         """Pixels (last-B indices, padded) per output row."""
-        return self.B[-1] + self.lo[-1] + self.hi[-1]
+        return _plus(self.B[-1], self.lo[-1] + self.hi[-1])
+
+    @property
+    def symbolic(self) -> bool:
+        return not all(isinstance(d, int) for d in (self.T, *self.B))
 
     @property
     def pixel(self) -> int:
@@ -90,32 +117,34 @@ def layout(body: Graph) -> Layout | None:
     t = nodes[0]
     x = t.inputs[0]
     pad = nodes[1] if len(nodes) == 2 else None
-    if (x is None or x.is_const or not any(x is v for v in body.inputs)
-            or not x.type.is_static or not t.output.type.is_static):
+    if x is None or x.is_const or not any(x is v for v in body.inputs):
         return None
     item = x.type.dtype.itemsize
-    shape = [int(d) for d in x.type.shape]
-    if item not in RUN_TYPES or 0 in shape:
+    shape: list[Extent] = list(static_shape(x.type))
+    if item not in RUN_TYPES or any(isinstance(d, int) and d == 0 for d in shape):
         return None
     perm = [int(p) % len(shape) for p in t.attrs.get("perm", range(len(shape))[::-1])]
     padded = _pads(pad, t, perm)
     if padded is None:
         return None
     lo, hi, value = padded
-    keep = [i for i, d in enumerate(shape) if d != 1 or lo[i] or hi[i]]   # size-1 axes go
+    keep = [i for i, d in enumerate(shape)
+            if not isinstance(d, int) or d != 1 or lo[i] or hi[i]]   # size-1 axes go
     pos = {a: k for k, a in enumerate(keep)}
     found = _groups([pos[a] for a in perm if a in pos])
     if found is None:
         return None
     b, j, k = found
-    dims = [shape[i] for i in keep]
+    ds = [shape[i] for i in keep]
     bax = keep[j:k]
     if any(lo[a] or hi[a] for a in keep if a not in bax):   # only B's axes may be padded
         return None
-    T, A, R = math.prod(dims[:b]), math.prod(dims[b:j]), math.prod(dims[k:])
+    T, A, R = _prod(ds[:b]), _prod(ds[b:j]), _prod(ds[k:])
+    if not (isinstance(A, int) and isinstance(R, int)):
+        return None        # the moved axis group and the runs stay static
     if not any(lo) and not any(hi):      # no padding: B is one axis
-        return Layout(T, A, (math.prod(dims[j:k]),), R, item, (0,), (0,))
-    return Layout(T, A, tuple(dims[j:k]), R, item, tuple(lo[a] for a in bax),
+        return Layout(T, A, (_prod(ds[j:k]),), R, item, (0,), (0,))
+    return Layout(T, A, tuple(ds[j:k]), R, item, tuple(lo[a] for a in bax),
                   tuple(hi[a] for a in bax), value)
 
 
@@ -168,12 +197,13 @@ def _fill(value: float, dtype: str) -> str:
 def _row_body(L: Layout, fill: str, block: bool) -> str:
     """C: output columns ``[c0, c1)`` of the row at ``o`` from the input pixels at ``s``
     (``s[a·AS + w]`` is pixel ``w``'s item of ``a``; its padding stored too)."""
-    P, A, R, lo, W = L.pixel, L.A, L.R, L.lo[-1], L.B[-1]
-    AS = math.prod(L.B) * R
+    P, A, R, lo = L.pixel, L.A, L.R, L.lo[-1]
+    AS = _cx(mul_extent(_prod(L.B), R))
+    end = _cx(_plus(L.B[-1], lo))    # the row's first right-padding column
     lines = [f"    for (int64_t i = c0 * {P}; i < (c1 < {lo} ? c1 : {lo}) * {P}; ++i) "
              f"o[i] = {fill};",
              f"    const int64_t w0 = c0 > {lo} ? c0 : {lo}, "
-             f"w1 = c1 < {lo + W} ? c1 : {lo + W};"]
+             f"w1 = c1 < {end} ? c1 : {end};"]
     if R > 1:
         lines.append(f"    for (int64_t w = w0; w < w1; ++w) for (int64_t a = 0; a < {A}; ++a) "
                      f"__builtin_memcpy(o + (w * {A} + a) * {R}, s + a * {AS} + (w - {lo}) * {R}, "
@@ -186,7 +216,7 @@ def _row_body(L: Layout, fill: str, block: bool) -> str:
     else:
         lines.append(f"    for (int64_t w = w0; w < w1; ++w) for (int64_t a = 0; a < {A}; ++a) "
                      f"o[w * {A} + a] = s[a * {AS} + w - {lo}];")
-    lines.append(f"    for (int64_t i = (c0 > {lo + W} ? c0 : {lo + W}) * {P}; i < c1 * {P}; ++i) "
+    lines.append(f"    for (int64_t i = (c0 > {end} ? c0 : {end}) * {P}; i < c1 * {P}; ++i) "
                  f"o[i] = {fill};")
     return "\n".join(lines)
 
@@ -194,26 +224,28 @@ def _row_body(L: Layout, fill: str, block: bool) -> str:
 def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int,
             block: bool) -> str:
     """C: task q's output rows (``rows_per`` whole rows, or one ``per_row``-th of a row)."""
-    outer = [b + lo + hi for b, lo, hi in zip(L.B[:-1], L.lo[:-1], L.hi[:-1])]
+    outer = [_cx(_plus(b, lo + hi)) for b, lo, hi in zip(L.B[:-1], L.lo[:-1], L.hi[:-1])]
+    rows, width = _cx(L.rows), _cx(L.width)
     # decode an output row into t and the padded outer B indices; the input pixel row
     lines = [f"static void {fn}(int64_t q, char *out_, const char *in_) {{",
              f"  {ty} *out = ({ty} *)out_; const {ty} *in = (const {ty} *)in_;",
              f"  const int64_t piece = q % {per_row}, r0 = q / {per_row} * {rows_per};",
-             f"  const int64_t r1 = r0 + {rows_per} < {L.rows} ? r0 + {rows_per} : {L.rows};",
-             f"  const int64_t chunk = ({L.width} + {per_row} - 1) / {per_row};",
-             f"  const int64_t c0 = piece * chunk, c1 = c0 + chunk < {L.width} ? c0 + chunk : "
-             f"{L.width};",
+             f"  const int64_t r1 = r0 + {rows_per} < {rows} ? r0 + {rows_per} : {rows};",
+             f"  const int64_t chunk = ({width} + {per_row} - 1) / {per_row};",
+             f"  const int64_t c0 = piece * chunk, c1 = c0 + chunk < {width} ? c0 + chunk : "
+             f"{width};",
              "  for (int64_t r = r0; r < r1; ++r) {",
-             f"    {ty} *o = out + r * {L.width * L.pixel};",
+             f"    {ty} *o = out + r * {_cx(mul_extent(L.width, L.pixel))};",
              "    int64_t rest = r, src = 0, inside = 1;"]
     stride = L.B[-1]
     for d in range(len(outer) - 1, -1, -1):
         lines += [f"    {{ const int64_t i = rest % {outer[d]} - {L.lo[d]}; rest /= {outer[d]};",
-                  f"      inside &= i >= 0 && i < {L.B[d]}; src += i * {stride}; }}"]
-        stride *= L.B[d]
+                  f"      inside &= i >= 0 && i < {_cx(L.B[d])}; src += i * {_cx(stride)}; }}"]
+        stride = mul_extent(stride, L.B[d])
     lines += [f"    if (!inside) {{ for (int64_t i = c0 * {L.pixel}; i < c1 * {L.pixel}; ++i) "
               f"o[i] = {fill}; continue; }}",
-              f"    const {ty} *s = in + rest * {L.A * math.prod(L.B) * L.R} + src * {L.R};",
+              f"    const {ty} *s = in + rest * {_cx(mul_extent(_prod(L.B), L.A * L.R))} + "
+              f"src * {L.R};",
               _row_body(L, fill, block), "  }", "}"]
     return "\n".join(lines) + "\n"
 
@@ -228,27 +260,32 @@ def build_transpose(name: str, body: Graph, threads: int) -> Kernel:
     dtype = x.type.dtype.name
     ty, fill = _ctype(dtype, L.item), _fill(L.value, dtype)
     block = L.R == 1 and L.A >= BLOCK and dtype == "float32"
-    row_bytes = L.width * L.pixel * L.item
-    want = max(threads, -(-L.rows * row_bytes // TASK_BYTES))
+    # the task shape is chosen for the sizes (their hints where symbolic)
+    nrows, width = hint_of(L.rows), hint_of(L.width)
+    row_bytes = width * L.pixel * L.item
+    want = max(threads, -(-nrows * row_bytes // TASK_BYTES))
     least = PIECE if L.R == 1 else max(1, PIECE_BYTES // (L.pixel * L.item))
     if L.pixel * L.item >= PIECE_BYTES:   # a pixel is a long run already (NHWC -> NCHW:
         least = BLOCK if block else 1     # a channel plane): split the row by pixels
-    if L.rows >= want:        # whole rows per task
-        per_row, rows_per = 1, -(-L.rows // want)
+    if nrows >= want:         # whole rows per task
+        per_row, rows_per = 1, -(-nrows // want)
     else:                     # rows split into column pieces (``least`` pixels at least)
-        per_row, rows_per = max(1, min(-(-want // L.rows), -(-L.width // least))), 1
-    ntasks = -(-L.rows // rows_per) * per_row
+        per_row, rows_per = max(1, min(-(-want // nrows), -(-width // least))), 1
+    ntasks: Extent = -(-L.rows // rows_per) * per_row if isinstance(L.rows, int) else \
+        mul_extent(simplify_extent(Bin("//", Bin("+", as_expr(L.rows), Const(rows_per - 1)),
+                                       Const(rows_per))), per_row)
     key = repr((L, ty, fill, per_row, rows_per, block))
     fn = "em_transpose_" + hashlib.sha1(key.encode()).hexdigest()[:12]
     helpers = {fn: _source(fn, L, ty, fill, per_row, rows_per, block)}
     if block:
         helpers = {transpose_tile.NAME: transpose_tile.C_SOURCE, **helpers}
-    out = Buffer(f"{name}_out", L.rows * L.width * L.pixel, dtype)
-    inp = Buffer(f"{name}_in", L.T * L.A * math.prod(L.B) * L.R, dtype)
+    out = Buffer(f"{name}_out", mul_extent(mul_extent(L.rows, L.width), L.pixel), dtype)
+    inp = Buffer(f"{name}_in", mul_extent(mul_extent(L.T, _prod(L.B)), L.A * L.R), dtype)
     task = Var("task")
     stmt = For(task, T0, Bin("-", T1, T0), Eval(fn, (task, out, inp)), ForKind.SERIAL)
     pad = f", padded {list(L.lo)}/{list(L.hi)}" if any(L.lo) or any(L.hi) else ""
-    doc = (f"{body.name}: transpose [{L.T}, {L.A}, {'x'.join(map(str, L.B))}, {L.R}] -> "
+    sym = " (symbolic)" if L.symbolic else ""
+    doc = (f"{body.name}: transpose{sym} [{L.T}, {L.A}, {'x'.join(map(str, L.B))}, {L.R}] -> "
            f"[T, B, A, R]{pad}, by rows")
     index = next(i for i, v in enumerate(body.inputs) if v is x)
     return Kernel(name, stmt, ntasks, [(out, OUTPUT), (inp, index)], helpers, 0, doc,

@@ -162,3 +162,41 @@ def test_layout_and_tasks() -> None:
     lay = transpose.layout(body)
     assert lay == transpose.Layout(1, 3, (224, 224), 1, 4, (3, 3), (3, 3))
     assert lay.rows == 230 and lay.width == 230 and ks[0].ntasks >= 2
+
+
+@pytest.mark.parametrize("perm,pads,channels_at", [
+    ([0, 2, 3, 1], None, 1),                          # NCHW -> NHWC (a conv chain's entry)
+    ([0, 2, 3, 1], [0, 1, 2, 0, 0, 2, 1, 0], 1),      # and the stem conv's zero border
+    ([0, 3, 1, 2], None, 3),                          # NHWC -> NCHW (its exit)
+], ids=["to-nhwc", "to-nhwc-pad", "to-nchw-symbolic-batch"])
+def test_transpose_over_symbolic_dims(perm: list[int], pads: list[int] | None,
+                                      channels_at: int) -> None:
+    """Batch, height and width symbolic, the channels static: the transpose kernel reads the
+    sizes at run time (the task count an expression of them), 1 x 1 and odd sizes too. The
+    moved axis group stays static (NHWC -> NCHW over a symbolic H, W keeps the element-wise
+    kernel; over a symbolic batch it runs here)."""
+    from onnx import TensorProto, numpy_helper
+
+    c = 40 if channels_at == 1 else 24
+    shape: list = ["N", "H", "W"] if channels_at == 1 else ["N", 6, 10]
+    shape.insert(channels_at, c)
+    nodes = [helper.make_node("Transpose", ["x"], ["t" if pads else "y"], perm=perm)]
+    inits = []
+    if pads is not None:
+        inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+        nodes.append(helper.make_node("Pad", ["t", "pads"], ["y"], mode="constant"))
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     shape)],
+                          [helper.make_empty_tensor_value_info("y")], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    comp, cm = driver.compile_full(model)
+    assert cm.symbolic and any("transpose (symbolic)" in k.doc for k in comp.kernels), \
+        [k.doc for k in comp.kernels]
+    for i, (n, h, w) in enumerate([(1, 7, 9), (2, 1, 1), (1, 33, 130)]):
+        dims = [n, h, w] if channels_at == 1 else [n + 1, 6, 10]
+        dims.insert(channels_at, c)
+        x = np.random.default_rng(i).standard_normal(dims).astype(np.float32)
+        want = np.transpose(x, perm)
+        if pads is not None:
+            want = np.pad(want, list(zip(pads[:4], pads[4:])))
+        np.testing.assert_array_equal(cm(x), want)
