@@ -1,7 +1,7 @@
 """Channels-last pooling: ``MaxPoolNHWC`` / ``AveragePoolNHWC`` (the pools the layout pass
 keeps inside a conv chain) as one vectorized kernel.
 
-Assumes (``applicable``): the group is the pool alone, a static float32 rank-4 NHWC 2-D
+Assumes (``applicable``): the group is the pool alone, a float32 rank-4 NHWC 2-D
 ``MaxPoolNHWC`` (one output) or ``AveragePoolNHWC``, attributes as the frontend normalizes them
 (``kernel_shape``, ``strides``, ``dilations``, ``pads`` [top, left, bottom, right]; ceil_mode
 is already in the output type).
@@ -20,6 +20,11 @@ NaN tap makes a max NaN (``em_win_max``: NaN in either operand wins).
 AveragePool's count: the listed taps (``count_include_pad=0``), or the taps inside the input
 plus its explicit pads (``=1``; the ceil_mode overhang never counts).
 
+The batch, height and width may be symbolic (the channels are static): the C names them as
+constants (``H``, ``W``, ``OH``, ``OW``), numbers for a static pool (folded by the C compiler),
+expressions of the program's dims read at run time otherwise; the rTask size is chosen for
+the hints and the task count is an expression of the dims.
+
 Before this kernel these groups ran on the generic TE nest with one rTask per output element
 and the count recomputed per element: Inception-v3's 8×8×2048 pool took 0.92 ms.
 """
@@ -31,9 +36,25 @@ import hashlib
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.microkernel import LANES, PART_HELPERS
+from ember.kernel.schedule import mul_extent, numel, simplify_extent
 from ember.kernel.window import HELPERS, LOWEST, WinGeom, geometry
-from ember.loops.ir import Bin, Buffer, Const, Eval, For, ForKind, Let, Stmt, Var
+from ember.loops.ir import (
+    Bin,
+    Buffer,
+    Const,
+    Eval,
+    Extent,
+    For,
+    ForKind,
+    Let,
+    Stmt,
+    Var,
+    as_expr,
+    hint_of,
+)
 from ember.loops.transform import format_stmt
+from ember.lower import dims
+from ember.lower.computes import static_shape
 
 OPS = {"MaxPoolNHWC": "max", "AveragePoolNHWC": "avg"}
 TASKS_PER_VEU = 64
@@ -42,15 +63,15 @@ CHAINS = 8           # independent accumulators a tile keeps (the max / add late
 
 
 def applicable(body: Graph) -> bool:
-    """Is the group one static float32 2-D NHWC MaxPool / AveragePool?"""
+    """Is the group one float32 2-D NHWC MaxPool / AveragePool with static channels?"""
     if len(body.nodes) != 1:
         return False
     m = body.nodes[0]
     if m.op not in OPS or len(m.outputs) != 1 or not m.inputs or m.inputs[0] is None:
         return False
     x = m.inputs[0]
-    return (x.type.rank == 4 and x.type.dtype.name == "float32" and x.type.is_static
-            and m.output.type.is_static and len(m.attrs.get("kernel_shape", ())) == 2
+    return (x.type.rank == 4 and x.type.dtype.name == "float32"
+            and isinstance(x.type.shape[3], int) and len(m.attrs.get("kernel_shape", ())) == 2
             and x in body.inputs)
 
 
@@ -125,30 +146,38 @@ def _border_inv(g: WinGeom) -> str:
     return f"""int ch = 0, cw = 0;
     for (int kh = 0; kh < {g.KH}; ++kh) {{
       const int64_t ih = h0 + kh * {g.DH};
-      ch += ih >= -{g.PT} && ih < {g.H + g.PB};
+      ch += ih >= -{g.PT} && ih < H + {g.PB};
     }}
     for (int kw = 0; kw < {g.KW}; ++kw) {{
       const int64_t iw = w0 + kw * {g.DW};
-      cw += iw >= -{g.PL} && iw < {g.W + g.PR};
+      cw += iw >= -{g.PL} && iw < W + {g.PR};
     }}
     const em_v16a inv = em_bcast(1.0f / (float)(ch * cw));"""
 
 
-def _source(fn: str, g: WinGeom, V: int) -> str:
+def _cx(e: Extent) -> str:
+    return str(e) if isinstance(e, int) else f"({dims.c_expr(e)})"
+
+
+def _source(fn: str, g: WinGeom, V: int, sizes: tuple[Extent, Extent, Extent, Extent]) -> str:
+    """``sizes``: the input's H and W and the output's OH and OW (ints, or expressions of the
+    program's dims)."""
     avg = g.kind == "avg"
-    interior = [str((kh * g.DH * g.W + kw * g.DW) * g.C)
+    interior = [f"({kh * g.DH} * W + {kw * g.DW}) * C"
                 for kh in range(g.KH) for kw in range(g.KW)]
     inner_inv = f"const em_v16a inv = em_bcast({1.0 / (g.KH * g.KW)!r}f);" if avg else ""
+    h, w, oh, ow = (_cx(e) for e in sizes)
     return f"""
 static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restrict x) {{
   enum {{ C = {g.C} }};
+  const int64_t H = {h}, W = {w}, OH = {oh}, OW = {ow};
   for (int64_t p = p0; p < p1; ++p) {{
-    const int64_t n = p / {g.OH * g.OW}, r = p % {g.OH * g.OW};
-    const int64_t h0 = (r / {g.OW}) * {g.SH} - {g.PT}, w0 = (r % {g.OW}) * {g.SW} - {g.PL};
+    const int64_t n = p / (OH * OW), r = p % (OH * OW);
+    const int64_t h0 = (r / OW) * {g.SH} - {g.PT}, w0 = (r % OW) * {g.SW} - {g.PL};
     float *o = out + p * C;
-    if (h0 >= 0 && h0 < {g.H - (g.KH - 1) * g.DH} && w0 >= 0
-        && w0 < {g.W - (g.KW - 1) * g.DW}) {{
-      const float *xb = x + ((n * {g.H} + h0) * {g.W} + w0) * C;
+    if (h0 >= 0 && h0 < H - {(g.KH - 1) * g.DH} && w0 >= 0
+        && w0 < W - {(g.KW - 1) * g.DW}) {{
+      const float *xb = x + ((n * H + h0) * W + w0) * C;
       {inner_inv}
       {_channels(g, V, interior)}
       continue;
@@ -157,10 +186,10 @@ static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restr
     int nt = 0;
     for (int kh = 0; kh < {g.KH}; ++kh) {{
       const int64_t ih = h0 + kh * {g.DH};
-      if (ih < 0 || ih >= {g.H}) continue;
+      if (ih < 0 || ih >= H) continue;
       for (int kw = 0; kw < {g.KW}; ++kw) {{
         const int64_t iw = w0 + kw * {g.DW};
-        if (iw >= 0 && iw < {g.W}) taps[nt++] = x + ((n * {g.H} + ih) * {g.W} + iw) * C;
+        if (iw >= 0 && iw < W) taps[nt++] = x + ((n * H + ih) * W + iw) * C;
       }}
     }}
     {_border_inv(g)}
@@ -172,25 +201,30 @@ static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restr
 
 def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
     """The kernel of a group ``applicable`` accepts, ``units`` vEUs."""
-    g = geometry(body.nodes[0])
-    P = g.N * g.OH * g.OW                 # output pixels
+    m = body.nodes[0]
+    g = geometry(m)
+    x = m.inputs[0]
+    assert x is not None
+    sizes = (g.H, g.W, g.OH, g.OW)
+    P: Extent = mul_extent(mul_extent(g.N, g.OH), g.OW)   # output pixels
     V = max(1, min(MAX_V, g.C // LANES))
-    px = max(1, P // (TASKS_PER_VEU * units))
+    px = max(1, hint_of(P) // (TASKS_PER_VEU * units))
     # named by its geometry, so pools of one shape share one function
-    fn = f"em_pool_{g.kind}_" + hashlib.sha1(repr((g, V)).encode()).hexdigest()[:12]
-    out_buf = Buffer(f"{name}_out", P * g.C)
-    x_buf = Buffer(f"{name}_x", g.N * g.H * g.W * g.C)
-    x = body.nodes[0].inputs[0]
+    key = repr((g, V, tuple(_cx(e) for e in sizes)))
+    fn = f"em_pool_{g.kind}_" + hashlib.sha1(key.encode()).hexdigest()[:12]
+    out_buf = Buffer(f"{name}_out", numel(static_shape(m.output.type)))
+    x_buf = Buffer(f"{name}_x", numel(static_shape(x.type)))
     args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(x))]
     task, q0 = Var("task"), Var("q0")
     stmt: Stmt = Let(q0, Bin("*", task, Const(px)),
-                     Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), Const(P)),
+                     Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), as_expr(P)),
                                out_buf, x_buf)))
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    support = {"part": PART_HELPERS, fn: _source(fn, g, V)}
+    support = {"part": PART_HELPERS, fn: _source(fn, g, V, sizes)}
     if g.kind == "max":   # em_win_max
         support["em_win"] = HELPERS
-    ntasks = -(-P // px)
+    ntasks: Extent = -(-P // px) if isinstance(P, int) else simplify_extent(
+        Bin("//", Bin("+", as_expr(P), Const(px - 1)), Const(px)))
     doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"
            f"{' count_include_pad' if g.incl else ''}; {V} vectors per tile, "

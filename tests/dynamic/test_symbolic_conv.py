@@ -217,3 +217,35 @@ def test_symbolic_conv_streams_a_large_output_chosen_per_run(tmp_path) -> None: 
     for i, (h, w) in enumerate([(4, 5), (40, 37)]):   # 7.5 KiB and 568 KiB of output
         x = np.random.default_rng(i).standard_normal((1, 16, h, w)).astype(np.float32)
         np.testing.assert_allclose(cm(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 1, 0]},
+], ids=["3x3-same", "stride2-count-pad", "ceil", "asym"])
+def test_symbolic_average_pool_in_a_conv_chain_runs_on_the_pool_kernel(attrs: dict) -> None:
+    """An AveragePool between convs over a symbolic batch, height and width runs channels-last
+    on the pool kernel (its sizes read at run time; the generic nest was one rTask per
+    element, its count recomputed per element), against onnxruntime, 1 x 1 included."""
+    rng = np.random.default_rng(5)
+    inits = {"w0": rng.standard_normal((40, 3, 3, 3)) * 0.3,
+             "w1": rng.standard_normal((8, 40, 1, 1)) * 0.3}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["a"], ["p"], **attrs),
+             helper.make_node("Conv", ["p", "w1"], ["y"])]
+    g = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, "H", "W"])], [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    comp, cm = driver.compile_full(model, schedule="sequential")
+    assert cm.symbolic and any("pool avg NHWC" in k.doc for k in comp.kernels), \
+        [k.doc for k in comp.kernels]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    k = attrs["kernel_shape"]
+    for i, (n, h, w) in enumerate([(1, 9, 13), (2, 4, 3), (1, 2, 2), (1, 31, 40)]):
+        if h < k[0] - 2 * attrs.get("pads", [0] * 4)[0] or w < k[1] - 1:
+            continue
+        x = np.random.default_rng(i).standard_normal((n, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
