@@ -536,9 +536,11 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
         raise ValueError(f"depthwise tiling {t} has a non-positive size")
     cs = _sizes(m, g)
-    # a symbolic geometry is tiled for its hint; its rows and widths are read at run time
-    R, rows, nb = (t.R, t.ROWS, t.NB) if cs.symbolic else (min(t.R, g.OW), min(t.ROWS, g.rows),
-                                                           t.NB)
+    # a symbolic geometry's register tile is its hint's; its sizes are read at run time, and
+    # an rTask is one output row (the hint's rows per task would leave a smaller image a
+    # task or two: one vEU's work; a row is 10 µs and more of work at 96 channels x 80)
+    R, rows, nb = (t.R, 1, t.NB) if cs.symbolic else (min(t.R, g.OW), min(t.ROWS, g.rows),
+                                                      t.NB)
     cb = _cdiv(g.C, nb)
     bt = min(t.BLOCKS or cb, cb)
     n_, oh_, _, _ = static_shape(m.output.type)
