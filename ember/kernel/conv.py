@@ -530,7 +530,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         scratch = Buffer(f"{name}_tile", (t.PT + slack) * _task_channels(t) + slack,
                          scope=Scope.LOCAL)
         epi = _local_epilogue(core, m, g, t, task, out_buf, scratch, x_buf, args,
-                              elementwise=reg is None, phases=phases)
+                              elementwise=reg is None, phases=phases, rows=sym)
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf, *extra)), epi))
     else:
         call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra))
@@ -676,15 +676,16 @@ def _task_origin(g: ConvGeom, t: DenseTile, task: Var, rows: Extent | None = Non
 
 def _local_epilogue(core: Graph, m: Node, g: ConvGeom, t: DenseTile, task: Var,
                     out_buf: Buffer, scratch: Buffer, x_buf: Buffer, args: list,
-                    elementwise: bool = True, phases: phase_store.PhaseStore | None = None
-                    ) -> Stmt:
+                    elementwise: bool = True, phases: phase_store.PhaseStore | None = None,
+                    rows: Extent | None = None) -> Stmt:
     """The group's element-wise ops over the task's tile, in place in the scratch (channels
     innermost, as the untransposed epilogue; not when ``elementwise`` is off: the
     micro-kernels applied them), then the tile stored: through the interleave ``phases``
     (``phase_store``), else transposed into the NCHW output (N = 1) in 16 x 16
-    register-transposed blocks (``transpose_tile``)."""
+    register-transposed blocks (``transpose_tile``). ``rows``: the row count where it is
+    symbolic."""
     p0v, c0v = Var("p0"), Var("c0")
-    p0, c0, p_len, c_len = _task_origin(g, t, task)
+    p0, c0, p_len, c_len = _task_origin(g, t, task, rows)
     ct = _task_channels(t)
     stmts: list[Stmt] = []
     if elementwise and len(core.nodes) > 1:

@@ -16,6 +16,10 @@ helpers move it to its final place while it is in cache:
   zipped into one contiguous output row segment and stored clipped to the crop.
 
 On the GPU (``kernel/gpu/dense.py``) each element is stored at ``destination``'s index.
+
+The helpers take the geometry as arguments: over a symbolic batch, height or width (a
+ConvTranspose in a model compiled once for every image size) the sizes are expressions of the
+program's dims, and whether the stores stream is decided per run by the output's size.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from ember.ir.graph import Graph
 from ember.ir.ops.layout import TO_NCHW
 from ember.kernel.schedule import numel
-from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, all_of
+from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, Extent, all_of, as_expr
 from ember.lower.computes import static_shape
 
 NAME = "em_phase_store"
@@ -35,19 +39,20 @@ PLANAR_NAME = "em_phase_store_planar"
 @dataclass(frozen=True)
 class PhaseStore:
     """The interleave a dense group's output goes through: the conv's [N, Z0, Z1, G·s0·s1·Cg]
-    output to [N, OH, OW, G·Cg] (``nchw``: then [N, G·Cg, OH, OW])."""
-    z0: int
-    z1: int
+    output to [N, OH, OW, G·Cg] (``nchw``: then [N, G·Cg, OH, OW]); ``z0``, ``z1``, ``oh``,
+    ``ow`` and ``streaming`` may be expressions of the program's dims."""
+    z0: Extent
+    z1: Extent
     s0: int
     s1: int
     cg: int
     top: int
     left: int
-    oh: int
-    ow: int
+    oh: Extent
+    ow: Extent
     oc: int
     nchw: bool
-    streaming: bool = False
+    streaming: bool | Expr = False
 
     @property
     def planar(self) -> bool:
@@ -62,9 +67,10 @@ class PhaseStore:
         """The helper call storing a task's tile (conv rows ``p0 ..``, channels ``c0 ..``):
         ``tile[row][ld]``, or with ``transposed`` ``tile[channel][ld]`` (a planar output
         only)."""
-        geo = tuple(Const(int(v)) for v in (
+        nt = self.streaming if isinstance(self.streaming, Expr) else int(self.streaming)
+        geo = tuple(as_expr(v) for v in (
             self.z0, self.z1, self.s0, self.s1, self.cg, self.top, self.left, self.oh, self.ow,
-            self.oc, self.streaming))
+            self.oc, nt))
         if not self.planar:
             assert not transposed
             return Eval(NAME, (tile, ld, out, p0, rows, c0, cols, *geo))
@@ -86,15 +92,17 @@ def phase_output(body: Graph, cache_bytes: int = 0) -> PhaseStore | None:
     nchw = len(nodes) > 2 and nodes[-1].op == "Transpose" and \
         list(nodes[-1].attrs["perm"]) == TO_NCHW
     d = nodes[-2] if nchw else nodes[-1]
-    if len(nodes) < 2 or d.op != "DepthToSpaceNHWC" or not d.output.type.is_static:
+    if len(nodes) < 2 or d.op != "DepthToSpaceNHWC":
         return None
-    _, z0, z1, c = (int(v) for v in d.inputs[0].type.shape)   # type: ignore[union-attr]
+    _, z0, z1, c = static_shape(d.inputs[0].type)   # type: ignore[union-attr]
     s0, s1 = (int(s) for s in d.attrs["blocksize"])
     top, left = (int(v) for v in d.attrs["crop"][:2])
-    _, oh, ow, _ = (int(v) for v in d.output.type.shape)
+    _, oh, ow, _ = static_shape(d.output.type)
     g = int(d.attrs.get("group", 1))
-    cg = c // (g * s0 * s1)
-    big = streams(4 * numel(static_shape(body.outputs[0].type)), cache_bytes)
+    cg = int(c) // (g * s0 * s1)
+    size = numel(static_shape(body.outputs[0].type))
+    big: bool | Expr = streams(4 * size, cache_bytes) if isinstance(size, int) else \
+        cache_bytes > 0 and Bin(">", Bin("*", as_expr(size), Const(4)), Const(cache_bytes // 2))
     return PhaseStore(z0, z1, s0, s1, cg, top, left, oh, ow, g * cg, nchw, big)
 
 

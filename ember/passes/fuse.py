@@ -120,16 +120,16 @@ def keeps_dtype(group: Group, n: Node, via: Value) -> bool:
     return True
 
 
-def _dense_conv_master(group: Group) -> bool:
+def _dense_conv_master(group: Group, static: bool = True) -> bool:
     """Is the group's master a ConvNHWC of the dense kernel (``kernel/conv.py``: >= 2 input
     channels per group, constant weights; depthwise has a kernel of its own, without these
-    stores) with a static float32 output (its scratch tile is sized by the static shape, and
-    its tiles are float32; another dtype runs on the generic kernel, whose epilogue keeps the
-    master's shape)?"""
+    stores) with a float32 output (its tiles are float32; another dtype runs on the generic
+    kernel, whose epilogue keeps the master's shape), static unless ``static`` is off?"""
     m = group.master
     w = m.inputs[1] if m.op == "ConvNHWC" and len(m.inputs) == 2 else None
     return (w is not None and w.is_const and w.type.shape[2] >= 2
-            and m.output.type.is_static and m.output.type.dtype.name == "float32")
+            and (m.output.type.is_static or not static)
+            and m.output.type.dtype.name == "float32")
 
 
 def transposed_store(group: Group, n: Node) -> bool:
@@ -141,8 +141,9 @@ def transposed_store(group: Group, n: Node) -> bool:
 
 def phase_store(group: Group) -> bool:
     """The dense convolution kernel can store its tiles through a sub-pixel interleave
-    (``kernel/phase_store.py``), then optionally transposed to NCHW, for any batch."""
-    return _dense_conv_master(group)
+    (``kernel/phase_store.py``), then optionally transposed to NCHW, for any batch, over
+    symbolic dims too (the helpers take the geometry at run time)."""
+    return _dense_conv_master(group, static=False)
 
 
 POOLS = ("MaxPool", "AveragePool", "LpPool", "MaxPoolNHWC", "AveragePoolNHWC")

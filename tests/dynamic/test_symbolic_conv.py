@@ -167,8 +167,28 @@ def test_symbolic_convtranspose_is_one_dense_conv_and_an_interleave(k: tuple, at
                                                                      ) -> None:
     """A ConvTranspose over a symbolic batch, height and width whose kernel is a multiple of
     its stride (no zero taps): the sub-pixel rewrite's geometry is constant (the right pad,
-    the crop), so the model compiles once: the dense conv over symbolic rows, then the
-    interleave, against onnxruntime at several sizes (1 x 1 included)."""
+    the crop), so the model compiles once: the dense conv over symbolic rows storing its
+    tiles through the interleave and the exit transpose (the phase store's geometry read at
+    run time), against onnxruntime at several sizes (1 x 1 and batch 2 included)."""
+    _check_convtranspose(k, attrs, [(1, 3, 7, 9), (2, 3, 1, 1), (1, 3, 16, 5)])
+
+
+def test_symbolic_convtranspose_streams_a_large_output_chosen_per_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The phase store's non-temporal stores chosen per run by the output's size (the last
+    level cache pinned to 1 MiB: the second size's 576 KiB output streams)."""
+    import json
+
+    from ember.support import options
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"layers": [{"name": "L3", "capacity": 1 << 20,
+                                            "transaction": 64, "bandwidth": 100.0,
+                                            "shared": True}]}))
+    with options.using(options.current().with_(device_spec=str(spec))):
+        _check_convtranspose((2, 2), {"strides": [2, 2]}, [(1, 3, 5, 6), (1, 3, 100, 90)])
+
+
+def _check_convtranspose(k: tuple, attrs: dict, shapes: list[tuple[int, ...]]) -> None:
     rng = np.random.default_rng(3)
     group = attrs.get("group", 1)
     inits = {"w0": rng.standard_normal((8, 3, 3, 3)) * 0.3,
@@ -186,8 +206,10 @@ def test_symbolic_convtranspose_is_one_dense_conv_and_an_interleave(k: tuple, at
     docs = [kk.doc for kk in comp.kernels]
     assert sum("roller reg" in d for d in docs) == 2 and not any("ConvTranspose" in d
                                                                    for d in docs), docs
+    assert sum("stored through the interleave" in d for d in docs) == 1, docs
+    assert not any(d.startswith("DepthToSpaceNHWC") for d in docs), docs
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for i, shape in enumerate([(1, 3, 7, 9), (2, 3, 1, 1), (1, 3, 16, 5)]):
+    for i, shape in enumerate(shapes):
         x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
         want = sess.run(None, {"x": x})[0]
         got = cm(x)
