@@ -30,12 +30,13 @@ import hashlib
 import numpy as np
 
 from ember.ir.graph import Graph
+from ember.ir.types import TensorType
 from ember.kernel import phase_store, transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.conv import core_body, geometry, transposed_output
 from ember.kernel.epilogue import tile_epilogue
 from ember.kernel.microkernel import LANES
-from ember.kernel.schedule import numel
+from ember.kernel.schedule import mul_extent, numel
 from ember.loops.ir import (
     Alloc,
     Bin,
@@ -43,6 +44,7 @@ from ember.loops.ir import (
     Const,
     Eval,
     Expr,
+    Extent,
     For,
     ForKind,
     Let,
@@ -51,9 +53,12 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    as_expr,
+    hint_of,
     seq,
 )
 from ember.loops.transform import format_stmt, simplify
+from ember.lower import dims
 from ember.lower.computes import static_shape
 
 MAX_OC = 8          # output channels: up to half a vector (the dense kernel fills more)
@@ -68,8 +73,7 @@ def applicable(body: Graph) -> bool:
     if m.op != "ConvNHWC" or len(m.inputs) != 2 or body.outputs[0].type.dtype.name != "float32":
         return False
     x, w = m.inputs
-    if x is None or w is None or not w.is_const or not x.type.is_static \
-            or not m.output.type.is_static or x.type.dtype.name != "float32":
+    if x is None or w is None or not w.is_const or x.type.dtype.name != "float32":
         return False
     kh, kw, ic, oc = (int(d) for d in w.type.shape)
     plain = (kh, kw) == (1, 1) and m.attrs.get("group", 1) == 1 and \
@@ -77,9 +81,8 @@ def applicable(body: Graph) -> bool:
         and m.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
     if not plain:
         return False
-    n, h, wd, _ = (int(d) for d in x.type.shape)
-    if not (oc <= MAX_OC and ic <= MAX_IC and n * h * wd >= MIN_PIXELS):
-        return False
+    if not (oc <= MAX_OC and ic <= MAX_IC and hint_of(_pixels(x.type)) >= MIN_PIXELS):
+        return False   # (a symbolic image's pixel count at its hint)
     ps = phase_store.phase_output(body)
     if ps is not None:
         return ps.planar
@@ -87,9 +90,18 @@ def applicable(body: Graph) -> bool:
     return last.op != "Transpose" or transposed_output(body)
 
 
-def _compute_source(fn: str, ic: int, oc: int, pixels: int) -> str:
+def _pixels(t: TensorType) -> Extent:
+    """N·H·W of an NHWC type: an int, or an expression of the program's dims."""
+    n, h, w, _ = static_shape(t)
+    return mul_extent(mul_extent(n, h), w)
+
+
+def _compute_source(fn: str, ic: int, oc: int, pixels: Extent) -> str:
     """The rTask's transpose and products: ``tile[o * PX + q] = sum_c x[(p0 + q) * IC + c] ·
-    w[c * OC + o]`` for its ``n`` pixels from ``p0``."""
+    w[c * OC + o]`` for its ``n`` pixels from ``p0`` (``pixels``: the input's, read at run
+    time where symbolic)."""
+    end = str(pixels * ic) if isinstance(pixels, int) else \
+        f"({dims.c_expr(pixels)}) * {ic}"
     pxv = min(4, max(1, 8 // oc))      # vectors of pixels a step: OC · PXV FMA chains
     icb = -(-ic // LANES) * LANES
     whole, tail = ic // LANES * LANES, ic % LANES
@@ -113,7 +125,7 @@ static void {fn}(int64_t p0, int64_t n, float *restrict tile, const float *restr
 #if EM_TR_BLOCK
   /* whole blocks that lie inside the input (the last channel block of a pixel reads the next
      pixel's first channels: past the input only at its very end) */
-  for (; q + 16 <= n && (p0 + q + 16) * {ic} + {span - ic} <= {pixels * ic}; q += 16) {{
+  for (; q + 16 <= n && (p0 + q + 16) * {ic} + {span - ic} <= {end}; q += 16) {{
     for (int64_t c = 0; c < {whole}; c += 16)
       em_tr16x16(xs + q * {ic} + c, {ic}, xt + c * {PX} + q, {PX});{last}
   }}
@@ -169,7 +181,7 @@ static inline void em_tr16x8(const float *s, int64_t lds, float *d, int64_t ldd)
 
 
 def _store(body: Graph, ps: phase_store.PhaseStore | None, tile: Buffer, out_buf: Buffer,
-           p0: Var, n: Var, oc: int, pixels: int) -> Stmt:
+           p0: Var, n: Var, oc: int, pixels: Extent) -> Stmt:
     """The tile into the output: through the interleave ``ps``, as NCHW rows, or as NHWC
     pixels."""
     if ps is not None:
@@ -178,7 +190,7 @@ def _store(body: Graph, ps: phase_store.PhaseStore | None, tile: Buffer, out_buf
     src = Load(tile, Bin("+", Bin("*", cv, Const(PX)), Bin("-", pv, p0)))
     if transposed_output(body):
         return For(cv, Const(0), Const(oc), For(pv, p0, n, Store(
-            out_buf, Bin("+", Bin("*", cv, Const(pixels)), pv), src), ForKind.VECTORIZED))
+            out_buf, Bin("+", Bin("*", cv, as_expr(pixels)), pv), src), ForKind.VECTORIZED))
     return For(pv, p0, n, For(cv, Const(0), Const(oc), Store(
         out_buf, Bin("+", Bin("*", pv, Const(oc)), cv), src)))
 
@@ -187,11 +199,13 @@ def build_thin(name: str, body: Graph) -> Kernel:
     """The kernel of a group ``applicable`` accepts."""
     m = body.nodes[0]
     g, w_hwio = geometry(m)
-    ic, oc, pixels = g.ICg, g.OC, g.N * g.OH * g.OW
+    pixels = _pixels(m.output.type)
+    ic, oc = g.ICg, g.OC
     core = core_body(body)
-    fn = "em_thin_" + hashlib.sha1(repr((ic, oc, pixels, PX)).encode()).hexdigest()[:12]
+    key = (ic, oc, pixels if isinstance(pixels, int) else dims.c_expr(pixels), PX)
+    fn = "em_thin_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", numel(static_shape(body.outputs[0].type)))
-    x_buf = Buffer(f"{name}_x", pixels * ic)
+    x_buf = Buffer(f"{name}_x", mul_extent(pixels, ic))
     w_buf = Buffer(f"{name}_w", ic * oc)
     args: list = [(out_buf, OUTPUT), (x_buf, body.inputs.index(m.inputs[0])),
                   (w_buf, np.ascontiguousarray(w_hwio.reshape(ic, oc), dtype=np.float32))]
@@ -209,13 +223,16 @@ def build_thin(name: str, body: Graph) -> Kernel:
     ps = phase_store.phase_output(body)
     stmts.append(_store(body, ps, tile, out_buf, p0, n, oc, pixels))
     stmt: Stmt = Let(p0, Bin("*", task, Const(PX)), Let(
-        n, Bin("min", Const(PX), Bin("-", Const(pixels), p0)), Alloc(tile, seq(*stmts))))
+        n, Bin("min", Const(PX), Bin("-", as_expr(pixels), p0)), Alloc(tile, seq(*stmts))))
     stmt = For(task, T0, Bin("-", T1, T0), simplify(stmt), ForKind.SERIAL)  # type: ignore[arg-type]
     support = {transpose_tile.NAME: transpose_tile.C_SOURCE, "em_tr16x8": TR16X8,
                fn: _compute_source(fn, ic, oc, pixels)}
     if ps is not None:
         support[phase_store.NAME] = phase_store.C_SOURCE
-    doc = (f"{body.name}: thin pointwise conv P={pixels} IC={ic} OC={oc}, pixels in the lanes, "
-           f"rTask {PX} pixels")
-    return Kernel(name, stmt, -(-pixels // PX), args, support, 2 * pixels * ic * oc, doc,
+    doc = (f"{body.name}: thin pointwise conv P={hint_of(pixels)}"
+           f"{'' if isinstance(pixels, int) else ' (symbolic: the hint)'} IC={ic} OC={oc}, "
+           f"pixels in the lanes, rTask {PX} pixels")
+    ntasks: Extent = -(-pixels // PX) if isinstance(pixels, int) else \
+        Bin("//", Bin("+", as_expr(pixels), Const(PX - 1)), Const(PX))
+    return Kernel(name, stmt, ntasks, args, support, 2 * hint_of(pixels) * ic * oc, doc,
                   format_stmt(stmt))

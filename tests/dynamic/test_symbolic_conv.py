@@ -271,3 +271,32 @@ def test_symbolic_average_pool_in_a_conv_chain_runs_on_the_pool_kernel(attrs: di
             continue
         x = np.random.default_rng(i).standard_normal((n, 3, h, w)).astype(np.float32)
         np.testing.assert_allclose(cm(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["conv", "convtranspose"])
+def test_symbolic_thin_head_runs_pixels_in_the_lanes(head: str) -> None:
+    """A detector's probability head over a symbolic image: a 1x1 conv to 3 channels, or a
+    ConvTranspose x2 to one (four phases), with its Sigmoid, on the thin kernel (its pixel
+    count read at run time; the stores NCHW, or through the interleave), against
+    onnxruntime at sizes off its 64-pixel tasks."""
+    rng = np.random.default_rng(9)
+    inits = {"w0": rng.standard_normal((24, 3, 3, 3)) * 0.3}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1])]
+    if head == "conv":
+        inits.update(w=rng.standard_normal((3, 24, 1, 1)) * 0.3, b=rng.standard_normal(3))
+        nodes.append(helper.make_node("Conv", ["a", "w", "b"], ["t"]))
+    else:
+        inits.update(w=rng.standard_normal((24, 1, 2, 2)) * 0.3, b=rng.standard_normal(1))
+        nodes.append(helper.make_node("ConvTranspose", ["a", "w", "b"], ["t"], strides=[2, 2]))
+    nodes.append(helper.make_node("Sigmoid", ["t"], ["y"]))
+    g = helper.make_graph(nodes, "head", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, "H", "W"])], [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    comp, cm = driver.compile_full(model, schedule="sequential")
+    assert cm.symbolic and any("thin pointwise conv" in k.doc for k in comp.kernels), \
+        [k.doc for k in comp.kernels]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, (h, w) in enumerate([(9, 13), (1, 1), (40, 37)]):
+        x = np.random.default_rng(i).standard_normal((1, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
