@@ -136,17 +136,6 @@ class CDims:
     matmul: bool = False    # a symbolic MatMul's rows: row q starts at q·K (no pixel math)
 
 
-def _c(e: Extent) -> int | str:
-    return e if isinstance(e, int) else f"({dims.c_expr(e)})"
-
-
-def _cmul(*parts: int | str) -> int | str:
-    """A product as C: folded where every factor is an int."""
-    if all(isinstance(p, int) for p in parts):
-        return int(np.prod(parts, dtype=np.int64))
-    return " * ".join(str(p) for p in parts)
-
-
 def _csub(a: int | str, k: int) -> int | str:
     return a - k if isinstance(a, int) else f"{a} - {k}"
 
@@ -160,10 +149,12 @@ def c_dims(m: Node, g: ConvGeom, rows: Extent) -> CDims:
         _, oh, ow, _ = static_shape(m.output.type)
         h = simplify(Bin("+", as_expr(ih), Const(g.pad_t + g.pad_b)))
         w = simplify(Bin("+", as_expr(iw), Const(g.pad_l + g.pad_r)))
-        return CDims(_c(h), _c(w), _c(ih), _c(iw), _c(ow), _c(mul_extent(oh, ow)), _c(rows),
+        c = dims.c_operand
+        return CDims(c(h), c(w), c(ih), c(iw), c(ow), c(mul_extent(oh, ow)), c(rows),
                      True)
     sym = not isinstance(rows, int)
-    return replace(static_dims(g), P=_c(rows), symbolic=sym, matmul=sym and m.op == "MatMul")
+    return replace(static_dims(g), P=dims.c_operand(rows), symbolic=sym,
+                   matmul=sym and m.op == "MatMul")
 
 
 def static_dims(g: ConvGeom) -> CDims:
@@ -255,7 +246,7 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
     def cases(indirect: bool) -> str:
         width = g.W if t.pack else cd.IW   # a panel holds padded rows
         strides = f"{t.R}, c * {t.KC}" if indirect else \
-            f"{_cmul(g.DH, width, pix)}, {g.DW * pix}"
+            f"{dims.c_product(g.DH, width, pix)}, {g.DW * pix}"
         table = "tb" if indirect else "rows"
         return "\n".join(
             f"        case {r}: {uk_name(r, t.V, epi, indirect, stream)}({table}, wb, {g.KH}, "

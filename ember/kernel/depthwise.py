@@ -133,16 +133,8 @@ def _sizes(m: Node, g: DwGeom) -> DwSizes:
         return DwSizes(g.IH, g.IW, g.OH, g.OW)
     _, ih, iw, _ = static_shape(x.type)
     _, oh, ow, _ = static_shape(m.output.type)
-    ih, iw, oh, ow = (e if isinstance(e, int) else f"({dims.c_expr(e)})"
-                      for e in (ih, iw, oh, ow))
+    ih, iw, oh, ow = (dims.c_operand(e) for e in (ih, iw, oh, ow))
     return DwSizes(ih, iw, oh, ow, True)
-
-
-def _cmul(*parts: int | str) -> int | str:
-    """A product as C: folded where every factor is an int."""
-    if all(isinstance(p, int) for p in parts):
-        return int(np.prod(parts, dtype=np.int64))
-    return " * ".join(str(p) for p in parts)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -369,7 +361,7 @@ def _tile_taps(g: DwGeom, R: int, nb: int, nv: int, part: int, guard: tuple[int,
 
     V = range(nv)
     L = ["  for (int64_t kh = 0; kh < nkh; ++kh) {",
-         f"    const float *xk = xp + kh * {_cmul(g.DH, iw, g.C)};",
+         f"    const float *xk = xp + kh * {dims.c_product(g.DH, iw, g.C)};",
          f"    const float *wk = wq + (kh0 + kh) * {g.KW * nb};"]
     for kw in range(g.KW):
         L.append("    " + " ".join(f"const {vt} w{kw}_{v}{p} = *(const {vt} *)"
@@ -472,8 +464,8 @@ def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
 static void {name}(int64_t q, int64_t gi, float *out, const float *x, const float *w) {{
   const int64_t n = q / {cs.OH}, oh = q % {cs.OH};
 {bounds}{_kernel_rows(g, cs)}
-  const float *xr = x + r0 * {_cmul(cs.IW, g.C)};   /* the first kernel row's input row */
-  float *oq = out + q * {_cmul(cs.OW, g.C)};
+  const float *xr = x + r0 * {dims.c_product(cs.IW, g.C)};   /* the first kernel row's input row */
+  float *oq = out + q * {dims.c_product(cs.OW, g.C)};
   const int64_t b0 = gi * {bt}, b1 = b0 + {bt} < {full} ? b0 + {bt} : {full};
   (void)b0; (void)b1;
 {loop}}}

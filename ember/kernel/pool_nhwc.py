@@ -155,10 +155,6 @@ def _border_inv(g: WinGeom) -> str:
     const em_v16a inv = em_bcast(1.0f / (float)(ch * cw));"""
 
 
-def _cx(e: Extent) -> str:
-    return str(e) if isinstance(e, int) else f"({dims.c_expr(e)})"
-
-
 def _source(fn: str, g: WinGeom, V: int, sizes: tuple[Extent, Extent, Extent, Extent]) -> str:
     """``sizes``: the input's H and W and the output's OH and OW (ints, or expressions of the
     program's dims)."""
@@ -166,7 +162,7 @@ def _source(fn: str, g: WinGeom, V: int, sizes: tuple[Extent, Extent, Extent, Ex
     interior = [f"({kh * g.DH} * W + {kw * g.DW}) * C"
                 for kh in range(g.KH) for kw in range(g.KW)]
     inner_inv = f"const em_v16a inv = em_bcast({1.0 / (g.KH * g.KW)!r}f);" if avg else ""
-    h, w, oh, ow = (_cx(e) for e in sizes)
+    h, w, oh, ow = (dims.c_operand(e) for e in sizes)
     return f"""
 static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restrict x) {{
   enum {{ C = {g.C} }};
@@ -210,7 +206,7 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
     V = max(1, min(MAX_V, g.C // LANES))
     px = max(1, hint_of(P) // (TASKS_PER_VEU * units))
     # named by its geometry, so pools of one shape share one function
-    key = repr((g, V, tuple(_cx(e) for e in sizes)))
+    key = repr((g, V, tuple(dims.c_operand(e) for e in sizes)))
     fn = f"em_pool_{g.kind}_" + hashlib.sha1(key.encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", numel(static_shape(m.output.type)))
     x_buf = Buffer(f"{name}_x", numel(static_shape(x.type)))

@@ -100,8 +100,7 @@ def _compute_source(fn: str, ic: int, oc: int, pixels: Extent) -> str:
     """The rTask's transpose and products: ``tile[o * PX + q] = sum_c x[(p0 + q) * IC + c] ·
     w[c * OC + o]`` for its ``n`` pixels from ``p0`` (``pixels``: the input's, read at run
     time where symbolic)."""
-    end = str(pixels * ic) if isinstance(pixels, int) else \
-        f"({dims.c_expr(pixels)}) * {ic}"
+    end = dims.c_product(dims.c_operand(pixels), ic)
     pxv = min(4, max(1, 8 // oc))      # vectors of pixels a step: OC · PXV FMA chains
     icb = -(-ic // LANES) * LANES
     whole, tail = ic // LANES * LANES, ic % LANES

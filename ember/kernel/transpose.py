@@ -39,6 +39,8 @@ from ember.loops.transform import format_stmt
 from ember.lower import dims
 from ember.lower.computes import static_shape
 
+_cx = dims.c_operand
+
 TASK_BYTES = 32 * 1024
 BLOCK = 16           # A at or above this: 16 x 16 register transposes
 PIECE = 128          # the fewest pixels of a row one task stores (runs of 512 bytes and more)
@@ -52,11 +54,6 @@ def _prod(xs: Iterable[Extent]) -> Extent:
 
 def _plus(e: Extent, k: int) -> Extent:
     return e + k if isinstance(e, int) else simplify_extent(Bin("+", as_expr(e), Const(k)))
-
-
-def _cx(e: Extent) -> str:
-    """An extent as C: the number, or the expression of the program's dims."""
-    return str(e) if isinstance(e, int) else f"({dims.c_expr(e)})"
 
 
 @dataclass(frozen=True)

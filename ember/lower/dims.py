@@ -122,3 +122,19 @@ def c_expr(e: Extent) -> str:
     """A static or symbolic extent as C (``g_dims[slot]`` for a DimVar), for kernels that emit
     their C text directly (the dense tile functions)."""
     return str(e) if isinstance(e, int) else _print(e, "c")
+
+
+def c_operand(e: Extent) -> int | str:
+    """An extent as a C operand: the int itself, or its expression (``c_expr``) in
+    parentheses, for the kernels whose C text reads a symbolic size at run time."""
+    return e if isinstance(e, int) else f"({c_expr(e)})"
+
+
+def c_product(*parts: int | str) -> int | str:
+    """A product of C operands: folded where every factor is an int."""
+    if all(isinstance(p, int) for p in parts):
+        out = 1
+        for p in parts:
+            out *= p  # type: ignore[operator]
+        return out
+    return " * ".join(str(p) for p in parts)

@@ -34,18 +34,23 @@ def _conv_model(cin: int, cout: int, k: tuple[int, int], pads: list[int], stride
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def _matches_ort(model: onnx.ModelProto, cm: object, shapes: list) -> None:
+    """The compiled model against onnxruntime on a random input of each shape."""
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, shape in enumerate(shapes):
+        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = cm(x)  # type: ignore[operator]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def _check(model: onnx.ModelProto, shapes: list[list[int]]) -> None:
     comp, cm = driver.compile_full(model, schedule="sequential")
     assert cm.symbolic
     dense = [k for k in comp.kernels if k.name.startswith("convnhwc")]
     assert dense and all("roller reg" in k.doc for k in dense), [k.doc for k in comp.kernels]
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for i, shape in enumerate(shapes):
-        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
-        want = sess.run(None, {"x": x})[0]
-        got = cm(x)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    _matches_ort(model, cm, shapes)
 
 
 @pytest.mark.parametrize("case", [
@@ -105,6 +110,17 @@ def test_symbolic_1d_conv_with_a_wide_strided_window() -> None:
     _check(model, [[1, 1, n] for n in (64, 512, 1000, 1536)])
 
 
+def _float_model(nodes: list, inits: dict, shape: list, name: str) -> onnx.ModelProto:
+    """One float input ``x`` of ``shape`` (symbols as strings), output ``y``, float32
+    initializers."""
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      shape)],
+                          [helper.make_empty_tensor_value_info("y")],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), n)
+                           for n, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 def _depthwise_model(c: int, k: int, stride: int, pad: int, dil: int, act: str,
                      shape: list) -> onnx.ModelProto:
     """A 1x1 expansion to ``c`` channels (channels-last from there), a depthwise conv with
@@ -122,12 +138,7 @@ def _depthwise_model(c: int, k: int, stride: int, pad: int, dil: int, act: str,
     else:
         nodes.append(helper.make_node(act, ["d"], ["e"]))
     nodes.append(helper.make_node("Conv", ["e", "w2"], ["y"]))
-    g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                      shape)],
-                          [helper.make_empty_tensor_value_info("y")],
-                          [numpy_helper.from_array(np.asarray(v, np.float32), n)
-                           for n, v in inits.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return _float_model(nodes, inits, shape, "dw")
 
 
 @pytest.mark.parametrize("case", [
@@ -197,10 +208,7 @@ def _check_convtranspose(k: tuple, attrs: dict, shapes: list[tuple[int, ...]]) -
              helper.make_node("ConvTranspose", ["a", "w", "b"], ["t"], kernel_shape=list(k),
                               **attrs),
              helper.make_node("Relu", ["t"], ["y"])]
-    g = helper.make_graph(nodes, "up", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["N", 3, "H", "W"])], [helper.make_empty_tensor_value_info("y")],
-        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = _float_model(nodes, inits, ["N", 3, "H", "W"], "up")
     comp, cm = driver.compile_full(model, schedule="sequential")
     assert cm.symbolic
     docs = [kk.doc for kk in comp.kernels]
@@ -208,13 +216,7 @@ def _check_convtranspose(k: tuple, attrs: dict, shapes: list[tuple[int, ...]]) -
                                                                    for d in docs), docs
     assert sum("stored through the interleave" in d for d in docs) == 1, docs
     assert not any(d.startswith("DepthToSpaceNHWC") for d in docs), docs
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for i, shape in enumerate(shapes):
-        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
-        want = sess.run(None, {"x": x})[0]
-        got = cm(x)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    _matches_ort(model, cm, shapes)
 
 
 def test_symbolic_conv_streams_a_large_output_chosen_per_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -257,10 +259,7 @@ def test_symbolic_average_pool_in_a_conv_chain_runs_on_the_pool_kernel(attrs: di
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
              helper.make_node("AveragePool", ["a"], ["p"], **attrs),
              helper.make_node("Conv", ["p", "w1"], ["y"])]
-    g = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["N", 3, "H", "W"])], [helper.make_empty_tensor_value_info("y")],
-        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = _float_model(nodes, inits, ["N", 3, "H", "W"], "pool")
     comp, cm = driver.compile_full(model, schedule="sequential")
     assert cm.symbolic and any("pool avg NHWC" in k.doc for k in comp.kernels), \
         [k.doc for k in comp.kernels]
@@ -289,10 +288,7 @@ def test_symbolic_thin_head_runs_pixels_in_the_lanes(head: str) -> None:
         inits.update(w=rng.standard_normal((24, 1, 2, 2)) * 0.3, b=rng.standard_normal(1))
         nodes.append(helper.make_node("ConvTranspose", ["a", "w", "b"], ["t"], strides=[2, 2]))
     nodes.append(helper.make_node("Sigmoid", ["t"], ["y"]))
-    g = helper.make_graph(nodes, "head", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 3, "H", "W"])], [helper.make_empty_tensor_value_info("y")],
-        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = _float_model(nodes, inits, [1, 3, "H", "W"], "head")
     comp, cm = driver.compile_full(model, schedule="sequential")
     assert cm.symbolic and any("thin pointwise conv" in k.doc for k in comp.kernels), \
         [k.doc for k in comp.kernels]

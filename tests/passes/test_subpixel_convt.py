@@ -4,6 +4,7 @@ in the graph interpreter (the ops' numpy references), and compiled against onnxr
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -120,15 +121,22 @@ def test_structural_zero_taps_become_one_conv_per_phase(cin: int, cout_g: int, k
     ((2, 6, 4, 3, 5), (6, 2, 3, 4, 3), {"strides": [2, 1, 3], "pads": [1, 0, 2, 1, 1, 0],
                                         "output_padding": [1, 0, 2], "group": 3}),
 ])
+def _onnx_convt(xs: tuple, ws: tuple, attrs: dict) -> tuple[np.ndarray, onnx.ModelProto]:
+    """A random input of shape ``xs`` and an ONNX ConvTranspose of weight shape ``ws`` (and a
+    bias) over it."""
+    x = rng.standard_normal(xs).astype(np.float32)
+    inits = {"w": rng.standard_normal(ws).astype(np.float32),
+             "b": rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)}
+    return x, make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
+                                           kernel_shape=list(ws[2:]), **attrs)], {"x": x},
+                         inits, ["y"])
+
+
 def test_nan_and_inf_reach_only_the_outputs_they_feed(xs: tuple, ws: tuple,
                                                       attrs: dict) -> None:
     """Compiled, with a NaN and an inf in the input: NaN, inf and finite outputs where
     onnxruntime has them (1-D, 2-D, 3-D; K not a multiple of s, dilation, a stride past K)."""
-    x = rng.standard_normal(xs).astype(np.float32)
-    inits = {"w": rng.standard_normal(ws).astype(np.float32),
-             "b": rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)}
-    m = make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
-                                     kernel_shape=list(ws[2:]), **attrs)], {"x": x}, inits, ["y"])
+    x, m = _onnx_convt(xs, ws, attrs)
     cm = ember.compile(m)
     for seed in range(3):
         xv = x.copy()
@@ -231,11 +239,7 @@ def test_a_3d_convtranspose_runs_on_dense_2d_convs(xs: tuple, ws: tuple, attrs: 
     taps as channels) that stores the height and width interleave
     from its tiles, then the depth interleave and crop: every group, stride, pad
     and output_padding against onnxruntime."""
-    x = rng.standard_normal(xs).astype(np.float32)
-    inits = {"w": rng.standard_normal(ws).astype(np.float32),
-             "b": rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)}
-    m = make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
-                                     kernel_shape=list(ws[2:]), **attrs)], {"x": x}, inits, ["y"])
+    x, m = _onnx_convt(xs, ws, attrs)
     cm = ember.compile(m)
     np.testing.assert_allclose(cm.run({"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-4,
                                atol=1e-5)
