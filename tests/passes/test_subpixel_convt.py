@@ -106,6 +106,17 @@ def test_structural_zero_taps_become_one_conv_per_phase(cin: int, cout_g: int, k
     np.testing.assert_allclose(run_graph(g, {"x": xv})[0], want, rtol=1e-5, atol=1e-5)
 
 
+def _onnx_convt(xs: tuple, ws: tuple, attrs: dict) -> tuple[np.ndarray, onnx.ModelProto]:
+    """A random input of shape ``xs`` and an ONNX ConvTranspose of weight shape ``ws`` (and a
+    bias) over it."""
+    x = rng.standard_normal(xs).astype(np.float32)
+    inits = {"w": rng.standard_normal(ws).astype(np.float32),
+             "b": rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)}
+    return x, make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
+                                           kernel_shape=list(ws[2:]), **attrs)], {"x": x},
+                         inits, ["y"])
+
+
 @pytest.mark.parametrize("xs,ws,attrs", [
     ((1, 4, 5, 6), (4, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
                                   "output_padding": [1, 1]}),
@@ -121,17 +132,6 @@ def test_structural_zero_taps_become_one_conv_per_phase(cin: int, cout_g: int, k
     ((2, 6, 4, 3, 5), (6, 2, 3, 4, 3), {"strides": [2, 1, 3], "pads": [1, 0, 2, 1, 1, 0],
                                         "output_padding": [1, 0, 2], "group": 3}),
 ])
-def _onnx_convt(xs: tuple, ws: tuple, attrs: dict) -> tuple[np.ndarray, onnx.ModelProto]:
-    """A random input of shape ``xs`` and an ONNX ConvTranspose of weight shape ``ws`` (and a
-    bias) over it."""
-    x = rng.standard_normal(xs).astype(np.float32)
-    inits = {"w": rng.standard_normal(ws).astype(np.float32),
-             "b": rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)}
-    return x, make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
-                                           kernel_shape=list(ws[2:]), **attrs)], {"x": x},
-                         inits, ["y"])
-
-
 def test_nan_and_inf_reach_only_the_outputs_they_feed(xs: tuple, ws: tuple,
                                                       attrs: dict) -> None:
     """Compiled, with a NaN and an inf in the input: NaN, inf and finite outputs where
