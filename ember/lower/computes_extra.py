@@ -63,13 +63,14 @@ def _conv_transpose(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
     if nd < 1:
         raise CompileError(f"ConvTranspose needs an input of rank >= 3, got {x.shape}")
     if not all(isinstance(d, int) for d in (*x.shape, *outs[0].shape)):
-        # this form computes one output element per rTask; a ConvTranspose runs as a dense
-        # Conv (passes/subpixel_convt.py) at static shapes, and over symbolic dims where it is
-        # 2-D without zero taps: another symbolic one is compiled per input shape instead
+        # this form computes one output element per rTask; a ConvTranspose runs as dense
+        # Convs (passes/subpixel_convt.py) at static shapes, and over symbolic dims in 2-D
+        # (``_applicable`` there): another symbolic one is compiled per input shape instead
         # (compiler/per_shape.py)
-        raise CompileError("a ConvTranspose over symbolic dims has a fast kernel only in 2-D "
-                           "with each kernel extent a multiple of its stride and no dilation; "
-                           "this one runs as a dense convolution only at static shapes")
+        raise CompileError("a ConvTranspose over symbolic dims has a fast kernel in 2-D only, "
+                           "and, where its kernel is not a multiple of its stride or dilated, "
+                           "with one group and a tap in every phase; this one runs as a dense "
+                           "convolution only at static shapes")
     kernel = [int(k) for k in w.shape[2:]]
     strides = [int(s) for s in attrs.get("strides") or [1] * nd]
     dil = [int(d) for d in attrs.get("dilations") or [1] * nd]

@@ -25,15 +25,17 @@ without a tap is its bias. The phases' outputs are concatenated in the order the
 Conv's channels have, and interleave the same way (2-D and 1-D: the ``DepthToSpaceNHWC``;
 3-D: each phase's 3-D Conv as a 2-D Conv over its depth taps, then a reshape and transpose).
 
-Over a symbolic batch, height or width, a 2-D ConvTranspose without zero taps is rewritten the
-same way: its output length is the input's times the stride plus a constant, so the right pad
-and the crop are constants; the Conv runs on the dense kernel over symbolic rows and the
-interleave as a kernel of its own (the conv's phase store needs static shapes).
+Over a symbolic batch, height or width, a 2-D ConvTranspose is rewritten the same way: its
+output length is the input's times the stride plus a constant, so the right pad and the crop
+are constants (a phase Conv's crop a negative Slice end); the Conv runs on the dense kernel
+over symbolic rows and stores through the interleave (the phase store takes its geometry at
+run time). With zero taps only with one group and a tap in every phase (the channel reorder
+and a bias-only phase would have shapes the rewrite cannot state over symbols).
 
 Pre: shape-analysed, constant-folded graph with BatchNorms folded (``fold_bn``). Post: no 1-D,
 2-D or 3-D ``ConvTranspose`` with constant weights and a static input remains, nor a 2-D one
-without zero taps over symbolic dims; the others (run-time weights, the other symbolic ones)
-keep their generic kernel (a symbolic model is then compiled per input shape).
+over symbolic dims but those just named; the others (run-time weights, the other symbolic
+ones) keep their generic kernel (a symbolic model is then compiled per input shape).
 """
 
 from __future__ import annotations
@@ -72,10 +74,24 @@ def _applicable(n: Node) -> bool:
         return False
     if x.type.is_static and n.output.type.is_static:
         return x.type.rank in (3, 4, 5)
-    # symbolic batch or spatial dims: the 2-D rewrite without zero taps, whose geometry (the
-    # right pad, the crop) is constant; the dense Conv and the interleave run symbolic
-    return x.type.rank == 4 and isinstance(x.type.shape[1], int) and not _zero_taps(n) \
-        and _geometry(n) is not None
+    # symbolic batch or spatial dims: the 2-D rewrite, whose geometry (the right pad, the
+    # crop) is constant; the dense Conv and the interleave run symbolic. With zero taps, the
+    # per-phase form where its every phase has taps and one group (its channel reorder and a
+    # bias-only phase have symbolic shapes to state)
+    return x.type.rank == 4 and isinstance(x.type.shape[1], int) \
+        and _geometry(n) is not None and (not _zero_taps(n) or _phases_all_tapped(n))
+
+
+def _phases_all_tapped(n: Node) -> bool:
+    """One group, and every phase of every axis reaches a real tap."""
+    w = n.inputs[1]
+    assert w is not None and w.const is not None
+    nd = len(w.const.shape) - 2
+    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
+    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
+    return int(n.attrs.get("group", 1)) == 1 and all(
+        _axis_taps(int(w.const.shape[2 + a]), dil[a], strides[a], r)
+        for a in range(nd) for r in range(strides[a]))
 
 
 def _as_2d(n: Node) -> list[Node]:
@@ -344,7 +360,7 @@ def _exact(n: Node) -> list[Node]:
         w2 = sub.reshape(group * cg, len(t0) * sub.shape[3], *sub.shape[4:])
         ys.append(_phase_conv(e, cols[key], w2, bias, taps[1:], geo.right[1:], geo.zs[1:]))
     c = len(ys) * group * cg
-    y = ys[0] if len(ys) == 1 else e("Concat", ys, [int(ys[0].type.shape[0]), c,
+    y = ys[0] if len(ys) == 1 else e("Concat", ys, [ys[0].type.shape[0], c,
                                                       *ys[0].type.shape[2:]], {"axis": 1})
     if nd == 3:
         _interleave_3d(e, y, geo)
@@ -360,21 +376,24 @@ def _exact(n: Node) -> list[Node]:
 
 
 def _phase_conv(e: _Emit, xin: Value, wph: np.ndarray, bias: list[Value | None],
-                taps: list[list[int]], right: list[int], zs: list[int]) -> Value:
+                taps: list[list[int]], right: list[int], zs: list[Dim]) -> Value:
     """A 2-D Conv of ``xin`` over one phase's real taps (``taps``: per axis, their ``m``):
     kernel ``len(taps)``, dilation their step, left pad the farthest tap; the output is
-    ``zs`` (cropped where the nearest tap is past the right pad)."""
+    ``zs`` (its end cropped by a constant where the nearest tap is past the right pad)."""
     kern = [len(t) for t in taps]
     dil = [t[1] - t[0] if len(t) > 1 else 1 for t in taps]
     rp = [rt - t[0] for t, rt in zip(taps, right, strict=True)]
     full = [z + max(0, -p) for z, p in zip(zs, rp, strict=True)]
     group = int(xin.type.shape[1]) // int(wph.shape[1])
-    shape = [int(xin.type.shape[0]), int(wph.shape[0])]
+    shape = [xin.type.shape[0], int(wph.shape[0])]
     y = e("Conv", [xin, Value.constant(np.ascontiguousarray(wph)), *bias], shape + full,
           {"kernel_shape": kern, "strides": [1, 1], "dilations": dil,
            "pads": [t[-1] for t in taps] + [max(0, p) for p in rp], "group": group})
-    if full != zs:
-        y = e("Slice", [y], shape + zs, {"starts": [0, 0], "ends": zs, "axes": [2, 3]})
+    cut = [a for a in range(2) if rp[a] < 0]
+    if cut:   # negative ends: the last -rp elements go (constants over symbolic lengths too)
+        y = e("Slice", [y], shape + list(zs), {"starts": [0] * len(cut),
+                                               "ends": [rp[a] for a in cut],
+                                               "axes": [2 + a for a in cut]})
     return y
 
 

@@ -298,3 +298,32 @@ def test_symbolic_thin_head_runs_pixels_in_the_lanes(head: str) -> None:
     for i, (h, w) in enumerate([(9, 13), (1, 1), (40, 37)]):
         x = np.random.default_rng(i).standard_normal((1, 3, h, w)).astype(np.float32)
         np.testing.assert_allclose(cm(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("k,attrs", [
+    ((3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
+    ((3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((5, 3), {"strides": [3, 2], "pads": [1, 2, 0, 1]}),
+], ids=["3x3-stride2", "dilated", "5x3-strides-3-2"])
+def test_symbolic_convtranspose_with_zero_taps_is_one_conv_per_phase(k: tuple, attrs: dict
+                                                                      ) -> None:
+    """A decoder's 3x3 stride-2 ConvTranspose (a PyTorch default) over a symbolic image: one
+    Conv per phase over its real taps (the crop where a phase's nearest tap is past the pad
+    a negative Slice end), so the model compiles once; a NaN in the input reaches the outputs
+    onnxruntime puts it in, at several sizes."""
+    rng = np.random.default_rng(4)
+    inits = {"w0": rng.standard_normal((16, 3, 3, 3)) * 0.3,
+             "w": rng.standard_normal((16, 8, *k)) * 0.3, "b": rng.standard_normal(8)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("ConvTranspose", ["a", "w", "b"], ["y"], kernel_shape=list(k),
+                              **attrs)]
+    model = _float_model(nodes, inits, ["N", 3, "H", "W"], "decoder")
+    comp, cm = driver.compile_full(model, schedule="sequential")
+    assert cm.symbolic and not any("ConvTranspose" in kk.doc for kk in comp.kernels)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, shape in enumerate([(1, 3, 7, 9), (2, 3, 4, 3), (1, 3, 16, 5)]):
+        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+        x.flat[5] = np.nan
+        got, want = cm(x), sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
