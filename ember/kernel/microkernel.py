@@ -31,8 +31,9 @@ LANES = 16
 
 
 def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None,
-            indirect: bool = False, stream: bool = False) -> str:
-    base = f"em_uk_{rows}x{vecs}{'i' if indirect else ''}{'s' if stream else ''}"
+            indirect: bool = False, stream: bool = False, prefetch: bool = False) -> str:
+    base = (f"em_uk_{rows}x{vecs}{'i' if indirect else ''}{'s' if stream else ''}"
+            f"{'p' if prefetch and rows > 1 and not indirect else ''}")
     if epi is None:
         return base
     return f"{base}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
@@ -51,10 +52,16 @@ def heights(rows: object, span: int, R: int) -> list[int]:
 
 
 def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
-                     indirect: bool = False, stream: bool = False) -> str:
+                     indirect: bool = False, stream: bool = False,
+                     prefetch: bool = False) -> str:
     """``stream``: whole blocks are stored with non-temporal stores (``EM_PUT16``/``EM_PUT8``;
     for an output that is written once, in one K chunk, and is too large to stay in the
-    cache: the plain store first read each line from memory). The caller fences."""
+    cache: the plain store first read each line from memory). The caller fences.
+    ``prefetch`` (rows evenly strided, a 1x1 conv's: the next tile's rows follow this one's):
+    one line of the next tile's rows is prefetched per reduction step, so a large input
+    streams in while this tile computes (its rows' 12 interleaved streams outran the
+    hardware prefetcher)."""
+    prefetch = prefetch and rows > 1 and not indirect
     nb = LANES * vecs
     put16, put8 = ("EM_PUT16", "EM_PUT8") if stream else ("EM_SET16", "EM_SET8")
     R, V = range(rows), range(vecs)
@@ -62,7 +69,8 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     # not inlined: the tile function's switch over row counts inlines every height into one
     # body, where gcc spilled accumulators and weight vectors to the stack (5x4: a load per
     # FMA, 59 against 113 GFLOP/s on one core); on its own each is spill-free
-    L.append(f"static __attribute__((noinline)) void {uk_name(rows, vecs, epi, indirect, stream)}(")
+    L.append(f"static __attribute__((noinline)) void "
+             f"{uk_name(rows, vecs, epi, indirect, stream, prefetch)}(")
     L.append("    const float *const *rows, const float *w, int64_t nkh, int64_t nkw,")
     L.append("    int64_t nic, int64_t " + ("tr, int64_t koff" if indirect else "skh, int64_t skw")
              + ", float *c, int64_t ldc,")
@@ -72,6 +80,10 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     for r in R:
         if not indirect:
             L.append(f"  const float *r{r} = rows[{r}];")
+    if prefetch:   # the next tile: rows more at the same stride, em_pfl lines of it
+        L.append(f"  const char *em_nx = (const char *)(r{rows - 1} + (r{rows - 1} - "
+                 f"r{rows - 2}));")
+        L.append(f"  const int64_t em_pfl = {rows} * (r1 - r0) * (int64_t)sizeof(float) / 64;")
     if stream:   # every row then aligns with c (ldc a multiple of 16 floats)
         L.append("  const int em_nt = ((uintptr_t)c & 63) == 0 && (ldc & 15) == 0;")
         L.append("  (void)em_nt;")
@@ -121,6 +133,12 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     L += _partial_store(epi, rows, vecs)
     L.append("  }")
     L.append("}")
+    if prefetch:   # each reduction loop: a line of the next tile per step
+        loop = "for (int64_t ic = 0; ic < nic; ++ic) {"
+        L = [out for line in L for out in (
+            [line, " " * (line.index(loop) + 2) +
+             "if (ic < em_pfl) __builtin_prefetch(em_nx + ic * 64);"] if loop in line
+            else [line])]
     return "\n".join(L) + "\n"
 
 
