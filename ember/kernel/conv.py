@@ -510,7 +510,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     # projection at 160x160: 1.98 -> 1.02 ms; ResNet-50's 1x1 convs (64 channels and more)
     # measured no better
     prefetch = (g.KH == g.KW == 1 and not t.pack and not g.padded and m.op == "ConvNHWC"
-                and g.OCg <= PREFETCH_MAX_OC and 4 * g.P * g.C > _l2_bytes(ctx))
+                and g.OCg <= PREFETCH_MAX_OC and 4 * g.P * g.C > l2_bytes(ctx))
     # named by what its text depends on, so kernels of one shape share one tile function
     key = (g, t, local, stream, prefetch) if sym is None else (g, t, local, cd, prefetch)
     if reg is not None:
@@ -563,7 +563,7 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
 PREFETCH_MAX_OC = 48
 
 
-def _l2_bytes(ctx: RollerContext) -> int:
+def l2_bytes(ctx: RollerContext) -> int:
     """The L2 capacity of all the units together (0 where the spec has none)."""
     l2 = [lay for lay in ctx.spec.layers if lay.name == "L2"]
     if not l2:
