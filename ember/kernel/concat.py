@@ -7,6 +7,10 @@ element-wise form (``lower/computes.py``) picks the input of every element by a 
 over the offsets: LSTM-TC's concat of 100 steps ran 21 µs for 100 KB. Here the bytes are
 shared out evenly over the rTasks (one per ``TASK_BYTES``, at least one per unit): a task
 copies several small inputs, or a range of one large input's runs, by vector moves.
+
+The dims before the axis may be symbolic (a channels-last Concat over a symbolic image: the
+runs are the static channels, ``outer`` the symbolic N·H·W): then tasks are whole rows, as
+many per task as the hint gives, the row count read at run time.
 """
 
 from __future__ import annotations
@@ -14,35 +18,39 @@ from __future__ import annotations
 import hashlib
 
 from ember.ir.graph import Graph
-from ember.ir.ops.tensor import concat_copy_inputs
+from ember.ir.ops.tensor import concat_copy_inputs, concat_runs_static
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.loops.ir import Bin, Buffer, Eval, For, ForKind, Var
+from ember.kernel.schedule import mul_extent
+from ember.loops.ir import Bin, Buffer, Const, Eval, Extent, For, ForKind, Var, as_expr, hint_of
 from ember.loops.transform import format_stmt
+from ember.lower import dims
+from ember.lower.computes import static_shape
 
 TASK_BYTES = 32 * 1024   # any dtype: buffers hold whole bytes per element, the sub-byte
 # types one each (``support/dtypes.py``)
 
 
 def applicable(body: Graph) -> bool:
-    """A group that is one Concat over static shapes (its inputs are the group's)."""
+    """A group that is one Concat (its inputs are the group's) whose dims from the axis on are
+    static (the runs; those before it may be symbolic)."""
     if len(body.nodes) != 1 or body.nodes[0].op != "Concat":
         return False
     m = body.nodes[0]
-    vals = [*m.inputs, m.output]
     return (concat_copy_inputs(m.inputs)
             and all(any(v is b for b in body.inputs) for v in m.inputs)
-            and all(v.type.is_static for v in vals if v is not None))
+            and concat_runs_static(m.inputs, m.output, int(m.attrs["axis"])))
 
 
-def _layout(body: Graph) -> tuple[int, list[int], int]:
-    """``outer``, each input's run in bytes, and the output's run in bytes."""
+def _layout(body: Graph) -> tuple[Extent, list[int], int]:
+    """``outer`` (an expression of the program's dims where symbolic), each input's run in
+    bytes, and the output's run in bytes."""
     m = body.nodes[0]
-    shape = m.output.type.shape
+    shape = static_shape(m.output.type)
     axis = m.attrs["axis"] % len(shape)
     item = m.output.type.dtype.itemsize
-    outer = 1
+    outer: Extent = 1
     for d in shape[:axis]:
-        outer *= int(d)
+        outer = mul_extent(outer, d)
     runs = []
     for v in m.inputs:
         assert v is not None
@@ -87,7 +95,7 @@ def _source(fn: str, runs: list[int], row: int, tasks: list[list[tuple[int, int,
     return "\n".join(lines) + "\n"
 
 
-def _row_source(fn: str, outer: int, runs: list[int], row: int, per: int) -> str:
+def _row_source(fn: str, outer: int | str, runs: list[int], row: int, per: int) -> str:
     """C: task q's rows [q·per, …), each written whole, input after input: the stores are one
     sequential stream (on Inception-v3's 17x17 concat, four 768-byte runs per row, copying
     input by input took 86 µs, the element-wise kernel 37, row by row 21)."""
@@ -121,8 +129,9 @@ static inline void em_concat_rows(char *out, const char *src, int64_t run, int64
 
 
 def build_concat(name: str, body: Graph, threads: int) -> Kernel:
-    m = body.nodes[0]
     outer, runs, row = _layout(body)
+    if not isinstance(outer, int):   # symbolic rows: whole rows per task, for the hint
+        return _build_symbolic(name, body, outer, runs, row, threads)
     total = outer * row
     ntasks = max(1, min(outer * len(runs), max(threads, -(-total // TASK_BYTES))))
     if outer >= ntasks:   # whole output rows per task
@@ -135,14 +144,35 @@ def build_concat(name: str, body: Graph, threads: int) -> Kernel:
         ntasks = len(tasks)
         fn = "em_concat_" + hashlib.sha1(repr((runs, row, tasks)).encode()).hexdigest()[:12]
         source = _source(fn, runs, row, tasks)
+    return _kernel(name, body, outer, runs, fn, source, ntasks)
+
+
+def _kernel(name: str, body: Graph, outer: Extent, runs: list[int], fn: str, source: str,
+            ntasks: Extent) -> Kernel:
+    m = body.nodes[0]
     item = m.output.type.dtype.itemsize
     dtype = m.output.type.dtype.name
-    out = Buffer(f"{name}_out", total // item, dtype)
-    ins = [Buffer(f"{name}_in{k}", outer * run // item, dtype) for k, run in enumerate(runs)]
+    out = Buffer(f"{name}_out", mul_extent(outer, sum(runs) // item), dtype)
+    ins = [Buffer(f"{name}_in{k}", mul_extent(outer, run // item), dtype)
+           for k, run in enumerate(runs)]
     args: list = [(out, OUTPUT)] + [(b, body.inputs.index(v)) for b, v in zip(ins, m.inputs)]
     task = Var("task")
     stmt = For(task, T0, Bin("-", T1, T0), Eval(fn, (task, out, *ins)), ForKind.SERIAL)
-    doc = (f"{body.name}: concat of {len(runs)} inputs, {outer} runs of "
+    doc = (f"{body.name}: concat of {len(runs)} inputs, "
+           f"{outer if isinstance(outer, int) else 'symbolic'} runs of "
            f"{min(runs)}-{max(runs)} bytes each, copied in place")
     return Kernel(name, stmt, ntasks, args, {"em_concat": HELPER, fn: source}, 0, doc,
                   format_stmt(stmt))
+
+
+def _build_symbolic(name: str, body: Graph, outer: Extent, runs: list[int], row: int,
+                    threads: int) -> Kernel:
+    """Rows over a symbolic count: ``per`` rows a task as the hint's count gives them."""
+    hint = max(1, hint_of(outer))
+    ntasks_hint = max(1, min(hint, max(threads, -(-hint * row // TASK_BYTES))))
+    per = -(-hint // ntasks_hint)
+    rows = dims.c_operand(outer)
+    key = repr((rows, runs, per))
+    fn = "em_concat_" + hashlib.sha1(key.encode()).hexdigest()[:12]
+    ntasks = Bin("//", Bin("+", as_expr(outer), Const(per - 1)), Const(per))
+    return _kernel(name, body, outer, runs, fn, _row_source(fn, rows, runs, row, per), ntasks)

@@ -21,7 +21,12 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops import registry
 from ember.ir.ops.layout import TO_NCHW
 from ember.ir.ops.registry import Pattern
-from ember.ir.ops.tensor import concat_copy_inputs, slice_params, slice_range
+from ember.ir.ops.tensor import (
+    concat_copy_inputs,
+    concat_runs_static,
+    slice_params,
+    slice_range,
+)
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 MAX_GROUP = 24
@@ -150,10 +155,11 @@ POOLS = ("MaxPool", "AveragePool", "LpPool", "MaxPoolNHWC", "AveragePoolNHWC")
 
 
 def _copies_in_place(m: Node) -> bool:
-    """A Concat that ``kernel/concat.py`` runs as run copies: inputs it takes, static shapes
-    (else it stays element-wise, and fused into a pool it is no slower)."""
+    """A Concat that ``kernel/concat.py`` runs as run copies: inputs it takes, static runs
+    (the dims from the axis on; else it stays element-wise, and fused into a pool it is no
+    slower)."""
     return (m.op == "Concat" and concat_copy_inputs(m.inputs)
-            and all(v.type.is_static for v in (*m.inputs, m.output)))
+            and concat_runs_static(m.inputs, m.output, int(m.attrs["axis"])))
 
 
 def _blends(n: Node) -> bool:

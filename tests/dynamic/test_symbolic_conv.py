@@ -327,3 +327,22 @@ def test_symbolic_convtranspose_with_zero_taps_is_one_conv_per_phase(k: tuple, a
         got, want = cm(x), sess.run(None, {"x": x})[0]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_symbolic_channel_concat_in_a_conv_chain_copies_runs() -> None:
+    """An Inception-style channel Concat of two convs over a symbolic batch, height and width:
+    channels-last it is N·H·W rows of static runs, copied row by row (the row count read at
+    run time), not an element-wise select per element."""
+    rng = np.random.default_rng(6)
+    inits = {"wa": rng.standard_normal((16, 3, 1, 1)), "wb": rng.standard_normal((24, 3, 3, 3)),
+             "w2": rng.standard_normal((8, 40, 3, 3)) * 0.2}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"]),
+             helper.make_node("Conv", ["x", "wb"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Conv", ["c", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    model = _float_model(nodes, inits, ["N", 3, "H", "W"], "inception")
+    comp, cm = driver.compile_full(model, schedule="sequential")
+    assert cm.symbolic
+    assert any("concat of 2 inputs, symbolic runs" in k.doc for k in comp.kernels), \
+        [k.doc for k in comp.kernels]
+    _matches_ort(model, cm, [(1, 3, 7, 9), (2, 3, 1, 1), (1, 3, 30, 41)])

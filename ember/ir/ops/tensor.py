@@ -84,6 +84,13 @@ def concat_copy_inputs(inputs: list[Any]) -> bool:
             and len({id(v) for v in inputs}) == len(inputs))
 
 
+def concat_runs_static(inputs: list[Any], output: Any, axis: int) -> bool:
+    """Are the dims from ``axis`` on static for every input and the output (the runs a copy
+    kernel moves; the dims before it may be symbolic)?"""
+    return all(isinstance(d, int) for v in (*inputs, output) if v is not None
+               for d in v.type.shape[axis % v.type.rank:])
+
+
 @defop("Concat", INJ, _concat_infer)
 def concat(attrs: Attrs, *xs: np.ndarray | None) -> list[np.ndarray]:
     """Concatenate along ``axis``."""
