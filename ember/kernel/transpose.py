@@ -15,9 +15,10 @@ element). ``A`` ≥ 16, 4-byte items: 16 x 16 register transposes (``em_transpos
 sizes keep the loop.
 ``R`` > 1: a copy of ``R`` items per (b, a). The padding is stored with the rows it belongs to.
 
-``T`` and ``B`` may be symbolic (a detector's NCHW input at the image's own size): the C reads
-them at run time (``dims.c_expr``), the task shape is chosen for their hints and the task count
-is an expression of the dims; ``A`` and ``R`` (channels, a head's width) stay static.
+``T``, ``A`` and ``B`` may be symbolic (a detector's NCHW input at the image's own size, an
+NHWC -> NCHW exit where ``A`` is H·W): the C reads them at run time (``dims.c_expr``), the
+task shape is chosen for their hints and the task count is an expression of the dims; ``R``
+(a head's width) stays static.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def _plus(e: Extent, k: int) -> Extent:
 @dataclass(frozen=True)
 class Layout:
     """The transpose as ``[T, A, B..., R] -> [T, B'..., A, R]`` (``B'``: ``B`` padded);
-    ``T`` and ``B`` may be expressions of the program's dims."""
+    ``T``, ``A`` and ``B`` may be expressions of the program's dims."""
 
     T: Extent
-    A: int
+    A: Extent
     B: tuple[Extent, ...]
     R: int
     item: int
@@ -83,12 +84,12 @@ class Layout:
 
     @property
     def symbolic(self) -> bool:
-        return not all(isinstance(d, int) for d in (self.T, *self.B))
+        return not all(isinstance(d, int) for d in (self.T, self.A, *self.B))
 
     @property
-    def pixel(self) -> int:
+    def pixel(self) -> Extent:
         """Items per output pixel."""
-        return self.A * self.R
+        return mul_extent(self.A, self.R)
 
 
 def _groups(perm: list[int]) -> tuple[int, int, int] | None:
@@ -137,8 +138,8 @@ def layout(body: Graph) -> Layout | None:
     if any(lo[a] or hi[a] for a in keep if a not in bax):   # only B's axes may be padded
         return None
     T, A, R = _prod(ds[:b]), _prod(ds[b:j]), _prod(ds[k:])
-    if not (isinstance(A, int) and isinstance(R, int)):
-        return None        # the moved axis group and the runs stay static
+    if not isinstance(R, int):
+        return None        # the runs stay static
     if not any(lo) and not any(hi):      # no padding: B is one axis
         return Layout(T, A, (_prod(ds[j:k]),), R, item, (0,), (0,))
     return Layout(T, A, tuple(ds[j:k]), R, item, tuple(lo[a] for a in bax),
@@ -194,7 +195,7 @@ def _fill(value: float, dtype: str) -> str:
 def _row_body(L: Layout, fill: str, block: bool) -> str:
     """C: output columns ``[c0, c1)`` of the row at ``o`` from the input pixels at ``s``
     (``s[a·AS + w]`` is pixel ``w``'s item of ``a``; its padding stored too)."""
-    P, A, R, lo = L.pixel, L.A, L.R, L.lo[-1]
+    P, A, R, lo = _cx(L.pixel), _cx(L.A), L.R, L.lo[-1]
     AS = _cx(mul_extent(_prod(L.B), R))
     end = _cx(_plus(L.B[-1], lo))    # the row's first right-padding column
     lines = [f"    for (int64_t i = c0 * {P}; i < (c1 < {lo} ? c1 : {lo}) * {P}; ++i) "
@@ -239,9 +240,10 @@ def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int,
         lines += [f"    {{ const int64_t i = rest % {outer[d]} - {L.lo[d]}; rest /= {outer[d]};",
                   f"      inside &= i >= 0 && i < {_cx(L.B[d])}; src += i * {_cx(stride)}; }}"]
         stride = mul_extent(stride, L.B[d])
-    lines += [f"    if (!inside) {{ for (int64_t i = c0 * {L.pixel}; i < c1 * {L.pixel}; ++i) "
+    lines += [f"    if (!inside) {{ for (int64_t i = c0 * {_cx(L.pixel)}; i < c1 * {_cx(L.pixel)}; "
+              "++i) "
               f"o[i] = {fill}; continue; }}",
-              f"    const {ty} *s = in + rest * {_cx(mul_extent(_prod(L.B), L.A * L.R))} + "
+              f"    const {ty} *s = in + rest * {_cx(mul_extent(_prod(L.B), L.pixel))} + "
               f"src * {L.R};",
               _row_body(L, fill, block), "  }", "}"]
     return "\n".join(lines) + "\n"
@@ -256,13 +258,13 @@ def build_transpose(name: str, body: Graph, threads: int) -> Kernel:
     assert x is not None
     dtype = x.type.dtype.name
     ty, fill = _ctype(dtype, L.item), _fill(L.value, dtype)
-    block = L.R == 1 and L.A >= BLOCK and dtype == "float32"
-    # the task shape is chosen for the sizes (their hints where symbolic)
-    nrows, width = hint_of(L.rows), hint_of(L.width)
-    row_bytes = width * L.pixel * L.item
+    # the code and the task shape are chosen for the sizes (their hints where symbolic)
+    block = L.R == 1 and hint_of(L.A) >= BLOCK and dtype == "float32"
+    nrows, width, pixel = hint_of(L.rows), hint_of(L.width), hint_of(L.pixel)
+    row_bytes = width * pixel * L.item
     want = max(threads, -(-nrows * row_bytes // TASK_BYTES))
-    least = PIECE if L.R == 1 else max(1, PIECE_BYTES // (L.pixel * L.item))
-    if L.pixel * L.item >= PIECE_BYTES:   # a pixel is a long run already (NHWC -> NCHW:
+    least = PIECE if L.R == 1 else max(1, PIECE_BYTES // (pixel * L.item))
+    if pixel * L.item >= PIECE_BYTES:   # a pixel is a long run already (NHWC -> NCHW:
         least = BLOCK if block else 1     # a channel plane): split the row by pixels
     if nrows >= want:         # whole rows per task
         per_row, rows_per = 1, -(-nrows // want)
@@ -277,7 +279,7 @@ def build_transpose(name: str, body: Graph, threads: int) -> Kernel:
     if block:
         helpers = {transpose_tile.NAME: transpose_tile.C_SOURCE, **helpers}
     out = Buffer(f"{name}_out", mul_extent(mul_extent(L.rows, L.width), L.pixel), dtype)
-    inp = Buffer(f"{name}_in", mul_extent(mul_extent(L.T, _prod(L.B)), L.A * L.R), dtype)
+    inp = Buffer(f"{name}_in", mul_extent(mul_extent(L.T, _prod(L.B)), L.pixel), dtype)
     task = Var("task")
     stmt = For(task, T0, Bin("-", T1, T0), Eval(fn, (task, out, inp)), ForKind.SERIAL)
     pad = f", padded {list(L.lo)}/{list(L.hi)}" if any(L.lo) or any(L.hi) else ""

@@ -164,21 +164,20 @@ def test_layout_and_tasks() -> None:
     assert lay.rows == 230 and lay.width == 230 and ks[0].ntasks >= 2
 
 
-@pytest.mark.parametrize("perm,pads,channels_at", [
-    ([0, 2, 3, 1], None, 1),                          # NCHW -> NHWC (a conv chain's entry)
-    ([0, 2, 3, 1], [0, 1, 2, 0, 0, 2, 1, 0], 1),      # and the stem conv's zero border
-    ([0, 3, 1, 2], None, 3),                          # NHWC -> NCHW (its exit)
-], ids=["to-nhwc", "to-nhwc-pad", "to-nchw-symbolic-batch"])
+@pytest.mark.parametrize("perm,pads,channels_at,spatial", [
+    ([0, 2, 3, 1], None, 1, True),                    # NCHW -> NHWC (a conv chain's entry)
+    ([0, 2, 3, 1], [0, 1, 2, 0, 0, 2, 1, 0], 1, True),  # and the stem conv's zero border
+    ([0, 3, 1, 2], None, 3, True),                    # NHWC -> NCHW (its exit: A is H·W)
+    ([0, 3, 1, 2], None, 3, False),                   # the same over a symbolic batch only
+], ids=["to-nhwc", "to-nhwc-pad", "to-nchw", "to-nchw-symbolic-batch"])
 def test_transpose_over_symbolic_dims(perm: list[int], pads: list[int] | None,
-                                      channels_at: int) -> None:
+                                      channels_at: int, spatial: bool) -> None:
     """Batch, height and width symbolic, the channels static: the transpose kernel reads the
-    sizes at run time (the task count an expression of them), 1 x 1 and odd sizes too. The
-    moved axis group stays static (NHWC -> NCHW over a symbolic H, W keeps the element-wise
-    kernel; over a symbolic batch it runs here)."""
+    sizes at run time (the task count an expression of them), 1 x 1 and odd sizes too."""
     from onnx import TensorProto, numpy_helper
 
     c = 40 if channels_at == 1 else 24
-    shape: list = ["N", "H", "W"] if channels_at == 1 else ["N", 6, 10]
+    shape: list = ["N", "H", "W"] if spatial else ["N", 6, 10]
     shape.insert(channels_at, c)
     nodes = [helper.make_node("Transpose", ["x"], ["t" if pads else "y"], perm=perm)]
     inits = []
@@ -193,7 +192,7 @@ def test_transpose_over_symbolic_dims(perm: list[int], pads: list[int] | None,
     assert cm.symbolic and any("transpose (symbolic)" in k.doc for k in comp.kernels), \
         [k.doc for k in comp.kernels]
     for i, (n, h, w) in enumerate([(1, 7, 9), (2, 1, 1), (1, 33, 130)]):
-        dims = [n, h, w] if channels_at == 1 else [n + 1, 6, 10]
+        dims = [n, h, w] if spatial else [n + 1, 6, 10]
         dims.insert(channels_at, c)
         x = np.random.default_rng(i).standard_normal(dims).astype(np.float32)
         want = np.transpose(x, perm)
