@@ -80,7 +80,10 @@ def profitable(body: Graph) -> bool:
     vectorized against an L1 accumulator row) measured as fast or faster for max pools, e.g.
     38-44 against 54-59 us on a 71×71×192 3×3/2 pool; its average pools are one rTask per
     element with the count recomputed per element (0.65 ms against 0.03 ms at 8×8×2048)."""
-    return body.nodes[0].op == "AveragePoolNHWC"
+    m = body.nodes[0]
+    # over symbolic dims the generic nest gathers through run-time index divisions: max
+    # pools too run here (an isolated 3x3/2 max pool at 1x32x112x112: 3.5 ms generic)
+    return m.op == "AveragePoolNHWC" or not m.output.type.is_static
 
 
 def _tile(g: WinGeom, nv: int, step: str, taps: list[str] | None, part: bool = False) -> str:

@@ -180,6 +180,12 @@ def profitable(group: Group, n: Node) -> bool:
     # Inception-v3's global mean over a six-way 8x8x2048 Concat: 43 µs fused)
     if pattern_of(n) is Pattern.REDUCTION and any(_copies_in_place(m) for m in group.nodes):
         return False
+    # a channels-last pool over symbolic dims runs on the pool kernel alone (it reads its
+    # sizes at run time); fused after the layout transpose it is the generic nest, each
+    # element gathered through run-time index divisions (an isolated 3x3/2 max pool at
+    # 1x32x112x112: 3.5 ms)
+    if n.op in ("MaxPoolNHWC", "AveragePoolNHWC") and not n.output.type.is_static:
+        return False
     # a Resize that blends several taps (linear, cubic) inlines its producer once per tap:
     # over another blending Resize the expression multiplies (linear -> linear -> cubic, 256
     # terms an element, kept the C compiler busy for minutes), so each runs as its own kernel

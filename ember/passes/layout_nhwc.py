@@ -13,7 +13,8 @@ A transpose that only moves size-1 dims becomes a Reshape (a view).
 
 Profitability: a pool or a depthwise convolution that is *isolated* (no other conv or pool is
 reachable from it through layout-agnostic ops) stays NCHW: it would pay two transposes for
-nothing, and the planar window kernel (``kernel/window.py``) runs it in place.
+nothing, and the planar window kernel (``kernel/window.py``) runs it in place. Over symbolic
+dims, where the planar kernel has no form, it runs channels-last too.
 """
 
 from __future__ import annotations
@@ -168,12 +169,20 @@ def isolated(g: Graph) -> set[int]:
     return alone
 
 
+def _static(n: Node) -> bool:
+    """Are ``n``'s input and output static (the planar window kernel's condition: over
+    symbolic dims an isolated pool or depthwise conv runs channels-last instead, on the NHWC
+    kernels that read their sizes at run time, not one output element per rTask)?"""
+    x = n.inputs[0]
+    return x is not None and x.type.is_static and all(o.type.is_static for o in n.outputs)
+
+
 def run(g: Graph) -> Graph:
     new: list[Node] = []
     alone = isolated(g)
     for n in g.nodes:
         rep = None
-        if id(n) in alone and _kind(n) in KEEP_NCHW_WHEN_ISOLATED:
+        if id(n) in alone and _kind(n) in KEEP_NCHW_WHEN_ISOLATED and _static(n):
             rep = None
         elif n.op == "Conv":
             rep = _convert_conv(n)
