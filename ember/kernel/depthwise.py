@@ -401,22 +401,7 @@ def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
     tail = g.C - full * nb
     ng = _cdiv(_cdiv(g.C, nb), bt)
     wb = (g.KH * g.KW + (len(epi.consts) if epi else 0)) * nb   # packed floats per block
-    bounds = ""
-    lo: int | str
-    hi: int | str
-    if cs.symbolic:
-        lo, hi, safe, guards = "lo", "hi", (0, 0), (False, True)
-        first, reach = _cdiv(g.pad_l, g.SW), (g.KW - 1) * g.DW - g.pad_l + 1
-        bounds = f"""  const int64_t lo = {cs.OW} < {first} ? {cs.OW} : {first};
-  int64_t hi = {cs.IW} - {reach} < 0 ? 0 : ({cs.IW} - {reach}) / {g.SW} + 1;
-  if (hi > {cs.OW}) hi = {cs.OW};
-  if (hi < lo) hi = lo;
-"""
-    else:
-        lo, hi = interior(g)
-        # the tap columns every tile reads inside the input (iw0 runs over [-left, last])
-        safe = (g.pad_l, g.IW - ((g.OW - R) * g.SW - g.pad_l))
-        guards = (False, True) if (lo, hi) != (0, g.OW) else (False,)
+    lo, hi, safe, guards, bounds = _columns(g, R, cs)
     text = ""
     widths = [(guard, R, "") for guard in guards] + ([(True, 1, "1")] if cs.symbolic else [])
     for guard, r, suffix in widths:
@@ -470,6 +455,25 @@ static void {name}(int64_t q, int64_t gi, float *out, const float *x, const floa
   (void)b0; (void)b1;
 {loop}}}
 """
+
+
+def _columns(g: DwGeom, R: int, cs: DwSizes
+             ) -> tuple[int | str, int | str, tuple[int, int], tuple[bool, ...], str]:
+    """The interior output columns [lo, hi) (C names for a symbolic width, computed per row
+    by ``bounds``), the tap columns every guarded tile reads inside the input (none over a
+    symbolic width: each is checked), and the tile variants a row needs."""
+    if cs.symbolic:
+        first, reach = _cdiv(g.pad_l, g.SW), (g.KW - 1) * g.DW - g.pad_l + 1
+        bounds = f"""  const int64_t lo = {cs.OW} < {first} ? {cs.OW} : {first};
+  int64_t hi = {cs.IW} - {reach} < 0 ? 0 : ({cs.IW} - {reach}) / {g.SW} + 1;
+  if (hi > {cs.OW}) hi = {cs.OW};
+  if (hi < lo) hi = lo;
+"""
+        return "lo", "hi", (0, 0), (False, True), bounds
+    lo, hi = interior(g)
+    # the tap columns every tile reads inside the input (iw0 runs over [-left, last])
+    safe = (g.pad_l, g.IW - ((g.OW - R) * g.SW - g.pad_l))
+    return lo, hi, safe, (False, True) if (lo, hi) != (0, g.OW) else (False,), ""
 
 
 def _kernel_rows(g: DwGeom, cs: DwSizes) -> str:
