@@ -497,20 +497,9 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
                             Bin("//", Bin("+", sym, Const(t.PT - 1)), Const(t.PT)))
     core = core_body(body)
     reg = register_epilogue(core, m, g.OC, tensors=True) if len(core.nodes) > 1 else None
-    # an output written once (one K chunk, final in registers) that would not stay in the
-    # cache: non-temporal stores (the detector's 1x1 16 -> 96 expansion at 320x320, 39 MB);
-    # over symbolic rows the choice is made per run, between two tile functions
-    once = (not local and -(-g.ICg // t.KC) == 1 and g.OCg % 16 == 0 and g.OC % 16 == 0
-            and (reg is not None or len(core.nodes) == 1))
-    stream = once and sym is None and phase_store.streams(4 * g.P * g.OC, cache)
-    stream_by_size = once and sym is not None and cache > 0
-    # a 1x1 conv to few channels (an input float feeds at most PREFETCH_MAX_OC FMAs: its
-    # tiles wait on the input) over an input larger than the cores' L2 (at the hint where
-    # symbolic): each register tile prefetches the next one's rows. The detector's 144 -> 24
-    # projection at 160x160: 1.98 -> 1.02 ms; ResNet-50's 1x1 convs (64 channels and more)
-    # measured no better
-    prefetch = (g.KH == g.KW == 1 and not t.pack and not g.padded and m.op == "ConvNHWC"
-                and g.OCg <= PREFETCH_MAX_OC and 4 * g.P * g.C > l2_bytes(ctx))
+    stream, stream_by_size, prefetch = _store_plan(g, t, m, local, sym is not None,
+                                                   reg is not None or len(core.nodes) == 1,
+                                                   cache, l2_bytes(ctx))
     # named by what its text depends on, so kernels of one shape share one tile function
     key = (g, t, local, stream, prefetch) if sym is None else (g, t, local, cd, prefetch)
     if reg is not None:
@@ -561,6 +550,24 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
 
 
 PREFETCH_MAX_OC = 48
+
+
+def _store_plan(g: ConvGeom, t: DenseTile, m: Node, local: bool, symbolic: bool,
+                in_registers: bool, cache: int, l2: int) -> tuple[bool, bool, bool]:
+    """(stream, stream_by_size, prefetch). An output written once (one K chunk, final in
+    registers) that would not stay in the cache: non-temporal stores (the detector's 1x1
+    16 -> 96 expansion at 320x320, 39 MB); over symbolic rows the choice is made per run,
+    between two tile functions. A 1x1 conv to few channels (an input float feeds at most
+    PREFETCH_MAX_OC FMAs: its tiles wait on the input) over an input larger than the cores'
+    L2 (at the hint where symbolic): each register tile prefetches the next one's rows (the
+    detector's 144 -> 24 projection at 160x160: 1.98 -> 1.02 ms; ResNet-50's 1x1 convs, 64
+    channels and more, measured no better)."""
+    once = (not local and -(-g.ICg // t.KC) == 1 and g.OCg % 16 == 0 and g.OC % 16 == 0
+            and in_registers)
+    stream = once and not symbolic and phase_store.streams(4 * g.P * g.OC, cache)
+    prefetch = (g.KH == g.KW == 1 and not t.pack and not g.padded and m.op == "ConvNHWC"
+                and g.OCg <= PREFETCH_MAX_OC and 4 * g.P * g.C > l2)
+    return stream, once and symbolic and cache > 0, prefetch
 
 
 def l2_bytes(ctx: RollerContext) -> int:
