@@ -22,13 +22,12 @@ from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, heights, uk_name
-from ember.kernel.schedule import mul_extent, numel
+from ember.kernel.schedule import cdiv_extent, mul_extent, numel
 from ember.loops.ir import (
     Bin,
     Buffer,
     Const,
     Eval,
-    Extent,
     For,
     ForKind,
     Stmt,
@@ -136,7 +135,7 @@ def build_batched(name: str, body: Graph) -> Kernel:
     a_buf, b_buf = Buffer(f"{name}_a", numel(ash)), Buffer(f"{name}_b", numel(bsh))
     args: list = [(out_buf, OUTPUT), (a_buf, body.inputs.index(a_v)),
                   (b_buf, body.inputs.index(b_v))]
-    pb: Extent = simplify(Bin("//", Bin("+", as_expr(M), Const(PT - 1)), Const(PT)))  # type: ignore[assignment]
+    pb = cdiv_extent(M, PT)
     ntasks = mul_extent(batch, pb)
     task = Var("task")
     stmt: Stmt = Eval(fn, (task, out_buf, a_buf, b_buf))

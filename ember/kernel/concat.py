@@ -10,7 +10,7 @@ copies several small inputs, or a range of one large input's runs, by vector mov
 
 The dims before the axis may be symbolic (a channels-last Concat over a symbolic image: the
 runs are the static channels, ``outer`` the symbolic N·H·W): then tasks are whole rows, as
-many per task as the hint gives, the row count read at run time.
+many per task as the hint's row count gives, the row count read at run time.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import hashlib
 from ember.ir.graph import Graph
 from ember.ir.ops.tensor import concat_copy_inputs, concat_runs_static
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.schedule import mul_extent
-from ember.loops.ir import Bin, Buffer, Const, Eval, Extent, For, ForKind, Var, as_expr, hint_of
+from ember.kernel.schedule import cdiv_extent, mul_extent
+from ember.loops.ir import Bin, Buffer, Eval, Extent, For, ForKind, Var, hint_of
 from ember.loops.transform import format_stmt
 from ember.lower import dims
 from ember.lower.computes import static_shape
@@ -129,30 +129,24 @@ static inline void em_concat_rows(char *out, const char *src, int64_t run, int64
 
 
 def build_concat(name: str, body: Graph, threads: int) -> Kernel:
+    m = body.nodes[0]
     outer, runs, row = _layout(body)
-    if not isinstance(outer, int):   # symbolic rows: whole rows per task, for the hint
-        return _build_symbolic(name, body, outer, runs, row, threads)
-    total = outer * row
-    ntasks = max(1, min(outer * len(runs), max(threads, -(-total // TASK_BYTES))))
-    if outer >= ntasks:   # whole output rows per task
-        per = -(-outer // ntasks)
-        ntasks = -(-outer // per)
-        fn = "em_concat_" + hashlib.sha1(repr((outer, runs, per)).encode()).hexdigest()[:12]
-        source = _row_source(fn, outer, runs, row, per)
+    n = max(1, hint_of(outer))   # the row count (its hint where symbolic)
+    ntasks: Extent = max(1, min(n * len(runs), max(threads, -(-n * row // TASK_BYTES))))
+    if not isinstance(outer, int) or outer >= ntasks:   # whole output rows per task
+        per = -(-n // ntasks)
+        rows = dims.c_operand(outer)
+        ntasks = cdiv_extent(outer, per)
+        fn = "em_concat_" + hashlib.sha1(repr((rows, runs, per)).encode()).hexdigest()[:12]
+        source = _row_source(fn, rows, runs, row, per)
     else:                 # few rows: inputs (or their row ranges) shared out over the tasks
         tasks = partition(outer, runs, ntasks)
         ntasks = len(tasks)
         fn = "em_concat_" + hashlib.sha1(repr((runs, row, tasks)).encode()).hexdigest()[:12]
         source = _source(fn, runs, row, tasks)
-    return _kernel(name, body, outer, runs, fn, source, ntasks)
-
-
-def _kernel(name: str, body: Graph, outer: Extent, runs: list[int], fn: str, source: str,
-            ntasks: Extent) -> Kernel:
-    m = body.nodes[0]
     item = m.output.type.dtype.itemsize
     dtype = m.output.type.dtype.name
-    out = Buffer(f"{name}_out", mul_extent(outer, sum(runs) // item), dtype)
+    out = Buffer(f"{name}_out", mul_extent(outer, row // item), dtype)
     ins = [Buffer(f"{name}_in{k}", mul_extent(outer, run // item), dtype)
            for k, run in enumerate(runs)]
     args: list = [(out, OUTPUT)] + [(b, body.inputs.index(v)) for b, v in zip(ins, m.inputs)]
@@ -163,16 +157,3 @@ def _kernel(name: str, body: Graph, outer: Extent, runs: list[int], fn: str, sou
            f"{min(runs)}-{max(runs)} bytes each, copied in place")
     return Kernel(name, stmt, ntasks, args, {"em_concat": HELPER, fn: source}, 0, doc,
                   format_stmt(stmt))
-
-
-def _build_symbolic(name: str, body: Graph, outer: Extent, runs: list[int], row: int,
-                    threads: int) -> Kernel:
-    """Rows over a symbolic count: ``per`` rows a task as the hint's count gives them."""
-    hint = max(1, hint_of(outer))
-    ntasks_hint = max(1, min(hint, max(threads, -(-hint * row // TASK_BYTES))))
-    per = -(-hint // ntasks_hint)
-    rows = dims.c_operand(outer)
-    key = repr((rows, runs, per))
-    fn = "em_concat_" + hashlib.sha1(key.encode()).hexdigest()[:12]
-    ntasks = Bin("//", Bin("+", as_expr(outer), Const(per - 1)), Const(per))
-    return _kernel(name, body, outer, runs, fn, _row_source(fn, rows, runs, row, per), ntasks)

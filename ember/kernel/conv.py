@@ -28,7 +28,7 @@ from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, heights, uk
 from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, register_epilogue
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
-from ember.kernel.schedule import mul_extent, numel
+from ember.kernel.schedule import cdiv_extent, mul_extent, numel
 from ember.loops.ir import (
     Alloc,
     Bin,
@@ -123,12 +123,14 @@ class CDims:
     """The sizes of a dense kernel's geometry that its C text reads, as C expressions:
     ints for a static one; expressions of the program's dims (``dims.c_expr``) for a
     conv over a symbolic batch, height or width, or a MatMul with a symbolic row count (the
-    tiling itself is Roller's for the hint geometry). H and W are the padded input's."""
+    tiling itself is Roller's for the hint geometry). H and W are the padded input's. The
+    depthwise kernel reads the same sizes (``kernel/depthwise.py``)."""
 
     H: int | str
     W: int | str
     IH: int | str
     IW: int | str
+    OH: int | str
     OW: int | str
     OHW: int | str
     P: int | str
@@ -150,7 +152,7 @@ def c_dims(m: Node, g: ConvGeom, rows: Extent) -> CDims:
         h = simplify(Bin("+", as_expr(ih), Const(g.pad_t + g.pad_b)))
         w = simplify(Bin("+", as_expr(iw), Const(g.pad_l + g.pad_r)))
         c = dims.c_operand
-        return CDims(c(h), c(w), c(ih), c(iw), c(ow), c(mul_extent(oh, ow)), c(rows),
+        return CDims(c(h), c(w), c(ih), c(iw), c(oh), c(ow), c(mul_extent(oh, ow)), c(rows),
                      True)
     sym = not isinstance(rows, int)
     return replace(static_dims(g), P=dims.c_operand(rows), symbolic=sym,
@@ -158,7 +160,7 @@ def c_dims(m: Node, g: ConvGeom, rows: Extent) -> CDims:
 
 
 def static_dims(g: ConvGeom) -> CDims:
-    return CDims(g.H, g.W, g.IH, g.IW, g.OW, g.OH * g.OW, g.P)
+    return CDims(g.H, g.W, g.IH, g.IW, g.OH, g.OW, g.OH * g.OW, g.P)
 
 
 def conv_rows(m: Node) -> Extent:
@@ -493,13 +495,11 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     packed = pack_weights(w_hwio, g, t)
     ntasks: Extent = dense.task_count(g, t)
     if sym is not None:
-        ntasks = mul_extent(g.G * -(-g.OCg // t.NT),
-                            Bin("//", Bin("+", sym, Const(t.PT - 1)), Const(t.PT)))
+        ntasks = mul_extent(g.G * -(-g.OCg // t.NT), cdiv_extent(sym, t.PT))
     core = core_body(body)
     reg = register_epilogue(core, m, g.OC, tensors=True) if len(core.nodes) > 1 else None
-    stream, stream_by_size, prefetch = _store_plan(g, t, m, local, sym is not None,
-                                                   reg is not None or len(core.nodes) == 1,
-                                                   cache, l2_bytes(ctx))
+    stream, prefetch = _store_plan(g, t, m, local, mul_extent(rows, g.OC),
+                                   reg is not None or len(core.nodes) == 1, cache, l2_bytes(ctx))
     # named by what its text depends on, so kernels of one shape share one tile function
     key = (g, t, local, stream, prefetch) if sym is None else (g, t, local, cd, prefetch)
     if reg is not None:
@@ -523,16 +523,16 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf, *extra)), epi))
     else:
         call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra))
-        if stream_by_size:   # phase_store.streams at run time
-            big = Bin(">", Bin("*", as_expr(sym), Const(4 * g.OC)), Const(cache // 2))
-            call = If(big, Eval(fn + "_nt", (task, out_buf, x_buf, w_buf, *extra)), call)
+        if isinstance(stream, Expr):   # decided per run: the non-temporal tile function
+            call = If(stream, Eval(fn + "_nt", (task, out_buf, x_buf, w_buf, *extra)), call)
         epi_in_place = None if reg is not None else \
             _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    support = _helpers(g, t, reg, g.P if sym is None else sym, stream, prefetch)
-    support[fn] = _tile_fn(fn, g, t, cd, local, reg, stream, prefetch)
-    if stream_by_size:
+    static_nt = stream is True
+    support = _helpers(g, t, reg, g.P if sym is None else sym, static_nt, prefetch)
+    support[fn] = _tile_fn(fn, g, t, cd, local, reg, static_nt, prefetch)
+    if isinstance(stream, Expr):
         support.update(_helpers(g, t, reg, sym, True, prefetch))
         support[fn + "_nt"] = _tile_fn(fn + "_nt", g, t, cd, local, reg, True, prefetch)
     if local:
@@ -552,38 +552,41 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
 PREFETCH_MAX_OC = 48
 
 
-def _store_plan(g: ConvGeom, t: DenseTile, m: Node, local: bool, symbolic: bool,
-                in_registers: bool, cache: int, l2: int) -> tuple[bool, bool, bool]:
-    """(stream, stream_by_size, prefetch). An output written once (one K chunk, final in
-    registers) that would not stay in the cache: non-temporal stores (the detector's 1x1
-    16 -> 96 expansion at 320x320, 39 MB); over symbolic rows the choice is made per run,
-    between two tile functions. A 1x1 conv to few channels (an input float feeds at most
-    PREFETCH_MAX_OC FMAs: its tiles wait on the input) over an input larger than the cores'
-    L2 (at the hint where symbolic): each register tile prefetches the next one's rows (the
-    detector's 144 -> 24 projection at 160x160: 1.98 -> 1.02 ms; ResNet-50's 1x1 convs, 64
-    channels and more, measured no better)."""
+def _store_plan(g: ConvGeom, t: DenseTile, m: Node, local: bool, out_floats: Extent,
+                in_registers: bool, cache: int, l2: int) -> tuple[bool | Expr, bool]:
+    """(stream, prefetch). An output written once (one K chunk, final in registers) that
+    would not stay in the cache: non-temporal stores (the detector's 1x1 16 -> 96 expansion
+    at 320x320, 39 MB; ``phase_store.streams``, an expression decided per run where the row
+    count is symbolic: two tile functions then). A 1x1 conv to few channels (an input float
+    feeds at most PREFETCH_MAX_OC FMAs: its tiles wait on the input) over an input larger
+    than the cores' L2 (at the hint where symbolic): each register tile prefetches the next
+    one's rows (the detector's 144 -> 24 projection at 160x160: 1.98 -> 1.02 ms; ResNet-50's
+    1x1 convs, 64 channels and more, measured no better)."""
     once = (not local and -(-g.ICg // t.KC) == 1 and g.OCg % 16 == 0 and g.OC % 16 == 0
             and in_registers)
-    stream = once and not symbolic and phase_store.streams(4 * g.P * g.OC, cache)
+    stream = once and phase_store.streams(mul_extent(out_floats, 4), cache)
     prefetch = (g.KH == g.KW == 1 and not t.pack and not g.padded and m.op == "ConvNHWC"
                 and g.OCg <= PREFETCH_MAX_OC and 4 * g.P * g.C > l2)
-    return stream, once and symbolic and cache > 0, prefetch
+    return stream, prefetch
 
 
 def l2_bytes(ctx: RollerContext) -> int:
     """The L2 capacity of all the units together (0 where the spec has none)."""
-    l2 = [lay for lay in ctx.spec.layers if lay.name == "L2"]
-    if not l2:
-        return 0
-    return l2[0].capacity if l2[0].shared else l2[0].capacity * ctx.units
+    return _capacity(ctx, ("L2",))
 
 
 def _cache_bytes(ctx: RollerContext) -> int:
     """The last-level cache's capacity, all of it (a private layer's times the units)."""
-    caches = [lay for lay in ctx.spec.layers if lay.name in ("L2", "L3")]
-    if not caches:
+    return _capacity(ctx, ("L2", "L3"))
+
+
+def _capacity(ctx: RollerContext, names: tuple[str, ...]) -> int:
+    """The capacity of the last of the spec's layers named in ``names``, over all the units
+    (a private layer's times their count); 0 where there is none."""
+    layers = [lay for lay in ctx.spec.layers if lay.name in names]
+    if not layers:
         return 0
-    last = caches[-1]
+    last = layers[-1]
     return last.capacity if last.shared else last.capacity * ctx.units
 
 
@@ -682,7 +685,7 @@ def _task_origin(g: ConvGeom, t: DenseTile, task: Var, rows: Extent | None = Non
     ct = _task_channels(t)
     tj = -(-jb // (ct // t.NB))
     P = as_expr(g.P if rows is None else rows)
-    pb = Bin("//", Bin("+", P, Const(t.PT - 1)), Const(t.PT))
+    pb = as_expr(cdiv_extent(g.P if rows is None else rows, t.PT))
     gi = Bin("//", task, Bin("*", Const(tj), pb))
     j = Bin("%", Bin("//", task, pb), Const(tj))
     p0 = Bin("*", Bin("%", task, pb), Const(t.PT))

@@ -45,6 +45,7 @@ import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.conv import CDims, c_dims, conv_rows, static_dims
 from ember.kernel.conv import geometry as conv_geometry
 from ember.kernel.epilogue import element_epilogue
 from ember.kernel.microkernel import LANES, PART_HELPERS
@@ -57,7 +58,7 @@ from ember.kernel.regepi import (
 )
 from ember.kernel.roller import RollerContext
 from ember.kernel.roller.dense import ConvGeom
-from ember.kernel.schedule import mul_extent, numel
+from ember.kernel.schedule import cdiv_extent, mul_extent, numel
 from ember.kernel.window import inside_span, kernel_rows_c
 from ember.loops.ir import (
     Bin,
@@ -111,30 +112,6 @@ class DwTiling:
 
     def describe(self) -> str:
         return f"reg {self.R}x{self.NB} rows/task {self.ROWS} blocks/task {self.BLOCKS}"
-
-
-@dataclass(frozen=True)
-class DwSizes:
-    """The sizes a depthwise kernel's C text reads: ints for a static geometry, C expressions
-    of the program's dims (read at run time) where the batch, height or width is symbolic
-    (the tiling is then the hint geometry's, ``conv.geometry``)."""
-
-    IH: int | str
-    IW: int | str
-    OH: int | str
-    OW: int | str
-    symbolic: bool = False
-
-
-def _sizes(m: Node, g: DwGeom) -> DwSizes:
-    x = m.inputs[0]
-    assert x is not None
-    if x.type.is_static and m.output.type.is_static:
-        return DwSizes(g.IH, g.IW, g.OH, g.OW)
-    _, ih, iw, _ = static_shape(x.type)
-    _, oh, ow, _ = static_shape(m.output.type)
-    ih, iw, oh, ow = (dims.c_operand(e) for e in (ih, iw, oh, ow))
-    return DwSizes(ih, iw, oh, ow, True)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -389,14 +366,14 @@ def interior(g: DwGeom) -> tuple[int, int]:
 
 
 def _row_fn(name: str, g: DwGeom, R: int, nb: int, bt: int,
-            epi: RegEpilogue | None, split: int = 1, cs: DwSizes | None = None) -> str:
+            epi: RegEpilogue | None, split: int = 1, cs: CDims | None = None) -> str:
     """``name(q, gi, out, x, w)``: output row ``q`` (of n·OH) of channel group ``gi`` (channel
     blocks ``[gi·bt, gi·bt + bt)``), tile by tile along OW, each tile over the group's blocks.
     A tile reaching outside ``interior`` runs guarded; only kernel rows inside the input are
     read (``_kernel_rows``). ``cs``: sizes read at run time (a symbolic geometry: the interior
     is computed per call, a guarded tile checks every column, and a row narrower than R runs
     one pixel at a time)."""
-    cs = cs if cs is not None else DwSizes(g.IH, g.IW, g.OH, g.OW)
+    cs = cs if cs is not None else static_dims(g)
     full = g.C // nb                      # whole channel blocks; then a partial one, if any
     tail = g.C - full * nb
     ng = _cdiv(_cdiv(g.C, nb), bt)
@@ -457,7 +434,7 @@ static void {name}(int64_t q, int64_t gi, float *out, const float *x, const floa
 """
 
 
-def _columns(g: DwGeom, R: int, cs: DwSizes
+def _columns(g: DwGeom, R: int, cs: CDims
              ) -> tuple[int | str, int | str, tuple[int, int], tuple[bool, ...], str]:
     """The interior output columns [lo, hi) (C names for a symbolic width, computed per row
     by ``bounds``), the tap columns every guarded tile reads inside the input (none over a
@@ -476,7 +453,7 @@ def _columns(g: DwGeom, R: int, cs: DwSizes
     return lo, hi, safe, (False, True) if (lo, hi) != (0, g.OW) else (False,), ""
 
 
-def _kernel_rows(g: DwGeom, cs: DwSizes) -> str:
+def _kernel_rows(g: DwGeom, cs: CDims) -> str:
     """C: the kernel rows [kh0, kh0 + nkh) output row ``oh`` of image ``n`` reads inside the
     input (with vertical padding), and the input row ``r0`` (of n·H) of kernel row kh0."""
     if g.pad_t == g.pad_b == 0:   # every kernel row inside: no kh0, nkh
@@ -531,7 +508,7 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
                          lambda c: build_depthwise(name, body, ctx, c))
     if min(t.R, t.V, t.ROWS) < 1 or t.BLOCKS < 0:
         raise ValueError(f"depthwise tiling {t} has a non-positive size")
-    cs = _sizes(m, g)
+    cs = c_dims(m, g, conv_rows(m))
     # a symbolic geometry's register tile is its hint's; its sizes are read at run time, and
     # an rTask is one output row (the hint's rows per task would leave a smaller image a
     # task or two: one vEU's work; a row is 10 µs and more of work at 96 channels x 80)
@@ -542,8 +519,7 @@ def build_depthwise(name: str, body: Graph, threads: int | RollerContext = 2,
     n_, oh_, _, _ = static_shape(m.output.type)
     nrows: Extent = mul_extent(n_, oh_)
     ng = _cdiv(cb, bt)
-    rb: Extent = _cdiv(nrows, rows) if isinstance(nrows, int) else \
-        Bin("//", Bin("+", nrows, Const(rows - 1)), Const(rows))
+    rb = cdiv_extent(nrows, rows)
     reg = register_epilogue(body, m, g.C) if len(body.nodes) > 1 else None
     packed = pack_weights(w_hwio, nb, reg.consts if reg else [])
     # named by what its text depends on, so kernels of one shape share one function

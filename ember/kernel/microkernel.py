@@ -33,10 +33,16 @@ LANES = 16
 def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None,
             indirect: bool = False, stream: bool = False, prefetch: bool = False) -> str:
     base = (f"em_uk_{rows}x{vecs}{'i' if indirect else ''}{'s' if stream else ''}"
-            f"{'p' if prefetch and rows > 1 and not indirect else ''}")
+            f"{'p' if _prefetches(rows, indirect, prefetch) else ''}")
     if epi is None:
         return base
     return f"{base}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
+
+
+def _prefetches(rows: int, indirect: bool, prefetch: bool) -> bool:
+    """Does a micro-kernel asked to ``prefetch`` do it: two rows or more (the next tile's
+    stride is the rows' own), addressed directly (not through a border's pointer table)?"""
+    return prefetch and rows > 1 and not indirect
 
 
 def heights(rows: object, span: int, R: int) -> list[int]:
@@ -61,7 +67,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     one line of the next tile's rows is prefetched per reduction step, so a large input
     streams in while this tile computes (its rows' 12 interleaved streams outran the
     hardware prefetcher)."""
-    prefetch = prefetch and rows > 1 and not indirect
+    prefetch = _prefetches(rows, indirect, prefetch)
     nb = LANES * vecs
     put16, put8 = ("EM_PUT16", "EM_PUT8") if stream else ("EM_SET16", "EM_SET8")
     R, V = range(rows), range(vecs)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ember.ir.graph import Graph
 from ember.ir.ops.layout import TO_NCHW
-from ember.kernel.schedule import numel
+from ember.kernel.schedule import mul_extent, numel
 from ember.loops.ir import Bin, Buffer, Const, Eval, Expr, Extent, all_of, as_expr
 from ember.lower.computes import static_shape
 
@@ -78,11 +78,16 @@ class PhaseStore:
                                   *geo))
 
 
-def streams(nbytes: int, cache_bytes: int) -> bool:
+def streams(nbytes: Extent, cache_bytes: int) -> bool | Expr:
     """Should an output of ``nbytes``, written once, be stored non-temporally: is it larger
     than half of ``cache_bytes`` (the last-level cache), so that it would not stay there for
-    its consumer anyway? (Then a plain store only adds a read of each line from memory.)"""
-    return cache_bytes > 0 and nbytes > cache_bytes // 2
+    its consumer anyway? (Then a plain store only adds a read of each line from memory.) An
+    output of symbolic size gets the test as an expression, decided per run."""
+    if cache_bytes <= 0:
+        return False
+    if isinstance(nbytes, int):
+        return nbytes > cache_bytes // 2
+    return Bin(">", as_expr(nbytes), Const(cache_bytes // 2))
 
 
 def phase_output(body: Graph, cache_bytes: int = 0) -> PhaseStore | None:
@@ -100,9 +105,7 @@ def phase_output(body: Graph, cache_bytes: int = 0) -> PhaseStore | None:
     _, oh, ow, _ = static_shape(d.output.type)
     g = int(d.attrs.get("group", 1))
     cg = int(c) // (g * s0 * s1)
-    size = numel(static_shape(body.outputs[0].type))
-    big: bool | Expr = streams(4 * size, cache_bytes) if isinstance(size, int) else \
-        cache_bytes > 0 and Bin(">", Bin("*", as_expr(size), Const(4)), Const(cache_bytes // 2))
+    big = streams(mul_extent(numel(static_shape(body.outputs[0].type)), 4), cache_bytes)
     return PhaseStore(z0, z1, s0, s1, cg, top, left, oh, ow, g * cg, nchw, big)
 
 

@@ -36,7 +36,7 @@ import hashlib
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.microkernel import LANES, PART_HELPERS
-from ember.kernel.schedule import mul_extent, numel, simplify_extent
+from ember.kernel.schedule import cdiv_extent, mul_extent, numel
 from ember.kernel.window import HELPERS, LOWEST, WinGeom, geometry
 from ember.loops.ir import (
     Bin,
@@ -158,14 +158,17 @@ def _border_inv(g: WinGeom) -> str:
     const em_v16a inv = em_bcast(1.0f / (float)(ch * cw));"""
 
 
-def _source(fn: str, g: WinGeom, V: int, sizes: tuple[Extent, Extent, Extent, Extent]) -> str:
-    """``sizes``: the input's H and W and the output's OH and OW (ints, or expressions of the
-    program's dims)."""
+def _sizes(g: WinGeom) -> tuple[int | str, ...]:
+    """H, W, OH, OW as C operands (numbers, or expressions of the program's dims)."""
+    return tuple(dims.c_operand(e) for e in (g.H, g.W, g.OH, g.OW))
+
+
+def _source(fn: str, g: WinGeom, V: int) -> str:
     avg = g.kind == "avg"
     interior = [f"({kh * g.DH} * W + {kw * g.DW}) * C"
                 for kh in range(g.KH) for kw in range(g.KW)]
     inner_inv = f"const em_v16a inv = em_bcast({1.0 / (g.KH * g.KW)!r}f);" if avg else ""
-    h, w, oh, ow = (dims.c_operand(e) for e in sizes)
+    h, w, oh, ow = _sizes(g)
     return f"""
 static void {fn}(int64_t p0, int64_t p1, float *restrict out, const float *restrict x) {{
   enum {{ C = {g.C} }};
@@ -204,12 +207,11 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
     g = geometry(m)
     x = m.inputs[0]
     assert x is not None
-    sizes = (g.H, g.W, g.OH, g.OW)
     P: Extent = mul_extent(mul_extent(g.N, g.OH), g.OW)   # output pixels
     V = max(1, min(MAX_V, g.C // LANES))
     px = max(1, hint_of(P) // (TASKS_PER_VEU * units))
     # named by its geometry, so pools of one shape share one function
-    key = repr((g, V, tuple(dims.c_operand(e) for e in sizes)))
+    key = repr((g, V, _sizes(g)))
     fn = f"em_pool_{g.kind}_" + hashlib.sha1(key.encode()).hexdigest()[:12]
     out_buf = Buffer(f"{name}_out", numel(static_shape(m.output.type)))
     x_buf = Buffer(f"{name}_x", numel(static_shape(x.type)))
@@ -219,11 +221,10 @@ def build_pool_nhwc(name: str, body: Graph, units: int = 2) -> Kernel:
                      Eval(fn, (q0, Bin("min", Bin("+", q0, Const(px)), as_expr(P)),
                                out_buf, x_buf)))
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    support = {"part": PART_HELPERS, fn: _source(fn, g, V, sizes)}
+    support = {"part": PART_HELPERS, fn: _source(fn, g, V)}
     if g.kind == "max":   # em_win_max
         support["em_win"] = HELPERS
-    ntasks: Extent = -(-P // px) if isinstance(P, int) else simplify_extent(
-        Bin("//", Bin("+", as_expr(P), Const(px - 1)), Const(px)))
+    ntasks = cdiv_extent(P, px)
     doc = (f"{body.name}: pool {g.kind} NHWC N={g.N} {g.H}x{g.W}x{g.C} -> {g.OH}x{g.OW} "
            f"K={g.KH}x{g.KW} S={g.SH}x{g.SW} D={g.DH}x{g.DW} P={g.PT},{g.PL},{g.PB},{g.PR}"
            f"{' count_include_pad' if g.incl else ''}; {V} vectors per tile, "

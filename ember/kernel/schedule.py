@@ -72,6 +72,21 @@ def mul_extent(a: Extent, b: Extent) -> Extent:
     return simplify_extent(Bin("*", as_expr(a), as_expr(b)))
 
 
+def add_extent(a: Extent, k: int) -> Extent:
+    """``a + k``: an int when ``a`` is static."""
+    sa = static_value(a)
+    return sa + k if sa is not None else simplify_extent(Bin("+", as_expr(a), Const(k)))
+
+
+def cdiv_extent(a: Extent, k: int) -> Extent:
+    """``ceil(a / k)`` for a positive ``k`` (a task count over a size): an int when ``a`` is
+    static, else the expression of the program's dims."""
+    sa = static_value(a)
+    if sa is not None:
+        return -(-sa // k)
+    return simplify_extent(Bin("//", Bin("+", as_expr(a), Const(k - 1)), Const(k)))
+
+
 def fuse(nest: LoopNest, outer: Var | str, inner: Var | str) -> Var:
     i, j = nest.find(outer), nest.find(inner)
     if j != i + 1:

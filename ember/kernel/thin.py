@@ -36,7 +36,7 @@ from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.conv import core_body, geometry, transposed_output
 from ember.kernel.epilogue import tile_epilogue
 from ember.kernel.microkernel import LANES
-from ember.kernel.schedule import mul_extent, numel
+from ember.kernel.schedule import cdiv_extent, mul_extent, numel
 from ember.loops.ir import (
     Alloc,
     Bin,
@@ -92,8 +92,7 @@ def applicable(body: Graph) -> bool:
 
 def _pixels(t: TensorType) -> Extent:
     """N·H·W of an NHWC type: an int, or an expression of the program's dims."""
-    n, h, w, _ = static_shape(t)
-    return mul_extent(mul_extent(n, h), w)
+    return numel(static_shape(t)[:3])
 
 
 def _compute_source(fn: str, ic: int, oc: int, pixels: Extent) -> str:
@@ -231,7 +230,6 @@ def build_thin(name: str, body: Graph) -> Kernel:
     doc = (f"{body.name}: thin pointwise conv P={hint_of(pixels)}"
            f"{'' if isinstance(pixels, int) else ' (symbolic: the hint)'} IC={ic} OC={oc}, "
            f"pixels in the lanes, rTask {PX} pixels")
-    ntasks: Extent = -(-pixels // PX) if isinstance(pixels, int) else \
-        Bin("//", Bin("+", as_expr(pixels), Const(PX - 1)), Const(PX))
+    ntasks = cdiv_extent(pixels, PX)
     return Kernel(name, stmt, ntasks, args, support, 2 * hint_of(pixels) * ic * oc, doc,
                   format_stmt(stmt))

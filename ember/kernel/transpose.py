@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import reduce
 
 import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.kernel import transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
-from ember.kernel.schedule import mul_extent, simplify_extent
-from ember.loops.ir import Bin, Buffer, Const, Eval, Extent, For, ForKind, Var, as_expr, hint_of
+from ember.kernel.schedule import add_extent, cdiv_extent, mul_extent, numel
+from ember.loops.ir import Bin, Buffer, Eval, Extent, For, ForKind, Var, hint_of
 from ember.loops.transform import format_stmt
 from ember.lower import dims
 from ember.lower.computes import static_shape
@@ -47,14 +45,6 @@ BLOCK = 16           # A at or above this: 16 x 16 register transposes
 PIECE = 128          # the fewest pixels of a row one task stores (runs of 512 bytes and more)
 PIECE_BYTES = 4096   # with runs of R > 1 items: the fewest bytes of a row one task stores
 RUN_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
-
-
-def _prod(xs: Iterable[Extent]) -> Extent:
-    return reduce(mul_extent, xs, 1)
-
-
-def _plus(e: Extent, k: int) -> Extent:
-    return e + k if isinstance(e, int) else simplify_extent(Bin("+", as_expr(e), Const(k)))
 
 
 @dataclass(frozen=True)
@@ -74,13 +64,13 @@ class Layout:
     @property
     def rows(self) -> Extent:
         """Output rows: every index of T and of the padded B axes but the last."""
-        return mul_extent(self.T, _prod(_plus(b, lo + hi) for b, lo, hi in
+        return mul_extent(self.T, numel(add_extent(b, lo + hi) for b, lo, hi in
                                         zip(self.B[:-1], self.lo[:-1], self.hi[:-1])))
 
     @property
     def width(self) -> Extent:
         """Pixels (last-B indices, padded) per output row."""
-        return _plus(self.B[-1], self.lo[-1] + self.hi[-1])
+        return add_extent(self.B[-1], self.lo[-1] + self.hi[-1])
 
     @property
     def symbolic(self) -> bool:
@@ -137,11 +127,11 @@ def layout(body: Graph) -> Layout | None:
     bax = keep[j:k]
     if any(lo[a] or hi[a] for a in keep if a not in bax):   # only B's axes may be padded
         return None
-    T, A, R = _prod(ds[:b]), _prod(ds[b:j]), _prod(ds[k:])
+    T, A, R = numel(ds[:b]), numel(ds[b:j]), numel(ds[k:])
     if not isinstance(R, int):
         return None        # the runs stay static
     if not any(lo) and not any(hi):      # no padding: B is one axis
-        return Layout(T, A, (_prod(ds[j:k]),), R, item, (0,), (0,))
+        return Layout(T, A, (numel(ds[j:k]),), R, item, (0,), (0,))
     return Layout(T, A, tuple(ds[j:k]), R, item, tuple(lo[a] for a in bax),
                   tuple(hi[a] for a in bax), value)
 
@@ -196,8 +186,8 @@ def _row_body(L: Layout, fill: str, block: bool) -> str:
     """C: output columns ``[c0, c1)`` of the row at ``o`` from the input pixels at ``s``
     (``s[a·AS + w]`` is pixel ``w``'s item of ``a``; its padding stored too)."""
     P, A, R, lo = _cx(L.pixel), _cx(L.A), L.R, L.lo[-1]
-    AS = _cx(mul_extent(_prod(L.B), R))
-    end = _cx(_plus(L.B[-1], lo))    # the row's first right-padding column
+    AS = _cx(mul_extent(numel(L.B), R))
+    end = _cx(add_extent(L.B[-1], lo))    # the row's first right-padding column
     lines = [f"    for (int64_t i = c0 * {P}; i < (c1 < {lo} ? c1 : {lo}) * {P}; ++i) "
              f"o[i] = {fill};",
              f"    const int64_t w0 = c0 > {lo} ? c0 : {lo}, "
@@ -222,7 +212,7 @@ def _row_body(L: Layout, fill: str, block: bool) -> str:
 def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int,
             block: bool) -> str:
     """C: task q's output rows (``rows_per`` whole rows, or one ``per_row``-th of a row)."""
-    outer = [_cx(_plus(b, lo + hi)) for b, lo, hi in zip(L.B[:-1], L.lo[:-1], L.hi[:-1])]
+    outer = [_cx(add_extent(b, lo + hi)) for b, lo, hi in zip(L.B[:-1], L.lo[:-1], L.hi[:-1])]
     rows, width = _cx(L.rows), _cx(L.width)
     # decode an output row into t and the padded outer B indices; the input pixel row
     lines = [f"static void {fn}(int64_t q, char *out_, const char *in_) {{",
@@ -243,7 +233,7 @@ def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int,
     lines += [f"    if (!inside) {{ for (int64_t i = c0 * {_cx(L.pixel)}; i < c1 * {_cx(L.pixel)}; "
               "++i) "
               f"o[i] = {fill}; continue; }}",
-              f"    const {ty} *s = in + rest * {_cx(mul_extent(_prod(L.B), L.pixel))} + "
+              f"    const {ty} *s = in + rest * {_cx(mul_extent(numel(L.B), L.pixel))} + "
               f"src * {L.R};",
               _row_body(L, fill, block), "  }", "}"]
     return "\n".join(lines) + "\n"
@@ -270,16 +260,14 @@ def build_transpose(name: str, body: Graph, threads: int) -> Kernel:
         per_row, rows_per = 1, -(-nrows // want)
     else:                     # rows split into column pieces (``least`` pixels at least)
         per_row, rows_per = max(1, min(-(-want // nrows), -(-width // least))), 1
-    ntasks: Extent = -(-L.rows // rows_per) * per_row if isinstance(L.rows, int) else \
-        mul_extent(simplify_extent(Bin("//", Bin("+", as_expr(L.rows), Const(rows_per - 1)),
-                                       Const(rows_per))), per_row)
+    ntasks = mul_extent(cdiv_extent(L.rows, rows_per), per_row)
     key = repr((L, ty, fill, per_row, rows_per, block))
     fn = "em_transpose_" + hashlib.sha1(key.encode()).hexdigest()[:12]
     helpers = {fn: _source(fn, L, ty, fill, per_row, rows_per, block)}
     if block:
         helpers = {transpose_tile.NAME: transpose_tile.C_SOURCE, **helpers}
     out = Buffer(f"{name}_out", mul_extent(mul_extent(L.rows, L.width), L.pixel), dtype)
-    inp = Buffer(f"{name}_in", mul_extent(mul_extent(L.T, _prod(L.B)), L.pixel), dtype)
+    inp = Buffer(f"{name}_in", mul_extent(mul_extent(L.T, numel(L.B)), L.pixel), dtype)
     task = Var("task")
     stmt = For(task, T0, Bin("-", T1, T0), Eval(fn, (task, out, inp)), ForKind.SERIAL)
     pad = f", padded {list(L.lo)}/{list(L.hi)}" if any(L.lo) or any(L.hi) else ""

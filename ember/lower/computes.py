@@ -77,7 +77,11 @@ def static_shape(t: TensorType) -> tuple[int, ...]:
     return tuple(dims.extent(d) for d in t.shape)  # type: ignore[misc]
 
 
-def fconst(v: float, dtype: str = "float32") -> Const:
+def fconst(v: float | Expr, dtype: str = "float32") -> Expr:
+    """``v`` as a ``dtype`` operand: a constant, or a symbolic extent (an axis length of a
+    program compiled for every size) cast to ``dtype``."""
+    if isinstance(v, Expr):
+        return Cast(v, dtype)
     return Const(float(v), dtype) if is_float_name(dtype) else Const(int(v), dtype)
 
 

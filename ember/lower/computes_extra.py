@@ -27,7 +27,7 @@ from ember.errors import CompileError
 from ember.ir.ops.resize import CROP, antialias_taps, coord_dtype, crop_terms, resize_axes
 from ember.ir.types import TensorType
 from ember.loops.evaluate import NotEvaluable, evaluate
-from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, Var, all_of
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, Var, all_of, as_expr
 from ember.lower.computes import (
     axes_of,
     call,
@@ -186,12 +186,10 @@ def _axis_taps(attrs: dict[str, Any], c: Expr, in_len: int, scale: float,
         rnd = _ROUND[attrs.get("nearest_mode", "round_prefer_floor")]
         return [(clamp(Cast(rnd(c, scale), "int64"), 0, in_len - 1), None)]
     if mode == "linear":
-        last = in_len - 1
-        cc = clamp(c, fconst(0.0, c.dtype), fconst(last, c.dtype) if isinstance(last, int)
-                   else Cast(last, c.dtype))
+        cc = clamp(c, fconst(0.0, c.dtype), fconst(in_len - 1, c.dtype))
         fl = call("floor", cc)
-        i0 = clamp(Cast(fl, "int64"), 0, last)
-        i1 = Bin("min", i0 + 1, Const(last) if isinstance(last, int) else last)
+        i0 = clamp(Cast(fl, "int64"), 0, in_len - 1)
+        i1 = Bin("min", i0 + 1, as_expr(in_len - 1))
         w1 = Cast(cc - fl, wdt)
         return [(i0, fconst(1.0, wdt) - w1), (i1, w1)]
     if mode == "cubic":

@@ -82,16 +82,24 @@ def _applicable(n: Node) -> bool:
         and _geometry(n) is not None and (not _zero_taps(n) or _phases_all_tapped(n))
 
 
-def _phases_all_tapped(n: Node) -> bool:
-    """One group, and every phase of every axis reaches a real tap."""
+def _strides_dilations(n: Node) -> tuple[list[int], list[int]]:
+    nd = n.inputs[0].type.rank - 2   # type: ignore[union-attr]
+    return ([int(s) for s in n.attrs.get("strides") or [1] * nd],
+            [int(d) for d in n.attrs.get("dilations") or [1] * nd])
+
+
+def _kernel_taps(n: Node) -> list[int]:
     w = n.inputs[1]
     assert w is not None and w.const is not None
-    nd = len(w.const.shape) - 2
-    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
-    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
+    return [int(k) for k in w.const.shape[2:]]
+
+
+def _phases_all_tapped(n: Node) -> bool:
+    """One group, and every phase of every axis reaches a real tap."""
+    strides, dil = _strides_dilations(n)
     return int(n.attrs.get("group", 1)) == 1 and all(
-        _axis_taps(int(w.const.shape[2 + a]), dil[a], strides[a], r)
-        for a in range(nd) for r in range(strides[a]))
+        _axis_taps(k, d, s, r) for k, d, s in zip(_kernel_taps(n), dil, strides, strict=True)
+        for r in range(s))
 
 
 def _as_2d(n: Node) -> list[Node]:
@@ -183,7 +191,7 @@ def _geometry(n: Node) -> _Geo | None:
     x, w = n.inputs[0], n.inputs[1]
     assert x is not None and w is not None and w.const is not None
     nd = x.type.rank - 2
-    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
+    strides, _ = _strides_dilations(n)
     pads = [int(p) for p in n.attrs.get("pads") or [0] * (2 * nd)]
     ins, outs = list(x.type.shape[2:]), list(n.output.type.shape[2:])
     # out = (in - 1)·s + delta, so ceil((pad + out) / s) - in = ceil((pad + delta) / s) - 1
@@ -310,14 +318,9 @@ def _axis_taps(k: int, d: int, s: int, r: int) -> list[int]:
 def _zero_taps(n: Node) -> bool:
     """Whether the single sub-pixel Conv would hold structural zero taps: past ``K`` in a
     phase (``K`` not a multiple of ``s``) or between dilated taps."""
-    w = n.inputs[1]
-    assert w is not None and w.const is not None
-    nd = len(w.const.shape) - 2
-    strides = [int(s) for s in n.attrs.get("strides") or [1] * nd]
-    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
-    return any(k % s or (d > 1 and k > 1) for k, s, d in zip(
-        ((int(k) - 1) * d + 1 for k, d in zip(w.const.shape[2:], dil, strict=True)), strides,
-        dil, strict=True))
+    strides, dil = _strides_dilations(n)
+    return any(((k - 1) * d + 1) % s or (d > 1 and k > 1)
+               for k, s, d in zip(_kernel_taps(n), strides, dil, strict=True))
 
 
 def _exact(n: Node) -> list[Node]:
@@ -330,7 +333,7 @@ def _exact(n: Node) -> list[Node]:
     assert geo is not None
     nd, group, cg = geo.nd, geo.group, geo.cg
     wk = np.asarray(w.const)
-    dil = [int(d) for d in n.attrs.get("dilations") or [1] * nd]
+    _, dil = _strides_dilations(n)
     wg = wk.reshape(group, wk.shape[0] // group, cg, *wk.shape[2:])
     bias = [b] if b is not None else []
     cols: dict[tuple[int, ...], Value] = {}
