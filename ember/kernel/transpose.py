@@ -215,7 +215,7 @@ def _source(fn: str, L: Layout, ty: str, fill: str, per_row: int, rows_per: int,
     outer = [_cx(add_extent(b, lo + hi)) for b, lo, hi in zip(L.B[:-1], L.lo[:-1], L.hi[:-1])]
     rows, width = _cx(L.rows), _cx(L.width)
     # decode an output row into t and the padded outer B indices; the input pixel row
-    lines = [f"static void {fn}(int64_t q, char *out_, const char *in_) {{",
+    lines = [f"static void {fn}(int64_t q, void *out_, const void *in_) {{",
              f"  {ty} *out = ({ty} *)out_; const {ty} *in = (const {ty} *)in_;",
              f"  const int64_t piece = q % {per_row}, r0 = q / {per_row} * {rows_per};",
              f"  const int64_t r1 = r0 + {rows_per} < {rows} ? r0 + {rows_per} : {rows};",

@@ -54,6 +54,12 @@ DEFAULT_FLAGS: tuple[str, ...] = (
     "-march=native",
     "-fopenmp",
     "-fno-trapping-math",   # lets gcc if-convert (vectorize) selects around float arithmetic
+    # what GCC 14 rejects by default is an error with every compiler, so a generated unit that
+    # only an older gcc would accept fails here (in the tests), not on a user's newer machine
+    "-Werror=incompatible-pointer-types",
+    "-Werror=int-conversion",
+    "-Werror=implicit-function-declaration",
+    "-Werror=implicit-int",
     "-fPIC",
     "-shared",
     "-std=gnu11",
