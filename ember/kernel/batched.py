@@ -21,7 +21,15 @@ import hashlib
 from ember.ir.graph import Graph
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue
-from ember.kernel.microkernel import LANES, PART_HELPERS, emit_microkernel, heights, uk_name
+from ember.kernel.microkernel import (
+    LANES,
+    PART_HELPERS,
+    dispatched,
+    emit_microkernel,
+    heights,
+    pieces,
+    uk_name,
+)
 from ember.kernel.schedule import cdiv_extent, mul_extent, numel
 from ember.loops.ir import (
     Bin,
@@ -71,14 +79,17 @@ def _batch_layout(ba: tuple, bb: tuple) -> str | None:
     return None
 
 
-def _tile_fn(name: str, M: str, N: str, K: str, layout: str, hs: list[int]) -> str:
+def _tile_fn(name: str, M: str, N: str, K: str, layout: str, hs: list[int],
+             dispatch: list[int]) -> str:
     """The C function of one rTask over a batch of ``M x K`` by ``K x N`` products, calling
-    the micro-kernels of heights ``hs``."""
+    the micro-kernels of heights ``hs`` for the row counts ``dispatch``."""
     a_b = "0" if layout == "a1" else "b"
     b_b = "0" if layout == "b1" else "b"
     cases = "\n".join(
-        f"          case {r}: {uk_name(r, V)}(rows, pk + j * K * {NB}, 1, 1, K, 0, 0, "
-        f"c + p * N + j * {NB}, N, 0, nvalid, K); break;" for r in hs)
+        f"          case {r}: " + " ".join(
+            f"{uk_name(h, V)}(rows{f' + {o}' if o else ''}, pk + j * K * {NB}, 1, 1, K, 0, 0, "
+            f"c + {f'(p + {o})' if o else 'p'} * N + j * {NB}, N, 0, nvalid, K);"
+            for o, h in pieces(r, hs)) + " break;" for r in dispatch)
     return f"""#include <stdlib.h>
 static void {name}(int64_t task, float *c, const float *a, const float *bm) {{
   const int64_t M = {M}, N = {N}, K = {K};
@@ -152,7 +163,7 @@ def build_batched(name: str, body: Graph) -> Kernel:
     hs = heights(M, PT, R)
     for r in hs:
         support[uk_name(r, V)] = emit_microkernel(r, V)
-    support[fn] = _tile_fn(fn, ms, ns, ks, layout, hs)
+    support[fn] = _tile_fn(fn, ms, ns, ks, layout, hs, dispatched(M, PT, R))
     flops = 2 * hint_of(batch) * hint_of(M) * hint_of(N) * hint_of(K)
     doc = f"{body.name}: batched {ms}x{ks} · {ks}x{ns} ({layout})"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))

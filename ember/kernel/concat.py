@@ -82,11 +82,18 @@ def partition(outer: int, runs: list[int], ntasks: int) -> list[list[tuple[int, 
     return tasks
 
 
+def _signature(fn: str, n: int) -> list[str]:
+    """C: the task function's head, its buffers as byte pointers (passed as void pointers: the
+    program's buffers are typed by their elements)."""
+    params = "".join(f", const void *in{k}_" for k in range(n))
+    return [f"static void {fn}(int64_t q, void *out_{params}) {{", "  char *out = out_;",
+            *(f"  const char *in{k} = in{k}_;" for k in range(n))]
+
+
 def _source(fn: str, runs: list[int], row: int, tasks: list[list[tuple[int, int, int]]]) -> str:
     """C: task q's copies, input by input (``partition``)."""
-    params = "".join(f", const char *in{k}" for k in range(len(runs)))
     offs = [sum(runs[:k]) for k in range(len(runs))]
-    lines = [f"static void {fn}(int64_t q, char *out{params}) {{", "  switch (q) {"]
+    lines = [*_signature(fn, len(runs)), "  switch (q) {"]
     for q, copies in enumerate(tasks):
         calls = " ".join(f"em_concat_rows(out + {offs[k]}, in{k}, {runs[k]}, {row}, {r}, {n});"
                          for k, r, n in copies)
@@ -99,8 +106,7 @@ def _row_source(fn: str, outer: int | str, runs: list[int], row: int, per: int) 
     """C: task q's rows [q·per, …), each written whole, input after input: the stores are one
     sequential stream (on Inception-v3's 17x17 concat, four 768-byte runs per row, copying
     input by input took 86 µs, the element-wise kernel 37, row by row 21)."""
-    params = "".join(f", const char *in{k}" for k in range(len(runs)))
-    lines = [f"static void {fn}(int64_t q, char *out{params}) {{",
+    lines = [*_signature(fn, len(runs)),
              f"  const int64_t r1 = (q + 1) * {per} < {outer} ? (q + 1) * {per} : {outer};",
              f"  for (int64_t r = q * {per}; r < r1; ++r) {{", f"    char *o = out + r * {row};"]
     lines += [f"    em_concat_rows(o, in{k} + r * {run}, {run}, 0, 0, 1); o += {run};"

@@ -24,7 +24,14 @@ from ember.ir.types import TensorType
 from ember.kernel import phase_store, transpose_tile
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.kernel.epilogue import element_epilogue, tile_epilogue
-from ember.kernel.microkernel import PART_HELPERS, emit_microkernel, heights, uk_name
+from ember.kernel.microkernel import (
+    PART_HELPERS,
+    dispatched,
+    emit_microkernel,
+    heights,
+    pieces,
+    uk_name,
+)
 from ember.kernel.regepi import EPI_HELPERS, RegEpilogue, register_epilogue
 from ember.kernel.roller import RollerContext, dense
 from ember.kernel.roller.dense import ConvGeom, DenseTile
@@ -246,17 +253,25 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
     fence = "\n  EM_FENCE();   /* the non-temporal stores, before another thread reads */" \
         if stream else ""
 
-    def cases(indirect: bool) -> str:
+    hs = heights(P, t.PT, t.R)
+
+    def call(o: int, h: int, indirect: bool) -> str:
+        """The micro-kernel call for rows [o, o + h) of the register tile."""
         width = g.W if t.pack else cd.IW   # a panel holds padded rows
         strides = f"{t.R}, c * {t.KC}" if indirect else \
             f"{dims.c_product(g.DH, width, pix)}, {g.DW * pix}"
-        table = "tb" if indirect else "rows"
+        at = f" + {o}" if o else ""
+        args = (f"{'tb' if indirect else 'rows'}{at}, wb, {g.KH}, {g.KW}, icc, {strides}, "
+                f"cb + {crow}{f' + {o} * {ldc}' if o else ''}, {ldc}, c > 0, nvalid, {t.KC}")
+        # pieces at an offset come from a symbolic row count, and a residual tensor in the
+        # register epilogue needs a static shape (``regepi._full``): ``ts`` is row 0's
+        assert not (o and epi is not None and epi.tensors)
+        return f"{uk_name(h, t.V, epi, indirect, stream, prefetch)}({args}{tail});"
+
+    def cases(indirect: bool) -> str:
         return "\n".join(
-            f"        case {r}: {uk_name(r, t.V, epi, indirect, stream, prefetch)}({table}, wb, "
-            f"{g.KH}, "
-            f"{g.KW}, "
-            f"icc, {strides}, cb + {crow}, {ldc}, c > 0, nvalid, {t.KC}{tail}); break;"
-            for r in heights(P, t.PT, t.R))
+            f"        case {r}: " + " ".join(call(o, h, indirect) for o, h in pieces(r, hs))
+            + " break;" for r in dispatched(P, t.PT, t.R))
 
     if not g.padded or t.pack:
         rows_c = _row_pointers(g, t, cd)

@@ -47,14 +47,34 @@ def _prefetches(rows: int, indirect: bool, prefetch: bool) -> bool:
 
 def heights(rows: object, span: int, R: int) -> list[int]:
     """The micro-kernel heights (largest first) that a task's row loop calls: each task walks
-    its ``span`` rows (the last task the rest of ``rows``) ``R`` at a time. Every height 1..R
-    where ``rows`` is not a constant (a symbolic row count). Each height is a function of its
-    own (its C compile costs 0.1-0.3 s), so a kernel names only those it reaches."""
+    its ``span`` rows (the last task the rest of ``rows``) ``R`` at a time. Where ``rows`` is
+    not a constant (a symbolic row count) any residue 1..R-1 may occur: it is computed by the
+    heights R and the powers of two below it (``pieces``: 11 rows as 8 + 2 + 1), so a symbolic
+    kernel compiles log2(R) residue micro-kernels, not R - 1. Each height is a function of
+    its own (its C compile costs 0.1-0.3 s), so a kernel names only those it reaches."""
     if not isinstance(rows, int):
-        return list(range(R, 0, -1))
+        return [R] + [1 << i for i in reversed(range(R.bit_length())) if 1 << i < R]
     spans = {min(span, rows)} | ({rows % span} if rows > span and rows % span else set())
     out = {h for s in spans for h in ((R,) if s >= R else ()) + ((s % R,) if s % R else ())}
     return sorted(out, reverse=True)
+
+
+def dispatched(rows: object, span: int, R: int) -> list[int]:
+    """The row counts (largest first) a task's row loop dispatches on: the heights it reaches
+    (``heights``), every count 1..R where ``rows`` is symbolic."""
+    return heights(rows, span, R) if isinstance(rows, int) else list(range(R, 0, -1))
+
+
+def pieces(r: int, hs: list[int]) -> list[tuple[int, int]]:
+    """(row offset, height) of the micro-kernel calls that compute ``r`` rows of a register
+    tile from the compiled heights ``hs`` (largest first): ``r`` itself where it is one, else
+    the largest that fits, then the rest the same way."""
+    out, o = [], 0
+    while r > 0:
+        h = next(h for h in hs if h <= r)
+        out.append((o, h))
+        o, r = o + h, r - h
+    return out
 
 
 def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,

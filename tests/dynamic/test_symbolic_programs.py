@@ -56,6 +56,45 @@ def test_dense_layer_with_symbolic_rows() -> None:
     assert "g_dims[0]" in src and "switch (nr)" in src
 
 
+def _heights(src: str) -> set[int]:
+    import re
+
+    return {int(h) for h in re.findall(r"void em_uk_(\d+)x", src)}
+
+
+def test_every_residue_row_count_from_the_power_of_two_heights() -> None:
+    """A symbolic row count compiles the micro-kernels of the full register tile and of the
+    powers of two below it only (11 rows: 8 + 2 + 1); every row count 1 .. 2R + 1 matches."""
+    w, b = _f32(40, 48) * 0.1, _f32(48)
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["t"]),
+                    helper.make_node("Add", ["t", "b"], ["u"]),
+                    helper.make_node("Add", ["u", "r"], ["v"]),
+                    helper.make_node("Relu", ["v"], ["y"])],
+                   [("x", ["rows", 40]), ("r", ["rows", 48])], ["y"], {"w": w, "b": b})
+    cm = ember.compile(model)
+    hs = _heights(cm.source)
+    top = max(hs)
+    assert hs == {top} | {1 << i for i in range(top.bit_length()) if 1 << i < top}
+    for n in range(1, 2 * top + 2):
+        x, r = _f32(n, 40), _f32(n, 48)
+        np.testing.assert_allclose(cm(x, r), np.maximum(x @ w + b + r, 0), rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_every_residue_of_a_padded_conv_row_count() -> None:
+    """The same for padded 3x3 convs over a symbolic width (a border row's micro-kernels read
+    through its pointer table, offset by each piece), in a chain, against onnxruntime."""
+    w, w1, w2 = _f32(16, 8, 3, 3) * 0.2, _f32(16, 8, 1, 1) * 0.2, _f32(16, 16, 3, 3) * 0.2
+    model = _model([helper.make_node("Conv", ["x", "w1"], ["a"]),
+                    helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["c"], ["rc"]),
+                    helper.make_node("Conv", ["rc", "w2"], ["d"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Add", ["d", "a"], ["y"])],
+                   [("x", [1, 8, 3, "W"])], ["y"], {"w": w, "w1": w1, "w2": w2})
+    assert "tb + " in driver.build(model).source
+    _against_ort(model, [{"x": _f32(1, 8, 3, n)} for n in range(1, 15)])
+
+
 @settings(max_examples=4, deadline=None, derandomize=True)
 @given(axis=st.sampled_from([0, 1]), sizes=st.lists(st.integers(1, 40), min_size=2, max_size=3))
 def test_elementwise_reduction_softmax(axis: int, sizes: list[int]) -> None:
