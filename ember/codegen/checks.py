@@ -30,6 +30,7 @@ _CORE = r"""/* run-time faults: the first one of a run, with the kernel that met
 #define EM_E_DIV %(DIV)d
 #define EM_E_INDEX %(INDEX)d
 #define EM_E_DEADLOCK %(DEADLOCK)d
+#define EM_E_NOMEM %(NO_MEMORY)d
 EM_HIDDEN void em_fail(int kind, int64_t value, int64_t bound) __attribute__((noinline, cold));
 /* a value, with index checks its expression may not otherwise evaluate */
 #define em_keep(v, ...) ((void)(__VA_ARGS__), (v))
@@ -96,7 +97,8 @@ static inline %(T)s em_fmod_%(N)s(%(T)s a, %(T)s b) {
 
 def _checks_c() -> str:
     parts = [_CORE % {"DIV": faults.DIV_ZERO, "INDEX": faults.INDEX,
-                      "DEADLOCK": faults.DEADLOCK}]
+                      "DEADLOCK": faults.DEADLOCK,
+                      "NO_MEMORY": faults.NO_MEMORY}]
     for name, (ct, ut) in INT_TYPES.items():
         tmpl = _SIGNED if ut else _UNSIGNED
         parts.append(tmpl % {"T": ct, "U": ut, "N": name})

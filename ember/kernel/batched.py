@@ -102,6 +102,7 @@ static void {name}(int64_t task, float *c, const float *a, const float *bm) {{
     free(buf);
     cap = jb * K * {NB};
     buf = (float *)aligned_alloc(64, (size_t)cap * sizeof(float));
+    if (!buf) {{ em_fail(EM_E_NOMEM, cap * (int64_t)sizeof(float), 0); cap = 0; return; }}
   }}
   float *const pk = buf;
   const float *bb = bm + {b_b} * K * N;

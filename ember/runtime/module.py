@@ -347,7 +347,8 @@ class NativeModule:
         if kind:
             kernel, value, bound = (int(x) for x in info)
             text = faults.describe(kind, kernel, value, bound, self.kernels) + suffix
-            return EmberError(text) if kind == faults.DEADLOCK else DataError(text)
+            return EmberError(text) if kind in (faults.DEADLOCK, faults.NO_MEMORY) else \
+                DataError(text)
         return EmberError(f"ember_run in {self.lib_path.name} failed with code {rc}{suffix}; "
                           "the outputs of this call are not valid")
 

@@ -16,6 +16,7 @@ from typing import Any
 DIV_ZERO = 1        # an integer Div or Mod whose divisor is 0
 INDEX = 2           # a data index outside [-n, n) of its axis (value, n)
 DEADLOCK = 3        # the execution plan's vEUs wait on each other (an interleaved run)
+NO_MEMORY = 4       # a kernel's scratch buffer could not be allocated (bytes asked, 0)
 
 # the ops that can raise each fault: the node named in the error is one of them
 OPS: dict[int, tuple[str, ...]] = {
@@ -36,6 +37,9 @@ def describe(kind: int, kernel: int, value: int, bound: int,
     if kind == INDEX:
         return (f"{where}: index {value} is out of range for an axis of size {bound} (valid: "
                 f"{-bound} to {bound - 1}); check the index inputs (token ids, positions)")
+    if kind == NO_MEMORY:
+        return (f"{where}: out of memory: a scratch buffer of {value} bytes could not be "
+                "allocated; the outputs are not valid (free memory, or run smaller inputs)")
     if kind == DEADLOCK:
         return ("the execution plan deadlocked: its vEUs wait on steps no vEU reaches; the "
                 "outputs are not valid (a scheduler bug: report it, and compile with "

@@ -339,6 +339,22 @@ def _tensor(path: Path) -> object:
     return t
 
 
+def test_a_kernel_scratch_that_cannot_be_allocated_is_a_fault_not_a_crash() -> None:
+    """The batched product packs its B operand into a per-thread scratch: a failed allocation
+    reports NO_MEMORY (an ``EmberError`` naming the node), never a write through NULL."""
+    from ember.support import faults
+
+    a, b = np.ones((2, 8, 32), np.float32), np.ones((2, 32, 24), np.float32)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                       {"a": a, "b": b}, {}, ["y"])
+    cm = ember.compile(model)
+    assert "em_fail(EM_E_NOMEM" in cm.source
+    np.testing.assert_allclose(cm(a, b), a @ b)
+    text = faults.describe(faults.NO_MEMORY, 0, 1 << 40, 0,
+                           [{"name": "k0", "nodes": [["mm", "MatMul"]]}])
+    assert text.startswith("node 'mm' (MatMul): out of memory") and str(1 << 40) in text
+
+
 def test_input_error_is_the_parent_of_data_error() -> None:
     assert issubclass(DataError, InputError)
 
