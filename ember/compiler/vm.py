@@ -31,7 +31,6 @@ Pre: an imported graph (``import_model``). Post: a ``VMModel`` whose outputs equ
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -50,9 +49,9 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.ops.control import CONTROL_OPS
 from ember.ir.optional import is_optional
 from ember.ir.sequence import is_sequence
-from ember.ir.symdims import replace_atoms
-from ember.ir.types import DimCheck
+from ember.ir.types import DimCheck, dim_atoms
 from ember.lower.dims import DEFAULT_HINT
+from ember.passes import shape_analysis
 from ember.passes.rebind_dims import rebind_derived_dims
 from ember.runtime.compiled import CompiledModel
 from ember.vm import placement
@@ -70,15 +69,21 @@ def _segment_graph(s: Segment, k: int, checks: Sequence[DimCheck] = ()) -> Graph
     (``passes.rebind_dims``), and the run-time dim checks of its nodes among ``checks`` (the
     enclosing graph's)."""
     fresh = {v.uid: Value(v.type, v.name or f"s{k}_in{i}") for i, v in enumerate(s.inputs)}
+    found: list[DimCheck] = []
     for n in s.nodes:
         n.inputs = [fresh.get(v.uid, v) if v is not None else None for v in n.inputs]
+        # its types from its inputs' types as they are now: an earlier segment's shape
+        # analysis may have solved symbols on the values it made (N2 + 3 = 5 on a Concat)
+        found += shape_analysis.reinfer(n)
     g = Graph([fresh[v.uid] for v in s.inputs], list(s.outputs), list(s.nodes), f"segment{k}")
     for i, o in enumerate(g.outputs):
         o.name = o.name or f"s{k}_out{i}"
-    mapping = rebind_derived_dims(g, f"s{k}_")   # n//8 on the inputs without n: a new symbol
     names = {n.name for n in s.nodes}
-    g.checks = [replace(c, dims=tuple(replace_atoms(d, mapping) for d in c.dims))
-                for c in checks if c.node_name in names]
+    known = frozenset().union(*(v.type.atoms() for v in g.inputs))
+    kept = [c for c in checks if c.node_name in names
+            and frozenset().union(*(dim_atoms(d) for d in c.dims)) <= known]
+    g.checks = shape_analysis.prune([*kept, *found])
+    rebind_derived_dims(g, f"s{k}_")   # n//8 or a + b on the inputs, unbound: a new symbol
     return g
 
 

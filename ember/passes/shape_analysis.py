@@ -56,7 +56,7 @@ def run(g: Graph, *, broadcast_equal: bool = False) -> Graph:
         if not mapping:
             break
         _apply(g, mapping)
-    g.checks = _prune(g.checks)
+    g.checks = prune(g.checks)
     return g
 
 
@@ -100,7 +100,7 @@ def _solve(g: Graph, broadcast_equal: bool) -> dict[str, Dim]:
 def _solve_pair(a: Dim, b: Dim, order: Mapping[str, int]) -> tuple[str, Dim] | None:
     diff = a - b
     if isinstance(diff, int):
-        return None  # proven (0) or proven false (checked by _prune)
+        return None  # proven (0) or proven false (checked by prune)
     candidates = sorted(diff.atoms(), key=lambda n: (not n.startswith("?"),
                                                      -order.get(n, len(order))))
     for atom in candidates:
@@ -144,13 +144,14 @@ def _apply(g: Graph, mapping: Mapping[str, Dim]) -> None:
         n.attrs = {k: map_attr_dims(a, subs) for k, a in n.attrs.items()}
         for o in n.outputs:
             o.type = o.type.map_dims(subs)
-        checks += _reinfer(n)
-    g.checks = _prune(checks)
+        checks += reinfer(n)
+    g.checks = prune(checks)
 
 
-def _reinfer(n: Node) -> list[DimCheck]:
-    """Re-run ``n``'s type relation; keep an output's old type where the relation would give
-    it a fresh anonymous atom (data-dependent dims keep their identity)."""
+def reinfer(n: Node) -> list[DimCheck]:
+    """Re-run ``n``'s type relation on its inputs' types as they are now (returns the run-time
+    checks it leaves, at ``n``); keep an output's old type where the relation would give it a
+    fresh anonymous atom (data-dependent dims keep their identity)."""
     in_types = [v.type if v is not None else None for v in n.inputs]
     try:
         with collect_checks() as found:
@@ -170,7 +171,7 @@ def _fresh_atoms(new: TensorType, old: TensorType, inputs: list[Value | None]) -
     return bool(new.atoms() - known)
 
 
-def _prune(checks: list[DimCheck]) -> list[DimCheck]:
+def prune(checks: list[DimCheck]) -> list[DimCheck]:
     """Drop the proven and duplicate checks; raise on one proven false."""
     out: list[DimCheck] = []
     for c in checks:

@@ -190,6 +190,68 @@ def test_rebind_derived_dims_names_what_the_inputs_cannot_bind() -> None:
     assert h.inputs[0] is z
 
 
+def test_rebind_gives_a_combination_of_unbound_names_one_symbol() -> None:
+    """A VM segment whose input is [a + b + 6, 4] and [a + b + 7] (a Concat of two symbolic
+    lengths, then a pad; a and b bound nowhere): a := S - 6, b := 0, so the inputs read [S, 4]
+    and [S + 1] and the output follows. [c + 2] alone gives c := S - 2, [a + b] beside [a]
+    gives b := S - a; names in two different combinations are left as they are."""
+    a, b, c = Sym("a"), Sym("b"), Sym("c")
+    x = Value(TensorType((a + b + 6, 4)), "x")
+    y = Value(TensorType((a + b + 7,)), "y")
+    g = Graph([x, y], name="seg")
+    z = g.add("Concat", [x, x], {"axis": 0}).outputs[0]
+    g.outputs = [z]
+    mapping = rebind_derived_dims(g, "s0_")
+    s0 = Sym("s0_0")
+    assert mapping == {"a": s0 - 6, "b": 0}
+    assert x.type.shape == (s0, 4) and y.type.shape == (s0 + 1,) and z.type.shape == (2 * s0, 4)
+
+    h = Graph([Value(TensorType((c + 2, 3)), "u")], name="seg")
+    assert rebind_derived_dims(h, "s1_") == {"c": Sym("s1_0") - 2}
+    k = Graph([Value(TensorType((a + b, 3)), "u"), Value(TensorType((a, 3)), "v")], name="k")
+    assert rebind_derived_dims(k) == {"b": Sym("b0") - a}   # a is bound: b := S - a
+    k = Graph([Value(TensorType((a + b, 3)), "u"), Value(TensorType((a + 2 * b,)), "v")],
+              name="k")
+    assert rebind_derived_dims(k) == {}
+
+
+def test_a_loop_over_a_concat_of_two_symbolic_lengths() -> None:
+    """Concat of [n, 4] and [m, 4] padded by 2 rows ([n + m + 2, 4]), carried through a Loop,
+    and a MatMul on the concat after it: every VM segment binds its dims (the segment after
+    the loop sees the concat's type as the first segment's shape analysis left it), and
+    every output matches onnxruntime."""
+    w = RNG.standard_normal((4, 3)).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Tanh", ["v_in"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", F, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", F, None)])
+    nodes = [helper.make_node("Concat", ["a", "b"], ["c"], axis=0),
+             helper.make_node("Pad", ["c", "pads"], ["p"]),
+             helper.make_node("Loop", ["trips", "", "p"], ["looped"], body=body),
+             helper.make_node("MatMul", ["p", "w"], ["y"])]
+    g = helper.make_graph(
+        nodes, "concat_loop",
+        [helper.make_tensor_value_info("a", F, ["n", 4]),
+         helper.make_tensor_value_info("b", F, ["m", 4])],
+        [helper.make_tensor_value_info("looped", F, None),
+         helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.array([1, 0, 1, 0], np.int64), "pads"),
+         numpy_helper.from_array(np.array(3, np.int64), "trips"),
+         numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cm = ember.compile(model)
+    assert isinstance(cm, VMModel)
+    sess = _session(model)
+    for n, m in ((2, 3), (5, 1), (1, 7)):
+        feeds = {"a": RNG.standard_normal((n, 4)).astype(np.float32),
+                 "b": RNG.standard_normal((m, 4)).astype(np.float32)}
+        _agree(list(cm.run(feeds).values()), sess.run(None, feeds))
+
+
 @pytest.mark.parametrize("op", ["LSTM", "RNN", "GRU"])
 def test_a_scanned_step_starts_from_the_hoisted_input_projection(op: str) -> None:
     """Over a symbolic length, an LSTM's or RNN's input projection X·Wᵀ + biases is computed
