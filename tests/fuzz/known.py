@@ -87,6 +87,13 @@ DEFECTS: dict[str, str] = {
                           "feed: the sub-pixel form multiplied it by structural zero taps "
                           "(between dilated taps, past K in a phase); 0 * NaN = NaN (fixed: "
                           "such a ConvTranspose is one Conv per phase over its real taps)",
+    # found by the symbolic campaign of seed 2028 (600 cases, 2026-11-28, index 150)
+    "vm-segment-stale-dims": "a VM model (a Loop) whose first segment's shape analysis solved "
+                             "symbols (N2 + 3 = 5 on a Concat): the segment after the loop "
+                             "kept its nodes' old types and was refused ('dims computed from "
+                             "data'), and the loop body, over [N2 + N3 + 6], could not bind "
+                             "two names from one dim (fixed: segments re-infer their types; "
+                             "an unbound linear input dim becomes one fresh symbol)",
 }
 
 # (seed, index) of the CI slice (seed 1, indices 0-499) -> the defect it hits. The 44 cases
@@ -117,6 +124,8 @@ SIGNATURES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "sym-conv-kernel-unchecked": (r"mismatch", ("Conv",), r"kernel_shape is not compatible"),
     "convt-zero-tap-nan": (r"mismatch", ("ConvTranspose",),
                            r"NaN positions differ .*ember nan, onnxruntime -?[0-9]"),
+    "vm-segment-stale-dims": (r"ember-error:(UnsupportedOpError|InputError)", ("Loop",),
+                              r"computed from data|must be \(+d\d+\+d\d+"),
 }
 
 
