@@ -107,17 +107,16 @@ def _split_sizes(attrs: Attrs, dim: Dim) -> list[Dim]:
             require("equal", (dim, sum(split)), f"split {split} must add up to dim {dim}")
         return list(split)
     n = int(attrs["num_outputs"])
-    if isinstance(dim, Sym):  # chunks of ceil(dim / n), the last one the rest (at least 1)
-        chunk = floordiv(dim + (n - 1), n)
-        last = dim - (n - 1) * chunk
-        if n > 1:
-            require("at_least", (last, 1), f"cannot split dim {dim} into {n} outputs")
-        return [chunk] * (n - 1) + [last]
-    chunk = -(-dim // n)
-    sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
-    if sum(sizes) != dim or (n > 1 and sizes[-1] == 0):
-        raise TypeInferenceError(f"cannot split dim {dim} into {n} outputs")
-    return list(sizes)
+    # chunks of ceil(dim / n), the last one the rest: possibly empty (4 into 3: 2, 2, 0),
+    # never negative (2 into 4 is refused), as onnx's reference and onnxruntime split
+    chunk: Dim = floordiv(dim + (n - 1), n) if isinstance(dim, Sym) else -(-dim // n)
+    last = dim - (n - 1) * chunk
+    if isinstance(last, int) and last < 0:
+        raise TypeInferenceError(f"cannot split dim {dim} into {n} outputs of {chunk} "
+                                 f"(the last would have {last})")
+    if not isinstance(last, int):
+        require("at_least", (last, 0), f"cannot split dim {dim} into {n} outputs")
+    return [chunk] * (n - 1) + [last]
 
 
 def _split_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
