@@ -544,11 +544,16 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
                          f"{', '.join(autosched.POLICIES)}")
     comp = build(model, input_shapes, num_threads=num_threads, topk=topk, dim_hints=dim_hints,
                  variants=policy != "sequential", target=target, gpu_schedule=gpu_policy)
+    untimed = _untimed_auto(comp) if policy == "auto" else None
+    if untimed is not None:
+        policy = "sequential"
     t = time.perf_counter()
     lib = library(comp)
     comp.timings["cc"] = time.perf_counter() - t
     log.current_run().add("cc", comp.timings["cc"])
     cm = CompiledModel(lib, comp.params, _meta(comp), comp.source)
+    if untimed is not None:
+        cm.annotate("schedule", untimed)
     if policy != "sequential" and cm.num_threads > 1 and comp.symbols is None:
         t = time.perf_counter()
         LOG.info("scheduling: timing the %s plans", policy)
@@ -561,6 +566,26 @@ def compile_full(model: onnx.ModelProto | str | os.PathLike | Graph,
         cm.annotate("schedule", report)
         cm.annotate("timings", {k: round(v, 4) for k, v in comp.timings.items()})
     return comp, cm
+
+
+def _untimed_auto(comp: Compilation) -> dict[str, Any] | None:
+    """For ``schedule="auto"``: where no plan is predicted to gain ``auto_min_gain`` over the
+    sequential one (``autosched.predicted_gain``), the sequential plan is kept without
+    profiling or timing, and the efficient rKernels are dropped before they are compiled;
+    returns the schedule report then, else None (the plans are timed)."""
+    assert comp.plan is not None
+    if comp.plan.num_veus < 2 or comp.symbols is not None:
+        return None
+    t = time.perf_counter()
+    gain = autosched.predicted_gain(comp, device_spec(comp.plan.num_veus))
+    if gain >= options.current().auto_min_gain:
+        return None
+    _drop_unused_variants(comp)     # the sequential plan runs none of them
+    LOG.info("scheduling: sequential (the best plan is predicted %.2f %% sooner; not timed)",
+             100 * gain)
+    return {"policy": "auto", "chosen": "sequential", "profiled": False, "predicted_s": {},
+            "measured_s": {}, "predicted_gain": round(gain, 5),
+            "seconds": round(time.perf_counter() - t, 3)}
 
 
 def _drop_unused_variants(comp: Compilation) -> bool:

@@ -50,6 +50,7 @@ class Options:
     residue_variants: int = 1        # residue loops with constant trips (Nimble §3.5)
     device_spec: str | None = None   # a JSON DeviceSpec Roller constructs for (else detected)
     sched_cache: bool = True         # reuse the schedule choice of an identical program
+    auto_min_gain: float = 0.02      # "auto" times the plans only where they may gain this much
     model_cache: bool = True         # reuse the compiled model of an identical compile
     cc: str | None = None            # the C compiler (else cc)
     gpu: str | None = None           # GPU kernels are constructed for this GPU (a datasheet
@@ -83,6 +84,16 @@ def _count(name: str, text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise EmberError(f"{name}={text!r}: use a whole number >= 1")
     return int(text)
+
+
+def _fraction(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise EmberError(f"{name}={text!r}: use a fraction in [0, 1), e.g. 0.02 for 2 %")
+    return value
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
@@ -142,6 +153,9 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                     "the detected machine"),
     "sched_cache": ("EMBER_SCHED_CACHE", _flag, "0: time the schedules again on every "
                     "compile"),
+    "auto_min_gain": ("EMBER_AUTO_MIN_GAIN", _fraction, "schedule auto: profile and time the "
+                      "plans only where the best one is predicted this much sooner than the "
+                      "sequential one (default 0.02; 0: always)"),
     "model_cache": ("EMBER_MODEL_CACHE", _flag, "0: compile again what was compiled before "
                     "(default 1: a cached model loads)"),
     "cc": ("CC", _text, "the C compiler (default cc)"),

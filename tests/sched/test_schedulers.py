@@ -251,6 +251,31 @@ def test_compiled_policies_match_onnxruntime(policy: str, tmp_path, monkeypatch)
     assert driver.load(path).plan == cm.plan
 
 
+def test_auto_keeps_the_sequential_plan_untimed_where_no_plan_may_gain(monkeypatch) -> None:
+    """A chain (no operator has another beside it) under ``schedule="auto"``: no plan is
+    predicted to gain ``auto_min_gain``, so the sequential plan is kept without profiling or
+    timing, and no efficient rKernel is compiled; the four-branch model's plans are timed."""
+    monkeypatch.setenv("EMBER_SCHED_CACHE", "0")
+    w = helper.make_tensor("w", TensorProto.FLOAT, (64, 64),
+                           np.random.default_rng(0).standard_normal(64 * 64).astype("f4"))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("MatMul", ["b", "w"], ["c"]), helper.make_node("Tanh", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, (8, 64))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    chain = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    comp, cm = driver.compile_full(chain, num_threads=2, schedule="auto")
+    report = cm.meta["schedule"]
+    assert report["chosen"] == "sequential" and not report["profiled"]
+    assert report["measured_s"] == {} and report["predicted_gain"] < 0.02
+    assert not comp.variants and cm.plan["policy"] == "sequential"
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype("f4")
+    wa = np.random.default_rng(0).standard_normal(64 * 64).astype("f4").reshape(64, 64)
+    np.testing.assert_allclose(cm(x), np.tanh(np.maximum(x @ wa, 0) @ wa), rtol=1e-4, atol=1e-5)
+    _, branchy = driver.compile_full(_branchy_model(), num_threads=2, schedule="auto")
+    assert branchy.meta["schedule"]["profiled"] and len(branchy.meta["schedule"]["measured_s"]) == 3
+
+
 def _two_branch_model():
     """y = Concat(Relu(x @ w0), Tanh(x @ w1)): two independent products side by side."""
     rng = np.random.default_rng(0)

@@ -92,9 +92,14 @@ def test_int_min_divided_by_minus_one_wraps(dtype: type) -> None:
 def test_auto_schedule_profiles_integer_division_without_dying() -> None:
     """[17] schedule='auto' profiles on synthetic inputs (integers zero): the compile itself
     divided by zero and died; now the faults of synthetic runs are tolerated."""
+    from ember.support.options import Options
+
     m, _ = _div_model("Div", np.int32, 4096)
     a = np.arange(1, 4097, dtype=np.int32)
-    cm = ember.compile(m, num_threads=2)             # schedule "auto"
+    # schedule "auto", made to profile and time the plans (no gain is predicted for one op)
+    cm = ember.compile(m, num_threads=2, schedule="auto",
+                       options=Options(auto_min_gain=0.0, sched_cache=False, model_cache=False))
+    assert cm.meta["schedule"]["profiled"] and cm.meta["schedule"]["measured_s"]
     np.testing.assert_array_equal(cm.run({"a": a, "b": a})["y"], np.ones(4096, np.int32))
     with pytest.raises(DataError):
         cm.run({"a": a, "b": np.zeros(4096, np.int32)})
