@@ -80,14 +80,16 @@ def _batch_layout(ba: tuple, bb: tuple) -> str | None:
 
 
 def _tile_fn(name: str, M: str, N: str, K: str, layout: str, hs: list[int],
-             dispatch: list[int]) -> str:
+             dispatch: list[int], whole: bool = False) -> str:
     """The C function of one rTask over a batch of ``M x K`` by ``K x N`` products, calling
-    the micro-kernels of heights ``hs`` for the row counts ``dispatch``."""
+    the micro-kernels of heights ``hs`` (``whole``: of whole blocks only) for the row counts
+    ``dispatch``."""
     a_b = "0" if layout == "a1" else "b"
     b_b = "0" if layout == "b1" else "b"
     cases = "\n".join(
         f"          case {r}: " + " ".join(
-            f"{uk_name(h, V)}(rows{f' + {o}' if o else ''}, pk + j * K * {NB}, 1, 1, K, 0, 0, "
+            f"{uk_name(h, V, whole=whole)}(rows{f' + {o}' if o else ''}, pk + j * K * {NB}, "
+            "1, 1, K, 0, 0, "
             f"c + {f'(p + {o})' if o else 'p'} * N + j * {NB}, N, 0, nvalid, K);"
             for o, h in pieces(r, hs)) + " break;" for r in dispatch)
     return f"""#include <stdlib.h>
@@ -162,9 +164,10 @@ def build_batched(name: str, body: Graph) -> Kernel:
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     support = {"part": PART_HELPERS}
     hs = heights(M, PT, R)
+    whole = isinstance(N, int) and N % NB == 0    # no partial channel block to store
     for r in hs:
-        support[uk_name(r, V)] = emit_microkernel(r, V)
-    support[fn] = _tile_fn(fn, ms, ns, ks, layout, hs, dispatched(M, PT, R))
+        support[uk_name(r, V, whole=whole)] = emit_microkernel(r, V, whole=whole)
+    support[fn] = _tile_fn(fn, ms, ns, ks, layout, hs, dispatched(M, PT, R), whole)
     flops = 2 * hint_of(batch) * hint_of(M) * hint_of(N) * hint_of(K)
     doc = f"{body.name}: batched {ms}x{ks} · {ks}x{ns} ({layout})"
     return Kernel(name, stmt, ntasks, args, support, flops, doc, format_stmt(stmt))

@@ -254,6 +254,7 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
         if stream else ""
 
     hs = heights(P, t.PT, t.R)
+    whole = whole_blocks(g, t, local, epi)
 
     def call(o: int, h: int, indirect: bool) -> str:
         """The micro-kernel call for rows [o, o + h) of the register tile."""
@@ -266,7 +267,7 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
         # pieces at an offset come from a symbolic row count, and a residual tensor in the
         # register epilogue needs a static shape (``regepi._full``): ``ts`` is row 0's
         assert not (o and epi is not None and epi.tensors)
-        return f"{uk_name(h, t.V, epi, indirect, stream, prefetch)}({args}{tail});"
+        return f"{uk_name(h, t.V, epi, indirect, stream, prefetch, whole)}({args}{tail});"
 
     def cases(indirect: bool) -> str:
         return "\n".join(
@@ -287,9 +288,6 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
         default: break;
       }}"""
     left = f"{g.OCg} - j * {t.NB}"
-    # a scratch tile has whole blocks: the padding lanes (zero weights) are stored there and
-    # never copied out, so a block of a few channels is stored whole, not lane by lane
-    whole = local and (epi is None or not epi.tensors)
     nvalid = f"{t.NB}" if whole else f"{left} < {t.NB} ? {left} : {t.NB}"
     block = f"""const int64_t nvalid = {nvalid};
       float *cb = out + {"(j - j0)" if local else f"g * {g.OCg} + j"} * {t.NB};
@@ -545,10 +543,10 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     static_nt = stream is True
-    support = _helpers(g, t, reg, g.P if sym is None else sym, static_nt, prefetch)
+    support = _helpers(g, t, reg, g.P if sym is None else sym, static_nt, prefetch, local)
     support[fn] = _tile_fn(fn, g, t, cd, local, reg, static_nt, prefetch)
     if isinstance(stream, Expr):
-        support.update(_helpers(g, t, reg, sym, True, prefetch))
+        support.update(_helpers(g, t, reg, sym, True, prefetch, local))
         support[fn + "_nt"] = _tile_fn(fn + "_nt", g, t, cd, local, reg, True, prefetch)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
@@ -622,8 +620,17 @@ def _tiling(name: str, body: Graph, g: ConvGeom, ctx: RollerContext, cd: CDims,
     return choose_tiling(g, ctx, lambda c: build_dense(name, body, ctx, c), spread)
 
 
+def whole_blocks(g: ConvGeom, t: DenseTile, local: bool, epi: RegEpilogue | None) -> bool:
+    """Does every micro-kernel call store whole blocks of NB channels? Where the group's
+    channels are a multiple of NB, and in a scratch tile (the padding lanes, of zero weights,
+    are stored there and never copied out) unless the epilogue reads tensors: then the
+    micro-kernels have no partial-block path (``emit_microkernel``'s ``whole``)."""
+    return g.OCg % t.NB == 0 or (local and (epi is None or not epi.tensors))
+
+
 def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
-             rows: object, stream: bool = False, prefetch: bool = False) -> dict[str, str]:
+             rows: object, stream: bool = False, prefetch: bool = False,
+             local: bool = False) -> dict[str, str]:
     """The C helpers a tile function calls: partial vectors, the epilogue's ops, the
     micro-kernel of each height its tasks reach over ``rows`` (and its indirect variant and
     zero block, for a padded conv's border)."""
@@ -631,12 +638,13 @@ def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
     if reg is not None:
         support["epi"] = EPI_HELPERS
     border = g.padded and not t.pack
+    whole = whole_blocks(g, t, local, reg)
     for r in heights(rows, t.PT, t.R):
-        support[uk_name(r, t.V, reg, False, stream, prefetch)] = emit_microkernel(
-            r, t.V, reg, False, stream, prefetch)
+        support[uk_name(r, t.V, reg, False, stream, prefetch, whole)] = emit_microkernel(
+            r, t.V, reg, False, stream, prefetch, whole)
         if border:
-            support[uk_name(r, t.V, reg, True, stream)] = emit_microkernel(r, t.V, reg, True,
-                                                                        stream)
+            support[uk_name(r, t.V, reg, True, stream, False, whole)] = emit_microkernel(
+                r, t.V, reg, True, stream, False, whole)
     if border:
         support[zero_name(g.ICg)] = zero_block(g.ICg)
     return support

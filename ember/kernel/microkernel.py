@@ -31,9 +31,10 @@ LANES = 16
 
 
 def uk_name(rows: int, vecs: int, epi: RegEpilogue | None = None,
-            indirect: bool = False, stream: bool = False, prefetch: bool = False) -> str:
+            indirect: bool = False, stream: bool = False, prefetch: bool = False,
+            whole: bool = False) -> str:
     base = (f"em_uk_{rows}x{vecs}{'i' if indirect else ''}{'s' if stream else ''}"
-            f"{'p' if _prefetches(rows, indirect, prefetch) else ''}")
+            f"{'p' if _prefetches(rows, indirect, prefetch) else ''}{'w' if whole else ''}")
     if epi is None:
         return base
     return f"{base}_e{hashlib.sha1(repr(epi.key).encode()).hexdigest()[:10]}"
@@ -79,14 +80,16 @@ def pieces(r: int, hs: list[int]) -> list[tuple[int, int]]:
 
 def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
                      indirect: bool = False, stream: bool = False,
-                     prefetch: bool = False) -> str:
+                     prefetch: bool = False, whole: bool = False) -> str:
     """``stream``: whole blocks are stored with non-temporal stores (``EM_PUT16``/``EM_PUT8``;
     for an output that is written once, in one K chunk, and is too large to stay in the
     cache: the plain store first read each line from memory). The caller fences.
     ``prefetch`` (rows evenly strided, a 1x1 conv's: the next tile's rows follow this one's):
     one line of the next tile's rows is prefetched per reduction step, so a large input
     streams in while this tile computes (its rows' 12 interleaved streams outran the
-    hardware prefetcher)."""
+    hardware prefetcher). ``whole``: every call stores whole blocks (``nvalid`` is NB: the
+    channels are a multiple of NB), so there is no partial-block path to compile (half the
+    text of a micro-kernel, and of its compile time)."""
     prefetch = _prefetches(rows, indirect, prefetch)
     nb = LANES * vecs
     put16, put8 = ("EM_PUT16", "EM_PUT8") if stream else ("EM_SET16", "EM_SET8")
@@ -96,7 +99,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     # body, where gcc spilled accumulators and weight vectors to the stack (5x4: a load per
     # FMA, 59 against 113 GFLOP/s on one core); on its own each is spill-free
     L.append(f"static __attribute__((noinline)) void "
-             f"{uk_name(rows, vecs, epi, indirect, stream, prefetch)}(")
+             f"{uk_name(rows, vecs, epi, indirect, stream, prefetch, whole)}(")
     L.append("    const float *const *rows, const float *w, int64_t nkh, int64_t nkw,")
     L.append("    int64_t nic, int64_t " + ("tr, int64_t koff" if indirect else "skh, int64_t skw")
              + ", float *c, int64_t ldc,")
@@ -113,6 +116,9 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     if stream:   # every row then aligns with c (ldc a multiple of 16 floats)
         L.append("  const int em_nt = ((uintptr_t)c & 63) == 0 && (ldc & 15) == 0;")
         L.append("  (void)em_nt;")
+    if whole:
+        L.append("  (void)nvalid;")
+        return _whole_body(L, rows, vecs, epi, indirect, put16, put8, prefetch)
     # AVX/AVX2: the accumulators in 8-lane halves (registers); AVX-512: 16-lane vectors
     L.append("#ifdef EM_SPLIT8")
     # a block whose last vector's upper half is all padding (24 channels: 16 + 8) skips that
@@ -159,13 +165,40 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     L += _partial_store(epi, rows, vecs)
     L.append("  }")
     L.append("}")
-    if prefetch:   # each reduction loop: a line of the next tile per step
+    return _finish(L, prefetch)
+
+
+def _finish(L: list[str], prefetch: bool) -> str:
+    """The micro-kernel's text; with ``prefetch``, each reduction loop fetches a line of the
+    next tile per step."""
+    if prefetch:
         loop = "for (int64_t ic = 0; ic < nic; ++ic) {"
         L = [out for line in L for out in (
             [line, " " * (line.index(loop) + 2) +
              "if (ic < em_pfl) __builtin_prefetch(em_nx + ic * 64);"] if loop in line
             else [line])]
     return "\n".join(L) + "\n"
+
+
+def _whole_body(L: list[str], rows: int, vecs: int, epi: RegEpilogue | None, indirect: bool,
+                put16: str, put8: str, prefetch: bool) -> str:
+    """``emit_microkernel``'s body for whole blocks only: the reduction, the epilogue and
+    the stores of the 8-lane halves (AVX/AVX2) or of the 16-lane vectors."""
+    R, V = range(rows), range(vecs)
+    L.append("#ifdef EM_SPLIT8")
+    L += _k_loop(rows, vecs, indirect, halves=True, whole=True)
+    L += _epilogue(epi, rows, vecs, full=True, halves=True)
+    for r in R:
+        L.append("  " + " ".join(f"{put8}(c + {r} * ldc + {v * LANES + o}, a{r}_{v}_{h});"
+                                  for v in V for h, o in ((0, 0), (1, 8))))
+    L.append("#else")
+    L += _k_loop(rows, vecs, indirect, halves=False, whole=True)
+    L += _epilogue(epi, rows, vecs, full=True)
+    for r in R:
+        L.append("  " + " ".join(f"{put16}(c + {r} * ldc + {v * LANES}, a{r}_{v});" for v in V))
+    L.append("#endif")
+    L.append("}")
+    return _finish(L, prefetch)
 
 
 def _partial_store(epi: RegEpilogue | None, rows: int, vecs: int) -> list[str]:
@@ -180,7 +213,7 @@ def _partial_store(epi: RegEpilogue | None, rows: int, vecs: int) -> list[str]:
 
 
 def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool,
-            skip_hi: bool = False, tail8: bool = False) -> list[str]:
+            skip_hi: bool = False, tail8: bool = False, whole: bool = False) -> list[str]:
     """The accumulators (``halves``: each 16-lane one as two 8-lane ``a{r}_{v}_{h}``), their
     load when ``acc_in``, and the loop over (kh, kw, ic) of broadcasts and FMAs (``skip_hi``:
     none into the last vector's upper half, which stays as loaded: padding lanes; ``tail8``,
@@ -203,9 +236,10 @@ def _k_loop(rows: int, vecs: int, indirect: bool, halves: bool,
         part = " ".join(f"{{ const em_v16a t = em_load_part(c + {r} * ldc + {v * LANES}, "
                         f"nvalid - {v * LANES}); a{r}_{v}_0 = EM_LO8(t); a{r}_{v}_1 = EM_HI8(t); }}"
                         for r in R for v in V)
-        L.append(f"  if (acc_in) {{ if (nvalid == {nb}) {{ {full} }} else {{ {part} }} }}")
+        L.append(f"  if (acc_in) {{ {full} }}" if whole else
+                 f"  if (acc_in) {{ if (nvalid == {nb}) {{ {full} }} else {{ {part} }} }}")
     else:
-        L.append(f"  if (acc_in) {{ {_load_c(rows, vecs)} }}")
+        L.append(f"  if (acc_in) {{ {_load_c(rows, vecs, whole)} }}")
     L += _taps(rows, nb, indirect)
     L.append("      for (int64_t ic = 0; ic < nic; ++ic) {")
     for v in V:
@@ -282,10 +316,12 @@ def _epilogue(epi: RegEpilogue | None, rows: int, vecs: int, full: bool,
     return ["    if (last) {", *body, "    }"]
 
 
-def _load_c(rows: int, vecs: int) -> str:
+def _load_c(rows: int, vecs: int, whole: bool = False) -> str:
     nb = LANES * vecs
     full = " ".join(f"a{r}_{v} = *(const em_v16 *)(c + {r} * ldc + {v * LANES});"
                     for r in range(rows) for v in range(vecs))
+    if whole:
+        return full
     part = " ".join(f"a{r}_{v} = em_load_part(c + {r} * ldc + {v * LANES}, nvalid - {v * LANES});"
                     for r in range(rows) for v in range(vecs))
     return f"if (nvalid == {nb}) {{ {full} }} else {{ {part} }}"
