@@ -246,47 +246,11 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
     if cd.symbolic:
         P, pb = cd.P, f"(({cd.P} + {t.PT - 1}) / {t.PT})"
     chunk = g.KH * g.KW * t.KC * t.NB
-    ldc = jt * t.NB if local else g.OC
-    crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
-    pix = t.KC if t.pack else g.C
-    tail, ts, params = _epilogue_args(g, t, epi)
+    _, _, params = _epilogue_args(g, t, epi)
     fence = "\n  EM_FENCE();   /* the non-temporal stores, before another thread reads */" \
         if stream else ""
-
-    hs = heights(P, t.PT, t.R)
     whole = whole_blocks(g, t, local, epi)
-
-    def call(o: int, h: int, indirect: bool) -> str:
-        """The micro-kernel call for rows [o, o + h) of the register tile."""
-        width = g.W if t.pack else cd.IW   # a panel holds padded rows
-        strides = f"{t.R}, c * {t.KC}" if indirect else \
-            f"{dims.c_product(g.DH, width, pix)}, {g.DW * pix}"
-        at = f" + {o}" if o else ""
-        args = (f"{'tb' if indirect else 'rows'}{at}, wb, {g.KH}, {g.KW}, icc, {strides}, "
-                f"cb + {crow}{f' + {o} * {ldc}' if o else ''}, {ldc}, c > 0, nvalid, {t.KC}")
-        # pieces at an offset come from a symbolic row count, and a residual tensor in the
-        # register epilogue needs a static shape (``regepi._full``): ``ts`` is row 0's
-        assert not (o and epi is not None and epi.tensors)
-        return f"{uk_name(h, t.V, epi, indirect, stream, prefetch, whole)}({args}{tail});"
-
-    def cases(indirect: bool) -> str:
-        return "\n".join(
-            f"        case {r}: " + " ".join(call(o, h, indirect) for o, h in pieces(r, hs))
-            + " break;" for r in dispatched(P, t.PT, t.R))
-
-    if not g.padded or t.pack:
-        rows_c = _row_pointers(g, t, cd)
-        call = f"{ts}\n      switch (nr) {{\n{cases(False)}\n        default: break;\n      }}"
-    else:   # border tiles read through the task's pointer table
-        rows_c = _border_rows(g, t)
-        call = f"""{ts}
-      if (in) switch (nr) {{
-{cases(False)}
-        default: break;
-      }} else switch (nr) {{
-{cases(True)}
-        default: break;
-      }}"""
+    rows_c, call = _uk_calls(g, t, cd, P, local, epi, stream, prefetch)
     left = f"{g.OCg} - j * {t.NB}"
     nvalid = f"{t.NB}" if whole else f"{left} < {t.NB} ? {left} : {t.NB}"
     block = f"""const int64_t nvalid = {nvalid};
@@ -311,6 +275,50 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
   }}{fence}
 }}
 """
+
+
+def _uk_calls(g: ConvGeom, t: DenseTile, cd: CDims, P: int | str, local: bool,
+              epi: RegEpilogue | None, stream: bool, prefetch: bool) -> tuple[str, str]:
+    """C for ``_tile_fn``'s register tile at rows [p, p + nr): its row pointers (or, for a
+    padded conv's border, the pointer table's rows) and the micro-kernel calls by ``nr``
+    (over a symbolic row count, a residue as pieces of the heights compiled)."""
+    hs = heights(P, t.PT, t.R)
+    whole = whole_blocks(g, t, local, epi)
+    ldc = -(-t.NT // t.NB) * t.NB if local else g.OC
+    crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
+    pix = t.KC if t.pack else g.C
+    tail, ts, _ = _epilogue_args(g, t, epi)
+
+    def call(o: int, h: int, indirect: bool) -> str:
+        """The micro-kernel call for rows [o, o + h) of the register tile."""
+        width = g.W if t.pack else cd.IW   # a panel holds padded rows
+        strides = f"{t.R}, c * {t.KC}" if indirect else \
+            f"{dims.c_product(g.DH, width, pix)}, {g.DW * pix}"
+        at = f" + {o}" if o else ""
+        args = (f"{'tb' if indirect else 'rows'}{at}, wb, {g.KH}, {g.KW}, icc, {strides}, "
+                f"cb + {crow}{f' + {o} * {ldc}' if o else ''}, {ldc}, c > 0, nvalid, {t.KC}")
+        # pieces at an offset come from a symbolic row count, and a residual tensor in the
+        # register epilogue needs a static shape (``regepi._full``): ``ts`` is row 0's
+        assert not (o and epi is not None and epi.tensors)
+        return f"{uk_name(h, t.V, epi, indirect, stream, prefetch, whole)}({args}{tail});"
+
+    def cases(indirect: bool) -> str:
+        return "\n".join(
+            f"        case {r}: " + " ".join(call(o, h, indirect) for o, h in pieces(r, hs))
+            + " break;" for r in dispatched(P, t.PT, t.R))
+
+    if not g.padded or t.pack:
+        return _row_pointers(g, t, cd), (f"{ts}\n      switch (nr) {{\n{cases(False)}\n"
+                                         "        default: break;\n      }")
+    # border tiles read through the task's pointer table
+    return _border_rows(g, t), f"""{ts}
+      if (in) switch (nr) {{
+{cases(False)}
+        default: break;
+      }} else switch (nr) {{
+{cases(True)}
+        default: break;
+      }}"""
 
 
 def _row_pointers(g: ConvGeom, t: DenseTile, cd: CDims) -> str:

@@ -91,9 +91,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     channels are a multiple of NB), so there is no partial-block path to compile (half the
     text of a micro-kernel, and of its compile time)."""
     prefetch = _prefetches(rows, indirect, prefetch)
-    nb = LANES * vecs
     put16, put8 = ("EM_PUT16", "EM_PUT8") if stream else ("EM_SET16", "EM_SET8")
-    R, V = range(rows), range(vecs)
     L: list[str] = []
     # not inlined: the tile function's switch over row counts inlines every height into one
     # body, where gcc spilled accumulators and weight vectors to the stack (5x4: a load per
@@ -106,7 +104,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     L.append("    int64_t acc_in, int64_t nvalid, int64_t wic" + (
         ",\n    int64_t last, const float *ke, int64_t kld, const float *const *ts, "
         "int64_t ldt) {" if epi is not None else ") {"))
-    for r in R:
+    for r in range(rows):
         if not indirect:
             L.append(f"  const float *r{r} = rows[{r}];")
     if prefetch:   # the next tile: rows more at the same stride, em_pfl lines of it
@@ -118,7 +116,17 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
         L.append("  (void)em_nt;")
     if whole:
         L.append("  (void)nvalid;")
-        return _whole_body(L, rows, vecs, epi, indirect, put16, put8, prefetch)
+        return _finish(_whole_body(L, rows, vecs, epi, indirect, put16, put8), prefetch)
+    return _finish(_any_body(L, rows, vecs, epi, indirect, put16, put8), prefetch)
+
+
+def _any_body(L: list[str], rows: int, vecs: int, epi: RegEpilogue | None, indirect: bool,
+              put16: str, put8: str) -> list[str]:
+    """``emit_microkernel``'s body for blocks that may be partial: the reduction and stores of
+    a whole block, and of a block of ``nvalid`` < NB channels (on AVX/AVX2 the 8-lane halves;
+    with a last vector of at most 8 valid lanes, the upper half's FMAs skipped)."""
+    nb = LANES * vecs
+    R, V = range(rows), range(vecs)
     # AVX/AVX2: the accumulators in 8-lane halves (registers); AVX-512: 16-lane vectors
     L.append("#ifdef EM_SPLIT8")
     # a block whose last vector's upper half is all padding (24 channels: 16 + 8) skips that
@@ -165,7 +173,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
     L += _partial_store(epi, rows, vecs)
     L.append("  }")
     L.append("}")
-    return _finish(L, prefetch)
+    return L
 
 
 def _finish(L: list[str], prefetch: bool) -> str:
@@ -181,7 +189,7 @@ def _finish(L: list[str], prefetch: bool) -> str:
 
 
 def _whole_body(L: list[str], rows: int, vecs: int, epi: RegEpilogue | None, indirect: bool,
-                put16: str, put8: str, prefetch: bool) -> str:
+                put16: str, put8: str) -> list[str]:
     """``emit_microkernel``'s body for whole blocks only: the reduction, the epilogue and
     the stores of the 8-lane halves (AVX/AVX2) or of the 16-lane vectors."""
     R, V = range(rows), range(vecs)
@@ -198,7 +206,7 @@ def _whole_body(L: list[str], rows: int, vecs: int, epi: RegEpilogue | None, ind
         L.append("  " + " ".join(f"{put16}(c + {r} * ldc + {v * LANES}, a{r}_{v});" for v in V))
     L.append("#endif")
     L.append("}")
-    return _finish(L, prefetch)
+    return L
 
 
 def _partial_store(epi: RegEpilogue | None, rows: int, vecs: int) -> list[str]:
