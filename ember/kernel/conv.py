@@ -229,14 +229,15 @@ def pack_weights(w_hwio: np.ndarray, g: ConvGeom, t: DenseTile) -> np.ndarray:
 
 def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = False,
              epi: RegEpilogue | None = None, stream: bool = False,
-             prefetch: bool = False) -> str:
+             prefetch: bool = False, whole: bool = False) -> str:
     """The C function of one rTask. ``local``: it writes its tile to ``out`` as a
     [PT][channels per task] scratch instead of at the tile's place in the [P][OC] output.
     ``cd``: the sizes as C (symbolic ones: the last row tile is the residue, dispatched by
     ``nr`` to the micro-kernel of that height; the row pointers are computed at run time).
     ``epi``: the micro-kernels apply it on the last K chunk, its constants packed in ``ke``
     ([constant][group][block][NB]; no such parameter without constants), its tensors
-    ``t<j>`` indexed as the [P][OC] output (no pointer array without tensors)."""
+    ``t<j>`` indexed as the [P][OC] output (no pointer array without tensors). ``whole``: every
+    block it stores is whole (``whole_blocks``)."""
     jb = -(-g.OCg // t.NB)
     jt = -(-t.NT // t.NB)           # channel blocks per task
     tj = -(-jb // jt)               # channel tasks per group
@@ -246,11 +247,10 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
     if cd.symbolic:
         P, pb = cd.P, f"(({cd.P} + {t.PT - 1}) / {t.PT})"
     chunk = g.KH * g.KW * t.KC * t.NB
-    _, _, params = _epilogue_args(g, t, epi)
+    tail, ts, params = _epilogue_args(g, t, epi)
     fence = "\n  EM_FENCE();   /* the non-temporal stores, before another thread reads */" \
         if stream else ""
-    whole = whole_blocks(g, t, local, epi)
-    rows_c, call = _uk_calls(g, t, cd, P, local, epi, stream, prefetch)
+    rows_c, call = _uk_calls(g, t, cd, P, local, epi, stream, prefetch, whole, tail, ts)
     left = f"{g.OCg} - j * {t.NB}"
     nvalid = f"{t.NB}" if whole else f"{left} < {t.NB} ? {left} : {t.NB}"
     block = f"""const int64_t nvalid = {nvalid};
@@ -278,16 +278,16 @@ static void {name}(int64_t task, float *out, const float *x, const float *w{para
 
 
 def _uk_calls(g: ConvGeom, t: DenseTile, cd: CDims, P: int | str, local: bool,
-              epi: RegEpilogue | None, stream: bool, prefetch: bool) -> tuple[str, str]:
+              epi: RegEpilogue | None, stream: bool, prefetch: bool, whole: bool, tail: str,
+              ts: str) -> tuple[str, str]:
     """C for ``_tile_fn``'s register tile at rows [p, p + nr): its row pointers (or, for a
     padded conv's border, the pointer table's rows) and the micro-kernel calls by ``nr``
-    (over a symbolic row count, a residue as pieces of the heights compiled)."""
+    (over a symbolic row count, a residue as pieces of the heights compiled); ``tail`` and
+    ``ts``: the epilogue's arguments and pointer array (``_epilogue_args``)."""
     hs = heights(P, t.PT, t.R)
-    whole = whole_blocks(g, t, local, epi)
-    ldc = -(-t.NT // t.NB) * t.NB if local else g.OC
+    ldc = _task_channels(t) if local else g.OC
     crow = f"(p - p0) * {ldc}" if local else f"p * {ldc}"
     pix = t.KC if t.pack else g.C
-    tail, ts, _ = _epilogue_args(g, t, epi)
 
     def call(o: int, h: int, indirect: bool) -> str:
         """The micro-kernel call for rows [o, o + h) of the register tile."""
@@ -551,11 +551,12 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
     static_nt = stream is True
-    support = _helpers(g, t, reg, g.P if sym is None else sym, static_nt, prefetch, local)
-    support[fn] = _tile_fn(fn, g, t, cd, local, reg, static_nt, prefetch)
+    whole = whole_blocks(g, t, local, reg)
+    support = _helpers(g, t, reg, g.P if sym is None else sym, static_nt, prefetch, whole)
+    support[fn] = _tile_fn(fn, g, t, cd, local, reg, static_nt, prefetch, whole)
     if isinstance(stream, Expr):
-        support.update(_helpers(g, t, reg, sym, True, prefetch, local))
-        support[fn + "_nt"] = _tile_fn(fn + "_nt", g, t, cd, local, reg, True, prefetch)
+        support.update(_helpers(g, t, reg, sym, True, prefetch, whole))
+        support[fn + "_nt"] = _tile_fn(fn + "_nt", g, t, cd, local, reg, True, prefetch, whole)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
     if phases is not None:
@@ -638,7 +639,7 @@ def whole_blocks(g: ConvGeom, t: DenseTile, local: bool, epi: RegEpilogue | None
 
 def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
              rows: object, stream: bool = False, prefetch: bool = False,
-             local: bool = False) -> dict[str, str]:
+             whole: bool = False) -> dict[str, str]:
     """The C helpers a tile function calls: partial vectors, the epilogue's ops, the
     micro-kernel of each height its tasks reach over ``rows`` (and its indirect variant and
     zero block, for a padded conv's border)."""
@@ -646,7 +647,6 @@ def _helpers(g: ConvGeom, t: DenseTile, reg: RegEpilogue | None,
     if reg is not None:
         support["epi"] = EPI_HELPERS
     border = g.padded and not t.pack
-    whole = whole_blocks(g, t, local, reg)
     for r in heights(rows, t.PT, t.R):
         support[uk_name(r, t.V, reg, False, stream, prefetch, whole)] = emit_microkernel(
             r, t.V, reg, False, stream, prefetch, whole)

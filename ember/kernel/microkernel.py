@@ -142,10 +142,7 @@ def _any_body(L: list[str], rows: int, vecs: int, epi: RegEpilogue | None, indir
     L += _k_loop(rows, vecs, indirect, halves=True)
     # a whole block: the epilogue on the halves, in registers, and the halves stored
     L.append(f"  if (nvalid == {nb}) {{")
-    L += _epilogue(epi, rows, vecs, full=True, halves=True)
-    for r in R:
-        L.append("    " + " ".join(f"{put8}(c + {r} * ldc + {v * LANES + o}, a{r}_{v}_{h});"
-                                    for v in V for h, o in ((0, 0), (1, 8))))
+    L += _whole_store(epi, rows, vecs, put8, True, "    ")
     L.append("    return;")
     L.append("  }")
     for r in R:
@@ -165,10 +162,7 @@ def _any_body(L: list[str], rows: int, vecs: int, epi: RegEpilogue | None, indir
     L += _k_loop(rows, vecs, indirect, halves=False)
     L.append("#endif")
     L.append(f"  if (nvalid == {nb}) {{")
-    L += _epilogue(epi, rows, vecs, full=True)
-    for r in R:
-        L.append("    " + " ".join(f"{put16}(c + {r} * ldc + {v * LANES}, a{r}_{v});"
-                                    for v in V))
+    L += _whole_store(epi, rows, vecs, put16, False, "    ")
     L.append("  } else {")
     L += _partial_store(epi, rows, vecs)
     L.append("  }")
@@ -192,20 +186,27 @@ def _whole_body(L: list[str], rows: int, vecs: int, epi: RegEpilogue | None, ind
                 put16: str, put8: str) -> list[str]:
     """``emit_microkernel``'s body for whole blocks only: the reduction, the epilogue and
     the stores of the 8-lane halves (AVX/AVX2) or of the 16-lane vectors."""
-    R, V = range(rows), range(vecs)
     L.append("#ifdef EM_SPLIT8")
     L += _k_loop(rows, vecs, indirect, halves=True, whole=True)
-    L += _epilogue(epi, rows, vecs, full=True, halves=True)
-    for r in R:
-        L.append("  " + " ".join(f"{put8}(c + {r} * ldc + {v * LANES + o}, a{r}_{v}_{h});"
-                                  for v in V for h, o in ((0, 0), (1, 8))))
+    L += _whole_store(epi, rows, vecs, put8, True, "  ")
     L.append("#else")
     L += _k_loop(rows, vecs, indirect, halves=False, whole=True)
-    L += _epilogue(epi, rows, vecs, full=True)
-    for r in R:
-        L.append("  " + " ".join(f"{put16}(c + {r} * ldc + {v * LANES}, a{r}_{v});" for v in V))
+    L += _whole_store(epi, rows, vecs, put16, False, "  ")
     L.append("#endif")
     L.append("}")
+    return L
+
+
+def _whole_store(epi: RegEpilogue | None, rows: int, vecs: int, put: str, halves: bool,
+                 indent: str) -> list[str]:
+    """A whole block's epilogue (in registers) and stores: of the 8-lane halves ``put8``
+    (``halves``: AVX/AVX2) or of the 16-lane vectors ``put16``."""
+    parts = ((0, 0), (1, 8)) if halves else ((None, 0),)
+    L = _epilogue(epi, rows, vecs, full=True, halves=halves)
+    for r in range(rows):
+        L.append(indent + " ".join(
+            f"{put}(c + {r} * ldc + {v * LANES + o}, a{r}_{v}{'' if h is None else f'_{h}'});"
+            for v in range(vecs) for h, o in parts))
     return L
 
 
