@@ -130,7 +130,8 @@ class CudaEmitter(CEmitter):
             size = static_value(s.buf.size)
             if size is None:
                 raise CompileError(f"local buffer {s.buf.name} has no static size")
-            shared = "__shared__ " if s.buf.scope is Scope.SHARED else ""
+            # 16-byte aligned: a cp.async of 16 bytes may land anywhere a multiple of 4 floats in
+            shared = "__shared__ __align__(16) " if s.buf.scope is Scope.SHARED else ""
             with out.indented("{", "}"):
                 if shared and self.device:
                     out.line(f"{t} *const {name} = ({t} *)(em_smem + {self.pool});")

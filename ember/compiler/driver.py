@@ -296,8 +296,9 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     spec = gpu.gpu_spec()
     precision = options.current().precision
     comp.gpu_kernels = _build_kernels(
-        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk or 1, precision),
-        "GPU kernels")
+        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk or 1, precision,
+                                                gpu.aligned_inputs(n)),
+        "GPU kernels", lambda n: gpu.kernel_key(n, _body_key))
     if policy in ("rammer", "ios"):
         plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels
     else:
@@ -381,14 +382,16 @@ def _emit(comp: Compilation) -> None:
 
 
 def _build_kernels(fused: list[Node], build: Callable[[str, Node], Any],
-                   what: str = "kernels") -> list[Any]:
-    """Each fused node's kernel, ``build(name, node)``; nodes with equal bodies share one."""
+                   what: str = "kernels", key_of: Callable[[Node], tuple] | None = None
+                   ) -> list[Any]:
+    """Each fused node's kernel, ``build(name, node)``; nodes with equal keys (``key_of``,
+    by default their bodies) share one."""
     built: dict[tuple, Any] = {}
     out = []
     bar = log.progress(len(fused), what)
     try:
         for i, n in enumerate(fused):
-            key = _body_key(n)
+            key = (key_of or _body_key)(n)
             if key not in built:
                 built[key] = build(f"{n.attrs['master'].lower()}{i}", n)
             out.append(built[key])

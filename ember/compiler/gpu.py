@@ -8,10 +8,13 @@ the same kernels as CUDA C (``codegen/cuda.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ember.errors import EmberError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller.hal import GPU_SPECS, DeviceSpec, load_spec
+from ember.passes import memplan
 from ember.sched import ios, rammer, sequential
 from ember.sched.plan import ExecutionPlan
 from ember.sched.vdevice import KernelInfo, Variant, VDevice, makespan
@@ -87,6 +90,20 @@ POLICIES = ("sequential", "rammer", "ios")
 BLOCK_OVERHEAD_S = 0.5e-6    # a persistent block's dispatch of one rTask and its barrier
 
 
+def aligned_inputs(n: Node) -> frozenset[int]:
+    """The positions of fused node ``n``'s inputs whose storage begins 16-byte aligned on the
+    device: every buffer (a workspace slot, the parameters, a model input or output) begins
+    64-byte aligned (a device tensor handed in misaligned is copied first, in
+    ``runtime.cuda_model``), so only a view's offset into another value can break it."""
+    return frozenset(i for i, v in enumerate(n.inputs)
+                     if v is not None and memplan.storage_offset(v) % 16 == 0)
+
+
+def kernel_key(n: Node, body_key: Callable[[Node], tuple]) -> tuple:
+    """Fused nodes with equal keys share one GPU kernel: equal bodies, equally aligned."""
+    return (body_key(n), aligned_inputs(n))
+
+
 def vdevice(spec: DeviceSpec) -> VDevice:
     """The GPU as Rammer's vDevice: a vEU is a persistent thread block, a unit of ``spec``
     (``program_spec``: one or more per SM, each with its share of the SM's resources); a
@@ -112,10 +129,10 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
         body = n.attrs["body"]
         if i not in ops or not dense.applicable(body):
             continue
-        kk = key(n)  # type: ignore[operator]
+        kk = kernel_key(n, key)  # type: ignore[arg-type]
         if kk not in built:
             e = dense.build_dense(f"{n.attrs['master'].lower()}{i}e", body, one,
-                                  precision=prec)
+                                  precision=prec, aligned=aligned_inputs(n))
             built[kk] = e if int(e.blocks) < int(k.blocks) else None
         var = built[kk]
         if var is not None:

@@ -97,6 +97,12 @@ def _view(v: Value) -> tuple[Value, int]:
     return v, off
 
 
+def storage_offset(v: Value) -> int:
+    """The byte offset at which ``v`` begins in the storage it aliases (0 unless ``v`` is a
+    view of a slice): every storage itself begins at least 64-byte aligned."""
+    return _view(v)[1]
+
+
 def _root(v: Value) -> Value:
     return _view(v)[0]
 

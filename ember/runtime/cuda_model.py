@@ -192,7 +192,12 @@ class CudaModel(ModelSpecs):
             for i, s in enumerate(self._inputs):
                 value = feeds[s.name]
                 if hasattr(value, "__cuda_array_interface__"):
-                    ptrs.append(_device_input(s, value))
+                    ptr = _device_input(s, value)
+                    if ptr % INPUT_ALIGN:   # read in place only where aligned as compiled for
+                        cu.call("cuMemcpyDtoDAsync_v2", dev.inputs[i].ptr, ptr, _nbytes(s),
+                                dev.stream.handle)
+                        ptr = dev.inputs[i].ptr
+                    ptrs.append(ptr)
                 else:
                     arr = _validate(s, value)
                     cu.call("cuMemcpyHtoDAsync_v2", dev.inputs[i].ptr, arr.ctypes.data,
@@ -260,6 +265,12 @@ def load_cuda(path: Any) -> CudaModel:
     params = np.frombuffer(members["params.bin"], np.uint8)
     src = members.get("source.cu")
     return CudaModel(images, params, meta, src.decode() if src else None)
+
+
+# the kernels read an input's tiles 16 bytes at a time from 16-byte boundaries of its storage
+# (``compiler.gpu.aligned_inputs``); a device tensor that begins elsewhere (a view at an odd
+# offset) is copied to the model's own input buffer first
+INPUT_ALIGN = 16
 
 
 def _device_input(spec: Any, value: Any) -> int:

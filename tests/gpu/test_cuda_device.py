@@ -51,6 +51,25 @@ def test_device_tensors_in_and_out_without_copies() -> None:
     np.testing.assert_allclose(t.cpu().numpy(), run_ort(m, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_a_device_input_off_a_16_byte_boundary_is_read_correctly() -> None:
+    """The kernels copy tiles 16 bytes at a time: a torch view 4 bytes into its storage is
+    copied to the model's aligned input first (in place it would be a misaligned address)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    feeds = {"x": rng.standard_normal((16, 64)).astype(np.float32)}
+    m = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], feeds, {"w": w}, ["y"])
+    cm = ember.compile(m, target="cuda")
+    flat = torch.zeros(16 * 64 + 1, device="cuda")
+    x = flat[1:].view(16, 64)
+    x.copy_(torch.from_numpy(feeds["x"]))
+    assert x.data_ptr() % 16 == 4
+    got = torch.as_tensor(cm.run_device({"x": x})["y"], device="cuda").cpu().numpy()
+    np.testing.assert_allclose(got, feeds["x"] @ w, rtol=1e-4, atol=1e-4)
+
+
 def test_out_of_range_index_is_named_and_the_model_runs_on() -> None:
     table = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
     feeds = {"ids": np.array([[1, 12]], np.int64)}

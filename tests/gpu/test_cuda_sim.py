@@ -93,6 +93,28 @@ def test_batched_matmul_broadcasts_like_onnxruntime(data: st.DataObject) -> None
     check("MatMul", [a, b], target=SIM)
 
 
+@pytest.mark.parametrize("case", ["conv", "conv_groups", "matmul", "batched"])
+def test_sixteen_byte_copies_at_the_operator_edges(case: str) -> None:
+    """Operands whose tiles are copied four floats at a time (channels, K and N in fours),
+    with tiles past the operator on every side: M, N and K not multiples of the block tile,
+    a padded strided window, a group's channel offset; against onnxruntime."""
+    rng = np.random.default_rng(5)
+    if case.startswith("conv"):
+        g = 2 if case == "conv_groups" else 1
+        x = rng.standard_normal((1, 8 * g, 13, 11)).astype(F32)
+        w = rng.standard_normal((12 * g, 8, 3, 3)).astype(F32)
+        check("Conv", [x, w], {"strides": [2, 2], "pads": [1, 1, 1, 1], "group": g},
+              const=(1,), epilogue="AddC", target=SIM)
+    elif case == "matmul":
+        a = rng.standard_normal((37, 44)).astype(F32)
+        b = rng.standard_normal((44, 20)).astype(F32)
+        check("MatMul", [a, b], const=(1,), epilogue="Relu", target=SIM)
+    else:
+        a = rng.standard_normal((2, 3, 19, 36)).astype(F32)
+        b = rng.standard_normal((2, 3, 36, 12)).astype(F32)
+        check("MatMul", [a, b], target=SIM)
+
+
 @pytest.mark.parametrize("op,attrs,shape", [
     ("Softmax", {"axis": -1}, (3, 5, 70)),
     ("LayerNormalization", {"axis": -1, "epsilon": 1e-5}, (4, 96)),

@@ -5,6 +5,7 @@ without a GPU is a named error (issue 25)."""
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,3 +109,39 @@ def test_tensorcore_kernels_assemble_to_mma_without_local_memory(prec: str) -> N
     assert "mma.sync.aligned" in ptx and "ld.local" not in ptx
     for kernels in cm.resources.values():
         assert all(r["spill_stores"] == 0 for r in kernels.values())
+
+
+def _sliced_matmul(start: int) -> Any:
+    """``x[start:start+4].reshape(2, 4) @ w``: A is a view ``start * 8`` bytes into ``x``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array([start], np.int64), "s"),
+             numpy_helper.from_array(np.array([start + 4], np.int64), "e"),
+             numpy_helper.from_array(np.array([2, 4], np.int64), "shp"),
+             numpy_helper.from_array(w, "w")]
+    nodes = [helper.make_node("Slice", ["x", "s", "e"], ["xs"]),
+             helper.make_node("Reshape", ["xs", "shp"], ["a"]),
+             helper.make_node("MatMul", ["a", "w"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                       [8, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("start", [1, 2])
+def test_a_view_off_a_16_byte_boundary_is_copied_a_float_at_a_time(start: int) -> None:
+    """16-byte copies only where the operand's storage allows them: a view 8 bytes into its
+    input (start 1) is read a float per copy, one 16 bytes in (start 2) four at a time; the
+    weights (N = 8) always four at a time. Both against numpy in cuda-sim."""
+    model = _sliced_matmul(start)
+    src = ember.compile(model, target="cuda").source
+    vec, scalar = src.count("em_cp_async_f32x4(L"), src.count("em_cp_async_f32(L")
+    assert (vec, scalar) == ((2, 2) if start == 1 else (4, 0))
+    x = np.random.default_rng(1).standard_normal((8, 2)).astype(np.float32)
+    w = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    got = ember.compile(model, target="cuda-sim").run({"x": x})
+    y = got["y"] if isinstance(got, dict) else got[0]
+    np.testing.assert_allclose(y, x[start:start + 4].reshape(2, 4) @ w, rtol=1e-5, atol=1e-6)

@@ -439,3 +439,25 @@ def test_the_model_counts_the_tail_at_its_measured_cost(cpu: hal.DeviceSpec) -> 
                  DW=1, G=1, pad_t=1, pad_l=1, pad_b=1, pad_r=1)
     t = dense.DenseTile(R=6, V=2, KC=96, PT=96, NT=32, order="p")
     assert dense.predict(g, t, tail, 2) < dense.predict(g, t, cpu, 2)
+
+
+def test_gpu_gemm_model_charges_what_a_tile_issues_besides_its_fmas() -> None:
+    """Roller's GPU GEMM model counts a block's shared loads and tile copies with its FMAs: a
+    one-warp 8x64 tile with 2x8 threads issues about twice its FMAs (it had been ranked
+    first for a 3136x64x576 conv on FMAs alone, and is no longer); 16-byte copies cost a
+    quarter; and the large square product gets the classic 128x128 block of 256 threads with
+    8x8 each."""
+    from ember.kernel.roller import gemm_gpu as gg
+
+    small = gg.GemmTile(8, 64, 32, 2, 8)
+    gather = gg.Copies(gg.GATHER, gg.PLAIN.b)
+    vec = gg.Copies(gg.GATHER / 4, gg.PLAIN.b / 4)
+    assert gg.issued_per_fma(small, gather) > 1.9
+    assert 1.0 < gg.issued_per_fma(small, vec) < gg.issued_per_fma(small, gather)
+    big = gg.GemmTile(128, 128, 16, 8, 8)
+    assert gg.issued_per_fma(big, gg.PLAIN) < 1.4
+    h100 = hal.GPU_SPECS["H100"]
+    best = gg.construct(4096, 4096, 4096, 1, h100, copies=gg.Copies(1.5, 1.5))[0]
+    assert (best.BM, best.BN, best.TM, best.TN, best.threads) == (128, 128, 8, 8, 256)
+    conv = gg.construct(3136, 64, 576, 1, h100, copies=vec)[0]
+    assert conv.threads >= 64     # no longer the one-warp tile

@@ -2,11 +2,15 @@
 
 A GEMM's operand tiles go to shared memory without passing through registers, so the next K
 step's tiles load while the block computes on the current ones (double buffering, TVM §4's
-latency hiding; Ampere's ``cp.async``). Three ``Eval`` statements:
+latency hiding; Ampere's ``cp.async``). Four ``Eval`` statements:
 
 - ``copy(dst, di, src, si, ok)``: ``dst[di] = ok ? src[si] : 0`` for one float, issued
   asynchronously; with ``ok`` false nothing is read (``src-size`` 0: the PTX zero-fill), so a
   tile's rows and columns past the operator never form an out-of-range read;
+- ``copy4(dst, di, src, si, ok)``: the same for the four floats ``[si, si + 4)`` in one
+  16-byte copy (``cp.async.cg``, through L2 only). Pre: ``src + si`` and ``dst + di`` are
+  16-byte aligned and the four floats are all inside the operator or all outside (the
+  kernel builder proves both: ``dense.Gemm.a_vec`` / ``b_vec``);
 - ``commit()``: close the group of copies issued since the last one;
 - ``wait_prior(n)``: wait until at most ``n`` of this thread's groups are still in flight
   (then a barrier makes every thread's copies visible to the block).
@@ -19,8 +23,9 @@ from __future__ import annotations
 
 from ember.loops.ir import Buffer, Const, Eval, Expr
 
-COPY, COMMIT, WAIT = "em_cp_async_f32", "em_cp_commit", "em_cp_wait_prior"
-NAMES = (COPY, COMMIT, WAIT)
+COPY, COPY4 = "em_cp_async_f32", "em_cp_async_f32x4"
+COMMIT, WAIT = "em_cp_commit", "em_cp_wait_prior"
+NAMES = (COPY, COPY4, COMMIT, WAIT)
 
 CUDA = r"""/* cp.async (sm_80+): a float from global to shared, zero-filled where !ok */
 static __device__ __forceinline__ void em_cp_async_f32(float *dst, long long di,
@@ -32,6 +37,23 @@ static __device__ __forceinline__ void em_cp_async_f32(float *dst, long long di,
                "r"(ok ? 4 : 0) : "memory");
 #else
   dst[di] = ok ? src[si] : 0.0f;
+#endif
+}
+/* four floats at once (16 bytes, both addresses 16-byte aligned), zero-filled where !ok */
+static __device__ __forceinline__ void em_cp_async_f32x4(float *dst, long long di,
+                                                         const float *src, long long si,
+                                                         int ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst + di);
+  const float *g = ok ? src + si : src;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(g),
+               "r"(ok ? 16 : 0) : "memory");
+#else
+  if (ok) {
+    *(float4 *)(dst + di) = *(const float4 *)(src + si);
+  } else {
+    *(float4 *)(dst + di) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
 #endif
 }
 static __device__ __forceinline__ void em_cp_commit(void) {
@@ -49,6 +71,9 @@ static __device__ __forceinline__ void em_cp_commit(void) {
 SIM_C = {
     COPY: "static inline void em_cp_async_f32(float *dst, int64_t di, const float *src, "
           "int64_t si, int ok) { dst[di] = ok ? src[si] : 0.0f; }",
+    COPY4: "static inline void em_cp_async_f32x4(float *dst, int64_t di, const float *src, "
+           "int64_t si, int ok) { for (int q = 0; q < 4; ++q) "
+           "dst[di + q] = ok ? src[si + q] : 0.0f; }",
     COMMIT: "static inline void em_cp_commit(void) {}",
     WAIT: "#define em_cp_wait_prior(n) ((void)0)",
 }
@@ -56,6 +81,10 @@ SIM_C = {
 
 def copy(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
     return Eval(COPY, (dst, di, src, si, ok))
+
+
+def copy4(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
+    return Eval(COPY4, (dst, di, src, si, ok))
 
 
 def commit() -> Eval:

@@ -11,18 +11,24 @@ epilogue applied to the accumulators before the one store.
 - ``MatMul`` of two run-time operands (attention's Q·Kᵀ and P·V), batch dims broadcast.
 
 A block owns a ``BM × BN`` output tile of one batch (or group). Per step of ``BK`` along K its
-threads copy the A tile (k fastest: a warp reads whole rows of A) into ``As[BK][BM + 1]``
-(transposed; the odd row length spreads the transposed writes over the banks) and the B tile
-(n fastest) into ``Bs[BK][BN]``, meet at a barrier, and each thread accumulates its ``TM × TN``
-register tile from ``TM + TN`` shared reads per ``k`` — its rows strided by ``BM / TM`` and
-columns by ``BN / TN``, so a warp reads consecutive words of ``Bs`` (no bank conflicts) and
-stores consecutive columns (coalesced).
+threads copy the A tile (k fastest: a warp reads whole rows of A) into ``As[BM][BK + 4]`` and
+the B tile (n fastest) into ``Bs[BK][BN]``, meet at a barrier, and each thread accumulates its
+``TM × TN`` register tile from ``TM + TN`` shared reads per ``k`` — its rows strided by
+``BM / TM`` and columns by ``BN / TN``, so a warp reads consecutive words of ``Bs`` (no bank
+conflicts), at most 8 rows of ``As`` (the row length 4 past a multiple of 8 words puts them in
+distinct banks) and stores consecutive columns (coalesced).
+
+The copies are 16 bytes (four floats, one ``cp.async``) where the operand allows (TVM §4's
+vectorized cooperative fetching): four consecutive k of A (n of B) adjacent in memory, at a
+multiple of four elements from a 16-byte aligned start (``Gemm.a_vec`` / ``b_vec``; the
+caller says which operands' storage begins aligned, ``aligned``), so that a vector is inside
+the operator and its padding as a whole or not at all. Otherwise a float per copy.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from ember.errors import CompileError
@@ -79,6 +85,8 @@ class Gemm:
     b_at: Elem        # (b, k, n) -> index into b_buf and its condition
     out_row: Callable[[Expr, Expr], Expr]   # (b, m) -> the output row p (pixels of C)
     args: list
+    a_vec: bool = False   # A's k in fours: adjacent, 16-byte aligned, valid together
+    b_vec: bool = False   # B's n in fours, likewise
 
 
 def applicable(body: Graph) -> bool:
@@ -105,12 +113,15 @@ def applicable(body: Graph) -> bool:
 
 def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                 tile: GemmTile | None = None, precision: str = "fp32",
-                budget: int = gemm_gpu.REG_BUDGET) -> GpuKernel:
+                budget: int = gemm_gpu.REG_BUDGET, aligned: Collection[int] = ()) -> GpuKernel:
     """The group's GEMM kernel: FFMA in fp32, or on TensorCores (``precision`` tf32, fp16,
     bf16: operands rounded to it, float32 accumulators); ``budget``: the thread tile's
-    estimated registers at most."""
+    estimated registers at most; ``aligned``: the positions of the group's inputs whose
+    storage begins at a 16-byte boundary (their tiles may be copied 16 bytes at a time;
+    constants always are)."""
     m = body.nodes[0]
-    gm = _conv(name, body, m) if m.op == "ConvNHWC" else _matmul(name, body, m)
+    gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
+        _matmul(name, body, m, aligned)
     epi = _epilogue(name, body, m, gm)
     flops = 2 * gm.batch * gm.M * gm.N * gm.K
     doc = f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})"
@@ -122,14 +133,22 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
                                   f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled)")
-    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk, budget)[0]
+    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk, budget,
+                                   _copies(gm, m.op == "ConvNHWC"))[0]
     stmt, blocks = _gemm(gm, t, epi)
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)")
 
 
+def _copies(gm: Gemm, gather: bool) -> gemm_gpu.Copies:
+    """What an element of each operand tile costs to copy (Roller's model of the kernel)."""
+    a = gemm_gpu.GATHER if gather else gemm_gpu.PLAIN.a
+    return gemm_gpu.Copies(a / 4 if gm.a_vec else a,
+                           gemm_gpu.PLAIN.b / 4 if gm.b_vec else gemm_gpu.PLAIN.b)
+
+
 # ------------------------------------------------------------------ the operators as GEMMs
-def _conv(name: str, body: Graph, m: Node) -> Gemm:
+def _conv(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     x, w = m.inputs[0], m.inputs[1]
     assert x is not None and w is not None and w.const is not None
     n_, h, wd, c = (int(d) for d in static_shape(x.type))
@@ -165,11 +184,13 @@ def _conv(name: str, body: Graph, m: Node) -> Gemm:
     def b_at(g: Expr, k: Expr, n: Expr) -> tuple[Expr, Expr | None]:
         return Bin("+", Bin("*", k, Const(oc)), Bin("+", Bin("*", g, Const(ocg)), n)), None
 
+    # four k share a tap (one pixel's channels) when a group's channels come in fours
+    a_vec = icg % 4 == 0 and c % 4 == 0 and body.inputs.index(x) in aligned
     return Gemm(n_ * oh * ow, ocg, kh * kw * icg, groups, x_buf, w_buf, a_at, b_at,
-                lambda g, p: p, args)
+                lambda g, p: p, args, a_vec=a_vec, b_vec=ocg % 4 == 0 and oc % 4 == 0)
 
 
-def _matmul(name: str, body: Graph, m: Node) -> Gemm:
+def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     a, b = m.inputs
     assert a is not None and b is not None
     ash = [int(d) for d in static_shape(a.type)]
@@ -179,12 +200,14 @@ def _matmul(name: str, body: Graph, m: Node) -> Gemm:
     a_buf, b_buf = Buffer(f"{name}_a", math.prod(ash)), Buffer(f"{name}_b", math.prod(bsh))
     args: list = [(a_buf, body.inputs.index(a))]
     args.append((b_buf, b.const) if b.is_const else (b_buf, body.inputs.index(b)))
+    a_vec = k % 4 == 0 and body.inputs.index(a) in aligned
+    b_vec = n % 4 == 0 and (b.is_const or body.inputs.index(b) in aligned)
     if b.is_const:   # the rows of every batch of A are one M
         rows = math.prod(ash[:-1])
         return Gemm(rows, n, k, 1, a_buf, b_buf,
                     lambda _b, r, kk: (Bin("+", Bin("*", r, Const(k)), kk), None),
                     lambda _b, kk, nn: (Bin("+", Bin("*", kk, Const(n)), nn), None),
-                    lambda _b, r: r, args)
+                    lambda _b, r: r, args, a_vec, b_vec)
     rows = ash[-2]
     bshape = osh[:-2]
     batch = math.prod(bshape)
@@ -209,7 +232,7 @@ def _matmul(name: str, body: Graph, m: Node) -> Gemm:
         return Bin("+", offset(bsh[:-2], bi, k * n), Bin("+", Bin("*", kk, Const(n)), nn)), None
 
     return Gemm(rows, n, k, batch, a_buf, b_buf, a_at, b_at,
-                lambda bi, r: Bin("+", Bin("*", bi, Const(rows)), r), args)
+                lambda bi, r: Bin("+", Bin("*", bi, Const(rows)), r), args, a_vec, b_vec)
 
 
 # ------------------------------------------------------------------ the epilogue
@@ -323,14 +346,21 @@ class _Block:
 
     def async_tile(self, dst: Buffer, at: Callable[[Expr, Expr], Expr], rows: int, cols: int,
                    src: Callable[[Expr, Expr, Expr], tuple[Expr, Expr | None]], k: Expr,
-                   buf: Buffer) -> Stmt:
+                   buf: Buffer, vec: bool = False) -> Stmt:
         """Copy a ``rows x cols`` operand tile (element ``(r, c)`` from ``src(r, c, k)`` of
-        ``buf`` to ``dst[at(r, c)]``) with the block's threads, asynchronously."""
+        ``buf`` to ``dst[at(r, c)]``) with the block's threads, asynchronously; ``vec``: four
+        columns per copy (the caller's proof that ``c .. c + 3`` are adjacent on both sides,
+        16-byte aligned and valid with ``c``)."""
+        w = 4 if vec and cols % 4 == 0 else 1
+        per_row = cols // w
+        cp = async_copy.copy4 if w == 4 else async_copy.copy
+
         def fill(ev: Expr) -> Stmt:
-            r, c = Bin("//", ev, Const(cols)), Bin("%", ev, Const(cols))
+            r, c = Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)),
+                                                       Const(w))
             idx, ok = src(r, c, k)
-            return async_copy.copy(dst, at(r, c), buf, idx, Const(1) if ok is None else ok)
-        return self.copy(rows * cols, fill)
+            return cp(dst, at(r, c), buf, idx, Const(1) if ok is None else ok)
+        return self.copy(rows * per_row, fill)
 
     def in_bounds(self, row: Expr, col: Expr, st: Stmt) -> Stmt:
         cond = all_of([c for c in (Bin("<", row, Const(self.gm.M)) if self.gm.M % self.BM else None,
@@ -353,8 +383,8 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
     step's copied asynchronously (``cp.async``) while the block computes on the current one;
     each thread's ``TM x TN`` tile of C in registers."""
     blk = _Block(gm, t.BM, t.BN, t.BK, t.threads)
-    lda = t.BM + 1
-    a_size, b_size = t.BK * lda, t.BK * t.BN
+    lda = t.lda
+    a_size, b_size = t.BM * lda, t.BK * t.BN
     As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
     Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
     acc = Buffer("acc", t.TM * t.TN, "float32", Scope.LOCAL)
@@ -365,21 +395,20 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
     sx, sy = t.BN // t.TN, t.BM // t.TM     # threads along n and m
 
     def issue(k: Expr, st: Expr) -> Stmt:
-        """K step ``k``'s tiles into stage ``st`` (A transposed: an odd row spreads the
-        transposed writes over the banks)."""
+        """K step ``k``'s tiles into stage ``st``."""
         a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
         return seq(
-            blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", kq, Const(lda)),
-                                                                    mm)),
-                           t.BM, t.BK, blk.a_src, k, gm.a_buf),
+            blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", mm, Const(lda)),
+                                                                    kq)),
+                           t.BM, t.BK, blk.a_src, k, gm.a_buf, gm.a_vec),
             blk.async_tile(Bs, lambda kq, nn: Bin("+", b_off, Bin("+", Bin("*", kq, Const(t.BN)),
                                                                     nn)),
-                           t.BK, t.BN, blk.b_src, k, gm.b_buf))
+                           t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec))
 
     def compute(st: Expr) -> Stmt:
         a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
-        a_at = Bin("+", a_off, Bin("+", Bin("*", kk, Const(lda)),
-                                    Bin("+", ty, Bin("*", i, Const(sy)))))
+        a_at = Bin("+", a_off, Bin("+", Bin("*", Bin("+", ty, Bin("*", i, Const(sy))),
+                                             Const(lda)), kk))
         b_at = Bin("+", b_off, Bin("+", Bin("*", kk, Const(t.BN)),
                                     Bin("+", tx, Bin("*", j, Const(sx)))))
         step = For(kk, Const(0), Const(t.BK), seq(
@@ -425,10 +454,10 @@ def _gemm_tc(gm: Gemm, t: gemm_gpu.TcTile, store: Callable[[Expr, Expr, Expr, Ex
         return seq(
             blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", mm, Const(lda)),
                                                                     kq)),
-                           t.BM, t.BK, blk.a_src, k, gm.a_buf),
+                           t.BM, t.BK, blk.a_src, k, gm.a_buf, gm.a_vec),
             blk.async_tile(Bs, lambda kq, nn: Bin("+", b_off, Bin("+", Bin("*", kq, Const(ldb)),
                                                                     nn)),
-                           t.BK, t.BN, blk.b_src, k, gm.b_buf))
+                           t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec))
 
     def compute(st: Expr) -> Stmt:
         offs = (Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size)))

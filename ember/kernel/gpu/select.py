@@ -8,6 +8,8 @@ is an ``UnsupportedOpError`` naming its node: no silent CPU fallback.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ember.errors import CompileError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel import layernorm, scatter, softmax
@@ -17,13 +19,15 @@ from ember.kernel.roller.hal import DeviceSpec
 
 
 def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1,
-                     precision: str = "fp32") -> GpuKernel:
+                     precision: str = "fp32", aligned: Collection[int] = ()) -> GpuKernel:
     """``precision``: what the dense products compute in (fp32 FFMA, or TensorCores in tf32,
-    fp16, bf16 with float32 accumulation); every other kernel computes in float32."""
+    fp16, bf16 with float32 accumulation); every other kernel computes in float32.
+    ``aligned``: the positions of ``fused``'s inputs whose storage begins 16-byte aligned."""
     body = fused.attrs["body"]
     try:
         if dense.applicable(body):
-            return dense.build_dense(name, body, spec, topk, precision=precision)
+            return dense.build_dense(name, body, spec, topk, precision=precision,
+                                     aligned=aligned)
         if lstm.applicable(body):
             return lstm.build_lstm_step(name, body)
         if softmax.applicable(body):

@@ -8,11 +8,17 @@ Alignment (Roller §3.2): a block is whole warps; the staged rows of A (``BK`` f
 B (``BN`` floats) are whole 32-byte transactions where the operator allows; shared tiles fit
 the per-block limit and a thread's registers the register file (no spills).
 
-The micro performance model: a block's time is the larger of its FMAs at its share of the
-SM's peak and its global traffic (``(BM + BN) · K`` elements, from L2) at its share of the
-L2 bandwidth, and of its shared-memory reads (``BM·BN·K (1/TM + 1/TN)``) at the SM's shared
-bandwidth; blocks run in waves of ``SMs × resident blocks``, the last one partly empty
-(scale-out). Candidates are ranked by the modeled time of the whole operator.
+The micro performance model: a block's time is the largest of its instructions at its share
+of the SM's issue rate, its global traffic (``(BM + BN) · K`` elements, from L2) at its share
+of the L2 bandwidth, and its shared-memory reads (``BM·BN·K (1/TM + 1/TN)``) at the SM's
+shared bandwidth; blocks run in waves of ``SMs × resident blocks``, the last one partly empty
+(scale-out). The instructions are the FMAs (32 to a warp instruction, issued at the SM's
+FMA peak) and what a tile needs besides: a shared load per thread for each of its ``TM + TN``
+operands of every ``k``, and the copies of the operand tiles, each element costing what its
+address takes (``Copies``: an implicit-GEMM gather computes a pixel and a tap, and a 16-byte
+copy shares that among four floats). A block of one warp that copies 64 floats per 512 FMAs
+is thus charged for them, where counting FMAs alone had ranked it first.
+Candidates are ranked by the modeled time of the whole operator.
 """
 
 from __future__ import annotations
@@ -40,10 +46,17 @@ class GemmTile:
     def threads(self) -> int:
         return (self.BM // self.TM) * (self.BN // self.TN)
 
+    @property
+    def lda(self) -> int:
+        """Shared row length of A (``As[BM][lda]``, k contiguous): 16-byte rows for the
+        4-float copies, 4 words past a multiple of 8 (``BK`` is one) so that 8 rows fall in
+        distinct banks."""
+        return self.BK + 4
+
     def smem_bytes(self) -> int:
-        """Two stages of the A (transposed, odd rows) and B tiles: the next K step's copy
-        lands while the block computes on the current one."""
-        return 2 * (self.BK * (self.BM + 1) + self.BK * self.BN) * 4
+        """Two stages of the A and B tiles: the next K step's copy lands while the block
+        computes on the current one."""
+        return 2 * (self.BM * self.lda + self.BK * self.BN) * 4
 
     def registers(self) -> int:
         return self.TM * self.TN + self.TM + self.TN + 28
@@ -51,6 +64,19 @@ class GemmTile:
     def __str__(self) -> str:
         return (f"block {self.BM}x{self.BN}x{self.BK}, thread {self.TM}x{self.TN}, "
                 f"{self.threads} threads")
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Instructions a thread issues per element of the A and B tiles it copies (the address
+    arithmetic, the guard, the copy; divided by four for 16-byte copies)."""
+
+    a: float = 6.0
+    b: float = 6.0
+
+
+PLAIN = Copies()
+GATHER = 16.0    # an implicit-GEMM element of A: pixel, tap, channel and the padding test
 
 
 def _pow2_upto(n: int, lo: int = 1) -> list[int]:
@@ -84,7 +110,17 @@ def candidates(M: int, N: int, K: int, budget: int = REG_BUDGET) -> list[GemmTil
     return out
 
 
-def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> float:
+def issued_per_fma(t: GemmTile, copies: Copies) -> float:
+    """A block's warp instructions per FMA warp instruction: its FMAs, shared loads and tile
+    copies over a K step."""
+    ffma = t.BM * t.BN * t.BK / 32
+    lds = t.threads / 32 * t.BK * (t.TM + t.TN)
+    cp = (t.BM * t.BK * copies.a + t.BK * t.BN * copies.b) / 32
+    return (ffma + lds + cp) / ffma
+
+
+def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
+          copies: Copies = PLAIN) -> float:
     """Modeled microseconds of the whole product under tile ``t``."""
     mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
     blocks = batch * mb * nb
@@ -102,7 +138,7 @@ def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> 
     issue = min(1.0, warps_sm / 8.0)
     active = min(resident, math.ceil(blocks / spec.units))
     peak_block = spec.peak_gflops * 1e3 * issue / active          # flop / us
-    t_compute = flops_block / peak_block
+    t_compute = flops_block * issued_per_fma(t, copies) / peak_block
     l2 = spec.bandwidth("L2") * 1e3 / spec.units / active          # bytes / us per block
     t_global = (t.BM + t.BN) * k_pad * 4 / l2
     smem_bw = spec.layer("smem").bandwidth * 1e3 / active
@@ -114,10 +150,12 @@ def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> 
 
 
 def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
-              topk: int = 1, budget: int = REG_BUDGET) -> list[GemmTile]:
+              topk: int = 1, budget: int = REG_BUDGET, copies: Copies = PLAIN
+              ) -> list[GemmTile]:
     """The ``topk`` best tiles for the product, best first; ``budget``: the registers a
-    thread's tile may take by the estimate (lowered when ptxas reported a spill)."""
-    ranked = sorted(((model(t, M, N, K, batch, spec), -t.BM * t.BN, t)
+    thread's tile may take by the estimate (lowered when ptxas reported a spill);
+    ``copies``: what copying an element of each operand costs."""
+    ranked = sorted(((model(t, M, N, K, batch, spec, copies), -t.BM * t.BN, t)
                      for t in candidates(M, N, K, budget)), key=lambda r: (r[0], r[1]))
     out = []
     for us, _, t in ranked[:max(1, topk)]:
