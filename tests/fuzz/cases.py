@@ -40,6 +40,7 @@ class Case:
     schedule: str = "sequential"
     num_threads: int | None = None
     tags: list[str] = field(default_factory=list)
+    target: str = "cpu"         # ember's target: cpu, or cuda-sim (the GPU kernels on the CPU)
 
     @property
     def key(self) -> str:
@@ -53,27 +54,38 @@ class Case:
             return None
 
 
+GPU_REFUSES = ("If", "Loop")   # control flow runs on the VM, which the GPU targets do not have
+
+
 def make_case(seed: int, index: int, families: dict[str, float] | None = None,
-              op_filter: str | None = None, symbolic_inputs: bool = False) -> Case:
+              op_filter: str | None = None, symbolic_inputs: bool = False,
+              target: str = "cpu") -> Case:
     """The case (seed, index): family, graph, feeds and mutation all drawn from one generator
     seeded with [seed, index]. ``symbolic_inputs``: every graph's inputs get symbolic dims
-    (a campaign of models compiled once for every shape)."""
+    (a campaign of models compiled once for every shape). ``target``: ``cuda-sim`` draws
+    static graphs without control flow (what the GPU targets compile), run sequentially."""
     rng = np.random.default_rng([seed, index])
     fams = families or FAMILIES
     names = list(fams)
     weights = np.array([fams[n] for n in names], dtype=float)
     family = names[int(rng.choice(len(names), p=weights / weights.sum()))]
     pattern = re.compile(op_filter) if op_filter else None
+    gpu = target != "cpu"
     want = feeds_mod.draw_mutation(rng) if family == "feeds" else None
     first, symbolic = feeds_mod.NEEDS.get(want or "", ((), False))
-    gen = graphs.random_graph(rng, ops=(lambda op: bool(pattern.search(op))) if pattern
-                              else None, first=first,
-                              symbolic=1.0 if symbolic or symbolic_inputs else 0.25)
+
+    def allowed(op: str) -> bool:
+        return (pattern is None or bool(pattern.search(op))) and not (gpu and op in GPU_REFUSES)
+
+    gen = graphs.random_graph(rng, ops=allowed if pattern or gpu else None, first=first,
+                              symbolic=0.0 if gpu else
+                              1.0 if symbolic or symbolic_inputs else 0.25)
     feeds = feeds_mod.feeds(rng, gen.specs, specials=0.3 if family == "graph" else 0.1)
-    schedule = "auto" if rng.random() < AUTO_SCHEDULE else "sequential"
+    schedule = "auto" if rng.random() < AUTO_SCHEDULE and not gpu else "sequential"
     threads = 1 if rng.random() < 0.2 else None
     case = Case(seed, index, family, gen.model.SerializeToString(), feeds, gen.describe(),
-                gen.ops, gen.opset, gen.symbolic, schedule=schedule, num_threads=threads)
+                gen.ops, gen.opset, gen.symbolic, schedule=schedule, num_threads=threads,
+                target=target)
     if family == "feeds":
         done = feeds_mod.mutate_feeds(rng, gen.specs, case.feeds, want)
         if done is None:

@@ -34,6 +34,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="only this family: graph, feeds or mutant (default: all, by weight)")
     p.add_argument("--symbolic", action="store_true",
                    help="every generated graph's inputs get symbolic dims")
+    p.add_argument("--target", default="cpu", choices=("cpu", "cuda-sim"),
+                   help="ember's target (cuda-sim: the GPU kernels run on the CPU; static "
+                        "graphs without control flow)")
     p.add_argument("--ops", default=None, metavar="REGEX",
                    help="only ops whose name matches REGEX in generated graphs")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"JSON summary (default {DEFAULT_OUT})")
@@ -73,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replay:
         cases = [report.load_reproducer(d) for d in args.replay]
     else:
-        cases = [cases_mod.make_case(args.seed, i, fams, args.ops, args.symbolic)
+        cases = [cases_mod.make_case(args.seed, i, fams, args.ops, args.symbolic, args.target)
                  for i in indices]
     print(f"{len(cases)} cases (seed {args.seed}), jobs {args.jobs}, timeout {args.timeout:g} s",
           file=sys.stderr, flush=True)

@@ -38,6 +38,7 @@ def save_reproducer(case: Case, folder: str | os.PathLike[str], rec: dict[str, A
     meta = {k: v for k, v in rec.items() if k != "reproducer"}
     meta["schedule"] = case.schedule
     meta["num_threads"] = case.num_threads
+    meta["target"] = case.target
     meta["strided_inputs"] = [k for k, v in case.feeds.items() if not v.flags.c_contiguous]
     (d / "case.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     return str(d)
@@ -56,7 +57,8 @@ def load_reproducer(folder: str | os.PathLike[str]) -> Case:
     return Case(meta["seed"], meta["index"], meta["family"], (d / "model.onnx").read_bytes(),
                 feeds, meta.get("description", ""), meta.get("ops", []), 0,
                 meta.get("symbolic", False), meta.get("mutation", ""), meta.get("detail", ""),
-                meta.get("schedule", "sequential"), meta.get("num_threads"))
+                meta.get("schedule", "sequential"), meta.get("num_threads"),
+                target=meta.get("target", "cpu"))
 
 
 def summarize(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +115,7 @@ def _bucket(outcome: str) -> str:
 
 
 def _brief(r: dict[str, Any]) -> dict[str, Any]:
-    keys = ("seed", "index", "outcome", "family", "mutation", "detail", "schedule",
+    keys = ("seed", "index", "outcome", "family", "mutation", "detail", "schedule", "target",
             "description", "message", "where", "path", "stderr", "reproducer", "known")
     return {k: r[k] for k in keys if r.get(k) not in (None, "", [])}
 

@@ -54,7 +54,8 @@ def run_ember(case: Case, workdir: str) -> dict[str, Any]:
             model = os.path.join(workdir, "model.onnx")
             with open(model, "wb") as f:
                 f.write(case.model)
-        cm = ember.compile(model, schedule=case.schedule, num_threads=case.num_threads)
+        cm = ember.compile(model, schedule=case.schedule, num_threads=case.num_threads,
+                           target=case.target)
         stage = "run"
         out = cm.run(case.feeds)
         return {"status": "ok", "outputs": {k: np.array(v) for k, v in out.items()}}
@@ -300,7 +301,8 @@ def _record(case: Case, r: _Running, died: str | None, elapsed: float) -> dict[s
     rec: dict[str, Any] = {
         "seed": case.seed, "index": case.index, "family": case.family,
         "mutation": case.mutation, "detail": case.detail, "schedule": case.schedule,
-        "symbolic": case.symbolic, "ops": case.ops, "description": case.description,
+        "target": case.target, "symbolic": case.symbolic, "ops": case.ops,
+        "description": case.description,
         **verdict, "seconds": round(elapsed, 2)}
     ember = r.got.get("ember") or {}
     if "seconds" in ember:
