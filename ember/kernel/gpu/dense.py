@@ -14,9 +14,10 @@ A block owns a ``BM × BN`` output tile of one batch (or group). Per step of ``B
 threads copy the A tile (k fastest: a warp reads whole rows of A) into ``As[BM][BK + 4]`` and
 the B tile (n fastest) into ``Bs[BK][BN]``, meet at a barrier, and each thread accumulates its
 ``TM × TN`` register tile from ``TM + TN`` shared reads per ``k`` — its rows strided by
-``BM / TM`` and columns by ``BN / TN``, so a warp reads consecutive words of ``Bs`` (no bank
-conflicts), at most 8 rows of ``As`` (the row length 4 past a multiple of 8 words puts them in
-distinct banks) and stores consecutive columns (coalesced).
+``BM / TM``, its columns in runs of four (``_thread_cols``), so a warp reads consecutive words
+of ``Bs`` (no bank conflicts; nvcc merges a run into one 16-byte read, and four k of a row of
+``As`` likewise), at most 8 rows of ``As`` (the row length 4 past a multiple of 8 words puts
+them in distinct banks) and stores consecutive columns (coalesced).
 
 The copies are 16 bytes (four floats, one ``cp.async``) where the operand allows (TVM §4's
 vectorized cooperative fetching): four consecutive k of A (n of B) adjacent in memory, at a
@@ -393,6 +394,7 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
     tx, ty = Var("tx"), Var("ty")
     kk, i, j = Var("kk"), Var("i"), Var("j")
     sx, sy = t.BN // t.TN, t.BM // t.TM     # threads along n and m
+    tcol = _thread_cols(t, tx, j)
 
     def issue(k: Expr, st: Expr) -> Stmt:
         """K step ``k``'s tiles into stage ``st``."""
@@ -409,8 +411,7 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
         a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
         a_at = Bin("+", a_off, Bin("+", Bin("*", Bin("+", ty, Bin("*", i, Const(sy))),
                                              Const(lda)), kk))
-        b_at = Bin("+", b_off, Bin("+", Bin("*", kk, Const(t.BN)),
-                                    Bin("+", tx, Bin("*", j, Const(sx)))))
+        b_at = Bin("+", b_off, Bin("+", Bin("*", kk, Const(t.BN)), tcol))
         step = For(kk, Const(0), Const(t.BK), seq(
             For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, a_at)), ForKind.UNROLLED),
             For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, b_at)), ForKind.UNROLLED),
@@ -422,7 +423,7 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
     at = Bin("+", Bin("*", i, Const(t.TN)), j)
     main = blk.pipeline(issue, compute)
     row = Bin("+", blk.bm0, Bin("+", ty, Bin("*", i, Const(sy))))
-    col = Bin("+", blk.bn0, Bin("+", tx, Bin("*", j, Const(sx))))
+    col = Bin("+", blk.bn0, tcol)
     out = blk.in_bounds(row, col, store(blk.b, row, col, Load(acc, at)))
     fin = For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), out, ForKind.UNROLLED),
               ForKind.UNROLLED)
@@ -432,6 +433,18 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
                Let(ty, Bin("//", THREAD, Const(sx)), seq(init, main, fin)))
     stmt = Alloc(As, Alloc(Bs, Alloc(acc, blk.coords(body))))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
+
+
+def _thread_cols(t: GemmTile, tx: Expr, j: Expr) -> Expr:
+    """Column ``j`` of thread ``tx``'s tile within the block tile. With ``TN`` a multiple of
+    4 a thread owns runs of 4 adjacent columns, one run in each ``4 · BN / TN`` columns
+    (``Bs``'s four floats in one ld.shared.v4, eight threads of a quarter warp on 32 distinct
+    banks; its stores 16 contiguous bytes); else columns strided by the threads along n."""
+    sx = t.BN // t.TN
+    if t.TN % 4:
+        return Bin("+", tx, Bin("*", j, Const(sx)))
+    return Bin("+", Bin("*", Bin("//", j, Const(4)), Const(4 * sx)),
+               Bin("+", Bin("*", tx, Const(4)), Bin("%", j, Const(4))))
 
 
 # ------------------------------------------------------------------ the TensorCore kernel

@@ -13,9 +13,9 @@ of the SM's issue rate, its global traffic (``(BM + BN) · K`` elements, from L2
 of the L2 bandwidth, and its shared-memory reads (``BM·BN·K (1/TM + 1/TN)``) at the SM's
 shared bandwidth; blocks run in waves of ``SMs × resident blocks``, the last one partly empty
 (scale-out). The instructions are the FMAs (32 to a warp instruction, issued at the SM's
-FMA peak) and what a tile needs besides: a shared load per thread for each of its ``TN``
-operands of B of every ``k`` (and of its ``TM`` rows of A every four ``k``: one 16-byte
-load), and the copies of the operand tiles, each element costing what its
+FMA peak) and what a tile needs besides: a shared load per thread for each run of four of its
+``TN`` columns of B of every ``k`` and each of its ``TM`` rows of A every four ``k`` (16-byte
+loads; a column each where ``TN`` is no multiple of four), and the copies of the operand tiles, each element costing what its
 address takes (``Copies``: an implicit-GEMM gather computes a pixel and a tap, and a 16-byte
 copy shares that among four floats). A block of one warp that copies 64 floats per 512 FMAs
 is thus charged for them, where counting FMAs alone had ranked it first.
@@ -115,8 +115,9 @@ def issued_per_fma(t: GemmTile, copies: Copies) -> float:
     """A block's warp instructions per FMA warp instruction: its FMAs, shared loads and tile
     copies over a K step."""
     ffma = t.BM * t.BN * t.BK / 32
-    # A's rows are k-contiguous: nvcc reads four k of a row in one ld.shared.v4
-    lds = t.threads / 32 * t.BK * (t.TM / 4 + t.TN)
+    # A's rows are k-contiguous, a thread's columns of B in runs of four (where TN allows):
+    # nvcc reads four k of a row, and a run, in one ld.shared.v4
+    lds = t.threads / 32 * t.BK * (t.TM / 4 + (t.TN / 4 if t.TN % 4 == 0 else t.TN))
     cp = (t.BM * t.BK * copies.a + t.BK * t.BN * copies.b) / 32
     return (ffma + lds + cp) / ffma
 
