@@ -15,11 +15,11 @@ shared bandwidth; blocks run in waves of ``SMs × resident blocks``, the last on
 (scale-out). The instructions are the FMAs (32 to a warp instruction, issued at the SM's
 FMA peak) and what a tile needs besides: a shared load per thread for each run of four of its
 ``TN`` columns of B of every ``k`` and each of its ``TM`` rows of A every four ``k`` (16-byte
-loads; a column each where ``TN`` is no multiple of four), and the copies of the operand tiles, each element costing what its
-address takes (``Copies``: an implicit-GEMM gather computes a pixel and a tap, and a 16-byte
-copy shares that among four floats). A block of one warp that copies 64 floats per 512 FMAs
-is thus charged for them, where counting FMAs alone had ranked it first.
-Candidates are ranked by the modeled time of the whole operator.
+loads; a column each where ``TN`` is no multiple of four), and the copies of the operand
+tiles, each element costing what its address takes (``Copies``: an implicit-GEMM gather
+computes a pixel and a tap, and a 16-byte copy shares that among four floats). A block of
+one warp that copies 64 floats per 512 FMAs is thus charged for them, where counting FMAs
+alone had ranked it first. Candidates are ranked by the modeled time of the whole operator.
 """
 
 from __future__ import annotations
