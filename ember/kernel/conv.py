@@ -46,7 +46,6 @@ from ember.loops.ir import (
     Extent,
     For,
     ForKind,
-    If,
     Let,
     Scope,
     Stmt,
@@ -237,7 +236,9 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
     ``epi``: the micro-kernels apply it on the last K chunk, its constants packed in ``ke``
     ([constant][group][block][NB]; no such parameter without constants), its tensors
     ``t<j>`` indexed as the [P][OC] output (no pointer array without tensors). ``whole``: every
-    block it stores is whole (``whole_blocks``)."""
+    block it stores is whole (``whole_blocks``). ``stream``: a last parameter ``nt`` says
+    whether to store non-temporally (1 where decided at compile time, the run's test where
+    the size is symbolic: one function for both)."""
     jb = -(-g.OCg // t.NB)
     jt = -(-t.NT // t.NB)           # channel blocks per task
     tj = -(-jb // jt)               # channel tasks per group
@@ -248,8 +249,10 @@ def _tile_fn(name: str, g: ConvGeom, t: DenseTile, cd: CDims, local: bool = Fals
         P, pb = cd.P, f"(({cd.P} + {t.PT - 1}) / {t.PT})"
     chunk = g.KH * g.KW * t.KC * t.NB
     tail, ts, params = _epilogue_args(g, t, epi)
-    fence = "\n  EM_FENCE();   /* the non-temporal stores, before another thread reads */" \
-        if stream else ""
+    fence = "\n  if (nt) EM_FENCE();   /* the non-temporal stores, before another thread " \
+        "reads */" if stream else ""
+    if stream:   # the micro-kernels store non-temporally where the caller's nt asks
+        tail, params = f"{tail}, nt", f"{params}, int nt"
     rows_c, call = _uk_calls(g, t, cd, P, local, epi, stream, prefetch, whole, tail, ts)
     left = f"{g.OCg} - j * {t.NB}"
     nvalid = f"{t.NB}" if whole else f"{left} < {t.NB} ? {left} : {t.NB}"
@@ -522,7 +525,9 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
     stream, prefetch = _store_plan(g, t, m, local, mul_extent(rows, g.OC),
                                    reg is not None or len(core.nodes) == 1, cache, l2_bytes(ctx))
     # named by what its text depends on, so kernels of one shape share one tile function
-    key = (g, t, local, stream, prefetch) if sym is None else (g, t, local, cd, prefetch)
+    streams = stream is not False      # non-temporal stores possible: decided here or per run
+    key = (g, t, local, streams, prefetch) if sym is None else \
+        (g, t, local, cd, streams, prefetch)
     if reg is not None:
         key += reg.key
     fn = "em_tile_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
@@ -543,20 +548,15 @@ def build_dense(name: str, body: Graph, ctx: RollerContext,
                               elementwise=reg is None, phases=phases, rows=sym)
         stmt: Stmt = Alloc(scratch, seq(Eval(fn, (task, scratch, x_buf, w_buf, *extra)), epi))
     else:
-        call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra))
-        if isinstance(stream, Expr):   # decided per run: the non-temporal tile function
-            call = If(stream, Eval(fn + "_nt", (task, out_buf, x_buf, w_buf, *extra)), call)
+        nt = [] if stream is False else [Const(1) if stream is True else stream]
+        call = Eval(fn, (task, out_buf, x_buf, w_buf, *extra, *nt))
         epi_in_place = None if reg is not None else \
             _epilogue(body, m, g, t, task, out_buf, x_buf, args, rows)
         stmt = call if epi_in_place is None else seq(call, epi_in_place)
     stmt = For(task, T0, Bin("-", T1, T0), stmt, ForKind.SERIAL)
-    static_nt = stream is True
     whole = whole_blocks(g, t, local, reg)
-    support = _helpers(g, t, reg, g.P if sym is None else sym, static_nt, prefetch, whole)
-    support[fn] = _tile_fn(fn, g, t, cd, local, reg, static_nt, prefetch, whole)
-    if isinstance(stream, Expr):
-        support.update(_helpers(g, t, reg, sym, True, prefetch, whole))
-        support[fn + "_nt"] = _tile_fn(fn + "_nt", g, t, cd, local, reg, True, prefetch, whole)
+    support = _helpers(g, t, reg, g.P if sym is None else sym, streams, prefetch, whole)
+    support[fn] = _tile_fn(fn, g, t, cd, local, reg, streams, prefetch, whole)
     if local:
         support[transpose_tile.NAME] = transpose_tile.C_SOURCE
     if phases is not None:
@@ -579,7 +579,7 @@ def _store_plan(g: ConvGeom, t: DenseTile, m: Node, local: bool, out_floats: Ext
     """(stream, prefetch). An output written once (one K chunk, final in registers) that
     would not stay in the cache: non-temporal stores (the detector's 1x1 16 -> 96 expansion
     at 320x320, 39 MB; ``phase_store.streams``, an expression decided per run where the row
-    count is symbolic: two tile functions then). A 1x1 conv to few channels (an input float
+    count is symbolic: the tile function's ``nt``). A 1x1 conv to few channels (an input float
     feeds at most PREFETCH_MAX_OC FMAs: its tiles wait on the input) over an input larger
     than the cores' L2 (at the hint where symbolic): each register tile prefetches the next
     one's rows (the detector's 144 -> 24 projection at 160x160: 1.98 -> 1.02 ms; ResNet-50's

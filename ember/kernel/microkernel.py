@@ -83,7 +83,8 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
                      prefetch: bool = False, whole: bool = False) -> str:
     """``stream``: whole blocks are stored with non-temporal stores (``EM_PUT16``/``EM_PUT8``;
     for an output that is written once, in one K chunk, and is too large to stay in the
-    cache: the plain store first read each line from memory). The caller fences.
+    cache: the plain store first read each line from memory) where the last parameter, ``nt``,
+    asks for them (a symbolic output's size decides per run). The caller fences.
     ``prefetch`` (rows evenly strided, a 1x1 conv's: the next tile's rows follow this one's):
     one line of the next tile's rows is prefetched per reduction step, so a large input
     streams in while this tile computes (its rows' 12 interleaved streams outran the
@@ -103,7 +104,7 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
              + ", float *c, int64_t ldc,")
     L.append("    int64_t acc_in, int64_t nvalid, int64_t wic" + (
         ",\n    int64_t last, const float *ke, int64_t kld, const float *const *ts, "
-        "int64_t ldt) {" if epi is not None else ") {"))
+        "int64_t ldt" if epi is not None else "") + (", int nt) {" if stream else ") {"))
     for r in range(rows):
         if not indirect:
             L.append(f"  const float *r{r} = rows[{r}];")
@@ -111,8 +112,8 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None = None,
         L.append(f"  const char *em_nx = (const char *)(r{rows - 1} + (r{rows - 1} - "
                  f"r{rows - 2}));")
         L.append(f"  const int64_t em_pfl = {rows} * (r1 - r0) * (int64_t)sizeof(float) / 64;")
-    if stream:   # every row then aligns with c (ldc a multiple of 16 floats)
-        L.append("  const int em_nt = ((uintptr_t)c & 63) == 0 && (ldc & 15) == 0;")
+    if stream:   # asked (``nt``: the caller's, per run) and every row aligns with c
+        L.append("  const int em_nt = nt && ((uintptr_t)c & 63) == 0 && (ldc & 15) == 0;")
         L.append("  (void)em_nt;")
     if whole:
         L.append("  (void)nvalid;")
