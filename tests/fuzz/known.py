@@ -94,6 +94,10 @@ DEFECTS: dict[str, str] = {
                              "data'), and the loop body, over [N2 + N3 + 6], could not bind "
                              "two names from one dim (fixed: segments re-infer their types; "
                              "an unbound linear input dim becomes one fresh symbol)",
+    "convt-no-channels": "a (transposed) convolution over an input with no channels (a Slice "
+                         "that leaves none) was refused: its numpy reference reshaped the "
+                         "0-size operand with -1 (fixed: explicit sizes; cuda-sim campaign, "
+                         "seed 2032, cases 88 and 136)",
     # found by the first cuda-sim campaign (seed 2031): a scope limit of issue 25, not a bug
     "gpu-static-only": "the GPU targets (cuda, cuda-sim) refuse a model whose shapes are "
                        "computed at run time (ember's VM: a Reshape to a computed shape, "

@@ -319,3 +319,32 @@ def test_a_vm_model_checks_its_inputs_declared_dims() -> None:
         cm.run({"n": n, "x": np.ones((1, 2, 2), np.float32)})
     with pytest.raises(InputError, match="input 'x'"):
         cm.run({"n": n, "x": np.ones((4, 3), np.float32)})
+
+
+@pytest.mark.parametrize("op,w_shape,bias", [("ConvTranspose", [0, 2, 3], False),
+                                             ("ConvTranspose", [0, 2, 1], True),
+                                             ("Conv", [2, 0, 3], True)])
+@pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
+def test_a_window_over_no_input_channels_gives_the_bias(op: str, w_shape: list, bias: bool,
+                                                        target: str) -> None:
+    """A Slice that leaves no channels, then a (transposed) convolution (found by the cuda-sim
+    campaign, seed 2032, cases 88 and 136): its reference reshaped a 0-size operand with -1
+    (ambiguous) and the model was refused; the output is the bias (zeros without one), as in
+    onnxruntime."""
+    inits = {"s": np.array([3], np.int64), "e": np.array([9], np.int64),
+             "a": np.array([1], np.int64),
+             "w": np.ones(w_shape, np.float32)}
+    ins = ["xs", "w"]
+    if bias:
+        inits["b"] = np.array([0.5, -1.5], np.float32)
+        ins.append("b")
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["xs"]),
+             helper.make_node(op, ins, ["y"])]
+    m = graph_model(nodes, [_vi("x", TensorProto.FLOAT, [1, 3, 5])],
+                    [_vi("y", TensorProto.FLOAT, None)],
+                    [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    x = np.random.default_rng(4).standard_normal((1, 3, 5)).astype(np.float32)
+    want = run_ort(m, {"x": x})[0]
+    got = ember.compile(m, target=target).run({"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want)

@@ -157,16 +157,17 @@ def conv(attrs: Attrs, x: np.ndarray, w: np.ndarray,
     n, c = x.shape[:2]
     m = w.shape[0]
     k = math.prod(kernel)
+    # explicit sizes, no -1: an operand with a 0-size dim (no input channels) has none to infer
     if k == 1 and not any(pads) and all(s == 1 for s in strides):
         out_sp = x.shape[2:]
-        cols = x.reshape(n, g, c // g, -1)
+        cols = x.reshape(n, g, c // g, math.prod(out_sp))
     else:
         win = _windows(x, kernel, strides, dilations, pads)
         out_sp = win.shape[2:2 + nd]
         win = win.reshape(n, g, c // g, *out_sp, *kernel)
         perm = (0, 1, 2, *range(3 + nd, 3 + 2 * nd), *range(3, 3 + nd))
-        cols = win.transpose(perm).reshape(n, g, (c // g) * k, -1)
-    wm = w.reshape(g, m // g, -1)
+        cols = win.transpose(perm).reshape(n, g, (c // g) * k, math.prod(out_sp))
+    wm = w.reshape(g, m // g, (c // g) * k)
     y = np.matmul(wm[None], cols).reshape(n, m, *out_sp)
     if b is not None:
         y = y + b.reshape((m,) + (1,) * nd)
@@ -228,8 +229,11 @@ def conv_transpose(attrs: Attrs, x: np.ndarray, w: np.ndarray,
     in_sp = x.shape[2:]
     mg = w.shape[1]
     m = mg * g
-    wm = w.reshape(g, c // g, -1).transpose(0, 2, 1)          # (g, mg*K, cg)
-    cols = np.matmul(wm[None], x.reshape(n, g, c // g, -1))   # (n, g, mg*K, L)
+    # explicit sizes, no -1: with no input channels (a 0-size dim) there is none to infer,
+    # and the output is the bias (zeros without one), as onnxruntime gives
+    K, L = mg * math.prod(kernel), math.prod(in_sp)
+    wm = w.reshape(g, c // g, K).transpose(0, 2, 1)                  # (g, mg*K, cg)
+    cols = np.matmul(wm[None], x.reshape(n, g, c // g, L))           # (n, g, mg*K, L)
     cols = cols.reshape(n, m, *kernel, *in_sp)
     full = [s * (i - 1) + (k - 1) * d + 1 + op
             for i, k, s, d, op in zip(in_sp, kernel, strides, dilations, opad, strict=True)]
