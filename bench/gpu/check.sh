@@ -61,4 +61,8 @@ for m in r.get("models", []):
     if top:
         print(f"{m['model']:16} kernels {m['kernels_ms_total']:.3f} ms; longest: " + "; ".join(
             f"{k['ms']:.3f} {k['node'][:18]} {k['grid']}x{k['block']}" for k in top))
+    mc = m.get("model_check") or {}
+    if mc:   # how far the GEMMs run from Roller's model of their tiles
+        print(f"{'':16} {mc['gemms']} GEMMs at {mc['median_ratio']}x their modeled time "
+              f"(from {mc['min_ratio']} to {mc['max_ratio']})")
 PYEOF

@@ -136,13 +136,34 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
 
 def _kernel_profile(cm: Any, feeds: dict[str, np.ndarray], top: int = 12) -> dict[str, Any]:
     """Where the launches' time goes: each kernel timed alone (events between launches), the
-    sum, and the ``top`` longest with their schedules."""
+    sum, the ``top`` longest with their schedules, and how the GEMMs' measured times compare
+    with what Roller's model predicted for their tiles (``model_check``)."""
     prof = cm.profile_kernels(feeds, 5)
     sched = {k["symbol"]: k["schedule"] for k in cm.meta["kernels_cuda"]}
     longest = sorted(prof, key=lambda p: -p["ms"])[:top]
     return {"kernels_ms_total": round(sum(p["ms"] for p in prof), 4),
             "kernels_top": [{**p, "ms": round(p["ms"], 4),
-                             "schedule": sched.get(p["kernel"], "")[:100]} for p in longest]}
+                             "schedule": sched.get(p["kernel"], "")[:100]} for p in longest],
+            "model_check": model_check(prof, sched)}
+
+
+def model_check(prof: list[dict[str, Any]], sched: dict[str, str]) -> dict[str, Any]:
+    """Measured / modeled time of every launch whose schedule carries Roller's modeled time
+    (``... (Roller: 11.8 us modeled)``): the median ratio, its spread, and each GEMM's."""
+    import re
+
+    rows = []
+    for p in prof:
+        m = re.search(r"Roller: ([0-9.]+) us modeled", sched.get(p["kernel"], ""))
+        if m and float(m.group(1)) > 0:
+            rows.append({"node": p["node"], "grid": p["grid"], "block": p["block"],
+                         "ms": round(p["ms"], 4), "modeled_us": float(m.group(1)),
+                         "ratio": round(1e3 * p["ms"] / float(m.group(1)), 2)})
+    ratios = sorted(r["ratio"] for r in rows)
+    if not ratios:
+        return {}
+    return {"gemms": len(rows), "median_ratio": ratios[len(ratios) // 2],
+            "min_ratio": ratios[0], "max_ratio": ratios[-1], "rows": rows}
 
 
 def gemm_model(n: int) -> tuple[Any, np.ndarray, np.ndarray]:

@@ -145,3 +145,19 @@ def test_a_view_off_a_16_byte_boundary_is_copied_a_float_at_a_time(start: int) -
     got = ember.compile(model, target="cuda-sim").run({"x": x})
     y = got["y"] if isinstance(got, dict) else got[0]
     np.testing.assert_allclose(y, x[start:start + 4].reshape(2, 4) @ w, rtol=1e-5, atol=1e-6)
+
+
+def test_the_gpu_bench_compares_each_gemm_with_its_model() -> None:
+    """``bench/gpu``'s model check: measured / modeled time of the launches whose schedule
+    carries Roller's modeled time; other kernels are left out."""
+    from ember.bench.gpu import model_check
+
+    prof = [{"node": "conv", "kernel": "k1", "grid": 392, "block": 64, "ms": 0.05},
+            {"node": "mm", "kernel": "k2", "grid": 24, "block": 128, "ms": 0.012},
+            {"node": "relu", "kernel": "k3", "grid": 8, "block": 256, "ms": 0.003}]
+    sched = {"k1": "tiled GEMM, block 8x64x32 (Roller: 12.5 us modeled)",
+             "k2": "tiled GEMM, block 16x64x32 (Roller: 12.0 us modeled)", "k3": "generic"}
+    got = model_check(prof, sched)
+    assert got["gemms"] == 2 and [r["ratio"] for r in got["rows"]] == [4.0, 1.0]
+    assert (got["min_ratio"], got["median_ratio"], got["max_ratio"]) == (1.0, 4.0, 4.0)
+    assert model_check(prof[2:], sched) == {}
