@@ -126,16 +126,20 @@ def test_runner_counts_crashes_and_hangs_in_the_child(tmp_path: Path) -> None:
         np.testing.assert_array_equal(back.feeds[k], v)
 
 
-def test_slice() -> None:
-    """A fixed-seed campaign: no bad outcome outside the known defects."""
-    todo = [cases.make_case(SLICE_SEED, i) for i in SLICE
-            if (SLICE_SEED, i) not in known.KNOWN_DEFECTS]
+def _no_bad_outcome(todo: list[cases.Case], reproduce: str) -> None:
+    """Run ``todo``; fail listing each bad outcome (``reproduce``: the command, less N)."""
     records = runner.run_cases(todo, jobs=2, timeout=180)
     bad = [r for r in records if report.is_bad(r["outcome"])]
     lines = [f"{r['seed']}:{r['index']} {r['outcome']}: {r['message'][:200]} | "
              f"{r['description'][:200]}" for r in bad]
-    assert not bad, "fuzz slice (reproduce: python -m tests.fuzz --seed " \
-        f"{SLICE_SEED} --index N):\n" + "\n".join(lines)
+    assert not bad, f"fuzz slice (reproduce: {reproduce} --index N):\n" + "\n".join(lines)
+
+
+def test_slice() -> None:
+    """A fixed-seed campaign: no bad outcome outside the known defects."""
+    _no_bad_outcome([cases.make_case(SLICE_SEED, i) for i in SLICE
+                     if (SLICE_SEED, i) not in known.KNOWN_DEFECTS],
+                    f"python -m tests.fuzz --seed {SLICE_SEED}")
 
 
 GPU_SLICE_SEED = 2030
@@ -153,14 +157,10 @@ def test_cuda_sim_slice() -> None:
     """The GPU kernels (``target="cuda-sim"``: the same kernels, tiles and bounds, run on the
     CPU) on a fixed-seed campaign of random static graphs: no bad outcome (about a minute on
     2 cores with a warm kernel cache)."""
-    todo = [cases.make_case(GPU_SLICE_SEED, i, {"graph": 1.0}, target="cuda-sim")
-            for i in GPU_SLICE]
-    records = runner.run_cases(todo, jobs=2, timeout=180)
-    bad = [r for r in records if report.is_bad(r["outcome"])]
-    lines = [f"{r['seed']}:{r['index']} {r['outcome']}: {r['message'][:200]} | "
-             f"{r['description'][:200]}" for r in bad]
-    assert not bad, "cuda-sim slice (reproduce: python -m tests.fuzz --family graph " \
-        f"--target cuda-sim --seed {GPU_SLICE_SEED} --index N):\n" + "\n".join(lines)
+    _no_bad_outcome([cases.make_case(GPU_SLICE_SEED, i, {"graph": 1.0}, target="cuda-sim")
+                     for i in GPU_SLICE],
+                    f"python -m tests.fuzz --family graph --target cuda-sim --seed "
+                    f"{GPU_SLICE_SEED}")
 
 
 @pytest.mark.slow
