@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from tests.fuzz import ops_math
 from tests.fuzz.cases import Case
 
 RTOL, ATOL = 1e-3, 1e-4
@@ -278,11 +279,27 @@ def _slice_by_spec(ctx: Context) -> bool:
                                                 else np.array_equal(want, ctx.got))
 
 
+# ops whose output has the shape of their operands broadcast together (a pool's output
+# shape carries through them)
+ELEMENTWISE = frozenset(ops_math.UNARY) | frozenset(ops_math.BINARY) | {"Cast"}
+
+
 def _same_pad_dilated(ctx: Context) -> bool:
-    """The mismatched output is a pool's with auto_pad SAME_* and a dilation > 1, and ember's
-    spatial dims are the spec's ceil(in / stride) (onnxruntime's are not)."""
-    node = next((n for n in ctx.path if ctx.output in n.output), None)
-    if node is None or node.op_type not in ("MaxPool", "AveragePool") or ctx.got is None:
+    """The mismatched output is a pool's with auto_pad SAME_* and a dilation > 1 (or follows
+    from one through element-wise ops), and ember's spatial dims are the spec's
+    ceil(in / stride) (onnxruntime's are not)."""
+    pools = ("MaxPool", "AveragePool")
+
+    def producer(name: str) -> onnx.NodeProto | None:
+        return next((n for n in ctx.path if name in n.output), None)
+
+    node = producer(ctx.output)
+    for _ in range(16):     # back through element-wise ops to the pool
+        if node is None or node.op_type not in ELEMENTWISE:
+            break
+        node = next((p for p in map(producer, filter(None, node.input))
+                     if p is not None and p.op_type in ELEMENTWISE | set(pools)), None)
+    if node is None or node.op_type not in pools or ctx.got is None:
         return False
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     pad = attrs.get("auto_pad", b"")

@@ -229,6 +229,24 @@ def test_judge_explains_sums_over_huge_terms_of_both_signs() -> None:
     assert judge.classify(small, None, None, got, ort)["outcome"] == "mismatch"
 
 
+def test_judge_follows_a_dilated_same_pool_through_element_wise_ops() -> None:
+    """Seed 2035's case 56: a MaxPool with SAME_UPPER and a dilation (the spec's output is
+    ceil(in / stride); onnxruntime computes another size) compared through a LessOrEqual is
+    explained as the pool itself is; a shape no rule gives stays a mismatch."""
+    from onnx import helper
+    x = np.random.default_rng(0).standard_normal((4, 1, 2, 2)).astype(np.float32)
+    pool = helper.make_node("MaxPool", ["x"], ["p"], auto_pad="SAME_UPPER", dilations=[1, 2],
+                            kernel_shape=[1, 2], strides=[2, 1])
+    case = _case([pool, helper.make_node("LessOrEqual", ["p", "c"], ["y"])], {"x": x},
+                 {"c": np.zeros(1, np.float32)}, ["y"])
+    ort = {"status": "ok", "names": ["y"], "outputs": {"y": np.zeros((4, 1, 1, 1), bool)}}
+    spec = {"status": "ok", "outputs": {"y": np.zeros((4, 1, 1, 2), bool)}}
+    rec = judge.classify(case, None, None, spec, ort)
+    assert rec["outcome"] == "explained" and rec["explained"] == "same-pad-dilated", rec
+    other = {"status": "ok", "outputs": {"y": np.zeros((4, 1, 2, 2), bool)}}
+    assert judge.classify(case, None, None, other, ort)["outcome"] == "mismatch"
+
+
 def test_reference_answers_per_output_where_the_whole_model_fails() -> None:
     """Seed 32's case 7935: onnx's reference refuses a GatherElements whose indices are
     smaller than the data (onnxruntime runs it); the Resize output beside it still gets the
