@@ -224,7 +224,8 @@ def _check_convtranspose(k: tuple, attrs: dict, shapes: list[tuple[int, ...]]) -
 def test_symbolic_conv_streams_a_large_output_chosen_per_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A 1x1 expansion over symbolic rows: non-temporal stores or plain ones are chosen per
     run by the output's size against half the last-level cache (pinned to 1 MiB here, so
-    the sizes below fall on both sides); both match onnxruntime."""
+    the sizes below fall on both sides), through one tile function's ``nt`` (there had been a
+    second tile function, ``_nt``, with micro-kernels of its own); both match onnxruntime."""
     import json
 
     from ember.support import options
@@ -238,7 +239,11 @@ def test_symbolic_conv_streams_a_large_output_chosen_per_run(tmp_path) -> None: 
     with options.using(options.current().with_(device_spec=str(spec))):
         comp, cm = driver.compile_full(model, schedule="sequential")
     (conv,) = [k for k in comp.kernels if k.name.startswith("convnhwc")]
-    assert any(name.endswith("_nt") for name in conv.support), list(conv.support)
+    assert not any(name.endswith("_nt") for name in conv.support), list(conv.support)
+    (tile,) = [text for name, text in conv.support.items() if name.startswith("em_tile_")]
+    assert ", int nt)" in tile and "if (nt) EM_FENCE();" in tile
+    uks = [name for name in conv.support if name.startswith("em_uk_")]
+    assert uks and all("s_" in name for name in uks), uks     # the streaming variants only
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for i, (h, w) in enumerate([(4, 5), (40, 37)]):   # 7.5 KiB and 568 KiB of output
         x = np.random.default_rng(i).standard_normal((1, 16, h, w)).astype(np.float32)

@@ -56,25 +56,6 @@ def test_dense_layer_with_symbolic_rows() -> None:
     assert "g_dims[0]" in src and "switch (nr)" in src
 
 
-def test_non_temporal_stores_are_decided_per_run_in_one_tile_function(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 1x1 conv 16 -> 96 + ReLU over a symbolic image: its output is written once, in one K
-    chunk, and at 320 x 320 (39 MB) outgrows the cache while at 24 x 24 it does not; the size
-    decides per run whether its micro-kernels store non-temporally, through one tile
-    function's ``nt`` (there had been a second tile function, with its own micro-kernels, for
-    the streaming runs). Both sizes against onnxruntime."""
-    from pathlib import Path
-    monkeypatch.setenv("EMBER_DEVICE_SPEC",
-                       str(Path(__file__).resolve().parents[1] / "specs" / "avx512_2core.json"))
-    w = _f32(96, 16, 1, 1) * 0.2
-    model = _model([helper.make_node("Conv", ["x", "w"], ["t"]),
-                    helper.make_node("Relu", ["t"], ["y"])],
-                   [("x", [1, 16, "h", "w"])], ["y"], {"w": w})
-    src = driver.build(model).source
-    assert "EM_FENCE()" in src and ", int nt)" in src and "_nt(" not in src
-    _against_ort(model, [{"x": _f32(1, 16, s, s)} for s in (24, 320)])
-
-
 def _heights(src: str) -> set[int]:
     import re
 
