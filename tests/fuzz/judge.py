@@ -231,6 +231,62 @@ def _nan_skipped(ctx: Context) -> bool:
     return bool(differ.any() and ok[differ].all())
 
 
+# the ops whose NaN onnxruntime may skip, and the op that finds where their windows (reduced
+# slices) hold a NaN when run over the NaN indicator (ReduceMin's: ReduceMax)
+NAN_SKIPPING = {"MaxPool": "MaxPool", "GlobalMaxPool": "GlobalMaxPool",
+                "ReduceMax": "ReduceMax", "ReduceMin": "ReduceMax"}
+
+
+def _nan_skipped_downstream(ctx: Context) -> bool:
+    """The difference is seen only after such an op (through a comparison, a cast: no NaN or
+    ±FLT_MAX left in the output to recognize): onnxruntime, run again with each such op's
+    output NaN wherever its window or reduced slice held a NaN (where the op, run over the
+    input's NaN indicator, gives more than 0), computes ember's output."""
+    model = ctx.case.proto()
+    if model is None or ctx.got is None:
+        return False
+    forced: dict[str, np.ndarray] = {}
+    for n in ctx.path:
+        x = ctx.values.get(n.input[0]) if n.input else None
+        y = ctx.values.get(n.output[0])
+        if n.op_type not in NAN_SKIPPING or x is None or y is None or x.dtype.kind != "f" \
+                or not np.isnan(x).any():
+            continue
+        probe = onnx.NodeProto()
+        probe.CopyFrom(n)
+        probe.op_type = NAN_SKIPPING[n.op_type]
+        del probe.output[1:]
+        rest = {i: ctx.values[i] for i in n.input[1:] if i}
+        (where,) = _run_ort(model, [probe], {n.input[0]: np.isnan(x).astype(x.dtype), **rest},
+                            [n.output[0]])
+        forced[n.output[0]] = np.where(where > 0, np.nan, y).astype(y.dtype)
+    if not forced:
+        return False
+    nodes = [n for n in model.graph.node if n.output[0] not in forced]
+    feeds = {**{k: v for k, v in ctx.case.feeds.items()}, **forced}
+    (out,) = _run_ort(model, nodes, feeds, [ctx.output])
+    return compare({ctx.output: ctx.got}, {ctx.output: out}, [ctx.output]) is None
+
+
+def _run_ort(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
+             feeds: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
+    """onnxruntime on ``nodes`` of ``model`` (its initializers and opsets) with ``feeds`` as
+    the graph's inputs (those the nodes read)."""
+    import onnxruntime as ort
+
+    used = {i for n in nodes for i in n.input}
+    ins = [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype),
+                                              v.shape) for k, v in feeds.items() if k in used]
+    inits = [t for t in model.graph.initializer if t.name in used and t.name not in feeds]
+    g = onnx.helper.make_graph(nodes, "probe", ins, [onnx.helper.make_empty_tensor_value_info(
+        o) for o in outputs], inits)
+    m = onnx.helper.make_model(g, opset_imports=model.opset_import, ir_version=model.ir_version)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(outputs, {i.name: feeds[i.name] for i in ins})
+
+
 def _clip_default_bound(ctx: Context) -> bool:
     """A Clip without min or max on the path, infinities in its input, and where the result
     differs ember has an infinity and onnxruntime FLT_MAX of that sign."""
@@ -398,6 +454,10 @@ EXPLAINED: tuple[Explained, ...] = (
               "ReduceMax/"
               "ReduceMin keep a NaN only when it is the first element (comparisons with NaN "
               "are false); ember propagates NaN; ONNX does not say", _nan_skipped),
+    Explained("nan-skipped-downstream", "as nan-skipped-by-onnxruntime, seen only through "
+              "the ops after the pool or reduction (a comparison, a cast): onnxruntime run "
+              "again with the NaN those ops skipped put back gives ember's output",
+              _nan_skipped_downstream),
     Explained("clip-default-bound", "Clip without min (max): ONNX says no bound; "
               "onnxruntime bounds by -FLT_MAX (FLT_MAX), so an infinity becomes +-3.4e38",
               _clip_default_bound),

@@ -247,6 +247,24 @@ def test_judge_follows_a_dilated_same_pool_through_element_wise_ops() -> None:
     assert judge.classify(case, None, None, other, ort)["outcome"] == "mismatch"
 
 
+def test_judge_puts_back_the_nan_a_pool_skipped_to_explain_a_comparison() -> None:
+    """Seed 2031's case 394: GlobalMaxPool of a channel holding NaN, then Equal(t, t):
+    onnxruntime's pool skips the NaN (True), ember's propagates it (False). onnxruntime run
+    again with the NaN put back gives ember's output: explained; an output it does not give
+    stays a mismatch."""
+    from onnx import helper
+    x = np.array([[[np.nan], [6.76]]], np.float32)
+    case = _case([helper.make_node("GlobalMaxPool", ["x"], ["t"]),
+                  helper.make_node("Equal", ["t", "t"], ["y"])], {"x": x}, {}, ["y"])
+    ort = runner.run_ort(case)
+    assert ort["outputs"]["y"].ravel().tolist() == [True, True]
+    ember = {"status": "ok", "outputs": {"y": np.array([False, True]).reshape(1, 2, 1)}}
+    rec = judge.classify(case, None, None, ember, ort)
+    assert rec["outcome"] == "explained" and rec["explained"] == "nan-skipped-downstream", rec
+    wrong = {"status": "ok", "outputs": {"y": np.zeros((1, 2, 1), bool)}}
+    assert judge.classify(case, None, None, wrong, ort)["outcome"] == "mismatch"
+
+
 def test_reference_answers_per_output_where_the_whole_model_fails() -> None:
     """Seed 32's case 7935: onnx's reference refuses a GatherElements whose indices are
     smaller than the data (onnxruntime runs it); the Resize output beside it still gets the
