@@ -87,6 +87,9 @@ def applicable(body: Graph) -> bool:
     m = body.nodes[0]
     if body.outputs[0].type.dtype.name != "float32":
         return False       # the tile and its epilogue are stored as float32, in place
+    w = m.inputs[1] if len(m.inputs) > 1 else None
+    if w is not None and w.type.is_static and w.type.numel == 0:
+        return False       # nothing to sum (K = 0): the generic nest gives the zeros
     if m.op == "ConvNHWC":
         # one input channel per group: a grouped one (a depth multiplier) on the generic nest
         # where shapes are static (its groups' few output channels would fill few lanes); one

@@ -55,6 +55,7 @@ class Case:
 
 
 GPU_REFUSES = ("If", "Loop")   # control flow runs on the VM, which the GPU targets do not have
+GPU_SCHEDULES = ("sequential", "rammer", "ios")
 
 
 def make_case(seed: int, index: int, families: dict[str, float] | None = None,
@@ -63,7 +64,8 @@ def make_case(seed: int, index: int, families: dict[str, float] | None = None,
     """The case (seed, index): family, graph, feeds and mutation all drawn from one generator
     seeded with [seed, index]. ``symbolic_inputs``: every graph's inputs get symbolic dims
     (a campaign of models compiled once for every shape). ``target``: ``cuda-sim`` draws
-    static graphs without control flow (what the GPU targets compile), run sequentially."""
+    static graphs without control flow (what the GPU targets compile), each run in launch
+    order or as Rammer's or IOS's persistent program (a third each)."""
     rng = np.random.default_rng([seed, index])
     fams = families or FAMILIES
     names = list(fams)
@@ -82,6 +84,8 @@ def make_case(seed: int, index: int, families: dict[str, float] | None = None,
                               1.0 if symbolic or symbolic_inputs else 0.25)
     feeds = feeds_mod.feeds(rng, gen.specs, specials=0.3 if family == "graph" else 0.1)
     schedule = "auto" if rng.random() < AUTO_SCHEDULE and not gpu else "sequential"
+    if gpu:   # the persistent programs too: Rammer's and IOS's plans over the SMs' vEUs
+        schedule = GPU_SCHEDULES[int(rng.integers(len(GPU_SCHEDULES)))]
     threads = 1 if rng.random() < 0.2 else None
     case = Case(seed, index, family, gen.model.SerializeToString(), feeds, gen.describe(),
                 gen.ops, gen.opset, gen.symbolic, schedule=schedule, num_threads=threads,

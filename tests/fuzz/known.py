@@ -98,6 +98,10 @@ DEFECTS: dict[str, str] = {
                          "that leaves none) was refused: its numpy reference reshaped the "
                          "0-size operand with -1 (fixed: explicit sizes; cuda-sim campaign, "
                          "seed 2032, cases 88 and 136)",
+    "empty-k-zero-rate": "a MatMul over an empty shared dim (a Slice to nothing, weights "
+                         "[0, n]) with symbolic rows: the dense kernel's model divided by a "
+                         "rate of zero, a raw ZeroDivisionError (fixed: K = 0 goes to the "
+                         "generic nest; seed 2037, case 141)",
     # found by the first cuda-sim campaign (seed 2031): a scope limit of issue 25, not a bug
     "gpu-static-only": "the GPU targets (cuda, cuda-sim) refuse a model whose shapes are "
                        "computed at run time (ember's VM: a Reshape to a computed shape, "

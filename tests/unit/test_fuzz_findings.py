@@ -348,3 +348,27 @@ def test_a_window_over_no_input_channels_gives_the_bias(op: str, w_shape: list, 
     got = ember.compile(m, target=target).run({"x": x})["y"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want)
+
+
+@pytest.mark.parametrize("rows", [3, "N"])
+@pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
+def test_a_product_over_an_empty_k_gives_zeros(rows: object, target: str) -> None:
+    """MatMul whose shared dim is 0 (a Slice to nothing, then weights [0, 4]; found by the
+    fuzzer, seed 2037, case 141): the dense kernel's model divided by a rate of zero (a raw
+    ZeroDivisionError); the output is the bias alone, as in onnxruntime. On the GPU kernels
+    too, whose tile copy would have read past an operand of no columns."""
+    if target == "cuda-sim" and rows == "N":
+        pytest.skip("the GPU targets compile static models")
+    inits = {"s": np.array([1], np.int64), "e": np.array([1], np.int64),
+             "a": np.array([1], np.int64), "w": np.zeros((0, 4), np.float32),
+             "b": np.array([1.0, -2.0, 0.5, 3.0], np.float32)}
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["xs"]),
+             helper.make_node("MatMul", ["xs", "w"], ["t"]),
+             helper.make_node("Add", ["t", "b"], ["y"])]
+    m = graph_model(nodes, [_vi("x", TensorProto.FLOAT, [rows, 5])],
+                    [_vi("y", TensorProto.FLOAT, None)],
+                    [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    cm = ember.compile(m, target=target)
+    for n in (3,) if rows == 3 else (1, 3, 7):
+        x = np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32)
+        np.testing.assert_array_equal(cm.run({"x": x})["y"], run_ort(m, {"x": x})[0])

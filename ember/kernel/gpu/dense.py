@@ -94,6 +94,8 @@ def applicable(body: Graph) -> bool:
     m = body.nodes[0]
     if any(v.type.dtype.name != "float32" for v in (m.output, body.outputs[0])):
         return False
+    if any(v is not None and v.type.is_static and v.type.numel == 0 for v in m.inputs):
+        return False     # K = 0 (nothing to sum; no tile to copy): the generic kernel's zeros
     ins = [v for v in m.inputs]
     if any(v is None or v.type.dtype.name != "float32" for v in ins):
         return False
