@@ -205,6 +205,37 @@ def _huge_cancellation(ctx: Context) -> bool:
     return bool(differ.any() and (np.isfinite(g) & np.isfinite(w))[differ].all())
 
 
+# the sums whose output says where a window (reduced slice) holds a value when run over an
+# indicator of it (non-negative: > 0 exactly where one is there)
+WINDOW_SUMS = ("AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum")
+
+
+def _huge_in_window(ctx: Context) -> bool:
+    """The mismatched output is a windowed sum's (a pool, a mean) and every position that
+    differs has, in its window, a term beyond 1e30 or an infinity: the order of its additions
+    decides what the huge terms absorb and whether they overflow (finite on one side, inf or
+    NaN on the other). The op run over the indicator of such terms says which windows hold
+    one."""
+    node = next((n for n in ctx.path if ctx.output in n.output), None)
+    model = ctx.case.proto()
+    d = _float_diff(ctx)
+    if node is None or node.op_type not in WINDOW_SUMS or model is None or d is None:
+        return False
+    x = ctx.values.get(node.input[0])
+    if x is None or x.dtype.kind != "f":
+        return False
+    huge = np.abs(x.astype(np.float64)) > 1e30          # infinities too, not NaN
+    if not huge.any():
+        return False
+    probe = onnx.NodeProto()
+    probe.CopyFrom(node)
+    rest = {i: ctx.values[i] for i in node.input[1:] if i}
+    (held,) = _run_ort(model, [probe], {node.input[0]: huge.astype(x.dtype), **rest},
+                       [node.output[0]])
+    _, _, differ = d
+    return bool(differ.any() and (held > 0)[differ].all())
+
+
 def _nan_order(ctx: Context) -> bool:
     ops = {"TopK", "ArgMax", "ArgMin", "Hardmax"}
     if ctx.got is not None and ctx.got.dtype.kind in "iu":
@@ -444,6 +475,10 @@ EXPLAINED: tuple[Explained, ...] = (
               "near FLT_MAX: which finite terms the huge ones absorb depends on the order of "
               "the additions, which ONNX leaves open; both results are finite",
               _huge_cancellation),
+    Explained("huge-in-window", "a pool or mean whose differing outputs each have a term "
+              "beyond 1e30 or an infinity in their window: the order of the additions, which "
+              "ONNX leaves open, decides what the huge terms absorb and whether they "
+              "overflow (finite on one side, inf or NaN on the other)", _huge_in_window),
     Explained("nan-order", "TopK/ArgMax/ArgMin/Hardmax (and MaxPool's Indices) over NaN: "
               "ONNX does not order NaN against numbers; onnxruntime's choice depends on where "
               "the NaN is", _nan_order),

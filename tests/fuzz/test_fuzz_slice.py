@@ -265,6 +265,32 @@ def test_judge_puts_back_the_nan_a_pool_skipped_to_explain_a_comparison() -> Non
     assert judge.classify(case, None, None, wrong, ort)["outcome"] == "mismatch"
 
 
+def test_judge_explains_a_pool_window_of_huge_terms_and_only_there() -> None:
+    """Seed 2039's case 479: an AveragePool where one window holds 3e38 and -inf (ember's
+    order of additions gives NaN, onnxruntime's -inf) and another ±3e38 (the finite terms
+    absorbed or not: both sides finite, differing): each difference has a huge term in its
+    window; a difference in a window of finite values stays a mismatch."""
+    from onnx import helper
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    x[0, 0, 0, :2] = [3e38, 3e38]
+    x[0, 0, 1, 0] = -np.inf
+    x[0, 0, 0, 2:] = [3e38, -3e38]
+    case = _case([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2],
+                                   strides=[2, 2])], {"x": x}, {}, ["y"])
+    ort = runner.run_ort(case)
+    want = ort["outputs"]["y"]
+    huge = want.copy()
+    huge[0, 0, 0, 0] = np.nan
+    huge[0, 0, 0, 1] += 1e3
+    rec = judge.classify(case, None, None, {"status": "ok", "outputs": {"y": huge}}, ort)
+    assert rec["outcome"] == "explained" and rec["explained"] == "huge-in-window", rec
+    finite = huge.copy()
+    finite[0, 0, 0, 1] = want[0, 0, 0, 1]
+    finite[0, 0, 1, 1] += 1.0        # a window of 10, 11, 14, 15
+    out = {"status": "ok", "outputs": {"y": finite}}
+    assert judge.classify(case, None, None, out, ort)["outcome"] == "mismatch"
+
+
 def test_reference_answers_per_output_where_the_whole_model_fails() -> None:
     """Seed 32's case 7935: onnx's reference refuses a GatherElements whose indices are
     smaller than the data (onnxruntime runs it); the Resize output beside it still gets the
