@@ -102,6 +102,9 @@ DEFECTS: dict[str, str] = {
                          "[0, n]) with symbolic rows: the dense kernel's model divided by a "
                          "rate of zero, a raw ZeroDivisionError (fixed: K = 0 goes to the "
                          "generic nest; seed 2037, case 141)",
+    "arg-empty-axis-no-output": "ArgMin/ArgMax along an empty axis of a tensor with another "
+                                "0 dim (no output element) was refused (fixed: empty "
+                                "output; cuda-sim campaign, seed 2041, case 166)",
     # found by the first cuda-sim campaign (seed 2031): a scope limit of issue 25, not a bug
     "gpu-static-only": "the GPU targets (cuda, cuda-sim) refuse a model whose shapes are "
                        "computed at run time (ember's VM: a Reshape to a computed shape, "
