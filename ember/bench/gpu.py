@@ -144,21 +144,21 @@ def _kernel_profile(cm: Any, feeds: dict[str, np.ndarray], top: int = 12) -> dic
     return {"kernels_ms_total": round(sum(p["ms"] for p in prof), 4),
             "kernels_top": [{**p, "ms": round(p["ms"], 4),
                              "schedule": sched.get(p["kernel"], "")[:100]} for p in longest],
-            "model_check": model_check(prof, sched)}
+            "model_check": model_check(prof, cm.meta["kernels_cuda"])}
 
 
-def model_check(prof: list[dict[str, Any]], sched: dict[str, str]) -> dict[str, Any]:
-    """Measured / modeled time of every launch whose schedule carries Roller's modeled time
-    (``... (Roller: 11.8 us modeled)``): the median ratio, its spread, and each GEMM's."""
-    import re
-
+def model_check(prof: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measured / modeled time of every launch whose kernel has Roller's modeled time
+    (``kernels``: the model's ``kernels_cuda`` records): the median ratio, its spread, and
+    each GEMM's."""
+    modeled = {k["symbol"]: k.get("modeled_us", 0.0) for k in kernels}
     rows = []
     for p in prof:
-        m = re.search(r"Roller: ([0-9.]+) us modeled", sched.get(p["kernel"], ""))
-        if m and float(m.group(1)) > 0:
+        us = modeled.get(p["kernel"], 0.0)
+        if us > 0:
             rows.append({"node": p["node"], "grid": p["grid"], "block": p["block"],
-                         "ms": round(p["ms"], 4), "modeled_us": float(m.group(1)),
-                         "ratio": round(1e3 * p["ms"] / float(m.group(1)), 2)})
+                         "ms": round(p["ms"], 4), "modeled_us": us,
+                         "ratio": round(1e3 * p["ms"] / us, 2)})
     ratios = sorted(r["ratio"] for r in rows)
     if not ratios:
         return {}

@@ -298,7 +298,7 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     comp.gpu_kernels = _build_kernels(
         fused, lambda name, n: build_gpu_kernel(name, n, spec, topk or 1, precision,
                                                 gpu.aligned_inputs(n)),
-        "GPU kernels", lambda n: gpu.kernel_key(n, _body_key))
+        "GPU kernels", _gpu_key)
     if policy in ("rammer", "ios"):
         plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels
     else:
@@ -326,7 +326,7 @@ def plan_gpu(comp: Compilation, policy: str) -> None:
     deps = kernel_dependencies(comp.graph)
     costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.gpu_kernels)]
     variants = gpu.efficient_variants(comp.fused, comp.gpu_kernels, _side_by_side(deps), spec,
-                                      _body_key)
+                                      _gpu_key)
     # the program's rKernels: its block size, narrow kernels' blocks packed side by side
     program, variants, comp.gpu_vspec = gpu.program_rkernels(comp.gpu_kernels, variants, spec)
     comp.gpu_infos = gpu.kernel_infos(program, costs, deps, comp.gpu_vspec, variants)
@@ -691,6 +691,12 @@ def _body_key(n: Node) -> tuple:
             ref[o.uid] = ("node", k, j, o.type)
         parts.append((m.op, attr_key(m.attrs), ins))
     return (tuple(parts), ref[body.outputs[0].uid], n.attrs.get("pattern"))
+
+
+def _gpu_key(n: Node) -> tuple:
+    """Fused nodes with equal keys share one GPU kernel: equal bodies, equally aligned inputs
+    (their tiles are copied 16 bytes at a time where aligned)."""
+    return _body_key(n), gpu.aligned_inputs(n)
 
 
 def _copy_outputs(g: Graph) -> None:

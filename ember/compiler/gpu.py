@@ -8,8 +8,6 @@ the same kernels as CUDA C (``codegen/cuda.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ember.errors import EmberError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel.gpu.base import GpuKernel
@@ -99,11 +97,6 @@ def aligned_inputs(n: Node) -> frozenset[int]:
                      if v is not None and memplan.storage_offset(v) % 16 == 0)
 
 
-def kernel_key(n: Node, body_key: Callable[[Node], tuple]) -> tuple:
-    """Fused nodes with equal keys share one GPU kernel: equal bodies, equally aligned."""
-    return (body_key(n), aligned_inputs(n))
-
-
 def vdevice(spec: DeviceSpec) -> VDevice:
     """The GPU as Rammer's vDevice: a vEU is a persistent thread block, a unit of ``spec``
     (``program_spec``: one or more per SM, each with its share of the SM's resources); a
@@ -129,7 +122,7 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
         body = n.attrs["body"]
         if i not in ops or not dense.applicable(body):
             continue
-        kk = kernel_key(n, key)  # type: ignore[arg-type]
+        kk = key(n)  # type: ignore[operator]
         if kk not in built:
             e = dense.build_dense(f"{n.attrs['master'].lower()}{i}e", body, one,
                                   precision=prec, aligned=aligned_inputs(n))

@@ -83,7 +83,7 @@ def make_case(seed: int, index: int, families: dict[str, float] | None = None,
                               symbolic=0.0 if gpu else
                               1.0 if symbolic or symbolic_inputs else 0.25)
     feeds = feeds_mod.feeds(rng, gen.specs, specials=0.3 if family == "graph" else 0.1)
-    schedule = "auto" if rng.random() < AUTO_SCHEDULE and not gpu else "sequential"
+    schedule = "auto" if rng.random() < AUTO_SCHEDULE else "sequential"
     if gpu:   # the persistent programs too: Rammer's and IOS's plans over the SMs' vEUs
         schedule = GPU_SCHEDULES[int(rng.integers(len(GPU_SCHEDULES)))]
     threads = 1 if rng.random() < 0.2 else None

@@ -227,11 +227,7 @@ def _huge_in_window(ctx: Context) -> bool:
     huge = np.abs(x.astype(np.float64)) > 1e30          # infinities too, not NaN
     if not huge.any():
         return False
-    probe = onnx.NodeProto()
-    probe.CopyFrom(node)
-    rest = {i: ctx.values[i] for i in node.input[1:] if i}
-    (held,) = _run_ort(model, [probe], {node.input[0]: huge.astype(x.dtype), **rest},
-                       [node.output[0]])
+    held = _over_indicator(ctx, model, node, huge.astype(x.dtype))
     _, _, differ = d
     return bool(differ.any() and (held > 0)[differ].all())
 
@@ -283,20 +279,29 @@ def _nan_skipped_downstream(ctx: Context) -> bool:
         if n.op_type not in NAN_SKIPPING or x is None or y is None or x.dtype.kind != "f" \
                 or not np.isnan(x).any():
             continue
-        probe = onnx.NodeProto()
-        probe.CopyFrom(n)
-        probe.op_type = NAN_SKIPPING[n.op_type]
-        del probe.output[1:]
-        rest = {i: ctx.values[i] for i in n.input[1:] if i}
-        (where,) = _run_ort(model, [probe], {n.input[0]: np.isnan(x).astype(x.dtype), **rest},
-                            [n.output[0]])
+        where = _over_indicator(ctx, model, n, np.isnan(x).astype(x.dtype),
+                                NAN_SKIPPING[n.op_type])
         forced[n.output[0]] = np.where(where > 0, np.nan, y).astype(y.dtype)
     if not forced:
         return False
     nodes = [n for n in model.graph.node if n.output[0] not in forced]
-    feeds = {**{k: v for k, v in ctx.case.feeds.items()}, **forced}
+    feeds = {**ctx.case.feeds, **forced}
     (out,) = _run_ort(model, nodes, feeds, [ctx.output])
     return compare({ctx.output: ctx.got}, {ctx.output: out}, [ctx.output]) is None
+
+
+def _over_indicator(ctx: Context, model: onnx.ModelProto, node: onnx.NodeProto,
+                    indicator: np.ndarray, op_type: str | None = None) -> np.ndarray:
+    """``node`` (as ``op_type``, its own by default; its first output only) run by
+    onnxruntime over ``indicator`` (0 or 1 per element of its first input) instead of that
+    input: > 0 where a window or reduced slice holds a marked element."""
+    probe = onnx.NodeProto()
+    probe.CopyFrom(node)
+    probe.op_type = op_type or node.op_type
+    del probe.output[1:]
+    rest = {i: ctx.values[i] for i in node.input[1:] if i}
+    (out,) = _run_ort(model, [probe], {node.input[0]: indicator, **rest}, [node.output[0]])
+    return out
 
 
 def _run_ort(model: onnx.ModelProto, nodes: list[onnx.NodeProto],

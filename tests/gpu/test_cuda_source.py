@@ -148,15 +148,16 @@ def test_a_view_off_a_16_byte_boundary_is_copied_a_float_at_a_time(start: int) -
 
 
 def test_the_gpu_bench_compares_each_gemm_with_its_model() -> None:
-    """``bench/gpu``'s model check: measured / modeled time of the launches whose schedule
-    carries Roller's modeled time; other kernels are left out."""
+    """``bench/gpu``'s model check: measured / modeled time of the launches whose kernel
+    has Roller's modeled time (the GEMMs, ``kernels_cuda``'s ``modeled_us``); other kernels
+    are left out."""
     from ember.bench.gpu import model_check
 
     prof = [{"node": "conv", "kernel": "k1", "grid": 392, "block": 64, "ms": 0.05},
             {"node": "mm", "kernel": "k2", "grid": 24, "block": 128, "ms": 0.012},
             {"node": "relu", "kernel": "k3", "grid": 8, "block": 256, "ms": 0.003}]
-    sched = {"k1": "tiled GEMM, block 8x64x32 (Roller: 12.5 us modeled)",
-             "k2": "tiled GEMM, block 16x64x32 (Roller: 12.0 us modeled)", "k3": "generic"}
+    sched = [{"symbol": "k1", "modeled_us": 12.5}, {"symbol": "k2", "modeled_us": 12.0},
+             {"symbol": "k3", "modeled_us": 0.0}]
     got = model_check(prof, sched)
     assert got["gemms"] == 2 and [r["ratio"] for r in got["rows"]] == [4.0, 1.0]
     assert (got["min_ratio"], got["median_ratio"], got["max_ratio"]) == (1.0, 4.0, 4.0)

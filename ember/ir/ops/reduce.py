@@ -87,27 +87,34 @@ _reduction("ReduceSumSquare", lambda x, a: np.sum(np.square(x), axis=a))
 _reduction("ReduceLogSumExp", _logsumexp)
 
 
+def _arg_shape(attrs: Attrs, shape: tuple, axis: int) -> tuple:
+    """ArgMax/ArgMin's output shape: ``axis`` kept as 1 or dropped (``keepdims``)."""
+    keep = bool(attrs.get("keepdims", 1))
+    return tuple(1 if i == axis else d for i, d in enumerate(shape) if keep or i != axis)
+
+
+def _no_output_element(shape: tuple, axis: int) -> bool:
+    """Is a dim other than ``axis`` 0 (then no output element points anywhere)?"""
+    return any(d == 0 for i, d in enumerate(shape) if i != axis)
+
+
 def _arg_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x = ts[0]
     assert x is not None
     axis = norm_axis(int(attrs.get("axis", 0)), x.rank)
     # an empty axis has no extreme to point at (onnxruntime refuses it at run time), unless
-    # another dim is 0 too: then there is no output element to point from
-    if not any(d == 0 for i, d in enumerate(x.shape) if i != axis):
+    # there is no output element to point from either
+    if not _no_output_element(x.shape, axis):
         require("at_least", (x.shape[axis], 1), f"{attrs.get('_op', 'ArgMax')} along an empty "
                 f"axis of {x} has no result")
-    keep = bool(attrs.get("keepdims", 1))
-    shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
-    return [TensorType(shape, dtypes.int64)]
+    return [TensorType(_arg_shape(attrs, x.shape, axis), dtypes.int64)]
 
 
 def _arg(name: str, fn: Callable[..., np.ndarray]) -> None:
     def ref(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
         axis = norm_axis(int(attrs.get("axis", 0)), x.ndim)
-        if x.size == 0 and 0 in x.shape[:axis] + x.shape[axis + 1:]:   # no output element
-            keep = attrs.get("keepdims", 1)
-            return [np.zeros(tuple(1 if i == axis else d for i, d in enumerate(x.shape)
-                                   if keep or i != axis), np.int64)]
+        if _no_output_element(x.shape, axis):
+            return [np.zeros(_arg_shape(attrs, x.shape, axis), np.int64)]
         if attrs.get("select_last_index", 0):
             y = x.shape[axis] - 1 - fn(np.flip(x, axis=axis), axis=axis)
         else:

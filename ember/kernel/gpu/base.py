@@ -33,6 +33,7 @@ class GpuKernel:
     flops: int = 0
     doc: str = ""
     schedule: str = ""   # the schedule family and its tile, for ``ember inspect``
+    modeled_us: float = 0.0   # Roller's modeled time of the whole operator (0: no model)
 
     def shared_bytes(self) -> int:
         """Bytes of shared memory one block declares."""

@@ -135,12 +135,14 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
         stmt, blocks = _gemm_tc(gm, tc, epi, shape)
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
-                                  f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled)")
+                                  f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled)",
+                         modeled_us=tc.time_us)
     t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk, budget,
                                    _copies(gm, m.op == "ConvNHWC"))[0]
     stmt, blocks = _gemm(gm, t, epi)
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
-                     schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)")
+                     schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)",
+                     modeled_us=t.time_us)
 
 
 def _copies(gm: Gemm, gather: bool) -> gemm_gpu.Copies:
