@@ -24,7 +24,7 @@ from ember.codegen.c import C_TYPES, BufferBinding, CEmitter, ctype
 from ember.codegen.checks import CHECKS_C
 from ember.codegen.cmath import MATH_C
 from ember.errors import CompileError
-from ember.kernel.gpu import async_copy
+from ember.kernel.gpu import async_copy, split_k
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.gpu.mma import CUDA_MMA
 from ember.kernel.gpu.persistent import pad_threads
@@ -39,6 +39,7 @@ from ember.loops.ir import (
     For,
     ForKind,
     Let,
+    Load,
     Scope,
     Select,
     Stmt,
@@ -116,6 +117,8 @@ class CudaEmitter(CEmitter):
     def expr(self, e: Expr) -> str:
         if isinstance(e, Cast) and e.dtype == "float16":   # one rounding through __half
             return f"__half2float(__float2half({self.expr(e.value)}))"
+        if isinstance(e, Load) and e.buf.coherent:   # other blocks wrote it: through L2
+            return f"__ldcg({self.buf(e.buf)} + {self.expr(e.index)})"
         return super().expr(e)
 
     def _select(self, e: Select) -> str:
@@ -352,4 +355,6 @@ def emit_program(kernels: list[GpuKernel]) -> CudaProgram:
     tc = CUDA_MMA if "em_mma_" in body else ""
     if "em_cp_" in body:
         tc += async_copy.CUDA
+    if "em_split_" in body:
+        tc += split_k.CUDA
     return CudaProgram(half + PRELUDE + tc + "\n" + body, texts)

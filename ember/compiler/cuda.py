@@ -19,7 +19,7 @@ from ember.compiler import driver
 from ember.compiler.autosched import random_feeds
 from ember.errors import EmberError
 from ember.ir.graph import Graph, Value
-from ember.kernel.base import OUTPUT
+from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, scratch_offsets
 from ember.passes.memplan import MemoryPlan
 from ember.runtime.cuda_model import CudaModel
 from ember.runtime.cuda_toolchain import compile_cuda
@@ -184,6 +184,7 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
     plan: MemoryPlan = comp.graph.memory_plan  # type: ignore[attr-defined]
     blob = ParamBlob()
     fused = comp.fused
+    scratch_at, counters, _ = comp.scratch_space()
     from ember.codegen.cuda import render_kernel
 
     def where(v: Value) -> list[Any]:
@@ -198,11 +199,14 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
 
     def bind(n: Any, gk: Any) -> list[list[Any]]:
         src = dict((id(b), s) for b, s in gk.args)
+        offs = scratch_offsets(gk.args, counters)
         args = []
         for b in params_of(gk):
             s = src[id(b)]
             if isinstance(s, np.ndarray):
                 args.append(["param", 0, blob.offset(s)])
+            elif isinstance(s, int) and s in (SCRATCH, COUNTERS):
+                args.append(["ws", 0, scratch_at + offs[id(b)]])
             elif s == OUTPUT:
                 args.append(where(n.outputs[0]))
             else:

@@ -36,7 +36,7 @@ from ember.errors import (
 from ember.frontend.onnx.importer import import_model
 from ember.ir.graph import Graph, Node, Value
 from ember.ir.types import TensorType, dim_atoms
-from ember.kernel.base import OUTPUT, Kernel
+from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, Kernel, scratch_needs, scratch_offsets
 from ember.kernel.cost import kernel_cost
 from ember.kernel.gpu.select import build_gpu_kernel
 from ember.kernel.select import build_kernel
@@ -52,6 +52,7 @@ from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan
 from ember.sched.vdevice import levels
 from ember.support import log, options
+from ember.support.arena import align
 
 VERSION = "0.1.0"
 
@@ -141,10 +142,24 @@ class Compilation:
         """Every kernel of the program: operator ``i``'s own kernel at ``i``, then variants."""
         return self.kernels + [k for _, k in self.variants]
 
+    def scratch_space(self) -> tuple[int, int, int]:
+        """(byte offset in the workspace, bytes of its counter region, bytes) of the scratch
+        space the program's kernels share (``kernel.base.SCRATCH``, ``COUNTERS``): after the
+        memory plan's arena; (offset, 0, 0) where no kernel uses one."""
+        return scratch_space(self.memory_plan, self.program_kernels)
+
     @property
     def op_of(self) -> list[int]:
         """The operator each program kernel runs."""
         return list(range(len(self.kernels))) + [i for i, _ in self.variants]
+
+
+def scratch_space(plan: MemoryPlan, kernels: Sequence[Kernel]) -> tuple[int, int, int]:
+    """``Compilation.scratch_space`` of ``kernels`` over ``plan``."""
+    needs = [scratch_needs(k.args) for k in kernels]
+    counters = max((c for c, _ in needs), default=0)
+    return (align(plan.workspace_bytes), counters,
+            counters + max((s for _, s in needs), default=0))
 
 
 def default_threads() -> int:
@@ -323,7 +338,7 @@ def plan_gpu(comp: Compilation, policy: str) -> None:
     from ember.kernel.gpu.sim import simulate
 
     spec = gpu.gpu_spec()
-    deps = kernel_dependencies(comp.graph)
+    deps = gpu.order_scratch_users(kernel_dependencies(comp.graph), comp.gpu_kernels)
     costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.gpu_kernels)]
     variants = gpu.efficient_variants(comp.fused, comp.gpu_kernels, _side_by_side(deps), spec,
                                       _gpu_key)
@@ -630,6 +645,10 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         "roller": comp.roller,
         "isa": {"machine": platform.machine(), "features": list(isa_features())},
     }
+    at, _, scratch = comp.scratch_space()
+    if scratch:             # zeroed where the workspace is allocated (runtime)
+        meta["workspace_bytes"] = at + scratch
+        meta["scratch"] = [at, scratch]
     if comp.interleaved:    # a GPU plan (cuda-sim): compiled in, in its compact form
         progs, lists = comp.plan.encode_shared()
         meta["gpu_plan"] = {"policy": comp.plan.policy, "num_veus": comp.plan.num_veus,
@@ -728,6 +747,7 @@ def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel]
     operator's), and the parameter blob of the constants (laid out, not yet filled)."""
     plan: MemoryPlan = g.memory_plan  # type: ignore[attr-defined]
     blob = ParamBlob()
+    scratch_at, counters, _ = scratch_space(plan, [k for _, k in pairs])
 
     def value_addr(v: Value) -> str:
         if v.is_const:
@@ -745,9 +765,14 @@ def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel]
     bound = []
     for n, k in pairs:
         addrs = {}
+        offs = scratch_offsets(k.args, counters)
         for buf, src in k.args:
             if isinstance(src, np.ndarray):
                 addrs[buf] = blob.address(src)
+            elif src in (SCRATCH, COUNTERS):
+                if plan.symbolic:
+                    raise CompileError(f"node {n.name!r}: scratch needs a static memory plan")
+                addrs[buf] = f"g_ws + {scratch_at + offs[id(buf)]}"
             elif src == OUTPUT:
                 addrs[buf] = value_addr(n.outputs[0])
             else:

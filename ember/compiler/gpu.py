@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ember.errors import EmberError, UnsupportedOpError
 from ember.ir.graph import Node
+from ember.kernel.base import scratch_needs
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller.hal import GPU_SPECS, DeviceSpec, load_spec
 from ember.passes import memplan
@@ -124,12 +125,27 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
             continue
         kk = key(n)  # type: ignore[operator]
         if kk not in built:
+            # not split: a split kernel would have to follow every other one (scratch)
             e = dense.build_dense(f"{n.attrs['master'].lower()}{i}e", body, one,
-                                  precision=prec, aligned=aligned_inputs(n))
+                                  precision=prec, aligned=aligned_inputs(n), split=False)
             built[kk] = e if int(e.blocks) < int(k.blocks) else None
         var = built[kk]
         if var is not None:
             out.append((i, var))
+    return out
+
+
+def order_scratch_users(deps: list[tuple[int, ...]], kernels: list[GpuKernel]
+                        ) -> list[tuple[int, ...]]:
+    """``deps`` with every operator whose kernel uses the scratch space (split-K's partial
+    tiles and counters, ``kernel.base.SCRATCH``) after the previous such operator: they all
+    use the same bytes of it, so a plan must not run two at once."""
+    out, last = list(deps), None
+    for i, k in enumerate(kernels):
+        if any(scratch_needs(k.args)):
+            if last is not None and last not in out[i]:
+                out[i] = tuple(sorted((*out[i], last)))
+            last = i
     return out
 
 

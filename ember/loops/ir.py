@@ -167,6 +167,9 @@ class Buffer:
     size: int | Expr          # number of elements
     dtype: str = "float32"
     scope: Scope = Scope.GLOBAL
+    # written by other thread blocks of the same launch: a GPU reads it through L2, past the
+    # SM's incoherent L1 (split-K's partial tiles)
+    coherent: bool = False
 
     def __repr__(self) -> str:
         return self.name

@@ -95,6 +95,12 @@ def validate_meta(meta: Mapping[str, Any]) -> None:
     workspace = meta.get("workspace_bytes", 0)
     if not isinstance(workspace, int) or workspace < 0:
         raise ValueError(f"meta['workspace_bytes'] = {workspace!r}: expected an int >= 0")
+    scratch = meta.get("scratch", [0, 0])
+    if not (isinstance(scratch, list) and len(scratch) == 2
+            and all(isinstance(x, int) and x >= 0 for x in scratch)
+            and scratch[0] + scratch[1] <= workspace):
+        raise ValueError(f"meta['scratch'] = {scratch!r}: expected [offset, bytes] inside the "
+                         f"workspace of {workspace} bytes")
 
 
 def _as_bytes(params: np.ndarray) -> memoryview:

@@ -140,6 +140,9 @@ class CompiledModel(ModelSpecs):
         self._input_index = {s.name: i for i, s in enumerate(self._inputs)}
         self._params = _aligned_params(params)
         self._workspace = aligned_empty(int(meta.get("workspace_bytes", 0)))
+        if "scratch" in meta:   # GPU split-K's counters (cuda-sim) start at zero
+            at, nbytes = meta["scratch"]
+            self._workspace[int(at):int(at) + int(nbytes)] = 0
         self._workspace_addr = self._workspace.ctypes.data
         self._dim_names = [d["name"] for d in meta.get("dims", [])]
         # per input, the (axis, slot) of each dim that is exactly one symbol: what binds it
@@ -463,7 +466,7 @@ class CompiledModel(ModelSpecs):
 
     def annotate(self, key: str, value: Any) -> None:
         """Record ``value`` (JSON-able) in the metadata under ``key``; ``save`` keeps it."""
-        if key in ("inputs", "outputs", "workspace_bytes", "plan", "format"):
+        if key in ("inputs", "outputs", "workspace_bytes", "scratch", "plan", "format"):
             raise EmberError(f"meta[{key!r}] describes the library and cannot be annotated")
         self._meta[key] = copy.deepcopy(value)
 

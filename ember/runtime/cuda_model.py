@@ -245,7 +245,8 @@ class CudaModel(ModelSpecs):
     # ------------------------------------------------------------------ artifacts
     def annotate(self, key: str, value: Any) -> None:
         """Record ``value`` (JSON-able) in the metadata; ``save`` keeps it."""
-        if key in ("inputs", "outputs", "launches", "persistent", "format"):
+        if key in ("inputs", "outputs", "launches", "persistent", "workspace_bytes", "scratch",
+                   "format"):
             raise EmberError(f"meta[{key!r}] describes the program and cannot be annotated")
         self._meta[key] = copy.deepcopy(value)
 
@@ -311,6 +312,11 @@ class _DeviceState:
         self.params = cu.DeviceBuffer(params.nbytes)
         cu.call("cuMemcpyHtoD_v2", self.params.ptr, params.ctypes.data, params.nbytes)
         self.ws = cu.DeviceBuffer(int(meta.get("workspace_bytes", 0)))
+        if "scratch" in meta:    # split-K's counters start at zero (and every run ends so)
+            at, nbytes = meta["scratch"]
+            cu.call("cuMemsetD8Async", self.ws.ptr + int(at), 0, int(nbytes),
+                    self.stream.handle)
+            self.stream.sync()
         self.inputs = [cu.DeviceBuffer(_nbytes(s)) for s in inputs]
         self.outputs = [cu.DeviceBuffer(_nbytes(s)) for s in outputs]
         self.fault_ptr, _ = self.module.global_ptr("g_fault")

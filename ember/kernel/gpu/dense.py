@@ -39,7 +39,7 @@ from ember.kernel import phase_store
 from ember.kernel.base import OUTPUT
 from ember.kernel.conv import core_body, transposed_output
 from ember.kernel.epilogue import element_epilogue
-from ember.kernel.gpu import async_copy, mma
+from ember.kernel.gpu import async_copy, mma, split_k
 from ember.kernel.gpu.base import GpuKernel, ceil_div
 from ember.kernel.roller import gemm_gpu
 from ember.kernel.roller.gemm_gpu import GemmTile
@@ -116,12 +116,14 @@ def applicable(body: Graph) -> bool:
 
 def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                 tile: GemmTile | None = None, precision: str = "fp32",
-                budget: int = gemm_gpu.REG_BUDGET, aligned: Collection[int] = ()) -> GpuKernel:
+                budget: int = gemm_gpu.REG_BUDGET, aligned: Collection[int] = (),
+                split: bool = True) -> GpuKernel:
     """The group's GEMM kernel: FFMA in fp32, or on TensorCores (``precision`` tf32, fp16,
     bf16: operands rounded to it, float32 accumulators); ``budget``: the thread tile's
     estimated registers at most; ``aligned``: the positions of the group's inputs whose
     storage begins at a 16-byte boundary (their tiles may be copied 16 bytes at a time;
-    constants always are)."""
+    constants always are); ``split``: whether Roller may split K among blocks (split-K,
+    which uses the model's scratch space)."""
     m = body.nodes[0]
     gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
         _matmul(name, body, m, aligned)
@@ -131,15 +133,15 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk,
-                                   budget)[0]
-        stmt, blocks = _gemm_tc(gm, tc, epi, shape)
+                                   budget, split)[0]
+        stmt, blocks = _gemm_tc(name, gm, tc, epi, shape)
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
                                   f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled)",
                          modeled_us=tc.time_us)
     t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk, budget,
-                                   _copies(gm, m.op == "ConvNHWC"))[0]
-    stmt, blocks = _gemm(gm, t, epi)
+                                   _copies(gm, m.op == "ConvNHWC"), split)[0]
+    stmt, blocks = _gemm(name, gm, t, epi)
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)",
                      modeled_us=t.time_us)
@@ -288,19 +290,44 @@ def _epilogue(name: str, body: Graph, m: Node, gm: Gemm) -> Callable[[Expr, Expr
 # ------------------------------------------------------------------ the tiled kernel
 class _Block:
     """What both GEMM kernels share: a block's coordinates (batch ``b``, the tile's first row
-    ``bm0`` and column ``bn0``), the K step ``k0``, the cooperative copies of the operand tiles
-    and the guarded reads they copy."""
+    ``bm0`` and column ``bn0``, with ``split`` > 1 its share of K), the K step ``k0``, the
+    cooperative copies of the operand tiles and the guarded reads they copy, and the end: the
+    epilogue's stores, or split-K's partial tile and the last block's sum of them."""
 
-    def __init__(self, gm: Gemm, BM: int, BN: int, BK: int, threads: int) -> None:
+    def __init__(self, name: str, gm: Gemm, BM: int, BN: int, BK: int, threads: int,
+                 split: int = 1, regs: int = 0) -> None:
         self.gm, self.BM, self.BN, self.BK, self.T = gm, BM, BN, BK, threads
         self.mb, self.nb = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
         self.kb = ceil_div(gm.K, BK)
+        if self.kb % split:
+            raise CompileError(f"{name}: {self.kb} K steps do not split {split} ways")
+        self.steps = self.kb // split       # K steps of a block
         self.b, self.bm0, self.bn0 = Var("b"), Var("bm0"), Var("bn0")
         self.k0, self.e = Var("k0"), Var("e")
+        self.split = None if split == 1 else split_k.Split(
+            name, split, gm.batch * self.mb * self.nb, threads, regs)
+        if self.split is not None:
+            gm.args.extend(self.split.args)
 
     @property
     def blocks(self) -> int:
-        return self.gm.batch * self.mb * self.nb
+        return self.gm.batch * self.mb * self.nb * (1 if self.split is None else
+                                                    self.split.ways)
+
+    def first_step(self) -> Expr:
+        """The block's first K step."""
+        return Const(0) if self.split is None else Bin("*", self.split.s, Const(self.steps))
+
+    def finish(self, each: split_k.Each,
+               store: Callable[[Expr, Expr, Expr, Expr], Stmt]) -> Stmt:
+        """The end of the block: every register's output element stored through the epilogue
+        (``store(b, row, col, value)``, inside the operator), directly or, split, by the
+        tile's last block from the sum of the partials."""
+        def use(_r: Expr, v: Expr, row: Expr, col: Expr) -> Stmt:
+            return self.in_bounds(row, col, store(self.b, row, col, v))
+        if self.split is None:
+            return each(use)
+        return self.split.finish(each, use)
 
     def copy(self, nelem: int, fill: Callable[[Expr], Stmt]) -> Stmt:
         """Copy ``nelem`` elements with the block's threads: element ``l * T + THREAD``. Not
@@ -312,20 +339,20 @@ class _Block:
             st = If(Bin("<", ev, Const(nelem)), st)
         return For(self.e, Const(0), Const(ceil_div(nelem, self.T)), st, ForKind.SERIAL)
 
-    def a_src(self, mm: Expr, kq: Expr, k0: Expr | None = None) -> tuple[Expr, Expr | None]:
-        """Where A's (tile row ``mm``, step column ``kq``) is, and when it is inside the
-        operator and its padding (``k0``: the K step, the loop's by default)."""
+    def a_src(self, mm: Expr, kq: Expr, k0: Expr) -> tuple[Expr, Expr | None]:
+        """Where A's (tile row ``mm``, step column ``kq``) of K step ``k0`` is, and when it
+        is inside the operator and its padding."""
         gm = self.gm
         row = Bin("+", self.bm0, mm)
-        col = Bin("+", Bin("*", self.k0 if k0 is None else k0, Const(self.BK)), kq)
+        col = Bin("+", Bin("*", k0, Const(self.BK)), kq)
         idx, valid = gm.a_at(self.b, row, col)
         return idx, all_of([c for c in (
             Bin("<", row, Const(gm.M)) if gm.M % self.BM else None,
             Bin("<", col, Const(gm.K)) if gm.K % self.BK else None, valid) if c is not None])
 
-    def b_src(self, kq: Expr, nn: Expr, k0: Expr | None = None) -> tuple[Expr, Expr | None]:
+    def b_src(self, kq: Expr, nn: Expr, k0: Expr) -> tuple[Expr, Expr | None]:
         gm = self.gm
-        row = Bin("+", Bin("*", self.k0 if k0 is None else k0, Const(self.BK)), kq)
+        row = Bin("+", Bin("*", k0, Const(self.BK)), kq)
         col = Bin("+", self.bn0, nn)
         idx, valid = gm.b_at(self.b, row, col)
         return idx, all_of([c for c in (
@@ -343,11 +370,13 @@ class _Block:
         def stage(k: Expr) -> Expr:
             return Bin("%", k, Const(2))
 
+        first = self.first_step()
         nxt = Bin("+", self.k0, one)
-        main = For(self.k0, Const(0), Const(self.kb), seq(
-            If(Bin("<", nxt, Const(self.kb)), issue(nxt, stage(nxt))), async_copy.commit(),
-            async_copy.wait_prior(1), Barrier(), compute(stage(self.k0)), Barrier()))
-        return seq(issue(Const(0), Const(0)), async_copy.commit(), main)
+        main = For(self.k0, Const(0), Const(self.steps), seq(
+            If(Bin("<", nxt, Const(self.steps)), issue(Bin("+", first, nxt), stage(nxt))),
+            async_copy.commit(), async_copy.wait_prior(1), Barrier(), compute(stage(self.k0)),
+            Barrier()))
+        return seq(issue(first, Const(0)), async_copy.commit(), main)
 
     def async_tile(self, dst: Buffer, at: Callable[[Expr, Expr], Expr], rows: int, cols: int,
                    src: Callable[[Expr, Expr, Expr], tuple[Expr, Expr | None]], k: Expr,
@@ -373,21 +402,27 @@ class _Block:
                        if c is not None])
         return st if cond is None else If(cond, st)
 
+    def shared(self, body: Stmt) -> Stmt:
+        """``body`` under the shared buffers of the block's end (split-K's "last" flag)."""
+        return body if self.split is None else Alloc(self.split.last, body)
+
     def coords(self, body: Stmt) -> Stmt:
-        """``body`` under the block's coordinates (from ``BLOCK``)."""
-        tile = Bin("%", BLOCK, Const(self.mb * self.nb))
-        return Let(self.b, Bin("//", BLOCK, Const(self.mb * self.nb)),
+        """``body`` under the block's coordinates (from ``BLOCK``; split, a tile's blocks
+        are adjacent)."""
+        at = BLOCK if self.split is None else self.split.tile
+        tile = Bin("%", at, Const(self.mb * self.nb))
+        return Let(self.b, Bin("//", at, Const(self.mb * self.nb)),
                    Let(self.bm0, Bin("*", Bin("//", tile, Const(self.nb)), Const(self.BM)),
                        Let(self.bn0, Bin("*", Bin("%", tile, Const(self.nb)), Const(self.BN)),
                            body)))
 
 
-def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
-          ) -> tuple[Stmt, int]:
+def _gemm(name: str, gm: Gemm, t: GemmTile,
+          store: Callable[[Expr, Expr, Expr, Expr], Stmt]) -> tuple[Stmt, int]:
     """The FFMA GEMM: the block's A and B tiles in shared memory in two stages, the next K
     step's copied asynchronously (``cp.async``) while the block computes on the current one;
     each thread's ``TM x TN`` tile of C in registers."""
-    blk = _Block(gm, t.BM, t.BN, t.BK, t.threads)
+    blk = _Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.TM * t.TN)
     lda = t.lda
     a_size, b_size = t.BM * lda, t.BK * t.BN
     As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
@@ -428,14 +463,16 @@ def _gemm(gm: Gemm, t: GemmTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt]
     main = blk.pipeline(issue, compute)
     row = Bin("+", blk.bm0, Bin("+", ty, Bin("*", i, Const(sy))))
     col = Bin("+", blk.bn0, tcol)
-    out = blk.in_bounds(row, col, store(blk.b, row, col, Load(acc, at)))
-    fin = For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), out, ForKind.UNROLLED),
-              ForKind.UNROLLED)
+
+    def each(use: split_k.Use) -> Stmt:
+        return For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), use(
+            at, Load(acc, at), row, col), ForKind.UNROLLED), ForKind.UNROLLED)
+
     init = For(i, Const(0), Const(t.TM * t.TN), Store(acc, i, Const(0.0, "float32")),
                ForKind.UNROLLED)
     body = Let(tx, Bin("%", THREAD, Const(sx)),
-               Let(ty, Bin("//", THREAD, Const(sx)), seq(init, main, fin)))
-    stmt = Alloc(As, Alloc(Bs, Alloc(acc, blk.coords(body))))
+               Let(ty, Bin("//", THREAD, Const(sx)), seq(init, main, blk.finish(each, store))))
+    stmt = blk.shared(Alloc(As, Alloc(Bs, Alloc(acc, blk.coords(body)))))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 
@@ -452,12 +489,13 @@ def _thread_cols(t: GemmTile, tx: Expr, j: Expr) -> Expr:
 
 
 # ------------------------------------------------------------------ the TensorCore kernel
-def _gemm_tc(gm: Gemm, t: gemm_gpu.TcTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt],
-             shape: mma.MmaShape) -> tuple[Stmt, int]:
+def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
+             store: Callable[[Expr, Expr, Expr, Expr], Stmt], shape: mma.MmaShape
+             ) -> tuple[Stmt, int]:
     """The tiled GEMM on TensorCores: each warp accumulates ``MT x NT`` mma tiles of 16 x 8
     from fragments it reads out of the shared tiles (``As[BM][lda]``: k contiguous,
     ``Bs[BK][ldb]``: n contiguous), ``BK / k`` mma steps per shared tile."""
-    blk = _Block(gm, t.BM, t.BN, t.BK, t.threads)
+    blk = _Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.MT * t.NT * 4)
     lda, ldb = t.lda, t.ldb
     a_size, b_size = t.BM * lda, t.BK * ldb
     As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
@@ -484,27 +522,32 @@ def _gemm_tc(gm: Gemm, t: gemm_gpu.TcTile, store: Callable[[Expr, Expr, Expr, Ex
 
     main = blk.pipeline(issue, compute)
     r = Var("r")
-    outs: list[Stmt] = []
-    for i in range(t.MT):
-        for j in range(t.NT):
-            row = Bin("+", blk.bm0, Bin("+", wm0, Bin("+", g, Bin(
-                "+", Const(i * 16), Bin("*", Bin("//", r, Const(2)), Const(8))))))
-            col = Bin("+", blk.bn0, Bin("+", wn0, Bin("+", Bin("*", tq, Const(2)), Bin(
-                "+", Const(j * 8), Bin("%", r, Const(2))))))
-            st = blk.in_bounds(row, col, store(blk.b, row, col, Load(accs[i][j], r)))
-            outs.append(For(r, Const(0), Const(4), st, ForKind.UNROLLED))
+
+    def each(use: split_k.Use) -> Stmt:
+        outs: list[Stmt] = []
+        for i in range(t.MT):
+            for j in range(t.NT):
+                row = Bin("+", blk.bm0, Bin("+", wm0, Bin("+", g, Bin(
+                    "+", Const(i * 16), Bin("*", Bin("//", r, Const(2)), Const(8))))))
+                col = Bin("+", blk.bn0, Bin("+", wn0, Bin("+", Bin("*", tq, Const(2)), Bin(
+                    "+", Const(j * 8), Bin("%", r, Const(2))))))
+                reg = Bin("+", Const((i * t.NT + j) * 4), r)
+                outs.append(For(r, Const(0), Const(4), use(reg, Load(accs[i][j], r), row, col),
+                                ForKind.UNROLLED))
+        return seq(*outs)
+
     init = [Store(c, Const(q), Const(0.0, "float32")) for row in accs for c in row
             for q in range(4)]
     warp, lane = Bin("//", THREAD, Const(32)), Bin("%", THREAD, Const(32))
     body: Stmt = Let(g, Bin("//", lane, Const(4)), Let(tq, Bin("%", lane, Const(4)), Let(
         wm0, Bin("*", Bin("//", warp, Const(t.WN)), Const(t.MT * 16)), Let(
             wn0, Bin("*", Bin("%", warp, Const(t.WN)), Const(t.NT * 8)),
-            seq(*init, main, *outs)))))
+            seq(*init, main, blk.finish(each, store))))))
     stmt = blk.coords(body)
     for row in accs:
         for c in row:
             stmt = Alloc(c, stmt)
-    stmt = Alloc(As, Alloc(Bs, stmt))
+    stmt = blk.shared(Alloc(As, Alloc(Bs, stmt)))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.errors import CompileError
-from ember.kernel.gpu import async_copy
+from ember.kernel.gpu import async_copy, split_k
 from ember.kernel.gpu.base import GpuKernel, has_barrier, shared_buffers
 from ember.loops.ir import (
     BLOCK,
@@ -124,14 +124,15 @@ def pack_blocks(gk: GpuKernel, block: int, smem_limit: int) -> GpuKernel:
                    schedule=f"{gk.schedule}; {g_max} blocks of {kt} threads packed")
 
 
-COPIES = (async_copy.COPY, async_copy.COPY4)   # calls that may take a shared buffer
+# calls that may take a shared buffer: as their first argument, with its index second
+SHARED_FIRST = (async_copy.COPY, async_copy.COPY4, split_k.ARRIVE)
 
 
 def _packable(body: Stmt) -> bool:
     """Do the barriers stand in code uniform across blocks, and no call take a shared
     buffer?"""
     for x in iter_stmts(body):
-        if isinstance(x, (Eval, WarpOp)) and x.fn not in COPIES and any(
+        if isinstance(x, (Eval, WarpOp)) and x.fn not in SHARED_FIRST and any(
                 isinstance(a, Buffer) and a.scope is Scope.SHARED for a in x.args):
             return False
     return _uniform(body, {BLOCK})
@@ -196,7 +197,7 @@ def _private_shared(s: Stmt, grp: Var, groups: int) -> Stmt:
             return Alloc(x.buf, walk(x.body))
         if isinstance(x, Let):
             return Let(x.var, fe(x.value), walk(x.body))
-        if isinstance(x, Eval) and x.fn in COPIES and x.args[0] in copies:
+        if isinstance(x, Eval) and x.fn in SHARED_FIRST and x.args[0] in copies:
             dst, di, *rest = x.args         # (dst, dst index, src, src index, ok)
             return Eval(x.fn, (copies[dst][0], fe(shift(di, dst)),  # type: ignore[arg-type]
                                *(a if isinstance(a, Buffer) else fe(a) for a in rest)))

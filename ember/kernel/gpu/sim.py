@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ember.errors import CompileError
 from ember.kernel.base import T0, T1, Kernel
-from ember.kernel.gpu import async_copy, mma
+from ember.kernel.gpu import async_copy, mma, split_k
 from ember.kernel.gpu.base import GpuKernel, has_barrier
 from ember.loops.ir import BLOCK as BLOCK_VAR
 from ember.loops.ir import (
@@ -55,7 +55,8 @@ def simulate(gk: GpuKernel) -> Kernel:
     stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
     support = {mma.sim_name(p): mma.sim_c(p) for p in sorted(ser.mma)}
     used = {x.fn for x in iter_stmts(gk.body) if isinstance(x, Eval)}
-    support.update({n: c for n, c in async_copy.SIM_C.items() if n in used})
+    support.update({n: c for n, c in {**async_copy.SIM_C, **split_k.SIM_C}.items()
+                    if n in used})
     return Kernel(gk.name, stmt, gk.blocks, list(gk.args), support, flops=gk.flops,
                   doc=f"{gk.doc} [cuda-sim: {gk.schedule}]", loops=format_stmt(stmt))
 

@@ -20,12 +20,19 @@ tiles, each element costing what its address takes (``Copies``: an implicit-GEMM
 computes a pixel and a tap, and a 16-byte copy shares that among four floats). A block of
 one warp that copies 64 floats per 512 FMAs is thus charged for them, where counting FMAs
 alone had ranked it first. Candidates are ranked by the modeled time of the whole operator.
+
+Split-K: where a product's output tiles are fewer than the blocks the GPU holds at once (a
+batch-1 convolution's 7x7 or 28x28 pixels, BERT's 128 rows), a tile's K range is split among
+``split`` blocks, each summing its share into a partial tile in global memory, and the last
+of them to finish adds the partials (in split order) and runs the epilogue
+(``kernel/gpu/split_k.py``). The model charges the partial tiles' writes to every block and
+their reads, a fence and an atomic to the tile's last block.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ember.kernel.roller.hal import DeviceSpec
 
@@ -42,6 +49,7 @@ class GemmTile:
     TM: int
     TN: int
     time_us: float = 0.0    # modeled time of the whole operator
+    split: int = 1          # blocks sharing an output tile's K range (split-K)
 
     @property
     def threads(self) -> int:
@@ -63,8 +71,9 @@ class GemmTile:
         return self.TM * self.TN + self.TM + self.TN + 28
 
     def __str__(self) -> str:
+        split = f", K split {self.split} ways" if self.split > 1 else ""
         return (f"block {self.BM}x{self.BN}x{self.BK}, thread {self.TM}x{self.TN}, "
-                f"{self.threads} threads")
+                f"{self.threads} threads{split}")
 
 
 @dataclass(frozen=True)
@@ -126,14 +135,11 @@ def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
           copies: Copies = PLAIN) -> float:
     """Modeled microseconds of the whole product under tile ``t``."""
     mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
-    blocks = batch * mb * nb
-    smem_sm = spec.layer("smem").capacity
-    regs_sm = 65536
-    resident = max(1, min(smem_sm // max(t.smem_bytes(), 1), 2048 // t.threads,
-                          regs_sm // (t.threads * t.registers()), 32))
+    blocks = batch * mb * nb * t.split
+    resident = _resident(t, spec)
     slots = spec.units * resident
     waves = math.ceil(blocks / slots)
-    k_pad = kb * t.BK
+    k_pad = kb // t.split * t.BK       # a block's share of K
     flops_block = 2.0 * t.BM * t.BN * k_pad
     # a block's share of its SM: the SM's peak split among the resident blocks, but a block
     # of few warps cannot issue at the SM's full rate (latency: at least 8 warps per SM)
@@ -146,24 +152,53 @@ def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     t_global = (t.BM + t.BN) * k_pad * 4 / l2
     smem_bw = spec.layer("smem").bandwidth * 1e3 / active
     t_smem = t.BM * t.BN * k_pad * (1 / t.TM + 1 / t.TN) * 4 / smem_bw
-    per_wave = max(t_compute, t_global, t_smem) + kb * 0.03   # two barriers per K step
+    tile_bytes = t.BM * t.BN * 4
+    t_part = tile_bytes / l2 if t.split > 1 else 0.0      # every block stores its partial
+    per_wave = max(t_compute, t_global + t_part, t_smem) + k_pad // t.BK * 0.03  # 2 barriers
+    # the tile's last block: a fence and an atomic, then the partials read back from L2
+    reduce = t.split * tile_bytes / l2 + SPLIT_SYNC_US if t.split > 1 else 0.0
     # unique traffic of the whole operator from HBM (A and B once each, C written once)
     hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
-    return max(waves * per_wave, hbm) + 2.0   # + a launch
+    return max(waves * per_wave + reduce, hbm) + 2.0   # + a launch
+
+
+SPLIT_SYNC_US = 1.5     # a split tile's fence, atomic arrival and dependent second pass
+MAX_SPLIT = 16
+
+
+def _resident(t: GemmTile, spec: DeviceSpec) -> int:
+    """Blocks of tile ``t`` one SM holds at once (shared memory, threads, registers)."""
+    return max(1, min(spec.layer("smem").capacity // max(t.smem_bytes(), 1),
+                      2048 // t.threads, 65536 // (t.threads * t.registers()), 32))
+
+
+def splits(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> list[int]:
+    """The ways tile ``t`` may split K (1 first): where its output tiles are fewer than the
+    blocks the GPU holds at once, each divisor of its K steps that leaves every block at least
+    two steps and the blocks within twice what the GPU holds."""
+    return _ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
+                 spec.units * _resident(t, spec), math.ceil(K / t.BK))
+
+
+def _ways(tiles: int, slots: int, kb: int) -> list[int]:
+    if tiles >= slots:
+        return [1]
+    return [1] + [s for s in range(2, MAX_SPLIT + 1)
+                  if kb % s == 0 and kb // s >= 2 and tiles * s <= 2 * slots]
 
 
 def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
-              topk: int = 1, budget: int = REG_BUDGET, copies: Copies = PLAIN
-              ) -> list[GemmTile]:
+              topk: int = 1, budget: int = REG_BUDGET, copies: Copies = PLAIN,
+              split: bool = True) -> list[GemmTile]:
     """The ``topk`` best tiles for the product, best first; ``budget``: the registers a
     thread's tile may take by the estimate (lowered when ptxas reported a spill);
-    ``copies``: what copying an element of each operand costs."""
-    ranked = sorted(((model(t, M, N, K, batch, spec, copies), -t.BM * t.BN, t)
-                     for t in candidates(M, N, K, budget)), key=lambda r: (r[0], r[1]))
-    out = []
-    for us, _, t in ranked[:max(1, topk)]:
-        out.append(GemmTile(t.BM, t.BN, t.BK, t.TM, t.TN, round(us, 3)))
-    return out
+    ``copies``: what copying an element of each operand costs; ``split``: whether K may be
+    split among blocks (``splits``)."""
+    tiles = [replace(t, split=s) for t in candidates(M, N, K, budget)
+             for s in (splits(t, M, N, K, batch, spec) if split else [1])]
+    ranked = sorted(((model(t, M, N, K, batch, spec, copies), -t.BM * t.BN, t.split, t)
+                     for t in tiles), key=lambda r: r[:3])
+    return [replace(t, time_us=round(us, 3)) for us, _, _, t in ranked[:max(1, topk)]]
 
 
 # --------------------------------------------------------------------------- TensorCores
@@ -184,6 +219,7 @@ class TcTile:
     NT: int
     BK: int
     time_us: float = 0.0
+    split: int = 1          # blocks sharing an output tile's K range (split-K)
 
     @property
     def BM(self) -> int:
@@ -217,8 +253,9 @@ class TcTile:
         return self.MT * self.NT * 4 + self.MT * a + self.NT * b + 40
 
     def __str__(self) -> str:
+        split = f", K split {self.split} ways" if self.split > 1 else ""
         return (f"block {self.BM}x{self.BN}x{self.BK} of {self.WM}x{self.WN} warps, warp "
-                f"{self.MT}x{self.NT} mma tiles, {self.threads} threads")
+                f"{self.MT}x{self.NT} mma tiles, {self.threads} threads{split}")
 
 
 def tc_candidates(M: int, N: int, K: int, precision: str,
@@ -248,12 +285,11 @@ def tc_candidates(M: int, N: int, K: int, precision: str,
 def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
              precision: str) -> float:
     mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
-    blocks = batch * mb * nb
-    resident = max(1, min(spec.layer("smem").capacity // max(t.smem_bytes(), 1),
-                          2048 // t.threads, 65536 // (t.threads * t.registers(precision)), 32))
+    blocks = batch * mb * nb * t.split
+    resident = _tc_resident(t, spec, precision)
     waves = math.ceil(blocks / (spec.units * resident))
     active = min(resident, math.ceil(blocks / spec.units))
-    k_pad = kb * t.BK
+    k_pad = kb // t.split * t.BK
     warps_sm = active * t.threads / 32
     issue = min(1.0, warps_sm / 4.0)      # mma.sync needs fewer warps in flight than FFMA
     peak_block = spec.peak_gflops * 1e3 * TC_SPEEDUP[precision] * issue / active
@@ -264,15 +300,25 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     steps = k_pad // MMA_K[precision]
     smem = t.threads * steps * (t.MT * a + t.NT * b) * 4 + (t.BM + t.BN) * k_pad * 4
     t_smem = smem / (spec.layer("smem").bandwidth * 1e3 / active)
-    per_wave = max(t_compute, t_global, t_smem) + kb * 0.03
+    tile_bytes = t.BM * t.BN * 4
+    t_part = tile_bytes / l2 if t.split > 1 else 0.0
+    per_wave = max(t_compute, t_global + t_part, t_smem) + k_pad // t.BK * 0.03
+    reduce = t.split * tile_bytes / l2 + SPLIT_SYNC_US if t.split > 1 else 0.0
     hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
-    return max(waves * per_wave, hbm) + 2.0
+    return max(waves * per_wave + reduce, hbm) + 2.0
+
+
+def _tc_resident(t: TcTile, spec: DeviceSpec, precision: str) -> int:
+    return max(1, min(spec.layer("smem").capacity // max(t.smem_bytes(), 1),
+                      2048 // t.threads, 65536 // (t.threads * t.registers(precision)), 32))
 
 
 def construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
-                 topk: int = 1, budget: int = REG_BUDGET) -> list[TcTile]:
-    ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision), -t.BM * t.BN, t)
-                     for t in tc_candidates(M, N, K, precision, budget)),
-                    key=lambda r: (r[0], r[1]))
-    return [TcTile(t.WM, t.WN, t.MT, t.NT, t.BK, round(us, 3))
-            for us, _, t in ranked[:max(1, topk)]]
+                 topk: int = 1, budget: int = REG_BUDGET, split: bool = True) -> list[TcTile]:
+    tiles = [replace(t, split=s) for t in tc_candidates(M, N, K, precision, budget)
+             for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
+                             spec.units * _tc_resident(t, spec, precision),
+                             math.ceil(K / t.BK)) if split else [1])]
+    ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision), -t.BM * t.BN, t.split, t)
+                     for t in tiles), key=lambda r: r[:3])
+    return [replace(t, time_us=round(us, 3)) for us, _, _, t in ranked[:max(1, topk)]]
