@@ -153,6 +153,8 @@ class CudaEmitter(CEmitter):
         b, n = self.expr(s.begin), self.expr(s.extent)
         if s.kind is ForKind.UNROLLED:
             out.line("#pragma unroll")
+        elif s.kind is ForKind.ROLLED:
+            out.line("#pragma unroll 1")
         end = n if b == "0" else f"{b} + {n}"
         with out.indented(f"for ({self.itype} {v} = {b}; {v} < {end}; ++{v}) {{", "}"):
             self.stmt(s.body, out)

@@ -193,6 +193,10 @@ class ForKind(Enum):
     PARALLEL = "parallel"      # the rTask axis: split across vEUs by the schedule
     VECTORIZED = "vectorized"
     UNROLLED = "unrolled"
+    # kept a loop where a compiler would unroll it by itself (CUDA: ``#pragma unroll 1``): a
+    # GEMM's K loop and tile copies, whose unrolled iterations keep their loop-invariant
+    # addresses live (ptxas spilled a short split-K loop at 149 registers; rolled, 96)
+    ROLLED = "rolled"
 
 
 @dataclass(eq=False)

@@ -326,18 +326,19 @@ class _Block:
         def use(_r: Expr, v: Expr, row: Expr, col: Expr) -> Stmt:
             return self.in_bounds(row, col, store(self.b, row, col, v))
         if self.split is None:
-            return each(use)
+            return each(use, True)
         return self.split.finish(each, use)
 
     def copy(self, nelem: int, fill: Callable[[Expr], Stmt]) -> Stmt:
-        """Copy ``nelem`` elements with the block's threads: element ``l * T + THREAD``. Not
-        unrolled: ptxas would keep every round's loop-invariant address terms live across the
-        K loop (255 registers, or spills under the budget)."""
+        """Copy ``nelem`` elements with the block's threads: element ``l * T + THREAD``. A
+        rolled loop (nvcc unrolls a short one by itself otherwise): ptxas would keep every
+        round's loop-invariant address terms live across the K loop (255 registers, or spills
+        under the budget)."""
         ev = Bin("+", Bin("*", self.e, Const(self.T)), THREAD)
         st = fill(ev)
         if nelem % self.T:
             st = If(Bin("<", ev, Const(nelem)), st)
-        return For(self.e, Const(0), Const(ceil_div(nelem, self.T)), st, ForKind.SERIAL)
+        return For(self.e, Const(0), Const(ceil_div(nelem, self.T)), st, ForKind.ROLLED)
 
     def a_src(self, mm: Expr, kq: Expr, k0: Expr) -> tuple[Expr, Expr | None]:
         """Where A's (tile row ``mm``, step column ``kq``) of K step ``k0`` is, and when it
@@ -375,7 +376,7 @@ class _Block:
         main = For(self.k0, Const(0), Const(self.steps), seq(
             If(Bin("<", nxt, Const(self.steps)), issue(Bin("+", first, nxt), stage(nxt))),
             async_copy.commit(), async_copy.wait_prior(1), Barrier(), compute(stage(self.k0)),
-            Barrier()))
+            Barrier()), ForKind.ROLLED)
         return seq(issue(first, Const(0)), async_copy.commit(), main)
 
     def async_tile(self, dst: Buffer, at: Callable[[Expr, Expr], Expr], rows: int, cols: int,
@@ -464,9 +465,10 @@ def _gemm(name: str, gm: Gemm, t: GemmTile,
     row = Bin("+", blk.bm0, Bin("+", ty, Bin("*", i, Const(sy))))
     col = Bin("+", blk.bn0, tcol)
 
-    def each(use: split_k.Use) -> Stmt:
+    def each(use: split_k.Use, unrolled: bool) -> Stmt:
+        kind = ForKind.UNROLLED if unrolled else ForKind.ROLLED
         return For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), use(
-            at, Load(acc, at), row, col), ForKind.UNROLLED), ForKind.UNROLLED)
+            at, Load(acc, at), row, col), kind), kind)
 
     init = For(i, Const(0), Const(t.TM * t.TN), Store(acc, i, Const(0.0, "float32")),
                ForKind.UNROLLED)
@@ -523,7 +525,7 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     main = blk.pipeline(issue, compute)
     r = Var("r")
 
-    def each(use: split_k.Use) -> Stmt:
+    def each(use: split_k.Use, unrolled: bool) -> Stmt:
         outs: list[Stmt] = []
         for i in range(t.MT):
             for j in range(t.NT):
@@ -533,7 +535,7 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
                     "+", Const(j * 8), Bin("%", r, Const(2))))))
                 reg = Bin("+", Const((i * t.NT + j) * 4), r)
                 outs.append(For(r, Const(0), Const(4), use(reg, Load(accs[i][j], r), row, col),
-                                ForKind.UNROLLED))
+                                ForKind.UNROLLED if unrolled else ForKind.ROLLED))
         return seq(*outs)
 
     init = [Store(c, Const(q), Const(0.0, "float32")) for row in accs for c in row

@@ -69,8 +69,9 @@ SIM_C = {
 
 # (register r of this thread, its value, the output row and column) -> the statement using it
 Use = Callable[[Expr, Expr, Expr, Expr], Stmt]
-# visits a thread's registers: each(use) -> the statements ``use`` gives for every register
-Each = Callable[[Use], Stmt]
+# visits a thread's registers: each(use, unrolled) -> the statements ``use`` gives for every
+# register, in loops unrolled or not (a loop over registers must unroll to keep them there)
+Each = Callable[[Use, bool], Stmt]
 
 
 class Split:
@@ -104,10 +105,12 @@ class Split:
                 acc = Bin("+", acc, Load(self.part, self._at(Const(s), r)))
             return acc
 
-        mine = each(lambda r, v, _row, _col: Store(self.part, self._at(self.s, r), v))
+        mine = each(lambda r, v, _row, _col: Store(self.part, self._at(self.s, r), v), True)
         first = Bin("==", THREAD, Const(0))
         arrive = Eval(ARRIVE, (self.last, Const(0), self.count, self.tile, Const(self.ways)))
-        reduce = seq(each(lambda r, _v, row, col: store(r, total(r), row, col)),
+        # the last block's sums read no register: rolled loops (unrolled, nvcc would hoist
+        # every partial's load and spill)
+        reduce = seq(each(lambda r, _v, row, col: store(r, total(r), row, col), False),
                      If(first, Store(self.count, self.tile, Const(0, "int32"))))
         return seq(mine, Eval(FENCE, ()), Barrier(), If(first, arrive), Barrier(),
                    If(Bin("!=", Load(self.last, Const(0)), Const(0, "int32")), reduce))

@@ -194,7 +194,8 @@ def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     thread's tile may take by the estimate (lowered when ptxas reported a spill);
     ``copies``: what copying an element of each operand costs; ``split``: whether K may be
     split among blocks (``splits``)."""
-    tiles = [replace(t, split=s) for t in candidates(M, N, K, budget)
+    tiles = [GemmTile(t.BM, t.BN, t.BK, t.TM, t.TN, split=s)
+             for t in candidates(M, N, K, budget)
              for s in (splits(t, M, N, K, batch, spec) if split else [1])]
     ranked = sorted(((model(t, M, N, K, batch, spec, copies), -t.BM * t.BN, t.split, t)
                      for t in tiles), key=lambda r: r[:3])
