@@ -64,5 +64,7 @@ for m in r.get("models", []):
     mc = m.get("model_check") or {}
     if mc:   # how far the GEMMs run from Roller's model of their tiles
         print(f"{'':16} {mc['gemms']} GEMMs at {mc['median_ratio']}x their modeled time "
-              f"(from {mc['min_ratio']} to {mc['max_ratio']})")
+              f"(from {mc['min_ratio']} to {mc['max_ratio']}); split-K "
+              f"{mc.get('split_gemms', 0)} at {mc.get('split_median_ratio', '-')}x, unsplit "
+              f"{mc.get('unsplit_gemms', 0)} at {mc.get('unsplit_median_ratio', '-')}x")
 PYEOF

@@ -150,20 +150,29 @@ def _kernel_profile(cm: Any, feeds: dict[str, np.ndarray], top: int = 12) -> dic
 def model_check(prof: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> dict[str, Any]:
     """Measured / modeled time of every launch whose kernel has Roller's modeled time
     (``kernels``: the model's ``kernels_cuda`` records): the median ratio, its spread, and
-    each GEMM's."""
-    modeled = {k["symbol"]: k.get("modeled_us", 0.0) for k in kernels}
+    each GEMM's; and the median of the split-K GEMMs and of the others apart (the split's
+    synchronization is a term of its own in the model)."""
+    by_symbol = {k["symbol"]: k for k in kernels}
     rows = []
     for p in prof:
-        us = modeled.get(p["kernel"], 0.0)
+        k = by_symbol.get(p["kernel"], {})
+        us = k.get("modeled_us", 0.0)
         if us > 0:
             rows.append({"node": p["node"], "grid": p["grid"], "block": p["block"],
                          "ms": round(p["ms"], 4), "modeled_us": us,
-                         "ratio": round(1e3 * p["ms"] / us, 2)})
+                         "ratio": round(1e3 * p["ms"] / us, 2), "split": k.get("split", 1)})
     ratios = sorted(r["ratio"] for r in rows)
     if not ratios:
         return {}
-    return {"gemms": len(rows), "median_ratio": ratios[len(ratios) // 2],
-            "min_ratio": ratios[0], "max_ratio": ratios[-1], "rows": rows}
+    out = {"gemms": len(rows), "median_ratio": ratios[len(ratios) // 2],
+           "min_ratio": ratios[0], "max_ratio": ratios[-1], "rows": rows}
+    for label, part in (("split", [r for r in rows if r["split"] > 1]),
+                        ("unsplit", [r for r in rows if r["split"] == 1])):
+        rs = sorted(r["ratio"] for r in part)
+        if rs:
+            out[f"{label}_median_ratio"] = rs[len(rs) // 2]
+            out[f"{label}_gemms"] = len(rs)
+    return out
 
 
 def gemm_model(n: int) -> tuple[Any, np.ndarray, np.ndarray]:

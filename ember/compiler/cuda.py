@@ -166,7 +166,7 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
                 gpu=comp.gpu_kernels and driver.gpu.gpu_spec().name,
                 kernels_cuda=[{"symbol": t.symbol, "schedule": k.schedule, "grid": k.blocks,
                                "block": k.threads, "smem": k.shared_bytes(),
-                               "modeled_us": k.modeled_us}
+                               "modeled_us": k.modeled_us, "split": k.split}
                               for t, k in zip(prog.kernels, comp.gpu_kernels)])
     return CudaModel(images, params, meta, source)
 

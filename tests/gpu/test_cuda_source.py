@@ -161,4 +161,8 @@ def test_the_gpu_bench_compares_each_gemm_with_its_model() -> None:
     got = model_check(prof, sched)
     assert got["gemms"] == 2 and [r["ratio"] for r in got["rows"]] == [4.0, 1.0]
     assert (got["min_ratio"], got["median_ratio"], got["max_ratio"]) == (1.0, 4.0, 4.0)
+    assert "split_gemms" not in got and got["unsplit_gemms"] == 2
+    split = model_check(prof, [{**sched[0], "split": 4}, *sched[1:]])
+    assert (split["split_gemms"], split["split_median_ratio"]) == (1, 4.0)
+    assert (split["unsplit_gemms"], split["unsplit_median_ratio"]) == (1, 1.0)
     assert model_check(prof[2:], sched) == {}

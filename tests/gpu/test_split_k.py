@@ -141,9 +141,26 @@ def test_roller_splits_few_tiles_of_a_long_k() -> None:
     assert gg.splits(gg.GemmTile(128, 128, 16, 8, 8), 4096, 4096, 4096, 1, H100) == [1]
 
 
-def test_tensorcore_tiles_split_too() -> None:
-    tc = gg.construct_tc(49, 512, 4608, 1, H100, "fp16")[0]
+@pytest.mark.parametrize("prec,bound", [("tf32", 2e-3), ("fp16", 2e-3), ("bf16", 1e-2)])
+def test_tensorcore_tiles_split_too(prec: str, bound: float) -> None:
+    """The mma.sync kernels split the same way: each warp's fragments are its partial tile;
+    against float64, relative to the products' magnitudes (the operands are rounded)."""
+    tc = gg.construct_tc(49, 512, 4608, 1, H100, prec)[0]
     assert tc.split > 1 and (4608 // tc.BK) % tc.split == 0
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((20, 1024)).astype(F32), rng.standard_normal((1024, 48))
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [20, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [20, 48])],
+                          [numpy_helper.from_array(b.astype(F32), "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = ember.compile(model, target="cuda-sim", precision=prec)
+    assert _splits(cm.source) and "TensorCore" in cm.source
+    y = cm.run({"a": a})["y"]
+    ref = a.astype(np.float64) @ b.astype(F32).astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b.astype(F32)).astype(np.float64)
+    assert np.linalg.norm(y - ref) / np.linalg.norm(scale) < bound
+    np.testing.assert_array_equal(cm.run({"a": a})["y"], y)
 
 
 def _kernel(name: str, counters: int, part: int) -> GpuKernel:

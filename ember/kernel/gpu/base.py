@@ -34,6 +34,7 @@ class GpuKernel:
     doc: str = ""
     schedule: str = ""   # the schedule family and its tile, for ``ember inspect``
     modeled_us: float = 0.0   # Roller's modeled time of the whole operator (0: no model)
+    split: int = 1            # blocks sharing an output tile's K range (split-K GEMMs)
 
     def shared_bytes(self) -> int:
         """Bytes of shared memory one block declares."""

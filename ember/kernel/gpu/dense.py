@@ -138,13 +138,13 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
                                   f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled)",
-                         modeled_us=tc.time_us)
+                         modeled_us=tc.time_us, split=tc.split)
     t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk, budget,
                                    _copies(gm, m.op == "ConvNHWC"), split)[0]
     stmt, blocks = _gemm(name, gm, t, epi)
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)",
-                     modeled_us=t.time_us)
+                     modeled_us=t.time_us, split=t.split)
 
 
 def _copies(gm: Gemm, gather: bool) -> gemm_gpu.Copies:
@@ -432,7 +432,8 @@ def _gemm(name: str, gm: Gemm, t: GemmTile,
     ra = Buffer("ra", t.TM, "float32", Scope.LOCAL)
     rb = Buffer("rb", t.TN, "float32", Scope.LOCAL)
     tx, ty = Var("tx"), Var("ty")
-    kk, i, j = Var("kk"), Var("i"), Var("j")
+    kq, ku, i, j = Var("kq"), Var("ku"), Var("i"), Var("j")
+    KU = min(t.BK, 16)     # k unrolled at a time (a multiple of 4: ld.shared.v4 of A's row)
     sx, sy = t.BN // t.TN, t.BM // t.TM     # threads along n and m
     tcol = _thread_cols(t, tx, j)
 
@@ -448,16 +449,21 @@ def _gemm(name: str, gm: Gemm, t: GemmTile,
                            t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec))
 
     def compute(st: Expr) -> Stmt:
+        """The K step on stage ``st``: ``BK`` rank-1 updates of the thread's tile, unrolled
+        ``KU`` at a time in a rolled loop. Unrolled whole, a block with one K step is
+        straight-line code and ptxas hoisted all its shared loads (a 2x4 tile of
+        SqueezeNet's 1x1 conv wanted 178 registers and spilled; 61 so)."""
+        kk = Bin("+", Bin("*", kq, Const(KU)), ku)
         a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
         a_at = Bin("+", a_off, Bin("+", Bin("*", Bin("+", ty, Bin("*", i, Const(sy))),
                                              Const(lda)), kk))
         b_at = Bin("+", b_off, Bin("+", Bin("*", kk, Const(t.BN)), tcol))
-        step = For(kk, Const(0), Const(t.BK), seq(
+        step = For(kq, Const(0), Const(t.BK // KU), For(ku, Const(0), Const(KU), seq(
             For(i, Const(0), Const(t.TM), Store(ra, i, Load(As, a_at)), ForKind.UNROLLED),
             For(j, Const(0), Const(t.TN), Store(rb, j, Load(Bs, b_at)), ForKind.UNROLLED),
             For(i, Const(0), Const(t.TM), For(j, Const(0), Const(t.TN), Store(
                 acc, at, Bin("+", Load(acc, at), Bin("*", Load(ra, i), Load(rb, j)))),
-                ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED)
+                ForKind.UNROLLED), ForKind.UNROLLED)), ForKind.UNROLLED), ForKind.ROLLED)
         return Alloc(ra, Alloc(rb, step))
 
     at = Bin("+", Bin("*", i, Const(t.TN)), j)
