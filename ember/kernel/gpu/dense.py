@@ -292,7 +292,8 @@ class _Block:
     """What both GEMM kernels share: a block's coordinates (batch ``b``, the tile's first row
     ``bm0`` and column ``bn0``, with ``split`` > 1 its share of K), the K step ``k0``, the
     cooperative copies of the operand tiles and the guarded reads they copy, and the end: the
-    epilogue's stores, or split-K's partial tile and the last block's sum of them."""
+    epilogue's stores, or split-K's partial tile and the last block's sum of them. Split,
+    it adds the scratch buffers to the product's kernel arguments (``gm.args``)."""
 
     def __init__(self, name: str, gm: Gemm, BM: int, BN: int, BK: int, threads: int,
                  split: int = 1, regs: int = 0) -> None:
@@ -362,10 +363,11 @@ class _Block:
 
     def pipeline(self, issue: Callable[[Expr, Expr], Stmt],
                  compute: Callable[[Expr], Stmt]) -> Stmt:
-        """The K loop over two shared stages: ``issue(k, stage)`` copies K step ``k``'s tiles
-        into ``stage`` (asynchronously); step ``k0`` issues ``k0 + 1``'s (a group, empty at
-        the last step), waits for its own group, and runs ``compute(stage)``; the barrier
-        after it keeps the stage until every thread is done with it."""
+        """The block's K loop (its ``steps`` from ``first_step``) over two shared stages:
+        ``issue(k, stage)`` copies K step ``k``'s tiles into ``stage`` (asynchronously); step
+        ``k0`` issues the next one's (a group, empty at the last step), waits for its own
+        group, and runs ``compute(stage)``; the barrier after it keeps the stage until every
+        thread is done with it."""
         one = Const(1)
 
         def stage(k: Expr) -> Expr:
