@@ -7,6 +7,8 @@
 # for the GPU the check will find (EMBER_GPU: H100 or H200):
 #   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     python bench/gpu/bench.py --prepare
+#   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
+#     EMBER_SPLIT_K=0 python bench/gpu/bench.py --prepare --models resnet18,bert_base --gemm 0
 # Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS.
 set -u
 cd "$(dirname "$0")/../.."
@@ -50,6 +52,15 @@ timeout ${COMPILE_S:-180} $PY bench/gpu/bench.py --out "$OUT/compile" --gemm 0 \
   ${COMPILE_ARGS:---modes default --models resnet50,bert_base,mobilenet_v2,squeezenet1_1,resnet18} \
   > "$OUT/bench_compile.log" 2>&1
 echo "bench with torch.compile: exit $? in $(( $(date +%s) - t0 )) s"
+t0=$(date +%s)
+# split-K's effect measured directly: two models' launches again with no product split
+# (prepare their images too: EMBER_SPLIT_K=0 ... bench.py --prepare --models resnet18,bert_base
+# --gemm 0); SPLIT_AB=0 skips it
+if [ "${SPLIT_AB:-1}" = 1 ]; then
+  EMBER_SPLIT_K=0 timeout ${AB_S:-90} $PY bench/gpu/bench.py --out "$OUT/nosplit" --gemm 0 \
+    --modes "" --models ${AB_MODELS:-resnet18,bert_base} > "$OUT/bench_nosplit.log" 2>&1
+  echo "bench without split-K: exit $? in $(( $(date +%s) - t0 )) s"
+fi
 grep -v -i warn "$OUT/bench.log" | tail -n 16
 grep -v -i warn "$OUT/bench_compile.log" | tail -n 8
 # where each model's time goes: the three longest kernels (all of them in gpu.json)
@@ -67,4 +78,13 @@ for m in r.get("models", []):
               f"(from {mc['min_ratio']} to {mc['max_ratio']}); split-K "
               f"{mc.get('split_gemms', 0)} at {mc.get('split_median_ratio', '-')}x, unsplit "
               f"{mc.get('unsplit_gemms', 0)} at {mc.get('unsplit_median_ratio', '-')}x")
+# split-K on and off, the same models and machine
+import os.path
+off = sys.argv[1].replace("gpu.json", "nosplit/gpu.json")
+if os.path.exists(off):
+    ms = {m["model"]: m.get("ember_ms") for m in json.load(open(off)).get("models", [])}
+    for m in r.get("models", []):
+        if ms.get(m["model"]) and m.get("ember_ms"):
+            print(f"{m['model']:16} split-K on / off: {m['ember_ms']:.3f} / "
+                  f"{ms[m['model']]:.3f} ms = {m['ember_ms'] / ms[m['model']]:.2f}")
 PYEOF

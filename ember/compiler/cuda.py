@@ -77,7 +77,8 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int) -
         if id(gk) in new or not dense.applicable(body) or render_kernel(gk).symbol not in spilled:
             continue
         new[id(gk)] = dense.build_dense(gk.name, body, spec, precision=prec, budget=budget,
-                                        aligned=driver.gpu.aligned_inputs(n))
+                                        aligned=driver.gpu.aligned_inputs(n),
+                                        split=options.current().split_k)
         LOG.info("kernel %s spilled: rebuilt with %s", gk.name, new[id(gk)].schedule)
     if not new:
         return False

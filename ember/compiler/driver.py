@@ -309,10 +309,10 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     run = log.current_run()
     t = time.perf_counter()
     spec = gpu.gpu_spec()
-    precision = options.current().precision
+    precision, split = options.current().precision, options.current().split_k
     comp.gpu_kernels = _build_kernels(
         fused, lambda name, n: build_gpu_kernel(name, n, spec, topk or 1, precision,
-                                                gpu.aligned_inputs(n)),
+                                                gpu.aligned_inputs(n), split),
         "GPU kernels", _gpu_key)
     if policy in ("rammer", "ios"):
         plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels

@@ -58,6 +58,7 @@ class Options:
     #                                  else H100)
     cuda_arch: tuple[str, ...] = ("sm_80", "sm_90")   # what --target cuda compiles for
     precision: str = "fp32"          # GPU dense products: fp32 (FFMA), tf32, fp16, bf16
+    split_k: bool = True             # GPU dense products may split K among blocks
     vm: str = "native"               # the VM interpreter: native (C), python (the reference)
     steal: bool = True               # idle vEU threads run rTasks other vEUs have begun
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
@@ -165,6 +166,8 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                   "in: fp32 (default), tf32, fp16, bf16 (TensorCores, float32 accumulation)"),
     "cuda_arch": ("EMBER_CUDA_ARCH", _archs, "the architectures --target cuda compiles for "
                   "(default sm_80,sm_90)"),
+    "split_k": ("EMBER_SPLIT_K", _flag, "0: no GPU product splits its K range among blocks "
+                "(default 1: where Roller's model prefers it)"),
     "vm": ("EMBER_VM", _choice(VM_KINDS), "the VM's interpreter: native (default, C) or "
            "python (the reference, for debugging)"),
     "steal": ("EMBER_STEAL", _flag, "0: every rTask runs on the vEU its plan puts it on "

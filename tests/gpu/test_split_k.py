@@ -26,6 +26,7 @@ from ember.kernel.roller import hal
 from ember.loops.ir import Buffer, Seq
 from ember.runtime import cuda_driver
 from ember.runtime.artifact import validate_meta
+from ember.support.options import Options
 from tests.modelkit import run_ort
 
 F32 = np.float32
@@ -133,6 +134,16 @@ def test_split_convolutions_on_random_geometry(data: st.DataObject) -> None:
     # Roller leaves products too small for a split's synchronization whole: drawn again
     assume(_splits(ember.compile(model, target="cuda-sim").source))
     _check(model, {"x": x})
+
+
+def test_split_k_is_an_option() -> None:
+    """``split_k=False`` (``EMBER_SPLIT_K=0``): the same products whole, the same result
+    to rounding; the model cache keeps the two apart."""
+    model, feeds = _mlp(24, 1024, 40, seed=3)
+    split = _check(model, feeds)
+    cm = ember.compile(model, target="cuda-sim", options=Options(split_k=False))
+    assert not _splits(cm.source) and "scratch" not in cm.meta
+    np.testing.assert_allclose(cm.run(feeds)["y"], split["y"], rtol=1e-5, atol=1e-5)
 
 
 def test_the_sum_is_the_same_whichever_block_ends_last() -> None:
