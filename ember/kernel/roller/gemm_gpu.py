@@ -33,6 +33,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
 
 from ember.kernel.roller.hal import DeviceSpec
 
@@ -120,32 +123,63 @@ def candidates(M: int, N: int, K: int, budget: int = REG_BUDGET) -> list[GemmTil
     return out
 
 
-def issued_per_fma(t: GemmTile, copies: Copies) -> float:
+def issued_per_fma(t: GemmTile | _Tiles, copies: Copies) -> Any:
     """A block's warp instructions per FMA warp instruction: its FMAs, shared loads and tile
-    copies over a K step."""
+    copies over a K step (of one tile, or elementwise of ``_Tiles``)."""
     ffma = t.BM * t.BN * t.BK / 32
     # A's rows are k-contiguous, a thread's columns of B in runs of four (where TN allows):
     # nvcc reads four k of a row, and a run, in one ld.shared.v4
-    lds = t.threads / 32 * t.BK * (t.TM / 4 + (t.TN / 4 if t.TN % 4 == 0 else t.TN))
+    lds = t.threads / 32 * t.BK * (t.TM / 4 + np.where(t.TN % 4 == 0, t.TN / 4, t.TN))
     cp = (t.BM * t.BK * copies.a + t.BK * t.BN * copies.b) / 32
     return (ffma + lds + cp) / ffma
+
+
+class _Tiles:
+    """Candidate tiles as arrays of their fields, for the model to rank at once."""
+
+    def __init__(self, tiles: list[GemmTile]) -> None:
+        def col(f: str) -> np.ndarray:
+            return np.array([getattr(t, f) for t in tiles], np.int64)
+        self.BM, self.BN, self.BK, self.TM, self.TN = (col(f) for f in
+                                                        ("BM", "BN", "BK", "TM", "TN"))
+        self.split = col("split")
+        self._derive()
+
+    def _derive(self) -> None:
+        self.threads = (self.BM // self.TM) * (self.BN // self.TN)
+        self.smem = 2 * (self.BM * (self.BK + 4) + self.BK * self.BN) * 4
+        self.registers = self.TM * self.TN + self.TM + self.TN + 28
+
+    def take(self, at: np.ndarray, split: np.ndarray) -> _Tiles:
+        """Tiles ``at`` (indices, repeated as often as wanted) with ``split``."""
+        out = _Tiles([])
+        for f in ("BM", "BN", "BK", "TM", "TN"):
+            setattr(out, f, getattr(self, f)[at])
+        out.split = split
+        out._derive()
+        return out
 
 
 def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
           copies: Copies = PLAIN) -> float:
     """Modeled microseconds of the whole product under tile ``t``."""
-    mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
+    return float(_model(_Tiles([t]), M, N, K, batch, spec, copies)[0])
+
+
+def _model(t: _Tiles, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
+           copies: Copies) -> np.ndarray:
+    """``model`` of every tile of ``t`` (arrays in, an array of microseconds out)."""
+    mb, nb, kb = -(-M // t.BM), -(-N // t.BN), -(-K // t.BK)
     blocks = batch * mb * nb * t.split
     resident = _resident(t, spec)
     slots = spec.units * resident
-    waves = math.ceil(blocks / slots)
+    waves = -(-blocks // slots)
     k_pad = kb // t.split * t.BK       # a block's share of K
     flops_block = 2.0 * t.BM * t.BN * k_pad
     # a block's share of its SM: the SM's peak split among the resident blocks, but a block
     # of few warps cannot issue at the SM's full rate (latency: at least 8 warps per SM)
-    warps_sm = min(resident, math.ceil(blocks / spec.units)) * t.threads / 32
-    issue = min(1.0, warps_sm / 8.0)
-    active = min(resident, math.ceil(blocks / spec.units))
+    active = np.minimum(resident, -(-blocks // spec.units))
+    issue = np.minimum(1.0, active * t.threads / 32 / 8.0)
     peak_block = spec.peak_gflops * 1e3 * issue / active          # flop / us
     t_compute = flops_block * issued_per_fma(t, copies) / peak_block
     l2 = spec.bandwidth("L2") * 1e3 / spec.units / active          # bytes / us per block
@@ -153,23 +187,28 @@ def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     smem_bw = spec.layer("smem").bandwidth * 1e3 / active
     t_smem = t.BM * t.BN * k_pad * (1 / t.TM + 1 / t.TN) * 4 / smem_bw
     tile_bytes = t.BM * t.BN * 4
-    t_part = tile_bytes / l2 if t.split > 1 else 0.0      # every block stores its partial
-    per_wave = max(t_compute, t_global + t_part, t_smem) + k_pad // t.BK * 0.03  # 2 barriers
+    split = t.split > 1
+    t_part = np.where(split, tile_bytes / l2, 0.0)      # every block stores its partial
+    per_wave = np.maximum(np.maximum(t_compute, t_global + t_part), t_smem) \
+        + k_pad // t.BK * 0.03                          # two barriers a K step
     # the tile's last block: a fence and an atomic, then the partials read back from L2
-    reduce = t.split * tile_bytes / l2 + SPLIT_SYNC_US if t.split > 1 else 0.0
+    reduce = np.where(split, t.split * tile_bytes / l2 + SPLIT_SYNC_US, 0.0)
     # unique traffic of the whole operator from HBM (A and B once each, C written once)
     hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
-    return max(waves * per_wave + reduce, hbm) + 2.0   # + a launch
+    return np.maximum(waves * per_wave + reduce, hbm) + 2.0   # + a launch
 
 
 SPLIT_SYNC_US = 1.5     # a split tile's fence, atomic arrival and dependent second pass
 MAX_SPLIT = 16
 
 
-def _resident(t: GemmTile, spec: DeviceSpec) -> int:
+def _resident(t: GemmTile | _Tiles, spec: DeviceSpec) -> Any:
     """Blocks of tile ``t`` one SM holds at once (shared memory, threads, registers)."""
-    return max(1, min(spec.layer("smem").capacity // max(t.smem_bytes(), 1),
-                      2048 // t.threads, 65536 // (t.threads * t.registers()), 32))
+    if isinstance(t, GemmTile):
+        return int(_resident(_Tiles([t]), spec)[0])
+    return np.maximum(1, np.minimum.reduce([
+        spec.layer("smem").capacity // np.maximum(t.smem, 1), 2048 // t.threads,
+        65536 // (t.threads * t.registers), np.full_like(t.threads, 32)]))
 
 
 def splits(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> list[int]:
@@ -194,12 +233,20 @@ def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     thread's tile may take by the estimate (lowered when ptxas reported a spill);
     ``copies``: what copying an element of each operand costs; ``split``: whether K may be
     split among blocks (``splits``)."""
-    tiles = [GemmTile(t.BM, t.BN, t.BK, t.TM, t.TN, split=s)
-             for t in candidates(M, N, K, budget)
-             for s in (splits(t, M, N, K, batch, spec) if split else [1])]
-    ranked = sorted(((model(t, M, N, K, batch, spec, copies), -t.BM * t.BN, t.split, t)
-                     for t in tiles), key=lambda r: r[:3])
-    return [replace(t, time_us=round(us, 3)) for us, _, _, t in ranked[:max(1, topk)]]
+    base = candidates(M, N, K, budget)
+    arr = _Tiles(base)
+    at, ways = np.arange(len(base)), np.ones(len(base), np.int64)
+    if split:
+        pairs = [(i, s) for i, (t, r) in enumerate(zip(base, _resident(arr, spec)))
+                 for s in _ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
+                                spec.units * int(r), math.ceil(K / t.BK))]
+        at, ways = np.array([i for i, _ in pairs]), np.array([s for _, s in pairs])
+        arr = arr.take(at, ways)
+    us = _model(arr, M, N, K, batch, spec, copies)
+    # fastest first; on a tie the larger block tile, then the fewer splits
+    order = np.lexsort((arr.split, -arr.BM * arr.BN, us))[:max(1, topk)]
+    return [replace(base[at[i]], split=int(ways[i]), time_us=round(float(us[i]), 3))
+            for i in order]
 
 
 # --------------------------------------------------------------------------- TensorCores
