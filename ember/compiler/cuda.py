@@ -185,7 +185,7 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
     plan: MemoryPlan = comp.graph.memory_plan  # type: ignore[attr-defined]
     blob = ParamBlob()
     fused = comp.fused
-    scratch_at, counters, _ = comp.scratch_space()
+    scratch = comp.scratch_space()
     from ember.codegen.cuda import render_kernel
 
     def where(v: Value) -> list[Any]:
@@ -198,16 +198,18 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
             return ["out", s.index, s.offset]
         return ["ws", 0, s.index + s.offset]
 
-    def bind(n: Any, gk: Any) -> list[list[Any]]:
+    def bind(n: Any, gk: Any, base: int | None) -> list[list[Any]]:
         src = dict((id(b), s) for b, s in gk.args)
-        offs = scratch_offsets(gk.args, counters)
+        offs = scratch_offsets(gk.args, scratch.counters)
         args = []
         for b in params_of(gk):
             s = src[id(b)]
             if isinstance(s, np.ndarray):
                 args.append(["param", 0, blob.offset(s)])
             elif isinstance(s, int) and s in (SCRATCH, COUNTERS):
-                args.append(["ws", 0, scratch_at + offs[id(b)]])
+                if base is None:
+                    raise EmberError(f"node {n.name!r}: a kernel's scratch has no region")
+                args.append(["ws", 0, base + offs[id(b)]])
             elif s == OUTPUT:
                 args.append(where(n.outputs[0]))
             else:
@@ -219,14 +221,14 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
 
     launches = []
     symbols: dict[int, str] = {}
-    for n, gk in zip(fused, comp.gpu_kernels):
+    for i, (n, gk) in enumerate(zip(fused, comp.gpu_kernels)):
         if id(gk) not in symbols:
             symbols[id(gk)] = render_kernel(gk).symbol
-        args = bind(n, gk)
+        args = bind(n, gk, scratch.base(i))
         if not isinstance(gk.blocks, int):
             raise EmberError(f"node {n.name!r}: a symbolic grid needs the CUDA VM (not yet)")
         launches.append({"kernel": symbols[id(gk)], "grid": int(gk.blocks),
                          "block": gk.threads, "args": args, "node": n.name})
     # the efficient rKernels a GPU plan may run instead (on their operators' tensors)
-    comp.variant_args = [bind(fused[op], gk) for op, gk in comp.gpu_variants]
+    comp.variant_args = [bind(fused[op], gk, scratch.base(op)) for op, gk in comp.gpu_variants]
     return launches, blob.array()

@@ -142,24 +142,18 @@ class Compilation:
         """Every kernel of the program: operator ``i``'s own kernel at ``i``, then variants."""
         return self.kernels + [k for _, k in self.variants]
 
-    def scratch_space(self) -> tuple[int, int, int]:
-        """(byte offset in the workspace, bytes of its counter region, bytes) of the scratch
-        space the program's kernels share (``kernel.base.SCRATCH``, ``COUNTERS``): after the
-        memory plan's arena; (offset, 0, 0) where no kernel uses one."""
-        return scratch_space(self.memory_plan, self.program_kernels)
+    def scratch_space(self) -> gpu.ScratchSpace:
+        """Where the operators' kernels keep their scratch (``compiler.gpu.ScratchSpace``):
+        after the memory plan's arena. Efficient variants use none."""
+        if any(any(scratch_needs(k.args)) for _, k in self.variants):
+            raise CompileError("an efficient rKernel uses scratch: it would need its own")
+        return gpu.scratch_space(align(self.memory_plan.workspace_bytes), self.kernels,
+                                 lambda: kernel_dependencies(self.graph))
 
     @property
     def op_of(self) -> list[int]:
         """The operator each program kernel runs."""
         return list(range(len(self.kernels))) + [i for i, _ in self.variants]
-
-
-def scratch_space(plan: MemoryPlan, kernels: Sequence[Kernel]) -> tuple[int, int, int]:
-    """``Compilation.scratch_space`` of ``kernels`` over ``plan``."""
-    needs = [scratch_needs(k.args) for k in kernels]
-    counters = max((c for c, _ in needs), default=0)
-    return (align(plan.workspace_bytes), counters,
-            counters + max((s for _, s in needs), default=0))
 
 
 def default_threads() -> int:
@@ -338,7 +332,7 @@ def plan_gpu(comp: Compilation, policy: str) -> None:
     from ember.kernel.gpu.sim import simulate
 
     spec = gpu.gpu_spec()
-    deps = gpu.order_scratch_users(kernel_dependencies(comp.graph), comp.gpu_kernels)
+    deps = kernel_dependencies(comp.graph)
     costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.gpu_kernels)]
     variants = gpu.efficient_variants(comp.fused, comp.gpu_kernels, _side_by_side(deps), spec,
                                       _gpu_key)
@@ -386,8 +380,9 @@ def _emit(comp: Compilation) -> None:
     operator's tensors, with ``comp.plan`` compiled in."""
     assert comp.plan is not None
     fused = comp.fused
-    bound, blob = _bind(comp.graph, [(fused[i], k) for i, k in zip(comp.op_of,
-                                                                   comp.program_kernels)])
+    scratch = comp.scratch_space()
+    bound, blob = _bind(comp.graph, [(fused[i], k, scratch.base(i)) for i, k in zip(
+        comp.op_of, comp.program_kernels)], scratch.counters)
     comp.blob = BlobCopy(blob)   # numpy copies without the GIL: overlaps cc
     slots = len(comp.memory_plan.slot_types)
     comp.units = emit_units(bound, comp.plan, len(comp.symbols.names) if comp.symbols else 0,
@@ -645,10 +640,10 @@ def _meta(comp: Compilation) -> dict[str, Any]:
         "roller": comp.roller,
         "isa": {"machine": platform.machine(), "features": list(isa_features())},
     }
-    at, _, scratch = comp.scratch_space()
-    if scratch:             # zeroed where the workspace is allocated (runtime)
-        meta["workspace_bytes"] = at + scratch
-        meta["scratch"] = [at, scratch]
+    scratch = comp.scratch_space()
+    if scratch.nbytes:      # zeroed where the workspace is allocated (runtime)
+        meta["workspace_bytes"] = scratch.at + scratch.nbytes
+        meta["scratch"] = [scratch.at, scratch.nbytes]
     if comp.interleaved:    # a GPU plan (cuda-sim): compiled in, in its compact form
         progs, lists = comp.plan.encode_shared()
         meta["gpu_plan"] = {"policy": comp.plan.policy, "num_veus": comp.plan.num_veus,
@@ -742,12 +737,13 @@ def _copy_outputs(g: Graph) -> None:
         fuse_run(g)
 
 
-def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel], ParamBlob]:
+def _bind(g: Graph, pairs: list[tuple[Node, Kernel, int | None]], counters: int = 0
+          ) -> tuple[list[BoundKernel], ParamBlob]:
     """Each kernel's buffers bound to the tensors of its fused node (a variant to its
-    operator's), and the parameter blob of the constants (laid out, not yet filled)."""
+    operator's) and its scratch region (at a workspace offset, ``counters`` bytes of
+    counters first), and the parameter blob of the constants (laid out, not yet filled)."""
     plan: MemoryPlan = g.memory_plan  # type: ignore[attr-defined]
     blob = ParamBlob()
-    scratch_at, counters, _ = scratch_space(plan, [k for _, k in pairs])
 
     def value_addr(v: Value) -> str:
         if v.is_const:
@@ -763,16 +759,16 @@ def _bind(g: Graph, pairs: list[tuple[Node, Kernel]]) -> tuple[list[BoundKernel]
         return f"g_ws + {s.index + s.offset}"
 
     bound = []
-    for n, k in pairs:
+    for n, k, base in pairs:
         addrs = {}
         offs = scratch_offsets(k.args, counters)
         for buf, src in k.args:
             if isinstance(src, np.ndarray):
                 addrs[buf] = blob.address(src)
             elif src in (SCRATCH, COUNTERS):
-                if plan.symbolic:
+                if plan.symbolic or base is None:
                     raise CompileError(f"node {n.name!r}: scratch needs a static memory plan")
-                addrs[buf] = f"g_ws + {scratch_at + offs[id(buf)]}"
+                addrs[buf] = f"g_ws + {base + offs[id(buf)]}"
             elif src == OUTPUT:
                 addrs[buf] = value_addr(n.outputs[0])
             else:

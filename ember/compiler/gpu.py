@@ -8,6 +8,10 @@ the same kernels as CUDA C (``codegen/cuda.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
 from ember.errors import EmberError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel.base import scratch_needs
@@ -135,18 +139,57 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
     return out
 
 
-def order_scratch_users(deps: list[tuple[int, ...]], kernels: list[GpuKernel]
-                        ) -> list[tuple[int, ...]]:
-    """``deps`` with every operator whose kernel uses the scratch space (split-K's partial
-    tiles and counters, ``kernel.base.SCRATCH``) after the previous such operator: they all
-    use the same bytes of it, so a plan must not run two at once."""
-    out, last = list(deps), None
-    for i, k in enumerate(kernels):
-        if any(scratch_needs(k.args)):
-            if last is not None and last not in out[i]:
-                out[i] = tuple(sorted((*out[i], last)))
-            last = i
-    return out
+@dataclass
+class ScratchSpace:
+    """Where the kernels' scratch buffers lie (split-K's partial tiles and counters,
+    ``kernel.base.SCRATCH`` / ``COUNTERS``): ``regions`` equal regions of ``region`` bytes from
+    byte ``at`` of the workspace (after the memory plan's arena), each with the counters of
+    any kernel in its first ``counters`` bytes; operator ``i`` uses region ``of[i]`` (-1:
+    none). Zeroed at load (the counters must start at zero; the kernels leave them so)."""
+
+    at: int
+    counters: int = 0
+    region: int = 0
+    of: list[int] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return self.region * (max(self.of, default=-1) + 1)
+
+    def base(self, op: int) -> int | None:
+        """The workspace offset of operator ``op``'s region (None: it uses none)."""
+        return None if op >= len(self.of) or self.of[op] < 0 else \
+            self.at + self.of[op] * self.region
+
+
+def scratch_space(at: int, kernels: list[Any], deps: Callable[[], list[tuple[int, ...]]]
+                  ) -> ScratchSpace:
+    """The scratch layout of operators ``kernels`` (each operator's, by its index; ``deps``
+    gives the operators each must follow, asked only where a kernel uses scratch). An
+    operator takes the lowest region that no operator it may run at the same time as has
+    taken (one neither its ancestor nor its descendant), so a plan runs any of them
+    concurrently, launches in order need one region, and operators sharing a region are
+    ordered by their dependencies already."""
+    needs = [scratch_needs(k.args) for k in kernels]
+    if not any(c or s for c, s in needs):
+        return ScratchSpace(at)
+    counters = max(c for c, _ in needs)
+    ancestors: list[int] = []      # bit j: operator j precedes
+    taken: list[tuple[int, int]] = []     # (operator, region) of the users so far
+    of = []
+    for i, d in enumerate(deps()):
+        anc = 0
+        for j in d:
+            anc |= ancestors[j] | (1 << j)
+        ancestors.append(anc)
+        if not any(needs[i]):
+            of.append(-1)
+            continue
+        busy = {r for j, r in taken if not (anc >> j) & 1}
+        r = next(x for x in range(len(taken) + 1) if x not in busy)
+        taken.append((i, r))
+        of.append(r)
+    return ScratchSpace(at, counters, counters + max(s for _, s in needs), of)
 
 
 MIN_BLOCK = 128     # a persistent program's fewest threads per block

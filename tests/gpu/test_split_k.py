@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
+from ember.compiler import driver
 from ember.compiler import gpu as cgpu
 from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, scratch_needs, scratch_offsets
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller import gemm_gpu as gg
 from ember.kernel.roller import hal
 from ember.loops.ir import Buffer, Seq
+from ember.passes.memplan import kernel_dependencies
 from ember.runtime import cuda_driver
 from ember.runtime.artifact import validate_meta
 from ember.support.options import Options
@@ -221,11 +223,44 @@ def test_scratch_space_keeps_every_kernels_counters_apart_from_partials() -> Non
         assert offs[id(c)] == 0 and offs[id(p)] == region
 
 
-def test_plans_order_the_kernels_that_share_the_scratch_space() -> None:
+def test_kernels_a_plan_may_run_at_once_get_scratch_regions_of_their_own() -> None:
+    """Operators 0 -> 1 -> 3 and 2 (beside them), 4 after all: 0 and 2 may run at the same
+    time, so 2 takes a region of its own; 3 follows 0 and may reuse its region but not 2's;
+    4 follows everything and reuses region 0. Asked for no dependencies when no kernel uses
+    scratch."""
     plain = GpuKernel("p", Seq([]), 1, 32, [(Buffer("o", 4), OUTPUT)])
-    ks = [_kernel("a", 4, 4), plain, _kernel("b", 4, 4), _kernel("c", 4, 4)]
-    deps = cgpu.order_scratch_users([(), (0,), (), (1,)], ks)
-    assert deps == [(), (0,), (0,), (1, 2)]
+    ks = [_kernel("a", 4, 4), plain, _kernel("b", 100, 4), _kernel("c", 4, 40),
+          _kernel("d", 4, 4)]
+    space = cgpu.scratch_space(1024, ks, lambda: [(), (0,), (), (1,), (2, 3)])
+    assert space.of == [0, -1, 1, 0, 0]
+    assert (space.counters, space.region) == (448, 448 + 192)
+    assert space.nbytes == 2 * 640
+    assert [space.base(i) for i in range(5)] == [1024, None, 1664, 1024, 1024]
+
+    def no_deps() -> list:
+        raise AssertionError("dependencies asked for")
+    assert cgpu.scratch_space(64, [plain], no_deps).nbytes == 0
+
+
+def test_concurrent_split_kernels_keep_their_concurrency_in_plans() -> None:
+    """Two branches of split products beside each other (a plan may run them at once) get
+    two regions and no dependency between them; their plan matches onnxruntime."""
+    rng = np.random.default_rng(9)
+    w = [numpy_helper.from_array((rng.standard_normal((1024, 48)) / 32).astype(F32), f"w{i}")
+         for i in range(2)]
+    nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"]) for i in range(2)]
+    g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [16, 1024])], [helper.make_tensor_value_info(
+            f"y{i}", TensorProto.FLOAT, [16, 48]) for i in range(2)], w)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((16, 1024)).astype(F32)
+    _check(model, {"x": x}, schedule="rammer")
+    comp = driver.build(model, target="cuda-sim", gpu_schedule="rammer")
+    split = [i for i, k in enumerate(comp.kernels) if any(scratch_needs(k.args))]
+    deps = kernel_dependencies(comp.graph)
+    assert len(split) == 2 and split[0] not in deps[split[1]]
+    regions = comp.scratch_space().of
+    assert regions[split[0]] != regions[split[1]]
 
 
 def test_a_scratch_record_outside_the_workspace_is_refused() -> None:

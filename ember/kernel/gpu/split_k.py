@@ -16,10 +16,11 @@ tile's K steps among ``S`` blocks (as cuBLAS and CUTLASS's split-K "serial reduc
    applies the group's epilogue, stores the tile, and puts the counter back to 0.
 
 The counters are zero when the model is loaded (the scratch space is zeroed then) and every
-run leaves them zero, so nothing is reset between inferences. The scratch space is one region
-shared by every split kernel of a model: in launch order they run one after another, and a
-GPU plan (Rammer, IOS) orders them (``compiler.gpu.order_scratch_users``). No block waits for
-another, so a split kernel cannot deadlock a persistent program whatever its rTask order.
+run leaves them zero, so nothing is reset between inferences. Split kernels share scratch
+regions (``compiler.gpu.scratch_space``): two that a plan may run at the same time (neither
+follows the other) get different ones, so Rammer and IOS keep their concurrency, and kernels
+launched in order need one. No block waits for another, so a split kernel cannot deadlock a
+persistent program whatever its rTask order.
 
 ``cuda-sim`` runs the same code: the counter is a C11 atomic (CPU threads run blocks of one
 kernel at once) and the fences are implied by it.
