@@ -288,6 +288,11 @@ def test_split_kernels_compile_with_the_atomic_and_l2_reads(
     assert at + nbytes == cm.meta["workspace_bytes"]
     ws = [off for ln in cm.meta["launches"] for kind, _, off in ln["args"] if kind == "ws"]
     assert any(off >= at for off in ws)
+    # and as rKernels of a persistent program (``__device__`` functions, packed blocks)
+    pm = ember.compile(model, target="cuda", schedule="rammer")
+    assert "em_program" in pm.resources["sm_90"] and "em_split_arrive(" in pm.source
+    assert all(not (r["spill_stores"] or r["spill_loads"])
+               for r in pm.resources["sm_90"].values())
 
 
 @pytest.mark.gpu
