@@ -51,10 +51,14 @@ from ember.loops.ir import (
 ARRIVE, FENCE = "em_split_arrive", "em_split_fence"
 NAMES = (ARRIVE, FENCE)
 
-CUDA = r"""/* split-K: a block's partial tile stored and fenced; thread 0 counts it in */
+CUDA = r"""/* split-K: a block's partial tile stored and fenced by its threads, who met at a
+   barrier since; thread 0 fences again (the release of every thread's stores, as CUTLASS's
+   split-K semaphore after its barrier), counts the block in, and fences (the acquire of the
+   other blocks' partials, which its threads read after the next barrier) */
 static __device__ __forceinline__ void em_split_fence(void) { __threadfence(); }
 static __device__ __forceinline__ void em_split_arrive(int *last, long long li, int *count,
                                                        long long ci, int splits) {
+  __threadfence();
   const int before = atomicAdd(count + ci, 1);
   __threadfence();
   last[li] = before == splits - 1;
