@@ -166,3 +166,32 @@ def test_the_gpu_bench_compares_each_gemm_with_its_model() -> None:
     assert (split["split_gemms"], split["split_median_ratio"]) == (1, 4.0)
     assert (split["unsplit_gemms"], split["unsplit_median_ratio"]) == (1, 1.0)
     assert model_check(prof[2:], sched) == {}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cin,side,cout", [(32, 27, 128), (512, 28, 256)])
+def test_short_k_loops_stay_rolled_and_do_not_spill(cin: int, side: int, cout: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1x1 conv whose block has one K step (SqueezeNet's 32 -> 128 expand: ptxas hoisted
+    every shared load of the unrolled step, 178 registers, spilled) and one whose split K
+    loop has four (ResNet-50's 512 -> 256: nvcc unrolled it and its copies, 149 registers):
+    the K loop and copies are rolled (``#pragma unroll 1``), the rank-1 updates unrolled 16
+    at a time, and nothing spills under the 128-register cap."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    monkeypatch.setenv("EMBER_CUDA_ARCH", "sm_90")
+    monkeypatch.setenv("EMBER_GPU", "H100")
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((cout, cin, 1, 1)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+        "conv1x1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, side, side])], [w, b])
+    cm = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                       target="cuda")
+    assert "#pragma unroll 1\n" in cm.source
+    dense = [r for s, r in cm.resources["sm_90"].items()
+             if any(k["symbol"] == s and "GEMM" in k["schedule"]
+                    for k in cm.meta["kernels_cuda"])]
+    assert dense and all(r["spill_stores"] == 0 and r["registers"] <= 128 for r in dense)
