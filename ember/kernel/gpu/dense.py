@@ -32,6 +32,8 @@ import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+import numpy as np
+
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Node
 from ember.ir.ops.layout import conv_pads
@@ -128,6 +130,7 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
         _matmul(name, body, m, aligned)
     epi = _epilogue(name, body, m, gm)
+    _mark_aligned(gm.args, aligned)
     flops = 2 * gm.batch * gm.M * gm.N * gm.K
     doc = f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})"
     if precision != "fp32":
@@ -145,6 +148,17 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)",
                      modeled_us=t.time_us, split=t.split)
+
+
+def _mark_aligned(args: list, aligned: Collection[int]) -> None:
+    """Mark the buffers bound to 16-byte aligned storage (nvcc merges the epilogue's four
+    adjacent stores, or loads of a residual, into one): the constants (the parameter blob
+    aligns each array to 64 bytes), the inputs in ``aligned``, and the output, which begins a
+    workspace slot, a model output or the storage of an input it overwrites in place (a
+    dense group does not: only element-wise ones do), never a view: 64-byte aligned."""
+    for buf, src in args:
+        if isinstance(src, np.ndarray) or src == OUTPUT or src in aligned:
+            buf.aligned = True
 
 
 def _copies(gm: Gemm, gather: bool) -> gemm_gpu.Copies:
