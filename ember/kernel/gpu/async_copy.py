@@ -25,7 +25,6 @@ from ember.loops.ir import Buffer, Const, Eval, Expr
 
 COPY, COPY4 = "em_cp_async_f32", "em_cp_async_f32x4"
 COMMIT, WAIT = "em_cp_commit", "em_cp_wait_prior"
-NAMES = (COPY, COPY4, COMMIT, WAIT)
 
 CUDA = r"""/* cp.async (sm_80+): a float from global to shared, zero-filled where !ok */
 static __device__ __forceinline__ void em_cp_async_f32(float *dst, long long di,

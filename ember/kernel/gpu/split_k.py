@@ -49,7 +49,6 @@ from ember.loops.ir import (
 )
 
 ARRIVE, FENCE = "em_split_arrive", "em_split_fence"
-NAMES = (ARRIVE, FENCE)
 
 CUDA = r"""/* split-K: a block's partial tile stored and fenced by its threads, who met at a
    barrier since; thread 0 fences again (the release of every thread's stores, as CUTLASS's

@@ -134,36 +134,34 @@ def issued_per_fma(t: GemmTile | _Tiles, copies: Copies) -> Any:
     return (ffma + lds + cp) / ffma
 
 
+FIELDS = ("BM", "BN", "BK", "TM", "TN", "split")
+
+
 class _Tiles:
-    """Candidate tiles as arrays of their fields, for the model to rank at once."""
+    """Candidate tiles as arrays of their fields, for the model to rank at once: the formulas
+    of ``GemmTile`` (threads, shared memory, registers) apply to them elementwise."""
 
-    def __init__(self, tiles: list[GemmTile]) -> None:
-        def col(f: str) -> np.ndarray:
-            return np.array([getattr(t, f) for t in tiles], np.int64)
-        self.BM, self.BN, self.BK, self.TM, self.TN = (col(f) for f in
-                                                        ("BM", "BN", "BK", "TM", "TN"))
-        self.split = col("split")
-        self._derive()
+    threads = GemmTile.threads
+    lda = GemmTile.lda
+    smem_bytes = GemmTile.smem_bytes
+    registers = GemmTile.registers
 
-    def _derive(self) -> None:
-        self.threads = (self.BM // self.TM) * (self.BN // self.TN)
-        self.smem = 2 * (self.BM * (self.BK + 4) + self.BK * self.BN) * 4
-        self.registers = self.TM * self.TN + self.TM + self.TN + 28
+    def __init__(self, *cols: np.ndarray) -> None:
+        self.BM, self.BN, self.BK, self.TM, self.TN, self.split = cols
+
+    @classmethod
+    def of(cls, tiles: list[GemmTile]) -> _Tiles:
+        return cls(*(np.array([getattr(t, f) for t in tiles], np.int64) for f in FIELDS))
 
     def take(self, at: np.ndarray, split: np.ndarray) -> _Tiles:
         """Tiles ``at`` (indices, repeated as often as wanted) with ``split``."""
-        out = _Tiles([])
-        for f in ("BM", "BN", "BK", "TM", "TN"):
-            setattr(out, f, getattr(self, f)[at])
-        out.split = split
-        out._derive()
-        return out
+        return _Tiles(*(getattr(self, f)[at] for f in FIELDS[:-1]), split)
 
 
 def model(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
           copies: Copies = PLAIN) -> float:
     """Modeled microseconds of the whole product under tile ``t``."""
-    return float(_model(_Tiles([t]), M, N, K, batch, spec, copies)[0])
+    return float(_model(_Tiles.of([t]), M, N, K, batch, spec, copies)[0])
 
 
 def _model(t: _Tiles, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
@@ -186,13 +184,9 @@ def _model(t: _Tiles, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     t_global = (t.BM + t.BN) * k_pad * 4 / l2
     smem_bw = spec.layer("smem").bandwidth * 1e3 / active
     t_smem = t.BM * t.BN * k_pad * (1 / t.TM + 1 / t.TN) * 4 / smem_bw
-    tile_bytes = t.BM * t.BN * 4
-    split = t.split > 1
-    t_part = np.where(split, tile_bytes / l2, 0.0)      # every block stores its partial
+    t_part, reduce = _split_costs(t.split, t.BM * t.BN * 4, l2)
     per_wave = np.maximum(np.maximum(t_compute, t_global + t_part), t_smem) \
         + k_pad // t.BK * 0.03                          # two barriers a K step
-    # the tile's last block: a fence and an atomic, then the partials read back from L2
-    reduce = np.where(split, t.split * tile_bytes / l2 + SPLIT_SYNC_US, 0.0)
     # unique traffic of the whole operator from HBM (A and B once each, C written once)
     hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
     return np.maximum(waves * per_wave + reduce, hbm) + 2.0   # + a launch
@@ -202,13 +196,25 @@ SPLIT_SYNC_US = 1.5     # a split tile's fence, atomic arrival and dependent sec
 MAX_SPLIT = 16
 
 
+def _split_costs(split: Any, tile_bytes: Any, l2: Any) -> tuple[Any, Any]:
+    """Split-K's cost to a block (its partial tile stored) and to a tile's last block (a
+    fence and an atomic, then the partials read back from L2); 0 for unsplit tiles."""
+    on = split > 1
+    return (np.where(on, tile_bytes / l2, 0.0),
+            np.where(on, split * tile_bytes / l2 + SPLIT_SYNC_US, 0.0))
+
+
+def _blocks_per_sm(smem: Any, threads: Any, registers: Any, spec: DeviceSpec) -> Any:
+    """Blocks one SM holds at once, by their shared memory, threads and registers (numbers
+    or arrays of them)."""
+    return np.maximum(1, np.minimum(
+        np.minimum(spec.layer("smem").capacity // np.maximum(smem, 1), 2048 // threads),
+        np.minimum(65536 // (threads * registers), 32)))
+
+
 def _resident(t: GemmTile | _Tiles, spec: DeviceSpec) -> Any:
-    """Blocks of tile ``t`` one SM holds at once (shared memory, threads, registers)."""
-    if isinstance(t, GemmTile):
-        return int(_resident(_Tiles([t]), spec)[0])
-    return np.maximum(1, np.minimum.reduce([
-        spec.layer("smem").capacity // np.maximum(t.smem, 1), 2048 // t.threads,
-        65536 // (t.threads * t.registers), np.full_like(t.threads, 32)]))
+    """Blocks of tile ``t`` (or of each of ``_Tiles``) one SM holds at once."""
+    return _blocks_per_sm(t.smem_bytes(), t.threads, t.registers(), spec)
 
 
 def splits(t: GemmTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec) -> list[int]:
@@ -234,7 +240,7 @@ def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     ``copies``: what copying an element of each operand costs; ``split``: whether K may be
     split among blocks (``splits``)."""
     base = candidates(M, N, K, budget)
-    arr = _Tiles(base)
+    arr = _Tiles.of(base)
     at, ways = np.arange(len(base)), np.ones(len(base), np.int64)
     if split:
         pairs = [(i, s) for i, (t, r) in enumerate(zip(base, _resident(arr, spec)))
@@ -348,17 +354,14 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     steps = k_pad // MMA_K[precision]
     smem = t.threads * steps * (t.MT * a + t.NT * b) * 4 + (t.BM + t.BN) * k_pad * 4
     t_smem = smem / (spec.layer("smem").bandwidth * 1e3 / active)
-    tile_bytes = t.BM * t.BN * 4
-    t_part = tile_bytes / l2 if t.split > 1 else 0.0
+    t_part, reduce = (float(c) for c in _split_costs(t.split, t.BM * t.BN * 4, l2))
     per_wave = max(t_compute, t_global + t_part, t_smem) + k_pad // t.BK * 0.03
-    reduce = t.split * tile_bytes / l2 + SPLIT_SYNC_US if t.split > 1 else 0.0
     hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
     return max(waves * per_wave + reduce, hbm) + 2.0
 
 
 def _tc_resident(t: TcTile, spec: DeviceSpec, precision: str) -> int:
-    return max(1, min(spec.layer("smem").capacity // max(t.smem_bytes(), 1),
-                      2048 // t.threads, 65536 // (t.threads * t.registers(precision)), 32))
+    return int(_blocks_per_sm(t.smem_bytes(), t.threads, t.registers(precision), spec))
 
 
 def construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
