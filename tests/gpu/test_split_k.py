@@ -189,9 +189,9 @@ def test_tensorcore_tiles_split_too(prec: str, bound: float) -> None:
     tc = gg.construct_tc(49, 512, 4608, 1, H100, prec)[0]
     assert tc.split > 1 and (4608 // tc.BK) % tc.split == 0
     rng = np.random.default_rng(7)
-    a, b = rng.standard_normal((20, 1024)).astype(F32), rng.standard_normal((1024, 48))
+    a, b = rng.standard_normal((20, 2048)).astype(F32), rng.standard_normal((2048, 48))
     g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "mm",
-                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [20, 1024])],
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [20, 2048])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [20, 48])],
                           [numpy_helper.from_array(b.astype(F32), "b")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -11,6 +11,8 @@ latency hiding; Ampere's ``cp.async``). Four ``Eval`` statements:
   16-byte copy (``cp.async.cg``, through L2 only). Pre: ``src + si`` and ``dst + di`` are
   16-byte aligned and the four floats are all inside the operator or all outside (the
   kernel builder proves both: ``dense.Gemm.a_vec`` / ``b_vec``);
+- ``copy_words4(dst, di, src, si)``: ``copy4`` of four 32-bit words of any type (a prepared
+  operand, ``mma.prepare_b``), always inside it;
 - ``commit()``: close the group of copies issued since the last one;
 - ``wait_prior(n)``: wait until at most ``n`` of this thread's groups are still in flight
   (then a barrier makes every thread's copies visible to the block).
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from ember.loops.ir import Buffer, Const, Eval, Expr
 
-COPY, COPY4 = "em_cp_async_f32", "em_cp_async_f32x4"
+COPY, COPY4, COPY4W = "em_cp_async_f32", "em_cp_async_f32x4", "em_cp_async_w32x4"
 COMMIT, WAIT = "em_cp_commit", "em_cp_wait_prior"
 
 CUDA = r"""/* cp.async (sm_80+): a float from global to shared, zero-filled where !ok */
@@ -55,6 +57,17 @@ static __device__ __forceinline__ void em_cp_async_f32x4(float *dst, long long d
   }
 #endif
 }
+/* four 32-bit words of a prepared operand (both addresses 16-byte aligned), always inside */
+static __device__ __forceinline__ void em_cp_async_w32x4(void *dst, long long di,
+                                                         const void *src, long long si) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared((uint32_t *)dst + di);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(s),
+               "l"((const uint32_t *)src + si) : "memory");
+#else
+  *(uint4 *)((uint32_t *)dst + di) = *(const uint4 *)((const uint32_t *)src + si);
+#endif
+}
 static __device__ __forceinline__ void em_cp_commit(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -73,6 +86,8 @@ SIM_C = {
     COPY4: "static inline void em_cp_async_f32x4(float *dst, int64_t di, const float *src, "
            "int64_t si, int ok) { for (int q = 0; q < 4; ++q) "
            "dst[di + q] = ok ? src[si + q] : 0.0f; }",
+    COPY4W: "static inline void em_cp_async_w32x4(void *dst, int64_t di, const void *src, "
+            "int64_t si) { memcpy((uint32_t *)dst + di, (const uint32_t *)src + si, 16); }",
     COMMIT: "static inline void em_cp_commit(void) {}",
     WAIT: "#define em_cp_wait_prior(n) ((void)0)",
 }
@@ -84,6 +99,10 @@ def copy(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
 
 def copy4(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
     return Eval(COPY4, (dst, di, src, si, ok))
+
+
+def copy_words4(dst: Buffer, di: Expr, src: Buffer, si: Expr) -> Eval:
+    return Eval(COPY4W, (dst, di, src, si))
 
 
 def commit() -> Eval:

@@ -90,6 +90,7 @@ class Gemm:
     args: list
     a_vec: bool = False   # A's k in fours: adjacent, 16-byte aligned, valid together
     b_vec: bool = False   # B's n in fours, likewise
+    b_const: np.ndarray | None = None   # a constant B as [batch, K, N] (a view)
 
 
 def applicable(body: Graph) -> bool:
@@ -136,7 +137,7 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk,
-                                   budget, split)[0]
+                                   budget, split, pb=gm.b_const is not None)[0]
         stmt, blocks = _gemm_tc(name, gm, tc, epi, shape)
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
@@ -208,7 +209,8 @@ def _conv(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     # four k share a tap (one pixel's channels) when a group's channels come in fours
     a_vec = icg % 4 == 0 and c % 4 == 0 and body.inputs.index(x) in aligned
     return Gemm(n_ * oh * ow, ocg, kh * kw * icg, groups, x_buf, w_buf, a_at, b_at,
-                lambda g, p: p, args, a_vec=a_vec, b_vec=ocg % 4 == 0 and oc % 4 == 0)
+                lambda g, p: p, args, a_vec=a_vec, b_vec=ocg % 4 == 0 and oc % 4 == 0,
+                b_const=w.const.reshape(kh * kw * icg, groups, ocg).transpose(1, 0, 2))
 
 
 def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
@@ -228,7 +230,7 @@ def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
         return Gemm(rows, n, k, 1, a_buf, b_buf,
                     lambda _b, r, kk: (Bin("+", Bin("*", r, Const(k)), kk), None),
                     lambda _b, kk, nn: (Bin("+", Bin("*", kk, Const(n)), nn), None),
-                    lambda _b, r: r, args, a_vec, b_vec)
+                    lambda _b, r: r, args, a_vec, b_vec, b.const.reshape(1, k, n))
     rows = ash[-2]
     bshape = osh[:-2]
     batch = math.prod(bshape)
@@ -517,31 +519,54 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
              store: Callable[[Expr, Expr, Expr, Expr], Stmt], shape: mma.MmaShape
              ) -> tuple[Stmt, int]:
     """The tiled GEMM on TensorCores: each warp accumulates ``MT x NT`` mma tiles of 16 x 8
-    from fragments it reads out of the shared tiles (``As[BM][lda]``: k contiguous,
-    ``Bs[BK][ldb]``: n contiguous), ``BK / k`` mma steps per shared tile."""
+    from fragments it reads out of the shared tiles, ``BK / k`` mma steps per shared tile.
+    ``As[BM][lda]`` holds A's step with k contiguous; ``Bs`` a prepared B's (``t.pb``,
+    ``mma.prepare_b``: ``[BN][ldb]`` words, k contiguous, copied 16 bytes at a time) or else
+    ``[BK][ldb]`` floats, n contiguous. Lane ``t``'s k are adjacent (``mma.logical_k``)."""
     blk = _Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.MT * t.NT * 4)
     lda, ldb = t.lda, t.ldb
-    a_size, b_size = t.BM * lda, t.BK * ldb
+    a_size = t.BM * lda
     As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
-    Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
+    if t.pb:
+        b_size, words = t.BN * ldb, t.BK // shape.pair
+        Bs = Buffer("Bs", 2 * b_size, "uint32", Scope.SHARED)
+        assert gm.b_const is not None
+        prep = mma.prepare_b(gm.b_const, shape.precision, blk.nb * t.BN, blk.kb * t.BK)
+        bp = Buffer(f"{name}_bp", prep.size, "uint32")
+        gm.args[[a[0] for a in gm.args].index(gm.b_buf)] = (bp, prep)
+        row_words = blk.kb * words
+    else:
+        b_size = t.BK * ldb
+        Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
     accs = [[Buffer(f"c{i}_{j}", 4, "float32", Scope.LOCAL) for j in range(t.NT)]
             for i in range(t.MT)]
     g, tq, wm0, wn0, ks = Var("g"), Var("tq"), Var("wm0"), Var("wn0"), Var("ks")
 
+    def prepared_b(k: Expr, st: Expr) -> Stmt:
+        per_row = words // 4
+
+        def fill(ev: Expr) -> Stmt:
+            r, c = Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(4))
+            col = Bin("+", Bin("*", blk.b, Const(blk.nb * t.BN)), Bin("+", blk.bn0, r))
+            src = Bin("+", Bin("*", col, Const(row_words)), Bin("+", Bin("*", k, Const(words)), c))
+            dst = Bin("+", Bin("*", st, Const(b_size)), Bin("+", Bin("*", r, Const(ldb)), c))
+            return async_copy.copy_words4(Bs, dst, bp, src)
+        return blk.copy(t.BN * per_row, fill)
+
     def issue(k: Expr, st: Expr) -> Stmt:
         a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
-        return seq(
-            blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", mm, Const(lda)),
-                                                                    kq)),
-                           t.BM, t.BK, blk.a_src, k, gm.a_buf, gm.a_vec),
-            blk.async_tile(Bs, lambda kq, nn: Bin("+", b_off, Bin("+", Bin("*", kq, Const(ldb)),
-                                                                    nn)),
-                           t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec))
+        a = blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", mm, Const(lda)),
+                                                                  kq)),
+                           t.BM, t.BK, blk.a_src, k, gm.a_buf, gm.a_vec)
+        if t.pb:
+            return seq(a, prepared_b(k, st))
+        return seq(a, blk.async_tile(
+            Bs, lambda kq, nn: Bin("+", b_off, Bin("+", Bin("*", kq, Const(ldb)), nn)),
+            t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec))
 
     def compute(st: Expr) -> Stmt:
         offs = (Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size)))
-        inner = _mma_step(t, shape, accs, (As, Bs), offs, Bin("*", ks, Const(shape.k)),
-                          (g, tq, wm0, wn0))
+        inner = _mma_step(t, shape, accs, (As, Bs), offs, ks, (g, tq, wm0, wn0))
         return For(ks, Const(0), Const(t.BK // shape.k), inner)
 
     main = blk.pipeline(issue, compute)
@@ -576,34 +601,51 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
 
 
 def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
-              tiles: tuple[Buffer, Buffer], offs: tuple[Expr, Expr], kbase: Expr,
+              tiles: tuple[Buffer, Buffer], offs: tuple[Expr, Expr], ks: Var,
               lane: tuple[Var, Var, Var, Var]) -> Stmt:
-    """One mma step along K: each warp loads its A fragments (one per 16-row tile) and B
-    fragments (one per 8-column tile) from the shared tiles (the stage at ``offs``), then
-    issues ``MT x NT`` ``mma.sync``."""
+    """Mma step ``ks`` of a shared stage (at ``offs``): each warp takes its B fragments (one
+    per 8-column tile: a prepared B's registers as they are, else the floats packed), then
+    per 16-row tile its A fragment, packed once, and that row's ``NT`` ``mma.sync``. Lane
+    ``tq``'s k are ``2 pair tq`` onwards, adjacent (``mma.logical_k``): a row of its A
+    fragment is one vector read, as is a column of a prepared B's."""
     g, tq, wm0, wn0 = lane
     (As, Bs), (a_off, b_off) = tiles, offs
-    pair = 1 if shape.precision == "tf32" else 2     # k of a fragment element: pair * t + ...
-    afr = [Buffer(f"a{i}", shape.a_regs, "float32", Scope.LOCAL) for i in range(t.MT)]
-    bfr = [Buffer(f"b{j}", shape.b_regs, "float32", Scope.LOCAL) for j in range(t.NT)]
+    p = shape.pair
+    k0 = Bin("+", Bin("*", ks, Const(shape.k)), Bin("*", tq, Const(2 * p)))  # lane's first k
+    bfr = [Buffer(f"b{j}", shape.b_words, "uint32", Scope.LOCAL) for j in range(t.NT)]
     loads: list[Stmt] = []
-    for i in range(t.MT):
-        for q in range(shape.a_regs):
-            ro, co = mma.a_coord(shape, 0, 0, q)
-            row = Bin("+", Bin("+", wm0, Const(i * 16 + ro)), g)
-            col = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(co)))
-            loads.append(Store(afr[i], Const(q), Load(As, Bin("+", a_off, Bin(
-                "+", Bin("*", row, Const(t.lda)), col)))))
     for j in range(t.NT):
-        for q in range(shape.b_regs):
-            ko, _ = mma.b_coord(shape, 0, 0, q)
-            krow = Bin("+", kbase, Bin("+", Bin("*", tq, Const(pair)), Const(ko)))
-            col = Bin("+", wn0, Bin("+", g, Const(j * 8)))
-            loads.append(Store(bfr[j], Const(q), Load(Bs, Bin("+", b_off, Bin(
-                "+", Bin("*", krow, Const(t.ldb)), col)))))
-    ops = [WarpOp(shape.fn, (accs[i][j], afr[i], bfr[j]))
-           for i in range(t.MT) for j in range(t.NT)]
-    inner: Stmt = seq(*loads, *ops)
-    for buf in [*afr, *bfr]:
+        col = Bin("+", wn0, Bin("+", g, Const(j * 8)))
+        if t.pb:     # the lane's words: 2 tq onwards of the step's k / pair
+            w = Bin("+", Bin("*", ks, Const(shape.k // p)), Bin("*", tq, Const(2)))
+            bw = Buffer(f"bw{j}", shape.b_words, "uint32", Scope.LOCAL)
+            loads.append(Alloc(bw, seq(
+                mma.load_vec(bw, 0, Bs, Bin("+", b_off, Bin("+", Bin("*", col, Const(t.ldb)), w)),
+                             shape.b_words),
+                *(Store(bfr[j], Const(q), Load(bw, Const(q))) for q in range(shape.b_words)))))
+            continue
+        for q in range(shape.b_words):
+            loads.append(Store(bfr[j], Const(q), shape.pack(*(Load(Bs, Bin("+", b_off, Bin(
+                "+", Bin("*", Bin("+", k0, Const(mma.logical_k(
+                    shape, mma.b_coord(shape, 0, 0, e)[0]))), Const(t.ldb)), col)))
+                for e in range(q * p, q * p + p)))))
+    steps: list[Stmt] = []
+    for i in range(t.MT):
+        afr = Buffer(f"a{i}", shape.a_words, "uint32", Scope.LOCAL)
+        afl = Buffer(f"af{i}", 4 * p, "float32", Scope.LOCAL)   # rows g, g + 8: 2 pair k each
+        rows = [mma.load_vec(afl, h * 2 * p, As, Bin("+", a_off, Bin("+", Bin("*", Bin(
+            "+", Bin("+", wm0, Const(i * 16 + 8 * h)), g), Const(t.lda)), k0)), 2 * p)
+            for h in range(2)]
+        packs = []
+        for q in range(shape.a_words):
+            els = []
+            for e in range(q * p, q * p + p):
+                ro, co = mma.a_coord(shape, 0, 0, e)
+                els.append(Load(afl, Const(ro // 8 * 2 * p + mma.logical_k(shape, co))))
+            packs.append(Store(afr, Const(q), shape.pack(*els)))
+        ops = [WarpOp(shape.fn, (accs[i][j], afr, bfr[j])) for j in range(t.NT)]
+        steps.append(Alloc(afr, seq(Alloc(afl, seq(*rows, *packs)), *ops)))
+    inner: Stmt = seq(*loads, *steps)
+    for buf in bfr:
         inner = Alloc(buf, inner)
     return inner

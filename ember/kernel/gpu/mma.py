@@ -1,25 +1,42 @@
 """TensorCore fragments: ``mma.sync`` for CUDA and its emulation for ``cuda-sim``.
 
 Each precision is one ``mma.sync.aligned.row.col`` shape with float32 accumulators: ``tf32``
-m16n8k8, ``fp16`` and ``bf16`` m16n8k16. A warp's fragments are per-thread float arrays; lane
-``l`` (``g = l / 4``, ``t = l % 4``) holds (PTX ISA, "Matrix fragments for mma.m16n8k*"):
+m16n8k8, ``fp16`` and ``bf16`` m16n8k16. A warp's operand fragments are per-thread arrays of
+32-bit registers, four of A and two of B, each holding ``pair`` k (1 for tf32, 2 for
+fp16/bf16: the low half the lower k). Lane ``l`` (``g = l / 4``, ``t = l % 4``) holds (PTX
+ISA, "Matrix fragments for mma.m16n8k*"), writing element ``i`` of a fragment for half ``i %
+pair`` of register ``i / pair``:
 
 - A (16 x K, row-major): tf32 ``a[r]`` = A[g + 8 (r % 2)][t + 4 (r / 2)]; fp16/bf16 ``a[2r + h]``
-  = A[g + 8 (r % 2)][2t + h + 8 (r / 2)] (``h`` the half of a packed register);
+  = A[g + 8 (r % 2)][2t + h + 8 (r / 2)];
 - B (K x 8, column-major): tf32 ``b[r]`` = B[t + 4r][g]; fp16/bf16 ``b[2r + h]`` =
   B[2t + h + 8r][g];
-- C/D (16 x 8): ``c[r]`` = C[g + 8 (r / 2)][2t + r % 2].
+- C/D (16 x 8), float: ``c[r]`` = C[g + 8 (r / 2)][2t + r % 2].
 
-The CUDA functions round the float fragments to the precision (``cvt.rna.tf32.f32``,
-``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``) and issue the instruction; the simulated ones
-gather the warp's 32 lanes into the matrices, round each operand the same way, multiply in
-float32 and scatter D back (the accumulation order inside one instruction is the hardware's
-own: results agree to float32 rounding, not bit for bit).
+**Rounding is explicit.** The kernel rounds float operands into registers with ``pack``
+(``cvt.rna.tf32.f32``, ``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``): once per fragment, not
+once per ``mma`` that reads it. A constant B is rounded when the model is compiled
+(``prepare_b``) and its registers are copied as they are.
+
+**The k order.** An mma sums over its k slots, so any one-to-one assignment of a step's k
+to the slots gives the same product, provided A and B use the same. Ember assigns lane
+``t``'s slots the *adjacent* k ``2 pair t .. 2 pair t + 2 pair - 1`` (``logical_k``): its A
+fragment of a row is one 8- (tf32) or 16-byte (fp16/bf16) shared read, and its B fragment of
+a column, where B is stored column by column, one 8-byte read.
+
+``cuda-sim`` runs the same packs in C and, for an mma, gathers the warp's 32 lanes'
+registers into the matrices, widens them, multiplies in float32 and scatters D back (the
+accumulation order inside one instruction is the hardware's own: results agree to float32
+rounding, not bit for bit).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+from ember.loops.ir import Buffer, Call, Const, Eval, Expr
 
 
 @dataclass(frozen=True)
@@ -28,13 +45,31 @@ class MmaShape:
     m: int
     n: int
     k: int
-    a_regs: int      # floats of A per thread
+    a_regs: int      # elements of A per thread
     b_regs: int
     c_regs: int = 4
 
     @property
     def fn(self) -> str:
         return f"em_mma_{self.precision}"
+
+    @property
+    def pair(self) -> int:
+        """The k of one 32-bit operand register."""
+        return 1 if self.precision == "tf32" else 2
+
+    @property
+    def a_words(self) -> int:
+        return self.a_regs // self.pair
+
+    @property
+    def b_words(self) -> int:
+        return self.b_regs // self.pair
+
+    def pack(self, lo: Expr, hi: Expr | None = None) -> Call:
+        """The register holding float ``lo`` (and ``hi``, the next k, for fp16/bf16) in the
+        precision."""
+        return Call(f"em_pk_{self.precision}", (lo,) if hi is None else (lo, hi), "uint32")
 
 
 SHAPES = {"tf32": MmaShape("tf32", 16, 8, 8, 4, 2),
@@ -62,45 +97,109 @@ def c_coord(lane_g: int, lane_t: int, i: int) -> tuple[int, int]:
     return lane_g + 8 * (i // 2), 2 * lane_t + i % 2
 
 
-CUDA_MMA = r"""/* TensorCore mma.sync over float fragments (kernel/gpu/mma.py) */
-static __device__ __forceinline__ uint32_t em_tf32(float x) {
+def logical_k(s: MmaShape, slot0: int) -> int:
+    """The k (past ``2 pair t``, lane ``t``'s first) that ember puts in the fragment slot
+    whose k is ``slot0`` past the lane's own (``a_coord`` / ``b_coord`` of lane 0): the
+    slot's pair within the lane's first or second half of the step, in order."""
+    half, h = divmod(slot0, s.k // 2)
+    return s.pair * half + h
+
+
+def prepare_b(b: np.ndarray, precision: str, n_pad: int, k_pad: int) -> np.ndarray:
+    """``b`` ([G, K, N] float32) as the registers a kernel copies: uint32 [G, n_pad, k_pad /
+    pair] (column by column, k contiguous, zero past the operator), rounded as ``pack``
+    rounds: tf32 to nearest, ties away (``cvt.rna``), fp16/bf16 to nearest even (``cvt.rn``)
+    with two k to a word; NaN stays NaN, overflow is infinite."""
+    g, k, n = b.shape
+    col = np.zeros((g, n_pad, k_pad), np.float32)
+    col[:, :n, :k] = b.transpose(0, 2, 1)
+    u = col.view(np.uint32)
+    if precision == "tf32":
+        fin = (u & 0x7f800000) != 0x7f800000
+        return np.ascontiguousarray(np.where(fin, (u + 0x1000) & 0xffffe000, u), np.uint32)
+    if precision == "fp16":
+        with np.errstate(over="ignore"):     # past 65504: infinite, as cvt.rn.f16x2
+            h = col.astype(np.float16).view(np.uint16).astype(np.uint32)
+    else:
+        h = np.where(np.isnan(col), (u >> 16) | 0x40, (u + 0x7fff + ((u >> 16) & 1)) >> 16)
+        h = h.astype(np.uint32) & 0xffff
+    return np.ascontiguousarray(h[..., 0::2] | (h[..., 1::2] << 16))
+
+
+# vector reads of a fragment's adjacent elements out of shared memory, into registers: ``(dst,
+# di, src, si)`` copies ``src[si .. si + n)`` to ``dst[di ..]``, ``si`` a multiple of ``n``
+# (the caller's proof); nvcc's own merging of adjacent reads misses some (it proves 8 bytes)
+VEC_LOAD = {(2, "float32"): "em_lds_f2", (4, "float32"): "em_lds_f4",
+            (2, "uint32"): "em_lds_w2"}
+
+
+def load_vec(dst: Buffer, di: int, src: Buffer, si: Expr, n: int) -> Eval:
+    return Eval(VEC_LOAD[n, str(src.dtype)], (dst, Const(di), src, si))
+
+
+SIM_LOADS = {fn: f"static inline void {fn}(void *d, int64_t di, const void *s, int64_t si) "
+                 f"{{ memcpy((uint32_t *)d + di, (const uint32_t *)s + si, {4 * n}); }}"
+             for (n, _), fn in VEC_LOAD.items()}
+
+CUDA_MMA = r"""/* TensorCore registers and mma.sync (kernel/gpu/mma.py) */
+static __device__ __forceinline__ void em_lds_f2(float *d, long long di, const float *s,
+                                                 long long si) {
+  const float2 v = *(const float2 *)(s + si); d[di] = v.x; d[di + 1] = v.y;
+}
+static __device__ __forceinline__ void em_lds_f4(float *d, long long di, const float *s,
+                                                 long long si) {
+  const float4 v = *(const float4 *)(s + si);
+  d[di] = v.x; d[di + 1] = v.y; d[di + 2] = v.z; d[di + 3] = v.w;
+}
+static __device__ __forceinline__ void em_lds_w2(uint32_t *d, long long di, const uint32_t *s,
+                                                 long long si) {
+  const uint2 v = *(const uint2 *)(s + si); d[di] = v.x; d[di + 1] = v.y;
+}
+static __device__ __forceinline__ uint32_t em_pk_tf32(float x) {
   uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
 }
-static __device__ __forceinline__ uint32_t em_h2(float lo, float hi) {
+static __device__ __forceinline__ uint32_t em_pk_fp16(float lo, float hi) {
   uint32_t r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
-static __device__ __forceinline__ uint32_t em_bh2(float lo, float hi) {
+static __device__ __forceinline__ uint32_t em_pk_bf16(float lo, float hi) {
   uint32_t r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
-static __device__ __forceinline__ void em_mma_tf32(float *c, const float *a, const float *b) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
-               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(em_tf32(a[0])), "r"(em_tf32(a[1])), "r"(em_tf32(a[2])), "r"(em_tf32(a[3])),
-                 "r"(em_tf32(b[0])), "r"(em_tf32(b[1])));
-}
-#define EM_MMA16(NAME, PACK, T)                                                              \
-static __device__ __forceinline__ void NAME(float *c, const float *a, const float *b) {     \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, "      \
+#define EM_MMA(NAME, SHAPE, T)                                                               \
+static __device__ __forceinline__ void NAME(float *c, const uint32_t *a, const uint32_t *b) { \
+  asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, "      \
                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                     \
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                             \
-               : "r"(PACK(a[0], a[1])), "r"(PACK(a[2], a[3])), "r"(PACK(a[4], a[5])),       \
-                 "r"(PACK(a[6], a[7])), "r"(PACK(b[0], b[1])), "r"(PACK(b[2], b[3])));      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));         \
 }
-EM_MMA16(em_mma_fp16, em_h2, "f16")
-EM_MMA16(em_mma_bf16, em_bh2, "bf16")
+EM_MMA(em_mma_tf32, "m16n8k8", "tf32")
+EM_MMA(em_mma_fp16, "m16n8k16", "f16")
+EM_MMA(em_mma_bf16, "m16n8k16", "bf16")
 """
 
-_ROUND_C = {
-    # round to nearest, ties away, keeping 10 mantissa bits (cvt.rna.tf32.f32); NaN, inf kept
-    "tf32": "static inline float em_rnd_tf32(float x) {\n"
+# the packs in C (as the PTX conversions round) and the widening of a register's half
+_PACK_C = {
+    "tf32": "static inline uint32_t em_pk_tf32(float x) {\n"
             "  uint32_t u = em_f2bits(x);\n"
             "  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;\n"
-            "  return em_bits2f(u);\n}\n",
-    "fp16": "static inline float em_rnd_fp16(float x) { return (float)(_Float16)x; }\n",
-    "bf16": "static inline float em_rnd_bf16(float x) "
-            "{ return em_from_bfloat16(em_to_bfloat16(x)); }\n",
+            "  return u;\n}\n"
+            "static inline float em_wd_tf32(uint32_t w, int h) { (void)h; return em_bits2f(w); }\n",
+    "fp16": "static inline uint32_t em_pk_fp16(float lo, float hi) {\n"
+            "  _Float16 x[2] = {(_Float16)lo, (_Float16)hi}; uint32_t w;\n"
+            "  memcpy(&w, x, 4); return w;\n}\n"
+            "static inline float em_wd_fp16(uint32_t w, int h) {\n"
+            "  const uint16_t u = (uint16_t)(w >> (16 * h)); _Float16 x;\n"
+            "  memcpy(&x, &u, 2); return (float)x;\n}\n",
+    "bf16": "static inline uint32_t em_pk_bf16(float lo, float hi) {\n"
+            "  return (uint32_t)em_to_bfloat16(lo) | ((uint32_t)em_to_bfloat16(hi) << 16);\n}\n"
+            "static inline float em_wd_bf16(uint32_t w, int h) "
+            "{ return em_from_bfloat16((uint16_t)(w >> (16 * h))); }\n",
 }
+
+
+def precision_of(fn: str) -> str | None:
+    """The precision of warp op ``fn`` if it is an mma."""
+    prec = fn.removeprefix("em_mma_")
+    return prec if prec in SHAPES and fn != prec else None
 
 
 def sim_name(precision: str) -> str:
@@ -108,26 +207,28 @@ def sim_name(precision: str) -> str:
 
 
 def sim_c(precision: str) -> str:
-    """The C function ``cuda-sim`` runs for one warp's ``mma.sync``: ``(c, a, b, lane0)`` over
-    the block's per-thread fragment arrays (thread ``i``'s fragment at ``i * regs``)."""
+    """The C that ``cuda-sim`` runs for the precision: its packs, and one warp's
+    ``mma.sync``: ``(c, a, b, lane0)`` over the block's per-thread fragment arrays (thread
+    ``i``'s registers at ``i * words``)."""
     s = SHAPES[precision]
-    lines = [_ROUND_C[precision],
-             f"static void {sim_name(precision)}(float *c, const float *a, const float *b, "
-             "int64_t lane0) {",
+    lt = "2 * t" if s.pair == 2 else "t"
+    lines = [_PACK_C[precision],
+             f"static void {sim_name(precision)}(float *c, const uint32_t *a, "
+             "const uint32_t *b, int64_t lane0) {",
              f"  float A[16][{s.k}], B[{s.k}][8], D[16][8];",
              "  for (int l = 0; l < 32; ++l) {",
              "    const int g = l / 4, t = l % 4;",
-             f"    const float *al = a + (lane0 + l) * {s.a_regs};",
-             f"    const float *bl = b + (lane0 + l) * {s.b_regs};",
+             f"    const uint32_t *al = a + (lane0 + l) * {s.a_words};",
+             f"    const uint32_t *bl = b + (lane0 + l) * {s.b_words};",
              "    const float *cl = c + (lane0 + l) * 4;"]
     for i in range(s.a_regs):
         r, kk = a_coord(s, 0, 0, i)
-        lines.append(f"    A[g + {r}][{'2 * t' if precision != 'tf32' else 't'} + "
-                     f"{kk}] = em_rnd_{precision}(al[{i}]);")
+        lines.append(f"    A[g + {r}][{lt} + {kk}] = "
+                     f"em_wd_{precision}(al[{i // s.pair}], {i % s.pair});")
     for i in range(s.b_regs):
         kk, _ = b_coord(s, 0, 0, i)
-        lines.append(f"    B[{'2 * t' if precision != 'tf32' else 't'} + {kk}][g] = "
-                     f"em_rnd_{precision}(bl[{i}]);")
+        lines.append(f"    B[{lt} + {kk}][g] = em_wd_{precision}(bl[{i // s.pair}], "
+                     f"{i % s.pair});")
     for i in range(4):
         r, n = c_coord(0, 0, i)
         lines.append(f"    D[g + {r}][2 * t + {n}] = cl[{i}];")

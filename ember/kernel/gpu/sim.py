@@ -55,8 +55,8 @@ def simulate(gk: GpuKernel) -> Kernel:
     stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
     support = {mma.sim_name(p): mma.sim_c(p) for p in sorted(ser.mma)}
     used = {x.fn for x in iter_stmts(gk.body) if isinstance(x, Eval)}
-    support.update({n: c for n, c in {**async_copy.SIM_C, **split_k.SIM_C}.items()
-                    if n in used})
+    support.update({n: c for n, c in {**async_copy.SIM_C, **split_k.SIM_C,
+                                      **mma.SIM_LOADS}.items() if n in used})
     return Kernel(gk.name, stmt, gk.blocks, list(gk.args), support, flops=gk.flops,
                   doc=f"{gk.doc} [cuda-sim: {gk.schedule}]", loops=format_stmt(stmt))
 
@@ -79,8 +79,8 @@ class _Serializer:
         if isinstance(s, Barrier):
             return None
         if isinstance(s, WarpOp):     # every warp's 32 lanes at once, their fragments gathered
-            prec = s.fn.removeprefix("em_mma_")
-            if prec not in mma.SHAPES or self.n % 32:
+            prec = mma.precision_of(s.fn)
+            if prec is None or self.n % 32:
                 raise CompileError(f"cuda-sim: no emulation of warp op {s.fn}")
             self.mma.add(prec)
             w = Var("warp")

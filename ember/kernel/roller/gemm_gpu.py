@@ -265,7 +265,8 @@ FRAG = {"tf32": (4, 2), "fp16": (8, 4), "bf16": (8, 4)}   # A and B floats per t
 @dataclass(frozen=True)
 class TcTile:
     """A TensorCore block tile: ``WM x WN`` warps, each ``MT x NT`` mma tiles of 16 x 8,
-    stepping ``BK`` along K through shared memory."""
+    stepping ``BK`` along K through shared memory. ``pb``: B is prepared (a constant stored
+    column by column in the precision, ``kernel.gpu.mma.prepare_b``)."""
 
     WM: int
     WN: int
@@ -274,6 +275,8 @@ class TcTile:
     BK: int
     time_us: float = 0.0
     split: int = 1          # blocks sharing an output tile's K range (split-K)
+    pb: bool = False
+    pair: int = 2           # k per 32-bit operand register: 1 for tf32, 2 for fp16/bf16
 
     @property
     def BM(self) -> int:
@@ -289,32 +292,46 @@ class TcTile:
 
     @property
     def lda(self) -> int:
-        """Shared row length of A: k contiguous, 4 words past a multiple of 32 (a fragment
-        load's 8 rows x 4 columns fall in 32 banks)."""
-        return self.BK + (4 - self.BK) % 32
+        """Shared row length of A (k contiguous): a lane reads ``2 pair`` adjacent k of a row
+        (one 8- or 16-byte read); 8 (16) words past a multiple of 32 puts the rows a half (a
+        quarter) warp reads at once on distinct banks."""
+        return self.BK + (8 * self.pair - self.BK) % 32
 
     @property
     def ldb(self) -> int:
-        """Shared row length of B: n contiguous, 8 words past a multiple of 32."""
-        return self.BN + (8 - self.BN) % 32
+        """Shared row length of B: prepared, a row is a column n of the step's k in 32-bit
+        words (a lane's two adjacent: 8 words past a multiple of 32); else a row is a k of
+        the n (4 past a multiple of 8: the rows ``2 pair`` apart that a warp's lanes read fall
+        at most two to a bank)."""
+        if self.pb:
+            return self.BK // self.pair + (8 - self.BK // self.pair) % 32
+        return self.BN + (4 - self.BN) % 8
 
     def smem_bytes(self) -> int:
         """Two stages of the A and B tiles (double buffering, as ``GemmTile``)."""
-        return 2 * (self.BM * self.lda + self.BK * self.ldb) * 4
+        b = self.BN * self.ldb if self.pb else self.BK * self.ldb
+        return 2 * (self.BM * self.lda + b) * 4
 
     def registers(self, precision: str) -> int:
+        """Accumulators, the B fragments of a step and one m tile's A fragment at a time."""
         a, b = FRAG[precision]
-        return self.MT * self.NT * 4 + self.MT * a + self.NT * b + 40
+        return self.MT * self.NT * 4 + a + self.NT * (b // self.pair if self.pb else b) + 40
+
+    def b_bytes(self) -> float:
+        """Bytes a B element costs to copy (prepared: in its precision)."""
+        return 4.0 / self.pair if self.pb else 4.0
 
     def __str__(self) -> str:
         split = f", K split {self.split} ways" if self.split > 1 else ""
+        pb = ", B prepared" if self.pb else ""
         return (f"block {self.BM}x{self.BN}x{self.BK} of {self.WM}x{self.WN} warps, warp "
-                f"{self.MT}x{self.NT} mma tiles, {self.threads} threads{split}")
+                f"{self.MT}x{self.NT} mma tiles, {self.threads} threads{split}{pb}")
 
 
 def tc_candidates(M: int, N: int, K: int, precision: str,
-                  budget: int = REG_BUDGET) -> list[TcTile]:
+                  budget: int = REG_BUDGET, pb: bool = False) -> list[TcTile]:
     k = MMA_K[precision]
+    pair = 1 if precision == "tf32" else 2
     out = []
     for wm in (1, 2, 4):
         for wn in (1, 2, 4):
@@ -323,7 +340,7 @@ def tc_candidates(M: int, N: int, K: int, precision: str,
             for mt in (1, 2, 4):
                 for nt in (1, 2, 4, 8):
                     for bk in (k, 2 * k, 4 * k):
-                        t = TcTile(wm, wn, mt, nt, bk)
+                        t = TcTile(wm, wn, mt, nt, bk, pb=pb, pair=pair)
                         if t.BM >= 2 * max(M, 16) and (wm > 1 or mt > 1):
                             continue    # past the operator: padding only
                         if t.BN >= 2 * max(N, 8) and (wn > 1 or nt > 1):
@@ -349,14 +366,16 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     peak_block = spec.peak_gflops * 1e3 * TC_SPEEDUP[precision] * issue / active
     t_compute = 2.0 * t.BM * t.BN * k_pad / peak_block
     l2 = spec.bandwidth("L2") * 1e3 / spec.units / active
-    t_global = (t.BM + t.BN) * k_pad * 4 / l2
+    t_global = (t.BM * 4 + t.BN * t.b_bytes()) * k_pad / l2
     a, b = FRAG[precision]
     steps = k_pad // MMA_K[precision]
-    smem = t.threads * steps * (t.MT * a + t.NT * b) * 4 + (t.BM + t.BN) * k_pad * 4
+    b_read = b // t.pair if t.pb else b
+    smem = t.threads * steps * (t.MT * a + t.NT * b_read) * 4 + \
+        (t.BM * 4 + t.BN * t.b_bytes()) * k_pad
     t_smem = smem / (spec.layer("smem").bandwidth * 1e3 / active)
     t_part, reduce = (float(c) for c in _split_costs(t.split, t.BM * t.BN * 4, l2))
     per_wave = max(t_compute, t_global + t_part, t_smem) + k_pad // t.BK * 0.03
-    hbm = (batch * (M * K + K * N + M * N)) * 4 / (spec.bandwidth("HBM") * 1e3)
+    hbm = batch * ((M * K + M * N) * 4 + K * N * t.b_bytes()) / (spec.bandwidth("HBM") * 1e3)
     return max(waves * per_wave + reduce, hbm) + 2.0
 
 
@@ -365,8 +384,10 @@ def _tc_resident(t: TcTile, spec: DeviceSpec, precision: str) -> int:
 
 
 def construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
-                 topk: int = 1, budget: int = REG_BUDGET, split: bool = True) -> list[TcTile]:
-    tiles = [replace(t, split=s) for t in tc_candidates(M, N, K, precision, budget)
+                 topk: int = 1, budget: int = REG_BUDGET, split: bool = True,
+                 pb: bool = False) -> list[TcTile]:
+    """Roller's TensorCore tiles for the product, best first (``pb``: B prepared)."""
+    tiles = [replace(t, split=s) for t in tc_candidates(M, N, K, precision, budget, pb)
              for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
                              spec.units * _tc_resident(t, spec, precision),
                              math.ceil(K / t.BK)) if split else [1])]

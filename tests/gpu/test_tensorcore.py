@@ -1,0 +1,151 @@
+"""TensorCore GEMMs (issue 25): the prepared B's rounding and layout, the shared-memory layouts'
+banks, products of two run-time operands in cuda-sim, and the fragments' reads in the PTX."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+import ember
+from ember.kernel.gpu import mma
+from ember.kernel.roller import gemm_gpu as gg
+
+F32 = np.float32
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """bfloat16 bits of float32 ``x`` by exact arithmetic: the nearest, ties to even."""
+    out = np.empty(x.shape, np.uint32)
+    for i, v in enumerate(x.reshape(-1)):
+        u = int(np.array(v, F32).view(np.uint32))
+        if np.isnan(v):
+            out.reshape(-1)[i] = (u >> 16) | 0x40
+            continue
+        lo, rest = u >> 16, u & 0xffff
+        up = rest > 0x8000 or (rest == 0x8000 and lo & 1)
+        out.reshape(-1)[i] = lo + up
+    return out
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 65504.0, 65520.0, 1e-8,
+                    3.4e38, 1.00390625, 1.01171875, -1.00390625], F32)
+
+
+@pytest.mark.parametrize("prec", ["tf32", "fp16", "bf16"])
+def test_prepared_b_rounds_as_the_conversions_and_lies_column_by_column(prec: str) -> None:
+    rng = np.random.default_rng(3)
+    g, k, n = 2, 6, 5
+    b = rng.standard_normal((g, k, n)).astype(F32) * 100
+    b.reshape(-1)[:SPECIAL.size] = SPECIAL
+    got = mma.prepare_b(b, prec, n_pad=8, k_pad=16)
+    s = mma.SHAPES[prec]
+    assert got.dtype == np.uint32 and got.shape == (g, 8, 16 // s.pair)
+    col = np.zeros((g, 8, 16), F32)
+    col[:, :n, :k] = b.transpose(0, 2, 1)
+    if prec == "fp16":
+        with np.errstate(over="ignore"):
+            h = col.astype(np.float16).view(np.uint16).astype(np.uint32)
+        want = h[..., 0::2] | h[..., 1::2] << 16
+    elif prec == "bf16":
+        h = _bf16_bits(col)
+        want = h[..., 0::2] | h[..., 1::2] << 16
+    else:   # cvt.rna: 10 mantissa bits, ties away from zero; inf and NaN kept
+        u = col.view(np.uint32).astype(np.int64)
+        keep = (u & 0x1fff) < 0x1000
+        want = np.where(keep, u & ~0x1fff, (u & ~0x1fff) + 0x2000)
+        want = np.where((u & 0x7f800000) == 0x7f800000, u, want).astype(np.uint32)
+    np.testing.assert_array_equal(got, want)
+    assert got[:, n:].max() == 0 and (prec == "tf32" or got[..., k // s.pair:].max() == 0)
+
+
+def _banks(addrs: list[int], width: int) -> int:
+    """The most ``width``-word reads of one phase that share a bank (1: no conflict)."""
+    hits: dict[int, set[int]] = {}
+    for a in addrs:
+        for w in range(width):
+            hits.setdefault((a + w) % 32, set()).add(a)
+    return max(len(v) for v in hits.values())
+
+
+@pytest.mark.parametrize("prec", ["tf32", "fp16"])
+def test_fragment_reads_of_every_tile_fall_on_distinct_banks(prec: str) -> None:
+    """A lane reads ``2 pair`` adjacent words of A's rows g and g + 8 and two adjacent words of
+    a prepared B's column: the words a phase of lanes reads at once (16 bytes: a quarter warp,
+    8 bytes: a half warp) fall on distinct banks for every candidate tile's row lengths."""
+    s = mma.SHAPES[prec]
+    wa = 2 * s.pair
+    tiles = gg.tc_candidates(512, 512, 512, prec, pb=True)
+    assert tiles
+    for t in tiles:
+        for h in (0, 8):
+            for phase in range(32 // (128 // (4 * wa))):
+                lanes = range(phase * 128 // (4 * wa), (phase + 1) * 128 // (4 * wa))
+                a = [(h + ln // 4) * t.lda + wa * (ln % 4) for ln in lanes]
+                assert _banks(a, wa) == 1, (t, phase)
+        for phase in range(2):
+            b = [(ln // 4) * t.ldb + 2 * (ln % 4) for ln in range(16 * phase, 16 * phase + 16)]
+            assert _banks(b, 2) == 1, t
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.data())
+def test_tensorcore_product_of_two_runtime_operands(data: st.DataObject) -> None:
+    """Attention's products (B not constant: its floats packed in the kernel) in cuda-sim."""
+    prec = data.draw(st.sampled_from(["tf32", "fp16", "bf16"]))
+    m, k, n = (data.draw(st.integers(1, 40)) for _ in range(3))
+    rng = np.random.default_rng(m * 1000 + k * 31 + n)
+    a = rng.standard_normal((2, 3, m, k)).astype(F32)
+    b = rng.standard_normal((2, 1, k, n)).astype(F32)
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "bmm",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, a.shape),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, m, n])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = ember.compile(model, target="cuda-sim", precision=prec)
+    assert "TensorCore" in cm.source
+    y = cm.run({"a": a, "b": b})["y"]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    err = float(np.linalg.norm(y - ref) / np.linalg.norm(scale))
+    assert err < {"tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}[prec]
+    assert err > 1e-7 or k == 1
+
+
+def _gemm(n: int) -> object:
+    rng = np.random.default_rng(0)
+    from onnx import numpy_helper
+
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])],
+                          [numpy_helper.from_array(rng.standard_normal((n, n)).astype(F32), "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("prec", ["fp16", "tf32"])
+def test_fragments_are_vector_reads_rounded_once(prec: str, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """The PTX of a TensorCore GEMM with a constant B: A's fragment rows are 16- (fp16) or
+    8-byte (tf32) shared reads, the prepared B's columns 8-byte ones, no scalar shared read,
+    and A is rounded once per fragment (fewer conversions than mma.sync for fp16)."""
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+    monkeypatch.setenv("EMBER_GPU", "H200")
+    cm = ember.compile(_gemm(1024), target="cuda", precision=prec)
+    [k] = cm.meta["kernels_cuda"]
+    assert "B prepared" in k["schedule"] and "split" not in k["schedule"]
+    ptx = cm._images.ptx.decode()
+    ops = re.findall(r"^\s*((?:ld\.shared|cvt|mma)[\w.]*)", ptx, re.M)
+    assert ("ld.shared.v4.f32" if prec == "fp16" else "ld.shared.v2.f32") in ops
+    assert "ld.shared.v2.u32" in ops
+    assert not {"ld.shared.f32", "ld.shared.u32"} & set(ops)
+    n_cvt = sum(o.startswith("cvt.rn") for o in ops)
+    n_mma = sum(o.startswith("mma.sync") for o in ops)
+    assert n_mma and (n_cvt < n_mma if prec == "fp16" else n_cvt <= n_mma)
