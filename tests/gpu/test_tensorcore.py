@@ -149,3 +149,22 @@ def test_fragments_are_vector_reads_rounded_once(prec: str, monkeypatch: pytest.
     n_cvt = sum(o.startswith("cvt.rn") for o in ops)
     n_mma = sum(o.startswith("mma.sync") for o in ops)
     assert n_mma and (n_cvt < n_mma if prec == "fp16" else n_cvt <= n_mma)
+
+
+@pytest.mark.parametrize("policy", ["rammer", "ios"])
+def test_tensorcore_plans_pack_their_warp_ops_and_compute_the_same(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rammer and IOS programs of fp16 kernels in cuda-sim: the one-warp GEMM blocks are
+    packed side by side (their vector reads of shared tiles follow each group's copy), their
+    mma.sync run under the padded block's warp-uniform guard, and the result is the
+    sequential launches' bit for bit (once a CompileError: a warp op under a condition on
+    the thread)."""
+    from ember import zoo
+
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+    m, feeds = zoo.build("small_cnn"), zoo.random_inputs("small_cnn")
+    seq_cm = ember.compile(m, target="cuda-sim", precision="fp16")
+    cm = ember.compile(m, target="cuda-sim", precision="fp16", schedule=policy)
+    assert "threads packed" in cm.source
+    want = seq_cm.run(feeds)[seq_cm.output_names[0]]
+    np.testing.assert_array_equal(cm.run(feeds)[cm.output_names[0]], want)

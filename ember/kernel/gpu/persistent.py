@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.errors import CompileError
-from ember.kernel.gpu import async_copy, split_k
+from ember.kernel.gpu import async_copy, mma, split_k
 from ember.kernel.gpu.base import GpuKernel, has_barrier, shared_buffers
 from ember.loops.ir import (
     BLOCK,
@@ -124,15 +124,16 @@ def pack_blocks(gk: GpuKernel, block: int, smem_limit: int) -> GpuKernel:
                    schedule=f"{gk.schedule}; {g_max} blocks of {kt} threads packed")
 
 
-# calls that may take a shared buffer: as their first argument, with its index second
-SHARED_FIRST = (async_copy.COPY, async_copy.COPY4, split_k.ARRIVE)
+# calls that may take shared buffers: each buffer argument followed by an index into it
+SHARED_CALLS = (async_copy.COPY, async_copy.COPY4, async_copy.COPY4W, split_k.ARRIVE,
+                *mma.VEC_LOAD.values())
 
 
 def _packable(body: Stmt) -> bool:
     """Do the barriers stand in code uniform across blocks, and no call take a shared
     buffer?"""
     for x in iter_stmts(body):
-        if isinstance(x, (Eval, WarpOp)) and x.fn not in SHARED_FIRST and any(
+        if isinstance(x, (Eval, WarpOp)) and x.fn not in SHARED_CALLS and any(
                 isinstance(a, Buffer) and a.scope is Scope.SHARED for a in x.args):
             return False
     return _uniform(body, {BLOCK})
@@ -197,10 +198,17 @@ def _private_shared(s: Stmt, grp: Var, groups: int) -> Stmt:
             return Alloc(x.buf, walk(x.body))
         if isinstance(x, Let):
             return Let(x.var, fe(x.value), walk(x.body))
-        if isinstance(x, Eval) and x.fn in SHARED_FIRST and x.args[0] in copies:
-            dst, di, *rest = x.args         # (dst, dst index, src, src index, ok)
-            return Eval(x.fn, (copies[dst][0], fe(shift(di, dst)),  # type: ignore[arg-type]
-                               *(a if isinstance(a, Buffer) else fe(a) for a in rest)))
+        if isinstance(x, Eval) and x.fn in SHARED_CALLS:   # (buffer, index) pairs
+            args: list = []
+            owner: Buffer | None = None     # the shared buffer the next index is into
+            for a in x.args:
+                if isinstance(a, Buffer):
+                    owner = a if a in copies else None
+                    args.append(copies[a][0] if owner is not None else a)
+                else:
+                    args.append(fe(a if owner is None else shift(a, owner)))
+                    owner = None
+            return Eval(x.fn, tuple(args))
         if isinstance(x, Eval):
             return Eval(x.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in x.args))
         if isinstance(x, WarpOp):

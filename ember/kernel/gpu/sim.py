@@ -78,14 +78,11 @@ class _Serializer:
             return Alloc(local, self.run(_rebind(s.body, s.buf, local, None)))
         if isinstance(s, Barrier):
             return None
-        if isinstance(s, WarpOp):     # every warp's 32 lanes at once, their fragments gathered
-            prec = mma.precision_of(s.fn)
-            if prec is None or self.n % 32:
-                raise CompileError(f"cuda-sim: no emulation of warp op {s.fn}")
-            self.mma.add(prec)
-            w = Var("warp")
-            return For(w, Const(0), Const(self.n // 32), Eval(
-                mma.sim_name(prec), (*s.args, Bin("*", w, Const(32)))))
+        if isinstance(s, WarpOp):
+            return self._warp_op(s, None)
+        if (isinstance(s, If) and isinstance(s.then, WarpOp) and s.orelse is None
+                and THREAD in free_vars(s.cond)):
+            return self._warp_op(s.then, s.cond)
         if not has_barrier(s):
             return self.threads(s)
         if isinstance(s, Seq):
@@ -110,6 +107,21 @@ class _Serializer:
             return Alloc(cell, seq(self.threads(Store(cell, THREAD, s.value)),
                                    self.run(body)))  # type: ignore[arg-type]
         raise CompileError(f"cuda-sim: a barrier inside {type(s).__name__} cannot be split")
+
+    def _warp_op(self, s: WarpOp, cond: Expr | None) -> Stmt:
+        """Every warp's 32 lanes at once, their fragments gathered; under ``cond``, a
+        condition uniform across each warp (``persistent.pad_threads``'s guard of a padded
+        or packed block: whole warps), the warps whose first lane meets it."""
+        prec = mma.precision_of(s.fn)
+        if prec is None or self.n % 32:
+            raise CompileError(f"cuda-sim: no emulation of warp op {s.fn}")
+        self.mma.add(prec)
+        w = Var("warp")
+        lane0 = Bin("*", w, Const(32))
+        op: Stmt = Eval(mma.sim_name(prec), (*s.args, lane0))
+        if cond is not None:
+            op = If(substitute(cond, {THREAD: lane0}), op)  # type: ignore[arg-type]
+        return For(w, Const(0), Const(self.n // 32), op)
 
     def _seq(self, s: Seq) -> Stmt:
         out: list[Stmt] = []
