@@ -95,6 +95,32 @@ def test_tensorcore_matmul_on_the_gpu_meets_its_bound(prec: str, bound: float) -
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < bound
 
 
+@pytest.mark.parametrize("prec,bound", [("tf32", 2e-3), ("fp16", 2e-3), ("bf16", 1e-2)])
+def test_tensorcore_product_of_two_runtime_operands_on_the_gpu(prec: str, bound: float) -> None:
+    """B not constant (attention's products): its floats packed into registers in the
+    kernel, as A's (a constant B is prepared when compiled: the test above)."""
+    rng = np.random.default_rng(6)
+    feeds = {"a": rng.standard_normal((2, 3, 40, 72)).astype(np.float32),
+             "b": rng.standard_normal((2, 1, 72, 24)).astype(np.float32)}
+    m = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], feeds, {}, ["y"])
+    y = ember.compile(m, target="cuda", precision=prec).run(feeds)["y"]
+    ref = feeds["a"].astype(np.float64) @ feeds["b"].astype(np.float64)
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < bound
+
+
+def test_tensorcore_persistent_program_on_the_gpu_matches_its_launches() -> None:
+    """fp16 kernels packed side by side in a Rammer program (their mma.sync under the padded
+    block's warp-uniform guard) against the same kernels launched one by one."""
+    m, feeds = zoo.build("small_cnn"), zoo.random_inputs("small_cnn")
+    cm = ember.compile(m, target="cuda", precision="fp16", schedule="rammer")
+    cm.mode = "launches"
+    want = cm.run(feeds)[cm.output_names[0]]
+    for _ in range(2):
+        cm.mode = "persistent"
+        np.testing.assert_allclose(cm.run(feeds)[cm.output_names[0]], want, rtol=1e-5,
+                                   atol=1e-6 * float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize("name,policy", [("lstm_tc", "rammer"), ("inception_v3", "ios"),
                                          ("squeezenet1_1", "rammer")])
 def test_persistent_programs_on_the_gpu_match_onnxruntime(name: str, policy: str) -> None:

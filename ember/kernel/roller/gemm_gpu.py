@@ -293,18 +293,21 @@ class TcTile:
     @property
     def lda(self) -> int:
         """Shared row length of A (k contiguous): a lane reads ``2 pair`` adjacent k of a row
-        (one 8- or 16-byte read); 8 (16) words past a multiple of 32 puts the rows a half (a
-        quarter) warp reads at once on distinct banks."""
-        return self.BK + (8 * self.pair - self.BK) % 32
+        (one 8- or 16-byte read). tf32: a half warp reads 4 rows of 8 words at once, so 8
+        words past a multiple of 16 puts them on distinct banks; fp16/bf16: a quarter warp
+        reads 2 rows of 16 words, 16 past a multiple of 32."""
+        if self.pair == 1:
+            return self.BK + (8 - self.BK) % 16
+        return self.BK + (16 - self.BK) % 32
 
     @property
     def ldb(self) -> int:
         """Shared row length of B: prepared, a row is a column n of the step's k in 32-bit
-        words (a lane's two adjacent: 8 words past a multiple of 32); else a row is a k of
-        the n (4 past a multiple of 8: the rows ``2 pair`` apart that a warp's lanes read fall
-        at most two to a bank)."""
+        words (a half warp reads 4 columns of 8 words: 8 words past a multiple of 16); else a
+        row is a k of the n (4 past a multiple of 8: the rows ``2 pair`` apart that a warp's
+        lanes read fall at most two to a bank)."""
         if self.pb:
-            return self.BK // self.pair + (8 - self.BK // self.pair) % 32
+            return self.BK // self.pair + (8 - self.BK // self.pair) % 16
         return self.BN + (4 - self.BN) % 8
 
     def smem_bytes(self) -> int:
