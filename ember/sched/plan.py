@@ -256,7 +256,7 @@ class PlanBuilder:
     def __init__(self, num_veus: int, deps: Sequence[Sequence[int]], policy: str) -> None:
         self.plan = ExecutionPlan(num_veus, [[] for _ in range(num_veus)], policy)
         self.deps = deps
-        self.last: dict[int, dict[int, int]] = {}          # kernel -> vEU -> step
+        self.last: dict[int, np.ndarray] = {}      # kernel -> per vEU its last step (0: none)
         # know[v][u]: the step of u that v knows u reached; history[v][t]: know[v] at step t
         # (numpy rows: a GPU's hundreds of vEUs make these products of V x V)
         self.know = np.zeros((num_veus, num_veus), np.int64)
@@ -264,26 +264,34 @@ class PlanBuilder:
                                                 for _ in range(num_veus)]
 
     def place(self, k: int, v: int, begin: int, end: int, kernel: int | None = None) -> None:
-        need: dict[int, int] = {}
         know_v = self.know[v]
+        need = None           # per vEU: the last step of a dependency there (0: none)
         for p in self.deps[k]:
-            for u, s in self.last.get(p, {}).items():
-                if u != v and know_v[u] < s:
-                    need[u] = max(need.get(u, 0), s)
-        if len(need) > 1:   # drop a wait that another wait implies (that vEU knew it then)
-            us = list(need)
-            steps = np.array([need[u] for u in us], np.int64)
-            rows = np.stack([self.history[w][need[w]] for w in us])    # row w: what w knew
-            seen = rows[:, us]
+            last = self.last.get(p)
+            if last is not None:
+                need = last.copy() if need is None else np.maximum(need, last, out=need)
+        us = np.zeros(0, np.int64)
+        if need is not None:
+            need[v] = 0
+            us = np.flatnonzero(need > know_v)
+        rows: list[np.ndarray] = []
+        if len(us):
+            assert need is not None
+            hist = self.history
+            rows = [hist[w][s] for w, s in zip(us.tolist(), need[us].tolist())]  # what w knew
+        if len(us) > 1:   # drop a wait that another wait implies (that vEU knew it then)
+            seen = np.array(rows)[:, us]
             np.fill_diagonal(seen, -1)
-            keep = seen.max(axis=0) < steps
-            need = {u: need[u] for u, kept in zip(us, keep) if kept}
-        if need:
-            self.plan.programs[v].append(Barrier(tuple(sorted(need.items()))))
-            rows = [self.history[u][s] for u, s in need.items()]
-            np.maximum(know_v, np.max(np.stack(rows), axis=0), out=know_v)
+            keep = seen.max(axis=0) < need[us]
+            us, rows = us[keep], [r for r, k in zip(rows, keep.tolist()) if k]
+        if len(us):
+            assert need is not None
+            self.plan.programs[v].append(Barrier(tuple(zip(us.tolist(), need[us].tolist()))))
+            np.maximum(know_v, np.max(rows, axis=0), out=know_v)
         self.plan.programs[v].append(RTask(k if kernel is None else kernel, begin, end))
         step = len(self.history[v])          # this rTask's step on v
         know_v[v] = step
         self.history[v].append(know_v.copy())
-        self.last.setdefault(k, {})[v] = step
+        if k not in self.last:
+            self.last[k] = np.zeros(len(self.know), np.int64)
+        self.last[k][v] = step

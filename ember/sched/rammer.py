@@ -22,6 +22,7 @@ rTask costs is kept.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -108,8 +109,10 @@ def water_fill(n: int, cost: float, starts: Sequence[float]) -> list[int]:
         return counts
     # the finish time E using the m earliest units (m * E = n * cost + their start times):
     # the first m whose E comes before the next unit is free
+    total = 0.0
     for m in range(1, len(order) + 1):
-        end = (n * cost + sum(starts[v] for v in order[:m])) / m
+        total += starts[order[m - 1]]
+        end = (n * cost + total) / m
         if m == len(order) or end <= starts[order[m]]:
             break
     left = n
@@ -117,8 +120,12 @@ def water_fill(n: int, cost: float, starts: Sequence[float]) -> list[int]:
         c = min(left, max(0, int((end - starts[v]) / cost + 1e-9)))
         counts[v] = c
         left -= c
-    while left:              # rounding leftovers: each to the unit that finishes it earliest
-        v = min(order, key=lambda u: starts[u] + (counts[u] + 1) * cost)
+    # rounding leftovers: each to the unit that finishes it earliest (ties: earlier in order)
+    heap = [(starts[v] + (counts[v] + 1) * cost, r, v) for r, v in enumerate(order)]
+    heapq.heapify(heap)
+    while left:
+        _, r, v = heapq.heappop(heap)
         counts[v] += 1
         left -= 1
+        heapq.heappush(heap, (starts[v] + (counts[v] + 1) * cost, r, v))
     return counts
