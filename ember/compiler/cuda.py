@@ -67,7 +67,6 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int) -
     live); False when none of them is a dense kernel."""
     from ember.codegen.cuda import render_kernel
     from ember.kernel.gpu import dense
-    from ember.kernel.gpu.sim import simulate
 
     spec = driver.gpu.gpu_spec()
     prec = options.current().precision
@@ -87,7 +86,7 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int) -
         assert comp.plan is not None
         driver.plan_gpu(comp, comp.plan.policy)
     else:
-        comp.kernels = [simulate(k) for k in comp.gpu_kernels]
+        comp.kernels = [driver.cpu_kernel(comp, k) for k in comp.gpu_kernels]
     return True
 
 

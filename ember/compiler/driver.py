@@ -297,8 +297,6 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
                threads: int, policy: str) -> None:
     """``comp``'s GPU kernels, each also rendered as the CPU kernel that runs it (cuda-sim), and
     the plan: CPU threads running the kernels in order, or ``policy``'s over the GPU's vEUs."""
-    from ember.kernel.gpu.sim import simulate
-
     gpu.require_static(symbolic)
     run = log.current_run()
     t = time.perf_counter()
@@ -311,7 +309,7 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     if policy in ("rammer", "ios"):
         plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels
     else:
-        comp.kernels = [simulate(k) for k in comp.gpu_kernels]
+        comp.kernels = [cpu_kernel(comp, k) for k in comp.gpu_kernels]
         comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     comp.timings["construct"] = time.perf_counter() - t
     run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "
@@ -324,13 +322,24 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     run.add("C", comp.timings["codegen"], f"{len(comp.source) // 1024} KiB")
 
 
+def cpu_kernel(comp: Compilation, gk: Any) -> Kernel:
+    """GPU kernel ``gk`` as ``comp.kernels`` holds it: for cuda-sim, rendered for the CPU (what
+    runs); for cuda, only what the plan, the scratch layout and the metadata read (blocks,
+    arguments, doc), not rendered (an fp16 BERT's TensorCore kernels: 5 s of rendering)."""
+    from ember.kernel.gpu.sim import simulate
+    from ember.loops.ir import Seq
+
+    if comp.target == "cuda":
+        return Kernel(gk.name, Seq([]), gk.blocks, list(gk.args), flops=gk.flops,
+                 doc=f"{gk.doc} [{gk.schedule}]")
+    return simulate(gk)
+
+
 def plan_gpu(comp: Compilation, policy: str) -> None:
     """``policy``'s plan of ``comp``'s GPU kernels over the GPU's vEUs, with the efficient
     rKernels it runs, and the CPU renderings cuda-sim runs (``comp.kernels``). Called again
     whenever a kernel is rebuilt: a plan covers each kernel's blocks as they were when it was
     made (Pre: ``comp.gpu_kernels`` built)."""
-    from ember.kernel.gpu.sim import simulate
-
     spec = gpu.gpu_spec()
     deps = kernel_dependencies(comp.graph)
     costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.gpu_kernels)]
@@ -343,8 +352,8 @@ def plan_gpu(comp: Compilation, policy: str) -> None:
     comp.plan, comp.gpu_infos, comp.gpu_variants = gpu.drop_unused(comp.plan, comp.gpu_infos,
                                                                   variants)
     comp.gpu_program = program + [k for _, k in comp.gpu_variants]
-    comp.kernels = [simulate(k) for k in program]     # what cuda-sim runs: the plan's kernels
-    comp.variants = [(op, simulate(k)) for op, k in comp.gpu_variants]
+    comp.kernels = [cpu_kernel(comp, k) for k in program]   # cuda-sim runs the plan's kernels
+    comp.variants = [(op, cpu_kernel(comp, k)) for op, k in comp.gpu_variants]
     comp.interleaved = True
 
 

@@ -389,11 +389,25 @@ def _tc_resident(t: TcTile, spec: DeviceSpec, precision: str) -> int:
 def construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
                  topk: int = 1, budget: int = REG_BUDGET, split: bool = True,
                  pb: bool = False) -> list[TcTile]:
-    """Roller's TensorCore tiles for the product, best first (``pb``: B prepared)."""
+    """Roller's TensorCore tiles for the product, best first (``pb``: B prepared). A model's
+    products repeat (BERT's 12 layers): each distinct one is constructed once."""
+    key = (M, N, K, batch, spec.fingerprint(), precision, topk, budget, split, pb)
+    if key not in _TC_MEMO:
+        if len(_TC_MEMO) > 4096:
+            _TC_MEMO.clear()
+        _TC_MEMO[key] = _construct_tc(M, N, K, batch, spec, precision, topk, budget, split, pb)
+    return list(_TC_MEMO[key])
+
+
+_TC_MEMO: dict[tuple, tuple[TcTile, ...]] = {}
+
+
+def _construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
+                  topk: int, budget: int, split: bool, pb: bool) -> tuple[TcTile, ...]:
     tiles = [replace(t, split=s) for t in tc_candidates(M, N, K, precision, budget, pb)
              for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
                              spec.units * _tc_resident(t, spec, precision),
                              math.ceil(K / t.BK)) if split else [1])]
     ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision), -t.BM * t.BN, t.split, t)
                      for t in tiles), key=lambda r: r[:3])
-    return [replace(t, time_us=round(us, 3)) for us, _, _, t in ranked[:max(1, topk)]]
+    return tuple(replace(t, time_us=round(us, 3)) for us, _, _, t in ranked[:max(1, topk)])
