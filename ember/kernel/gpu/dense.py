@@ -524,45 +524,19 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     ``mma.prepare_b``: ``[BN][ldb]`` words, k contiguous, copied 16 bytes at a time) or else
     ``[BK][ldb]`` floats, n contiguous. Lane ``t``'s k are adjacent (``mma.logical_k``)."""
     blk = _Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.MT * t.NT * 4)
-    lda, ldb = t.lda, t.ldb
+    lda = t.lda
     a_size = t.BM * lda
     As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
-    if t.pb:
-        b_size, words = t.BN * ldb, t.BK // shape.pair
-        Bs = Buffer("Bs", 2 * b_size, "uint32", Scope.SHARED)
-        assert gm.b_const is not None
-        prep = mma.prepare_b(gm.b_const, shape.precision, blk.nb * t.BN, blk.kb * t.BK)
-        bp = Buffer(f"{name}_bp", prep.size, "uint32")
-        gm.args[[a[0] for a in gm.args].index(gm.b_buf)] = (bp, prep)
-        row_words = blk.kb * words
-    else:
-        b_size = t.BK * ldb
-        Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
+    Bs, b_size, copy_b = _tc_b_tile(name, gm, t, shape, blk)
     accs = [[Buffer(f"c{i}_{j}", 4, "float32", Scope.LOCAL) for j in range(t.NT)]
             for i in range(t.MT)]
     g, tq, wm0, wn0, ks = Var("g"), Var("tq"), Var("wm0"), Var("wn0"), Var("ks")
 
-    def prepared_b(k: Expr, st: Expr) -> Stmt:
-        per_row = words // 4
-
-        def fill(ev: Expr) -> Stmt:
-            r, c = Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(4))
-            col = Bin("+", Bin("*", blk.b, Const(blk.nb * t.BN)), Bin("+", blk.bn0, r))
-            src = Bin("+", Bin("*", col, Const(row_words)), Bin("+", Bin("*", k, Const(words)), c))
-            dst = Bin("+", Bin("*", st, Const(b_size)), Bin("+", Bin("*", r, Const(ldb)), c))
-            return async_copy.copy_words4(Bs, dst, bp, src)
-        return blk.copy(t.BN * per_row, fill)
-
     def issue(k: Expr, st: Expr) -> Stmt:
-        a_off, b_off = Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size))
-        a = blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin("+", Bin("*", mm, Const(lda)),
-                                                                  kq)),
-                           t.BM, t.BK, blk.a_src, k, gm.a_buf, gm.a_vec)
-        if t.pb:
-            return seq(a, prepared_b(k, st))
-        return seq(a, blk.async_tile(
-            Bs, lambda kq, nn: Bin("+", b_off, Bin("+", Bin("*", kq, Const(ldb)), nn)),
-            t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec))
+        a_off = Bin("*", st, Const(a_size))
+        return seq(blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin(
+            "+", Bin("*", mm, Const(lda)), kq)), t.BM, t.BK, blk.a_src, k, gm.a_buf, gm.a_vec),
+            copy_b(k, st))
 
     def compute(st: Expr) -> Stmt:
         offs = (Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size)))
@@ -598,6 +572,38 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
             stmt = Alloc(c, stmt)
     stmt = blk.shared(Alloc(As, Alloc(Bs, stmt)))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
+
+
+def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
+               ) -> tuple[Buffer, int, Callable[[Expr, Expr], Stmt]]:
+    """The shared B tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, stage)``). A
+    prepared B (``t.pb``) replaces the constant among the kernel's arguments: ``[BN][ldb]``
+    words per stage, k contiguous, 16-byte copies and no bounds (the prepared array is padded
+    to whole tiles); else ``[BK][ldb]`` floats, n contiguous, copied as ``_Block`` copies."""
+    ldb = t.ldb
+    if not t.pb:
+        b_size = t.BK * ldb
+        Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
+        return Bs, b_size, lambda k, st: blk.async_tile(
+            Bs, lambda kq, nn: Bin("+", Bin("*", st, Const(b_size)), Bin(
+                "+", Bin("*", kq, Const(ldb)), nn)), t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec)
+    b_size, words = t.BN * ldb, t.BK // shape.pair
+    Bs = Buffer("Bs", 2 * b_size, "uint32", Scope.SHARED)
+    assert gm.b_const is not None
+    prep = mma.prepare_b(gm.b_const, shape.precision, blk.nb * t.BN, blk.kb * t.BK)
+    bp = Buffer(f"{name}_bp", prep.size, "uint32")
+    gm.args[[a[0] for a in gm.args].index(gm.b_buf)] = (bp, prep)
+    per_row, row_words = words // 4, blk.kb * words
+
+    def copy(k: Expr, st: Expr) -> Stmt:
+        def fill(ev: Expr) -> Stmt:
+            r, c = Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(4))
+            col = Bin("+", Bin("*", blk.b, Const(blk.nb * t.BN)), Bin("+", blk.bn0, r))
+            src = Bin("+", Bin("*", col, Const(row_words)), Bin("+", Bin("*", k, Const(words)), c))
+            dst = Bin("+", Bin("*", st, Const(b_size)), Bin("+", Bin("*", r, Const(ldb)), c))
+            return async_copy.copy_words4(Bs, dst, bp, src)
+        return blk.copy(t.BN * per_row, fill)
+    return Bs, b_size, copy
 
 
 def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
