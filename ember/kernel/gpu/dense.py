@@ -137,7 +137,8 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk,
-                                   budget, split, pb=gm.b_const is not None)[0]
+                                   budget, split, pb=gm.b_const is not None,
+                                   copies=_copies(gm, m.op == "ConvNHWC"))[0]
         stmt, blocks = _gemm_tc(name, gm, tc, epi, shape)
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"

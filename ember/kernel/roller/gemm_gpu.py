@@ -356,8 +356,24 @@ def tc_candidates(M: int, N: int, K: int, precision: str,
     return out
 
 
+def tc_issued(t: TcTile, precision: str, copies: Copies = PLAIN) -> float:
+    """A block's warp instructions per K step: its ``mma.sync``, the fragments' shared reads
+    and packs (A: two vector reads and a pack per register of a 16-row tile; B: one vector
+    read of a prepared column, else a read and a pack per element), a few of address
+    arithmetic per mma step, the tile copies (``copies``; a prepared B: a 16-byte copy per four
+    words) and the loop's barriers and waits."""
+    warps = t.threads // 32
+    steps = t.BK // MMA_K[precision]
+    a_words = FRAG[precision][0] // t.pair
+    b_regs = FRAG[precision][1]
+    frag = t.MT * (2 + a_words) + t.NT * (1 if t.pb else b_regs + b_regs // t.pair) + 8
+    b_copy = t.BK * t.BN / (4 * t.pair) * 4 if t.pb else t.BK * t.BN * copies.b
+    cp = (t.BM * t.BK * copies.a + b_copy) / 32
+    return warps * steps * (t.MT * t.NT + frag) + cp + warps * 20
+
+
 def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
-             precision: str) -> float:
+             precision: str, copies: Copies = PLAIN) -> float:
     mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
     blocks = batch * mb * nb * t.split
     resident = _tc_resident(t, spec, precision)
@@ -376,8 +392,11 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     smem = t.threads * steps * (t.MT * a + t.NT * b_read) * 4 + \
         (t.BM * 4 + t.BN * t.b_bytes()) * k_pad
     t_smem = smem / (spec.layer("smem").bandwidth * 1e3 / active)
+    # the SM issues 4 warp instructions a cycle (64 of its fp32 flop); a block, its share
+    t_issue = k_pad // t.BK * tc_issued(t, precision, copies) / (
+        spec.peak_gflops * 1e3 / 64 * issue / active)
     t_part, reduce = (float(c) for c in _split_costs(t.split, t.BM * t.BN * 4, l2))
-    per_wave = max(t_compute, t_global + t_part, t_smem) + k_pad // t.BK * 0.03
+    per_wave = max(t_compute, t_global + t_part, t_smem, t_issue) + k_pad // t.BK * 0.03
     hbm = batch * ((M * K + M * N) * 4 + K * N * t.b_bytes()) / (spec.bandwidth("HBM") * 1e3)
     return max(waves * per_wave + reduce, hbm) + 2.0
 
@@ -388,14 +407,16 @@ def _tc_resident(t: TcTile, spec: DeviceSpec, precision: str) -> int:
 
 def construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
                  topk: int = 1, budget: int = REG_BUDGET, split: bool = True,
-                 pb: bool = False) -> list[TcTile]:
-    """Roller's TensorCore tiles for the product, best first (``pb``: B prepared). A model's
-    products repeat (BERT's 12 layers): each distinct one is constructed once."""
-    key = (M, N, K, batch, spec.fingerprint(), precision, topk, budget, split, pb)
+                 pb: bool = False, copies: Copies = PLAIN) -> list[TcTile]:
+    """Roller's TensorCore tiles for the product, best first (``pb``: B prepared; ``copies``:
+    what copying an element of each operand costs). A model's products repeat (BERT's 12
+    layers): each distinct one is constructed once."""
+    key = (M, N, K, batch, spec.fingerprint(), precision, topk, budget, split, pb, copies)
     if key not in _TC_MEMO:
         if len(_TC_MEMO) > 4096:
             _TC_MEMO.clear()
-        _TC_MEMO[key] = _construct_tc(M, N, K, batch, spec, precision, topk, budget, split, pb)
+        _TC_MEMO[key] = _construct_tc(M, N, K, batch, spec, precision, topk, budget, split, pb,
+                                      copies)
     return list(_TC_MEMO[key])
 
 
@@ -403,11 +424,13 @@ _TC_MEMO: dict[tuple, tuple[TcTile, ...]] = {}
 
 
 def _construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
-                  topk: int, budget: int, split: bool, pb: bool) -> tuple[TcTile, ...]:
+                  topk: int, budget: int, split: bool, pb: bool, copies: Copies
+                  ) -> tuple[TcTile, ...]:
     tiles = [replace(t, split=s) for t in tc_candidates(M, N, K, precision, budget, pb)
              for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
                              spec.units * _tc_resident(t, spec, precision),
                              math.ceil(K / t.BK)) if split else [1])]
-    ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision), -t.BM * t.BN, t.split, t)
+    ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision, copies), -t.BM * t.BN,
+                      t.split, t)
                      for t in tiles), key=lambda r: r[:3])
     return tuple(replace(t, time_us=round(us, 3)) for us, _, _, t in ranked[:max(1, topk)])
