@@ -76,22 +76,18 @@ def _banks(addrs: list[int], width: int) -> int:
 
 @pytest.mark.parametrize("prec", ["tf32", "fp16"])
 def test_fragment_reads_of_every_tile_fall_on_distinct_banks(prec: str) -> None:
-    """A lane reads ``2 pair`` adjacent words of A's rows g and g + 8 and two adjacent words of
-    a prepared B's column: the words a phase of lanes reads at once (16 bytes: a quarter warp,
-    8 bytes: a half warp) fall on distinct banks for every candidate tile's row lengths."""
-    s = mma.SHAPES[prec]
-    wa = 2 * s.pair
+    """A lane reads two adjacent words of A's rows g and g + 8 (tf32: floats; fp16/bf16: words
+    of two k) and of a prepared B's column: the words a half warp reads at once (8 bytes a
+    lane) fall on distinct banks for every candidate tile's row lengths."""
     tiles = gg.tc_candidates(512, 512, 512, prec, pb=True)
     assert tiles
     for t in tiles:
-        for h in (0, 8):
-            for phase in range(32 // (128 // (4 * wa))):
-                lanes = range(phase * 128 // (4 * wa), (phase + 1) * 128 // (4 * wa))
-                a = [(h + ln // 4) * t.lda + wa * (ln % 4) for ln in lanes]
-                assert _banks(a, wa) == 1, (t, phase)
-        for phase in range(2):
-            b = [(ln // 4) * t.ldb + 2 * (ln % 4) for ln in range(16 * phase, 16 * phase + 16)]
-            assert _banks(b, 2) == 1, t
+        for ld in (t.lda, t.ldb):
+            for h in (0, 8):
+                for phase in range(2):
+                    a = [(h + ln // 4) * ld + 2 * (ln % 4) for ln in range(16 * phase,
+                                                                        16 * phase + 16)]
+                    assert _banks(a, 2) == 1, (t, ld, phase)
 
 
 @settings(max_examples=6, deadline=None)
@@ -133,22 +129,27 @@ def _gemm(n: int) -> object:
 @pytest.mark.parametrize("prec", ["fp16", "tf32"])
 def test_fragments_are_vector_reads_rounded_once(prec: str, monkeypatch: pytest.MonkeyPatch
                                                  ) -> None:
-    """The PTX of a TensorCore GEMM with a constant B: A's fragment rows are 16- (fp16) or
-    8-byte (tf32) shared reads, the prepared B's columns 8-byte ones, no scalar shared read,
-    and A is rounded once per fragment (fewer conversions than mma.sync for fp16)."""
+    """The PTX of a TensorCore GEMM with a constant B: a lane's fragment of a row of A and of
+    a column of the prepared B are 8-byte shared reads, with no scalar shared read. fp16: A is
+    rounded once, as it is copied into shared memory in 16-byte loads and 8-byte stores
+    (fewer conversions than mma.sync, none of them between the shared reads and the mma);
+    tf32: A's floats are read as they are and rounded per fragment."""
     monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
     monkeypatch.setenv("EMBER_GPU", "H200")
     cm = ember.compile(_gemm(1024), target="cuda", precision=prec)
     [k] = cm.meta["kernels_cuda"]
     assert "B prepared" in k["schedule"] and "split" not in k["schedule"]
     ptx = cm._images.ptx.decode()
-    ops = re.findall(r"^\s*((?:ld\.shared|cvt|mma)[\w.]*)", ptx, re.M)
-    assert ("ld.shared.v4.f32" if prec == "fp16" else "ld.shared.v2.f32") in ops
+    ops = re.findall(r"^\s*((?:ld\.shared|st\.shared|ld\.global|cvt|mma)[\w.]*)", ptx, re.M)
     assert "ld.shared.v2.u32" in ops
     assert not {"ld.shared.f32", "ld.shared.u32"} & set(ops)
     n_cvt = sum(o.startswith("cvt.rn") for o in ops)
     n_mma = sum(o.startswith("mma.sync") for o in ops)
-    assert n_mma and (n_cvt < n_mma if prec == "fp16" else n_cvt <= n_mma)
+    if prec == "fp16":
+        assert {"ld.global.v4.f32", "st.shared.v2.u32"} <= set(ops)
+        assert "ld.shared.v2.f32" not in ops and n_cvt < n_mma
+    else:
+        assert "ld.shared.v2.f32" in ops and n_cvt <= n_mma
 
 
 @pytest.mark.parametrize("policy", ["rammer", "ios"])

@@ -61,6 +61,7 @@ from ember.loops.ir import (
     Let,
     Load,
     Scope,
+    Select,
     Stmt,
     Store,
     Var,
@@ -378,13 +379,14 @@ class _Block:
             Bin("<", row, Const(gm.K)) if gm.K % self.BK else None,
             Bin("<", col, Const(gm.N)) if gm.N % self.BN else None, valid) if c is not None])
 
-    def pipeline(self, issue: Callable[[Expr, Expr], Stmt],
-                 compute: Callable[[Expr], Stmt]) -> Stmt:
+    def pipeline(self, issue: Callable[[Expr, Expr], Stmt], compute: Callable[[Expr], Stmt],
+                 land: Callable[[Expr], Stmt] | None = None) -> Stmt:
         """The block's K loop (its ``steps`` from ``first_step``) over two shared stages:
         ``issue(k, stage)`` copies K step ``k``'s tiles into ``stage`` (asynchronously); step
         ``k0`` issues the next one's (a group, empty at the last step), waits for its own
         group, and runs ``compute(stage)``; the barrier after it keeps the stage until every
-        thread is done with it."""
+        thread is done with it. ``land(stage)``: the second half of a copy through registers
+        (issued with the loads, stored after the compute, whose time hid the loads)."""
         one = Const(1)
 
         def stage(k: Expr) -> Expr:
@@ -392,11 +394,13 @@ class _Block:
 
         first = self.first_step()
         nxt = Bin("+", self.k0, one)
+        more = Bin("<", nxt, Const(self.steps))
         main = For(self.k0, Const(0), Const(self.steps), seq(
-            If(Bin("<", nxt, Const(self.steps)), issue(Bin("+", first, nxt), stage(nxt))),
+            If(more, issue(Bin("+", first, nxt), stage(nxt))),
             async_copy.commit(), async_copy.wait_prior(1), Barrier(), compute(stage(self.k0)),
-            Barrier()), ForKind.ROLLED)
-        return seq(issue(first, Const(0)), async_copy.commit(), main)
+            None if land is None else If(more, land(stage(nxt))), Barrier()), ForKind.ROLLED)
+        return seq(issue(first, Const(0)), None if land is None else land(Const(0)),
+                   async_copy.commit(), main)
 
     def async_tile(self, dst: Buffer, at: Callable[[Expr, Expr], Expr], rows: int, cols: int,
                    src: Callable[[Expr, Expr, Expr], tuple[Expr, Expr | None]], k: Expr,
@@ -525,26 +529,21 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     ``mma.prepare_b``: ``[BN][ldb]`` words, k contiguous, copied 16 bytes at a time) or else
     ``[BK][ldb]`` floats, n contiguous. Lane ``t``'s k are adjacent (``mma.logical_k``)."""
     blk = _Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.MT * t.NT * 4)
-    lda = t.lda
-    a_size = t.BM * lda
-    As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
+    As, a_size, copy_a, land, staged = _tc_a_tile(gm, t, shape, blk)
     Bs, b_size, copy_b = _tc_b_tile(name, gm, t, shape, blk)
     accs = [[Buffer(f"c{i}_{j}", 4, "float32", Scope.LOCAL) for j in range(t.NT)]
             for i in range(t.MT)]
     g, tq, wm0, wn0, ks = Var("g"), Var("tq"), Var("wm0"), Var("wn0"), Var("ks")
 
     def issue(k: Expr, st: Expr) -> Stmt:
-        a_off = Bin("*", st, Const(a_size))
-        return seq(blk.async_tile(As, lambda mm, kq: Bin("+", a_off, Bin(
-            "+", Bin("*", mm, Const(lda)), kq)), t.BM, t.BK, blk.a_src, k, gm.a_buf, gm.a_vec),
-            copy_b(k, st))
+        return seq(copy_a(k, st), copy_b(k, st))
 
     def compute(st: Expr) -> Stmt:
         offs = (Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size)))
         inner = _mma_step(t, shape, accs, (As, Bs), offs, ks, (g, tq, wm0, wn0))
         return For(ks, Const(0), Const(t.BK // shape.k), inner)
 
-    main = blk.pipeline(issue, compute)
+    main = blk.pipeline(issue, compute, land)
     r = Var("r")
 
     def each(use: split_k.Use, unrolled: bool) -> Stmt:
@@ -571,8 +570,69 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     for row in accs:
         for c in row:
             stmt = Alloc(c, stmt)
+    if staged is not None:
+        stmt = Alloc(staged, stmt)
     stmt = blk.shared(Alloc(As, Alloc(Bs, stmt)))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
+
+
+def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
+               ) -> tuple[Buffer, int, Callable[[Expr, Expr], Stmt],
+                          Callable[[Expr], Stmt] | None, Buffer | None]:
+    """The shared A tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, stage)``,
+    ``land(stage)`` or None, the registers staging it or None). tf32: ``[BM][lda]`` floats,
+    copied asynchronously. fp16/bf16 (``t.ah``): ``[BM][lda]`` words of two k in the
+    precision; a K step's floats are loaded into registers (16 bytes at a time where A's k
+    come in aligned fours) with the next step's copies and packed into shared memory after
+    the compute (``land``): each element rounded once per block, not once per warp reading
+    it, and half the shared reads."""
+    lda, a_size = t.lda, t.BM * t.lda
+    if not t.ah:
+        As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
+        return As, a_size, lambda k, st: blk.async_tile(
+            As, lambda mm, kq: Bin("+", Bin("*", st, Const(a_size)), Bin(
+                "+", Bin("*", mm, Const(lda)), kq)), t.BM, t.BK, blk.a_src, k, gm.a_buf,
+            gm.a_vec), None, None
+    As = Buffer("As", 2 * a_size, "uint32", Scope.SHARED)
+    w = 4 if gm.a_vec and t.BK % 4 == 0 else 2       # floats a thread copies at once
+    per_row, n = t.BK // w, t.BM * t.BK // w
+    rounds = -(-n // t.threads)
+    sa = Buffer("sa", rounds * w, "float32", Scope.LOCAL)
+    e = Var("e")
+    ev = Bin("+", Bin("*", e, Const(t.threads)), THREAD)
+
+    def each(body: Callable[[Expr, Expr], Stmt]) -> Stmt:
+        """``body(row, k)`` of this thread's chunks (unrolled: ``sa`` stays in registers)."""
+        st = body(Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(w)))
+        if n % t.threads:
+            st = If(Bin("<", ev, Const(n)), st)
+        return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
+
+    def copy(k: Expr, _st: Expr) -> Stmt:
+        def load(r: Expr, c: Expr) -> Stmt:
+            at = Bin("*", e, Const(w))
+            if w == 4:
+                idx, ok = blk.a_src(r, c, k)
+                return mma.load_global4(sa, at, gm.a_buf, idx, Const(1) if ok is None else ok)
+            out = []
+            for h in range(2):
+                idx, ok = blk.a_src(r, Bin("+", c, Const(h)), k)
+                v: Expr = Load(gm.a_buf, idx)
+                out.append(Store(sa, Bin("+", at, Const(h)), v if ok is None else
+                                 Select(ok, v, Const(0.0, "float32"))))
+            return seq(*out)
+        return each(load)
+
+    def land(st: Expr) -> Stmt:
+        def store(r: Expr, c: Expr) -> Stmt:
+            at = Bin("+", Bin("*", st, Const(a_size)), Bin("+", Bin("*", r, Const(lda)),
+                                                              Bin("//", c, Const(2))))
+            words = [shape.pack(Load(sa, Bin("+", Bin("*", e, Const(w)), Const(q))),
+                                Load(sa, Bin("+", Bin("*", e, Const(w)), Const(q + 1))))
+                     for q in range(0, w, 2)]
+            return mma.store_words2(As, at, *words) if w == 4 else Store(As, at, words[0])
+        return each(store)
+    return As, a_size, copy, land, sa
 
 
 def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
@@ -639,6 +699,11 @@ def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
     steps: list[Stmt] = []
     for i in range(t.MT):
         afr = Buffer(f"a{i}", shape.a_words, "uint32", Scope.LOCAL)
+        if t.ah:          # the words as they are: two of row g, two of row g + 8
+            ops = [WarpOp(shape.fn, (accs[i][j], afr, bfr[j])) for j in range(t.NT)]
+            steps.append(Alloc(afr, seq(_a_words(t, shape, afr, As, a_off, ks, lane, i),
+                                        *ops)))
+            continue
         afl = Buffer(f"af{i}", 4 * p, "float32", Scope.LOCAL)   # rows g, g + 8: 2 pair k each
         rows = [mma.load_vec(afl, h * 2 * p, As, Bin("+", a_off, Bin("+", Bin("*", Bin(
             "+", Bin("+", wm0, Const(i * 16 + 8 * h)), g), Const(t.lda)), k0)), 2 * p)
@@ -656,3 +721,21 @@ def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
     for buf in bfr:
         inner = Alloc(buf, inner)
     return inner
+
+
+def _a_words(t: gemm_gpu.TcTile, shape: mma.MmaShape, afr: Buffer, As: Buffer, a_off: Expr,
+             ks: Var, lane: tuple[Var, Var, Var, Var], i: int) -> Stmt:
+    """Row tile ``i``'s A fragment from words of two k (``t.ah``): the lane's two words of
+    row g and of row g + 8 (one 8-byte read each) into registers ``afr`` in the order
+    ``mma.sync`` takes them."""
+    g, tq, wm0, _ = lane
+    aw = Buffer(f"aw{i}", 4, "uint32", Scope.LOCAL)
+    w0 = Bin("+", Bin("*", ks, Const(shape.k // 2)), Bin("*", tq, Const(2)))
+    rows = [mma.load_vec(aw, 2 * h, As, Bin("+", a_off, Bin("+", Bin("*", Bin(
+        "+", Bin("+", wm0, Const(i * 16 + 8 * h)), g), Const(t.lda)), w0)), 2) for h in range(2)]
+    regs = []
+    for q in range(shape.a_words):
+        ro, co = mma.a_coord(shape, 0, 0, 2 * q)
+        regs.append(Store(afr, Const(q), Load(aw, Const(ro // 8 * 2 + mma.logical_k(shape, co)
+                                                        // 2))))
+    return Alloc(aw, seq(*rows, *regs))

@@ -137,9 +137,29 @@ def load_vec(dst: Buffer, di: int, src: Buffer, si: Expr, n: int) -> Eval:
     return Eval(VEC_LOAD[n, str(src.dtype)], (dst, Const(di), src, si))
 
 
+# a staged copy of A (fp16/bf16 kept in shared memory in the precision): ``(dst, di, src, si,
+# ok)`` four floats of A from global memory into registers (zeros where not ``ok``; ``si`` a
+# multiple of four, 16-byte aligned: ``dense.Gemm.a_vec``), and ``(dst, di, w0, w1)`` two
+# packed words into shared memory at an even ``di``
+LDG4, STS2 = "em_ldg_f4", "em_sts_w2"
+
+
+def load_global4(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
+    return Eval(LDG4, (dst, di, src, si, ok))
+
+
+def store_words2(dst: Buffer, di: Expr, w0: Expr, w1: Expr) -> Eval:
+    return Eval(STS2, (dst, di, w0, w1))
+
+
 SIM_LOADS = {fn: f"static inline void {fn}(void *d, int64_t di, const void *s, int64_t si) "
                  f"{{ memcpy((uint32_t *)d + di, (const uint32_t *)s + si, {4 * n}); }}"
              for (n, _), fn in VEC_LOAD.items()}
+SIM_LOADS[LDG4] = ("static inline void em_ldg_f4(float *d, int64_t di, const float *s, "
+                   "int64_t si, int ok) { for (int q = 0; q < 4; ++q) "
+                   "d[di + q] = ok ? s[si + q] : 0.0f; }")
+SIM_LOADS[STS2] = ("static inline void em_sts_w2(uint32_t *d, int64_t di, uint32_t a, "
+                   "uint32_t b) { d[di] = a; d[di + 1] = b; }")
 
 CUDA_MMA = r"""/* TensorCore registers and mma.sync (kernel/gpu/mma.py) */
 static __device__ __forceinline__ void em_lds_f2(float *d, long long di, const float *s,
@@ -154,6 +174,18 @@ static __device__ __forceinline__ void em_lds_f4(float *d, long long di, const f
 static __device__ __forceinline__ void em_lds_w2(uint32_t *d, long long di, const uint32_t *s,
                                                  long long si) {
   const uint2 v = *(const uint2 *)(s + si); d[di] = v.x; d[di + 1] = v.y;
+}
+static __device__ __forceinline__ void em_ldg_f4(float *d, long long di, const float *s,
+                                                 long long si, int ok) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (ok) v = *(const float4 *)(s + si);
+  d[di] = v.x; d[di + 1] = v.y; d[di + 2] = v.z; d[di + 3] = v.w;
+}
+static __device__ __forceinline__ void em_sts_w2(uint32_t *d, long long di, uint32_t a,
+                                                 uint32_t b) {
+  /* one 8-byte store (nvcc splits a uint2 assignment where it cannot prove the alignment) */
+  const unsigned at = (unsigned)__cvta_generic_to_shared(d + di);
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};" :: "r"(at), "r"(a), "r"(b) : "memory");
 }
 static __device__ __forceinline__ uint32_t em_pk_tf32(float x) {
   uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;

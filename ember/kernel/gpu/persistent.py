@@ -126,7 +126,7 @@ def pack_blocks(gk: GpuKernel, block: int, smem_limit: int) -> GpuKernel:
 
 # calls that may take shared buffers: each buffer argument followed by an index into it
 SHARED_CALLS = (async_copy.COPY, async_copy.COPY4, async_copy.COPY4W, split_k.ARRIVE,
-                *mma.VEC_LOAD.values())
+                *mma.VEC_LOAD.values(), mma.STS2)
 
 
 def _packable(body: Stmt) -> bool:

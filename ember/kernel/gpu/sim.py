@@ -182,10 +182,20 @@ def _rebind(s: Stmt, old: Buffer, new: Buffer, per_thread: int | Expr | None) ->
             return Alloc(x.buf, walk(x.body))
         if isinstance(x, Let):
             return Let(x.var, map_expr(x.value, fe), walk(x.body))
-        if isinstance(x, (Eval, WarpOp)):
-            args = tuple(new if a is old else a if isinstance(a, Buffer) else map_expr(a, fe)
-                         for a in x.args)
-            return type(x)(x.fn, args)
+        if isinstance(x, WarpOp):      # whole fragments: the warp op indexes them by lane
+            return WarpOp(x.fn, tuple(new if a is old else a if isinstance(a, Buffer)
+                                      else map_expr(a, fe) for a in x.args))
+        if isinstance(x, Eval):        # (buffer, index) pairs: a rebound buffer's index moves
+            args: list = []
+            after_old = False
+            for a in x.args:
+                if isinstance(a, Buffer):
+                    args.append(new if a is old else a)
+                    after_old = a is old
+                else:
+                    args.append(index(map_expr(a, fe)) if after_old else map_expr(a, fe))
+                    after_old = False
+            return Eval(x.fn, tuple(args))
         return map_stmt(x, lambda e: map_expr(e, fe))
 
     return walk(s)
