@@ -220,9 +220,10 @@ def render_kernel(gk: GpuKernel) -> CudaKernelText:
     body = TextBuffer()
     _assume_aligned(params, written, body)
     em.stmt(gk.body, body)
-    # at most REGISTERS per thread (the budget Roller's tiles are built for): ptxas keeps
+    # at most REGISTERS per thread (the budget Roller's tiles are built for; a kernel's own,
+    # ``registers``, where larger): ptxas keeps
     # loop-invariant addresses of unrolled copies in registers otherwise, up to 255
-    blocks_sm = max(1, min(32, 65536 // (gk.threads * REGISTERS)))
+    blocks_sm = max(1, min(32, 65536 // (gk.threads * max(REGISTERS, gk.registers))))
     head = (f'extern "C" __global__ void __launch_bounds__({gk.threads}, {blocks_sm}) NAME('
             f"{', '.join(decls)})")
     text = f"{head} {{\n{_indent(body.getvalue())}}}\n"

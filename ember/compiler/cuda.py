@@ -61,23 +61,38 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
 SPILL_BUDGETS = (96, 64)   # the thread tile's register estimate after a spill, then another
 
 
-def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int) -> bool:
+def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int,
+                     full: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
     """Rebuild the dense kernels whose code ptxas spilled with a thread tile of fewer
     registers (Roller's estimate misses what an epilogue or an implicit-GEMM gather keeps
-    live); False when none of them is a dense kernel."""
-    from ember.codegen.cuda import render_kernel
+    live). Where the persistent program spilled: its rKernels past the common 128 registers
+    (TensorCore tiles of up to 255) at 128, or else those ``full`` (standing alone, at 120
+    registers or more: the program's own state comes on top) at ``budget``. False when
+    none of them is a dense kernel."""
+    from ember.codegen.cuda import REGISTERS, render_kernel
     from ember.kernel.gpu import dense
 
     spec = driver.gpu.gpu_spec()
     prec = options.current().precision
+    program = "em_program" in spilled
     new: dict[int, Any] = {}
     for n, gk in zip(comp.fused, comp.gpu_kernels):
         body = n.attrs["body"]
-        if id(gk) in new or not dense.applicable(body) or render_kernel(gk).symbol not in spilled:
+        if id(gk) in new or not dense.applicable(body):
             continue
-        new[id(gk)] = dense.build_dense(gk.name, body, spec, precision=prec, budget=budget,
+        sym = render_kernel(gk).symbol
+        if sym in spilled:
+            cap = budget
+        elif program and gk.registers > REGISTERS:
+            cap = REGISTERS
+        elif program and sym in full and not any(k.registers > REGISTERS
+                                                 for k in comp.gpu_kernels):
+            cap = budget
+        else:
+            continue
+        new[id(gk)] = dense.build_dense(gk.name, body, spec, precision=prec, budget=cap,
                                         aligned=driver.gpu.aligned_inputs(n),
-                                        split=options.current().split_k)
+                                        split=options.current().split_k, wide=False)
         LOG.info("kernel %s spilled: rebuilt with %s", gk.name, new[id(gk)].schedule)
     if not new:
         return False
@@ -140,8 +155,8 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
                            list(range(len(comp.gpu_kernels))) + [op for op, _ in
                                                                   comp.gpu_variants])
         block = max(k.threads for k in program)
-        extra, fid, width, pool = emit_persistent(program, block,
-                                                  driver.gpu.veus_per_sm(block))
+        extra, fid, width, pool = emit_persistent(program, block, driver.gpu.veus_per_sm(
+            block, driver.gpu.program_registers(program)))
         source += extra
         persistent = _persistent_meta(comp, block, pool)
         persistent.update(fid=fid, width=width,
@@ -153,8 +168,10 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
     run.add("nvcc", time.perf_counter() - t, ", ".join(archs))
     spilled = {sym for kernels in images.resources.values() for sym, r in kernels.items()
                if r.get("spill_stores") or r.get("spill_loads")}
-    if spilled and attempt < len(SPILL_BUDGETS) and _rebuild_spilled(comp, spilled,
-                                                                     SPILL_BUDGETS[attempt]):
+    full = {sym for kernels in images.resources.values() for sym, r in kernels.items()
+            if r.get("registers", 0) >= 120}
+    if spilled and attempt < len(SPILL_BUDGETS) and _rebuild_spilled(
+            comp, spilled, SPILL_BUDGETS[attempt], full):
         return to_cuda_model(comp, attempt + 1)
     comp.source = source
     meta = driver._meta(comp)

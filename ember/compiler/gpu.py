@@ -129,9 +129,11 @@ def efficient_variants(fused: list[Node], kernels: list[GpuKernel], ops: set[int
             continue
         kk = key(n)  # type: ignore[operator]
         if kk not in built:
-            # not split: a split kernel would have to follow every other one (scratch)
+            # not split: a split kernel would have to follow every other one (scratch); not
+            # wide: it runs only in the persistent program, whose registers its widest sets
             e = dense.build_dense(f"{n.attrs['master'].lower()}{i}e", body, one,
-                                  precision=prec, aligned=aligned_inputs(n), split=False)
+                                  precision=prec, aligned=aligned_inputs(n), split=False,
+                                  wide=False)
             built[kk] = e if int(e.blocks) < int(k.blocks) else None
         var = built[kk]
         if var is not None:
@@ -195,21 +197,27 @@ def scratch_space(at: int, kernels: list[Any], deps: Callable[[], list[tuple[int
 MIN_BLOCK = 128     # a persistent program's fewest threads per block
 
 
-def veus_per_sm(block: int) -> int:
+def veus_per_sm(block: int, registers: int = 0) -> int:
     """Persistent blocks of ``block`` threads one SM holds at once: as many as its registers
-    allow at the per-thread budget the kernels are built for (``codegen.cuda.REGISTERS``),
-    at most 2048 threads."""
+    allow at the per-thread budget the kernels are built for (``codegen.cuda.REGISTERS``, or
+    the largest rKernel's ``registers``), at most 2048 threads."""
     from ember.codegen.cuda import REGISTERS
 
-    return max(1, min(65536 // (block * REGISTERS), 2048 // block))
+    return max(1, min(65536 // (block * max(REGISTERS, registers)), 2048 // block))
 
 
-def program_spec(spec: DeviceSpec, block: int) -> DeviceSpec:
-    """The GPU as the persistent program's vEUs see it: ``veus_per_sm(block)`` vEUs per SM,
-    each with that share of the SM's peak and shared memory (the schedulers' device)."""
+def program_registers(kernels: list[GpuKernel]) -> int:
+    """The registers a persistent program's threads may use: its largest rKernel's."""
+    return max([k.registers for k in kernels] + [0])
+
+
+def program_spec(spec: DeviceSpec, block: int, registers: int = 0) -> DeviceSpec:
+    """The GPU as the persistent program's vEUs see it: ``veus_per_sm(block, registers)``
+    vEUs per SM, each with that share of the SM's peak and shared memory (the schedulers'
+    device)."""
     from dataclasses import replace
 
-    r = veus_per_sm(block)
+    r = veus_per_sm(block, registers)
     if r == 1:
         return spec
     layers = tuple(replace(lay, capacity=lay.capacity // r, bandwidth=lay.bandwidth / r)
@@ -230,7 +238,7 @@ def program_rkernels(kernels: list[GpuKernel], variants: list[tuple[int, GpuKern
     # at least 128 threads: narrower kernels are packed 4 or more to a block rather than
     # the program running 16 one-warp vEUs per SM (a plan over 2,000 vEUs)
     block = max([k.threads for k in kernels] + [k.threads for _, k in variants] + [MIN_BLOCK])
-    vspec = program_spec(spec, block)
+    vspec = program_spec(spec, block, program_registers(kernels + [k for _, k in variants]))
     smem = vspec.layer("smem").capacity - 1024
     return ([pack_blocks(k, block, smem) for k in kernels],
             [(op, pack_blocks(k, block, smem)) for op, k in variants], vspec)

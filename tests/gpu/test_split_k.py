@@ -82,8 +82,8 @@ def _scale(w: np.ndarray) -> float:
     return float(np.abs(w[np.isfinite(w)]).max(initial=1.0))
 
 
-def _check(model, feeds: dict, **kw) -> dict:
-    cm = ember.compile(model, target="cuda-sim", **kw)
+def _check(model, feeds: dict, cm=None, **kw) -> dict:
+    cm = cm or ember.compile(model, target="cuda-sim", **kw)
     assert _splits(cm.source), "no kernel was split: the test would test nothing"
     got = cm.run(feeds)
     for o, w in zip(cm.output_names, run_ort(model, feeds)):
@@ -99,9 +99,12 @@ def _check(model, feeds: dict, **kw) -> dict:
        n=st.integers(8, 96), seed=st.integers(0, 50))
 def test_split_products_match_onnxruntime(m: int, k: int, n: int, seed: int) -> None:
     """Partial M and N tiles, a NaN in the input (it reaches the rows it feeds, as in
-    onnxruntime), the bias and Relu applied once, by the last block, to the sum."""
+    onnxruntime), the bias and Relu applied once, by the last block, to the sum. (Roller
+    leaves some of these products whole, 37 x 512 x 40 one: drawn again.)"""
     model, feeds = _mlp(m, k, n, seed)
-    _check(model, feeds)
+    cm = ember.compile(model, target="cuda-sim")
+    assume(_splits(cm.source))
+    _check(model, feeds, cm)
 
 
 @pytest.mark.parametrize("side,cin,cout", [(7, 256, 64), (4, 128, 96)])

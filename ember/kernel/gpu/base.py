@@ -35,6 +35,9 @@ class GpuKernel:
     schedule: str = ""   # the schedule family and its tile, for ``ember inspect``
     modeled_us: float = 0.0   # Roller's modeled time of the whole operator (0: no model)
     split: int = 1            # blocks sharing an output tile's K range (split-K GEMMs)
+    # registers a thread may use (``__launch_bounds__``): the 128 every kernel is built for,
+    # or up to 255 for a TensorCore tile Roller built for one block of 256 threads per SM
+    registers: int = 128
 
     def shared_bytes(self) -> int:
         """Bytes of shared memory one block declares."""

@@ -41,7 +41,11 @@ from ember.kernel.roller.hal import DeviceSpec
 
 MAX_THREADS = 512
 REG_BUDGET = 128       # registers a thread may use before occupancy (and spills) suffer
-SMEM_BLOCK = 48 << 10  # shared memory a block may declare statically
+# a TensorCore tile's estimate may go this far (a 64 x 64 warp tile): the kernel then runs one
+# block of up to 256 threads per SM at up to 255 registers (``GpuKernel.registers``)
+TC_BUDGET = 232
+# shared memory a block may declare statically, less a split tile's "last" flag
+SMEM_BLOCK = (48 << 10) - 16
 
 
 @dataclass(frozen=True)
