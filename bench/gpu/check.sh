@@ -9,7 +9,11 @@
 #     python bench/gpu/bench.py --prepare
 #   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     EMBER_SPLIT_K=0 python bench/gpu/bench.py --prepare --models resnet18,bert_base --gemm 0
-# Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS.
+#   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
+#     python bench/gpu/bench.py --prepare --models resnet50,bert_base --gemm 0 \
+#     --model-precisions fp16
+# Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS;
+# PREC (the models' TensorCore run: fp16, bf16, tf32 or none), PREC_MODELS, PREC_S.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ember-gpu}
@@ -61,8 +65,19 @@ if [ "${SPLIT_AB:-1}" = 1 ]; then
     --modes "" --models ${AB_MODELS:-resnet18,bert_base} > "$OUT/bench_nosplit.log" 2>&1
   echo "bench without split-K: exit $? in $(( $(date +%s) - t0 )) s"
 fi
+t0=$(date +%s)
+# the models in a TensorCore precision against PyTorch's peer of it (autocast fp16/bf16, or
+# TF32), eager only
+PREC=${PREC:-fp16}
+if [ "$PREC" != none ]; then
+  timeout ${PREC_S:-75} $PY bench/gpu/bench.py --out "$OUT/$PREC" --gemm 0 --modes "" \
+    --models ${PREC_MODELS:-resnet50,bert_base} --model-precisions "$PREC" \
+    > "$OUT/bench_$PREC.log" 2>&1
+  echo "bench in $PREC: exit $? in $(( $(date +%s) - t0 )) s"
+fi
 grep -v -i warn "$OUT/bench.log" | tail -n 16
 grep -v -i warn "$OUT/bench_compile.log" | tail -n 8
+[ "$PREC" != none ] && grep -v -i warn "$OUT/bench_$PREC.log" | grep -E "^(resnet|bert|small|mobile|squeeze|incep|resnext|randwire|lstm)" | tail -n 4
 # where each model's time goes: the three longest kernels (all of them in gpu.json)
 $PY - "$OUT/gpu.json" <<'PYEOF' 2>/dev/null
 import json, sys

@@ -65,21 +65,52 @@ def _rel_err(cm: Any, feeds: dict[str, np.ndarray], ref: list[np.ndarray]) -> fl
                for o, r in zip(cm.output_names, ref))
 
 
+class _TorchPrecision:
+    """PyTorch computing as ember's ``precision`` does: its dense products in fp16/bf16 with
+    float32 accumulation and the rest in float32 (``torch.autocast``), in tf32 (TF32 allowed
+    for matmul and cuDNN), or float32 throughout."""
+
+    def __init__(self, precision: str) -> None:
+        self.precision = precision
+        self._ctx: Any = None
+
+    def __enter__(self) -> None:
+        import torch
+
+        self._flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        tf32 = self.precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        if self.precision in ("fp16", "bf16"):
+            dt = torch.float16 if self.precision == "fp16" else torch.bfloat16
+            self._ctx = torch.autocast("cuda", dtype=dt)
+            self._ctx.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+            self._ctx = None
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self._flags
+
+
 def bench_model(name: str, runs: int, rounds: int, deadline: float,
-                modes: list[str]) -> dict[str, Any]:
+                modes: list[str], precision: str = "fp32") -> dict[str, Any]:
     """One model: ember's ``schedule="auto"`` compile (it profiles the Rammer program's rTasks,
     plans Rammer and IOS on the measured costs, times them and the launches, keeps the
     fastest: its own figures are ``auto``), then, interleaved with PyTorch: the choice, the
-    kernels launched one by one (RammerBase) and as a CUDA graph, and the persistent program."""
+    kernels launched one by one (RammerBase) and as a CUDA graph, and the persistent program.
+    ``precision``: ember's dense products' (its ``rel_err`` then meets that precision's
+    bound, not fp32's), PyTorch's peer of it (``_TorchPrecision``)."""
     import torch
 
     from ember.bench.onnx_torch import OnnxTorch
 
     model = zoo.build(name)
     feeds = zoo.random_inputs(name)
-    rec: dict[str, Any] = {"model": name}
+    rec: dict[str, Any] = {"model": name, "precision": precision}
     t = time.perf_counter()
-    cm = ember.compile(model, target="cuda")
+    cm = ember.compile(model, target="cuda", precision=precision)
     rec["ember_compile_s"] = round(time.perf_counter() - t, 2)
     rec["auto"] = cm.meta.get("schedule", {})
     chosen = (cm.mode, cm.cuda_graph)
@@ -94,10 +125,16 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
             return cm.time_ms(feeds, runs)
         return go
 
+    def in_precision(fn: Any) -> Any:
+        def go(*a: Any) -> Any:
+            with _TorchPrecision(precision):
+                return fn(*a)
+        return go
+
     engines: dict[str, Any] = {"ember": ember_in(*chosen),
                                "rammerbase": ember_in("launches", False),
                                "graph": ember_in("launches", True),
-                               "eager": lambda: _torch_time(mod, args, runs)}
+                               "eager": lambda: _torch_time(in_precision(mod), args, runs)}
     if "persistent" in cm.meta:
         policy = cm.meta["persistent"]["policy"]
         engines[policy] = ember_in("persistent", True)
@@ -109,7 +146,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
             rec[f"torch.compile[{mode}]"] = "skipped (time budget)"
             continue
         try:
-            fn = torch.compile(mod, mode=None if mode == "default" else mode)
+            fn = in_precision(torch.compile(mod, mode=None if mode == "default" else mode))
             t = time.perf_counter()
             with torch.inference_mode():
                 for _ in range(3):
@@ -213,16 +250,22 @@ def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
             "kernel": cm.meta["kernels_cuda"][0]["schedule"]}
 
 
-def prepare(models: list[str], gemm: int, precisions: list[str]) -> None:
-    """Compile every model's (and the GEMM's) CUDA images into the kernel cache: a GPU
-    machine given that cache (``EMBER_CACHE_DIR``) runs the bench without compiling."""
-    for name in models:
-        t = time.perf_counter()
-        for policy in ("sequential", "rammer", "ios"):
-            ember.compile(zoo.build(name), target="cuda", schedule=policy)
-        print(f"{name}: CUDA images in {time.perf_counter() - t:.1f} s", flush=True)
+def prepare(models: list[str], gemm: int, precisions: list[str],
+            model_precisions: tuple[str, ...] | list[str] = ("fp32",)) -> None:
+    """Compile every model's (in each of ``model_precisions``) and the GEMM's CUDA images
+    into the kernel cache: a GPU machine given that cache (``EMBER_CACHE_DIR``) runs the bench
+    without compiling, but for the programs planned again on its measured costs. With a GPU,
+    ``schedule="auto"`` builds the Rammer program first: it is among those compiled here."""
+    for prec in model_precisions:
+        for name in models:
+            t = time.perf_counter()
+            for policy in ("sequential", "rammer", "ios"):
+                ember.compile(zoo.build(name), target="cuda", schedule=policy, precision=prec)
+            print(f"{name} ({prec}): CUDA images in {time.perf_counter() - t:.1f} s",
+                  flush=True)
     for prec in precisions if gemm else []:
-        ember.compile(gemm_model(gemm)[0], target="cuda", precision=prec)
+        for policy in ("sequential", "rammer"):
+            ember.compile(gemm_model(gemm)[0], target="cuda", precision=prec, schedule=policy)
         print(f"GEMM {gemm} {prec}: done", flush=True)
 
 
@@ -235,12 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="default,max-autotune")
     ap.add_argument("--gemm", type=int, default=4096)
     ap.add_argument("--gemm-precisions", default="fp32,tf32,fp16,bf16")
+    ap.add_argument("--model-precisions", default="fp32",
+                    help="the precisions the models run in (ember's dense products and "
+                         "PyTorch's peer of them), e.g. fp32,fp16")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--prepare", action="store_true")
     a = ap.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
+    mprecs = [p for p in a.model_precisions.split(",") if p]
     if a.prepare:
-        prepare(models, a.gemm, [p for p in a.gemm_precisions.split(",") if p])
+        prepare(models, a.gemm, [p for p in a.gemm_precisions.split(",") if p], mprecs)
         return 0
     from ember.runtime import cuda_driver
 
@@ -271,19 +318,22 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:
             rec = {"precision": prec, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         record("gemm", rec)
-    for name in models:
-        try:
-            rec = bench_model(name, a.runs, a.rounds, deadline, modes)
-        except Exception as e:
-            rec = {"model": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-        record("models", rec)
+    for prec in mprecs:
+        for name in models:
+            try:
+                rec = bench_model(name, a.runs, a.rounds, deadline, modes, prec)
+            except Exception as e:
+                rec = {"model": name, "precision": prec,
+                       "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            record("models", rec)
     _table(result)
     return 0
 
 
 def _table(result: dict[str, Any]) -> None:
-    print(f"\n{result['device']} ({result['arch']}), torch {result['torch']}, fp32, batch 1, "
-          "device ms (median); ember = what schedule='auto' chose")
+    print(f"\n{result['device']} ({result['arch']}), torch {result['torch']}, fp32 unless "
+          "named (torch: autocast / TF32 as the precision), batch 1, device ms (median); "
+          "ember = what schedule='auto' chose")
     print(f"{'model':17} {'err':>7} {'chosen':>13} {'ember':>8} {'base':>8} {'graph':>8} "
           f"{'rammer':>8} {'ios':>8} {'eager':>8} {'c.def':>8} {'c.max':>8} {'e/eager':>7} "
           f"{'e/best':>7}")
@@ -292,8 +342,9 @@ def _table(result: dict[str, Any]) -> None:
         return f"{x:{w}.3f}" if isinstance(x, float) else f"{'-':>{w}}"
 
     for r in result["models"]:
+        name = r["model"] + ("" if r.get("precision", "fp32") == "fp32" else f" {r['precision']}")
         if "error" in r:
-            print(f"{r['model']:17} ERROR {r['error'][:100]}")
+            print(f"{name:17} ERROR {r['error'][:100]}")
             continue
         e, ea = r.get("ember_ms"), r.get("eager_ms")
         auto = r.get("auto", {}).get("measured_ms", {})
@@ -301,7 +352,7 @@ def _table(result: dict[str, Any]) -> None:
         best = min([x for x in (cd, cx) if isinstance(x, float)], default=None)
         ram = r.get("rammer_ms", auto.get("rammer"))
         ios_ = r.get("ios_ms", auto.get("ios"))
-        print(f"{r['model']:17} {r['ember_rel_err']:7.1e} "
+        print(f"{name:17} {r['ember_rel_err']:7.1e} "
               f"{str(r.get('auto', {}).get('chosen', '-'))[:13]:>13} {f(e)} "
               f"{f(r.get('rammerbase_ms'))} {f(r.get('graph_ms'))} {f(ram)} {f(ios_)} {f(ea)} "
               f"{f(cd)} {f(cx)} {f(e / ea if e and ea else None, 7)} "

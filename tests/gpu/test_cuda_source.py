@@ -216,3 +216,33 @@ def test_the_gemm_epilogue_stores_16_bytes_at_a_time(monkeypatch: pytest.MonkeyP
     assert "st.global.v4.f32" in ptx and "st.global.f32" not in ptx
     got = ember.compile(model, target="cuda-sim").run({"a": a})["c"]
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_bench_table_names_each_models_precision(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench/gpu``'s table: a model run in a TensorCore precision is named with it (the same
+    model in fp32 and fp16 are two rows), a failed one says so."""
+    from ember.bench.gpu import _table
+
+    row = {"ember_rel_err": 1e-3, "ember_ms": 1.0, "eager_ms": 2.0, "auto": {"chosen": "x"}}
+    _table({"device": "GPU", "arch": "sm_90", "torch": "t", "gemm": [], "models": [
+        {"model": "resnet50", "precision": "fp32", **row},
+        {"model": "resnet50", "precision": "fp16", **row},
+        {"model": "bert_base", "precision": "bf16", "error": "boom"}]})
+    lines = capsys.readouterr().out.splitlines()
+    assert any(ln.startswith("resnet50 fp16 ") and "0.500" in ln for ln in lines)
+    assert any(ln.startswith("resnet50 ") and not ln.startswith("resnet50 fp16") for ln in lines)
+    assert any(ln.startswith("bert_base bf16") and "ERROR boom" in ln for ln in lines)
+
+
+def test_torch_peer_of_a_precision_restores_its_flags() -> None:
+    """PyTorch as ember's precision computes: TF32 allowed inside a tf32 run, and both flags
+    as they were after it (an fp32 row after it must not use TF32)."""
+    torch = pytest.importorskip("torch")
+    from ember.bench.gpu import _TorchPrecision
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with _TorchPrecision("tf32"):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    with _TorchPrecision("fp32"):
+        assert not torch.backends.cuda.matmul.allow_tf32
