@@ -575,29 +575,20 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     for row in accs:
         for c in row:
             stmt = Alloc(c, stmt)
-    if staged is not None:
-        stmt = Alloc(staged, stmt)
-    stmt = blk.shared(Alloc(As, Alloc(Bs, stmt)))
+    stmt = blk.shared(Alloc(As, Alloc(Bs, Alloc(staged, stmt))))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 
 def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
-               ) -> tuple[Buffer, int, Callable[[Expr, Expr], Stmt],
-                          Callable[[Expr], Stmt] | None, Buffer | None]:
+               ) -> tuple[Buffer, int, Callable[[Expr, Expr], Stmt], Callable[[Expr], Stmt],
+                          Buffer]:
     """The shared A tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, stage)``,
-    ``land(stage)`` or None, the registers staging it or None). tf32: ``[BM][lda]`` floats,
-    copied asynchronously. fp16/bf16 (``t.ah``): ``[BM][lda]`` words of two k in the
-    precision; a K step's floats are loaded into registers (16 bytes at a time where A's k
-    come in aligned fours) with the next step's copies and packed into shared memory after
-    the compute (``land``): each element rounded once per block, not once per warp reading
-    it, and half the shared reads."""
-    lda, a_size = t.lda, t.BM * t.lda
-    if not t.ah:
-        As = Buffer("As", 2 * a_size, "float32", Scope.SHARED)
-        return As, a_size, lambda k, st: blk.async_tile(
-            As, lambda mm, kq: Bin("+", Bin("*", st, Const(a_size)), Bin(
-                "+", Bin("*", mm, Const(lda)), kq)), t.BM, t.BK, blk.a_src, k, gm.a_buf,
-            gm.a_vec), None, None
+    ``land(stage)``, the registers staging it). ``[BM][lda]`` words in the precision (tf32:
+    a k each; fp16/bf16: two); a K step's floats are loaded into registers (16 bytes at a time
+    where A's k come in aligned fours) with the next step's copies, and rounded and stored
+    into shared memory after the compute (``land``): each element rounded once per block, not
+    once per warp reading it (fp16/bf16: half the shared reads too)."""
+    lda, a_size, p = t.lda, t.BM * t.lda, shape.pair
     As = Buffer("As", 2 * a_size, "uint32", Scope.SHARED)
     w = 4 if gm.a_vec and t.BK % 4 == 0 else 2       # floats a thread copies at once
     per_row, n = t.BK // w, t.BM * t.BK // w
@@ -631,11 +622,13 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
     def land(st: Expr) -> Stmt:
         def store(r: Expr, c: Expr) -> Stmt:
             at = Bin("+", Bin("*", st, Const(a_size)), Bin("+", Bin("*", r, Const(lda)),
-                                                              Bin("//", c, Const(2))))
-            words = [shape.pack(Load(sa, Bin("+", Bin("*", e, Const(w)), Const(q))),
-                                Load(sa, Bin("+", Bin("*", e, Const(w)), Const(q + 1))))
-                     for q in range(0, w, 2)]
-            return mma.store_words2(As, at, *words) if w == 4 else Store(As, at, words[0])
+                                                              Bin("//", c, Const(p))))
+            words = [shape.pack(*(Load(sa, Bin("+", Bin("*", e, Const(w)), Const(q + h)))
+                                  for h in range(p))) for q in range(0, w, p)]
+            if len(words) == 1:
+                return Store(As, at, words[0])
+            return seq(*(mma.store_words2(As, Bin("+", at, Const(q)), words[q], words[q + 1])
+                         for q in range(0, len(words), 2)))
         return each(store)
     return As, a_size, copy, land, sa
 
@@ -677,9 +670,9 @@ def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
               lane: tuple[Var, Var, Var, Var]) -> Stmt:
     """Mma step ``ks`` of a shared stage (at ``offs``): each warp takes its B fragments (one
     per 8-column tile: a prepared B's registers as they are, else the floats packed), then
-    per 16-row tile its A fragment, packed once, and that row's ``NT`` ``mma.sync``. Lane
-    ``tq``'s k are ``2 pair tq`` onwards, adjacent (``mma.logical_k``): a row of its A
-    fragment is one vector read, as is a column of a prepared B's."""
+    per 16-row tile its A fragment (words already in the precision) and that row's ``NT``
+    ``mma.sync``. Lane ``tq``'s k are ``2 pair tq`` onwards, adjacent (``mma.logical_k``): a
+    row of its A fragment is one 8-byte read, as is a column of a prepared B's."""
     g, tq, wm0, wn0 = lane
     (As, Bs), (a_off, b_off) = tiles, offs
     p = shape.pair
@@ -702,26 +695,10 @@ def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
                     shape, mma.b_coord(shape, 0, 0, e)[0]))), Const(t.ldb)), col)))
                 for e in range(q * p, q * p + p)))))
     steps: list[Stmt] = []
-    for i in range(t.MT):
+    for i in range(t.MT):        # A's words as they are: two of row g, two of row g + 8
         afr = Buffer(f"a{i}", shape.a_words, "uint32", Scope.LOCAL)
-        if t.ah:          # the words as they are: two of row g, two of row g + 8
-            ops = [WarpOp(shape.fn, (accs[i][j], afr, bfr[j])) for j in range(t.NT)]
-            steps.append(Alloc(afr, seq(_a_words(t, shape, afr, As, a_off, ks, lane, i),
-                                        *ops)))
-            continue
-        afl = Buffer(f"af{i}", 4 * p, "float32", Scope.LOCAL)   # rows g, g + 8: 2 pair k each
-        rows = [mma.load_vec(afl, h * 2 * p, As, Bin("+", a_off, Bin("+", Bin("*", Bin(
-            "+", Bin("+", wm0, Const(i * 16 + 8 * h)), g), Const(t.lda)), k0)), 2 * p)
-            for h in range(2)]
-        packs = []
-        for q in range(shape.a_words):
-            els = []
-            for e in range(q * p, q * p + p):
-                ro, co = mma.a_coord(shape, 0, 0, e)
-                els.append(Load(afl, Const(ro // 8 * 2 * p + mma.logical_k(shape, co))))
-            packs.append(Store(afr, Const(q), shape.pack(*els)))
         ops = [WarpOp(shape.fn, (accs[i][j], afr, bfr[j])) for j in range(t.NT)]
-        steps.append(Alloc(afr, seq(Alloc(afl, seq(*rows, *packs)), *ops)))
+        steps.append(Alloc(afr, seq(_a_words(t, shape, afr, As, a_off, ks, lane, i), *ops)))
     inner: Stmt = seq(*loads, *steps)
     for buf in bfr:
         inner = Alloc(buf, inner)
@@ -730,17 +707,18 @@ def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
 
 def _a_words(t: gemm_gpu.TcTile, shape: mma.MmaShape, afr: Buffer, As: Buffer, a_off: Expr,
              ks: Var, lane: tuple[Var, Var, Var, Var], i: int) -> Stmt:
-    """Row tile ``i``'s A fragment from words of two k (``t.ah``): the lane's two words of
+    """Row tile ``i``'s A fragment from its words in the precision: the lane's two words of
     row g and of row g + 8 (one 8-byte read each) into registers ``afr`` in the order
     ``mma.sync`` takes them."""
     g, tq, wm0, _ = lane
+    p = shape.pair
     aw = Buffer(f"aw{i}", 4, "uint32", Scope.LOCAL)
-    w0 = Bin("+", Bin("*", ks, Const(shape.k // 2)), Bin("*", tq, Const(2)))
+    w0 = Bin("+", Bin("*", ks, Const(shape.k // p)), Bin("*", tq, Const(2)))
     rows = [mma.load_vec(aw, 2 * h, As, Bin("+", a_off, Bin("+", Bin("*", Bin(
         "+", Bin("+", wm0, Const(i * 16 + 8 * h)), g), Const(t.lda)), w0)), 2) for h in range(2)]
     regs = []
     for q in range(shape.a_words):
-        ro, co = mma.a_coord(shape, 0, 0, 2 * q)
+        ro, co = mma.a_coord(shape, 0, 0, p * q)
         regs.append(Store(afr, Const(q), Load(aw, Const(ro // 8 * 2 + mma.logical_k(shape, co)
-                                                        // 2))))
+                                                        // p))))
     return Alloc(aw, seq(*rows, *regs))

@@ -14,15 +14,16 @@ pair`` of register ``i / pair``:
 - C/D (16 x 8), float: ``c[r]`` = C[g + 8 (r / 2)][2t + r % 2].
 
 **Rounding is explicit.** The kernel rounds float operands into registers with ``pack``
-(``cvt.rna.tf32.f32``, ``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``): once per fragment, not
-once per ``mma`` that reads it. A constant B is rounded when the model is compiled
-(``prepare_b``) and its registers are copied as they are.
+(``cvt.rna.tf32.f32``, ``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``), never inside the
+``mma`` that reads them: A as a block copies it into shared memory (``dense._tc_a_tile``), a
+run-time B per fragment. A constant B is rounded when the model is compiled (``prepare_b``);
+its registers are copied as they are.
 
 **The k order.** An mma sums over its k slots, so any one-to-one assignment of a step's k
 to the slots gives the same product, provided A and B use the same. Ember assigns lane
 ``t``'s slots the *adjacent* k ``2 pair t .. 2 pair t + 2 pair - 1`` (``logical_k``): its A
-fragment of a row is one 8- (tf32) or 16-byte (fp16/bf16) shared read, and its B fragment of
-a column, where B is stored column by column, one 8-byte read.
+fragment of a row is two adjacent words of shared memory (one 8-byte read), as is its B
+fragment of a column where B is stored column by column.
 
 ``cuda-sim`` runs the same packs in C and, for an mma, gathers the warp's 32 lanes'
 registers into the matrices, widens them, multiplies in float32 and scatters D back (the
@@ -129,8 +130,7 @@ def prepare_b(b: np.ndarray, precision: str, n_pad: int, k_pad: int) -> np.ndarr
 # vector reads of a fragment's adjacent elements out of shared memory, into registers: ``(dst,
 # di, src, si)`` copies ``src[si .. si + n)`` to ``dst[di ..]``, ``si`` a multiple of ``n``
 # (the caller's proof); nvcc's own merging of adjacent reads misses some (it proves 8 bytes)
-VEC_LOAD = {(2, "float32"): "em_lds_f2", (4, "float32"): "em_lds_f4",
-            (2, "uint32"): "em_lds_w2"}
+VEC_LOAD = {(2, "uint32"): "em_lds_w2"}
 
 
 def load_vec(dst: Buffer, di: int, src: Buffer, si: Expr, n: int) -> Eval:
@@ -162,15 +162,6 @@ SIM_LOADS[STS2] = ("static inline void em_sts_w2(uint32_t *d, int64_t di, uint32
                    "uint32_t b) { d[di] = a; d[di + 1] = b; }")
 
 CUDA_MMA = r"""/* TensorCore registers and mma.sync (kernel/gpu/mma.py) */
-static __device__ __forceinline__ void em_lds_f2(float *d, long long di, const float *s,
-                                                 long long si) {
-  const float2 v = *(const float2 *)(s + si); d[di] = v.x; d[di + 1] = v.y;
-}
-static __device__ __forceinline__ void em_lds_f4(float *d, long long di, const float *s,
-                                                 long long si) {
-  const float4 v = *(const float4 *)(s + si);
-  d[di] = v.x; d[di + 1] = v.y; d[di + 2] = v.z; d[di + 3] = v.w;
-}
 static __device__ __forceinline__ void em_lds_w2(uint32_t *d, long long di, const uint32_t *s,
                                                  long long si) {
   const uint2 v = *(const uint2 *)(s + si); d[di] = v.x; d[di + 1] = v.y;

@@ -295,22 +295,16 @@ class TcTile:
         return self.WM * self.WN * 32
 
     @property
-    def ah(self) -> bool:
-        """A is kept in shared memory in its precision (fp16/bf16: words of two k, rounded
-        as it is copied, through registers), not as float32 rounded at every fragment read."""
-        return self.pair == 2
-
-    @property
     def staged(self) -> int:
-        """Floats of A a thread holds between a K step's loads and its stores (``ah``)."""
-        return -(-self.BM * self.BK // self.threads) if self.ah else 0
+        """Floats of A a thread holds between a K step's loads and its stores (A is kept in
+        shared memory in its precision: rounded once, as it is copied, through registers)."""
+        return -(-self.BM * self.BK // self.threads)
 
     @property
     def lda(self) -> int:
-        """Shared row length of A, k contiguous. ``ah``: words of two k; a lane reads two of a
-        row (8 bytes), a half warp 4 rows of 8 words at once: 8 words past a multiple of 16
-        puts them on distinct banks. tf32: floats, likewise 2 of a row (8 past a multiple of
-        16)."""
+        """Shared row length of A in 32-bit words (of ``pair`` k in the precision), k
+        contiguous: a lane reads two of a row (8 bytes), a half warp 4 rows of 8 words at
+        once, so 8 words past a multiple of 16 puts them on distinct banks."""
         return self.BK // self.pair + (8 - self.BK // self.pair) % 16
 
     @property
@@ -378,12 +372,10 @@ def tc_issued(t: TcTile, precision: str, copies: Copies = PLAIN) -> float:
     words) and the loop's barriers and waits."""
     warps = t.threads // 32
     steps = t.BK // MMA_K[precision]
-    a_words = FRAG[precision][0] // t.pair
     b_regs = FRAG[precision][1]
-    frag = t.MT * (2 if t.ah else 2 + a_words) + \
-        t.NT * (1 if t.pb else b_regs + b_regs // t.pair) + 8
+    frag = t.MT * 2 + t.NT * (1 if t.pb else b_regs + b_regs // t.pair) + 8
     b_copy = t.BK * t.BN / (4 * t.pair) * 4 if t.pb else t.BK * t.BN * copies.b
-    cp = (t.BM * t.BK * (copies.a + (1 if t.ah else 0)) + b_copy) / 32   # ah: pack, store
+    cp = (t.BM * t.BK * (copies.a + 1) + b_copy) / 32   # A: its load, pack and store
     return warps * steps * (t.MT * t.NT + frag) + cp + warps * 20
 
 
@@ -403,9 +395,9 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     t_global = (t.BM * 4 + t.BN * t.b_bytes()) * k_pad / l2
     a, b = FRAG[precision]
     steps = k_pad // MMA_K[precision]
-    a_read, b_read = (a // t.pair if t.ah else a), (b // t.pair if t.pb else b)
+    a_read, b_read = a // t.pair, (b // t.pair if t.pb else b)
     smem = t.threads * steps * (t.MT * a_read + t.NT * b_read) * 4 + \
-        (t.BM * (2 if t.ah else 4) + t.BN * t.b_bytes()) * k_pad
+        (t.BM * 4 / t.pair + t.BN * t.b_bytes()) * k_pad
     t_smem = smem / (spec.layer("smem").bandwidth * 1e3 / active)
     # the SM issues 4 warp instructions a cycle (64 of its fp32 flop); a block, its share
     t_issue = k_pad // t.BK * tc_issued(t, precision, copies) / (
