@@ -239,9 +239,8 @@ def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
     e = statistics.median(cm.time_ms({"a": a}, runs))
     peer = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
             "bf16": torch.bfloat16}[precision]
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    tt = statistics.median(_torch_time(torch.matmul, [ta.to(peer), tb.to(peer)], runs))
-    torch.backends.cuda.matmul.allow_tf32 = False
+    with _TorchPrecision(precision):
+        tt = statistics.median(_torch_time(torch.matmul, [ta.to(peer), tb.to(peer)], runs))
     flop = 2.0 * n ** 3
     return {"gemm": n, "precision": precision, "rel_err": rel, "ember_ms": round(e, 3),
             "torch_ms": round(tt, 3),

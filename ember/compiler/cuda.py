@@ -75,19 +75,17 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int,
     spec = driver.gpu.gpu_spec()
     prec = options.current().precision
     program = "em_program" in spilled
+    wide = any(k.registers > REGISTERS for k in comp.gpu_kernels)
     new: dict[int, Any] = {}
     for n, gk in zip(comp.fused, comp.gpu_kernels):
         body = n.attrs["body"]
         if id(gk) in new or not dense.applicable(body):
             continue
         sym = render_kernel(gk).symbol
-        if sym in spilled:
+        if sym in spilled or (program and not wide and sym in full):
             cap = budget
         elif program and gk.registers > REGISTERS:
             cap = REGISTERS
-        elif program and sym in full and not any(k.registers > REGISTERS
-                                                 for k in comp.gpu_kernels):
-            cap = budget
         else:
             continue
         new[id(gk)] = dense.build_dense(gk.name, body, spec, precision=prec, budget=cap,

@@ -331,7 +331,7 @@ def cpu_kernel(comp: Compilation, gk: Any) -> Kernel:
 
     if comp.target == "cuda":
         return Kernel(gk.name, Seq([]), gk.blocks, list(gk.args), flops=gk.flops,
-                 doc=f"{gk.doc} [{gk.schedule}]")
+                      doc=f"{gk.doc} [{gk.schedule}]")
     return simulate(gk)
 
 

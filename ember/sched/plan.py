@@ -264,34 +264,34 @@ class PlanBuilder:
                                                 for _ in range(num_veus)]
 
     def place(self, k: int, v: int, begin: int, end: int, kernel: int | None = None) -> None:
-        know_v = self.know[v]
-        need = None           # per vEU: the last step of a dependency there (0: none)
-        for p in self.deps[k]:
-            last = self.last.get(p)
-            if last is not None:
-                need = last.copy() if need is None else np.maximum(need, last, out=need)
-        us = np.zeros(0, np.int64)
-        if need is not None:
+        lasts = [self.last[p] for p in self.deps[k] if p in self.last]
+        if lasts:    # per vEU: the last step of a dependency there (0: none)
+            need = np.max(lasts, axis=0) if len(lasts) > 1 else lasts[0].copy()
             need[v] = 0
-            us = np.flatnonzero(need > know_v)
-        rows: list[np.ndarray] = []
-        if len(us):
-            assert need is not None
-            hist = self.history
-            rows = [hist[w][s] for w, s in zip(us.tolist(), need[us].tolist())]  # what w knew
-        if len(us) > 1:   # drop a wait that another wait implies (that vEU knew it then)
-            seen = np.array(rows)[:, us]
-            np.fill_diagonal(seen, -1)
-            keep = seen.max(axis=0) < need[us]
-            us, rows = us[keep], [r for r, k in zip(rows, keep.tolist()) if k]
-        if len(us):
-            assert need is not None
-            self.plan.programs[v].append(Barrier(tuple(zip(us.tolist(), need[us].tolist()))))
-            np.maximum(know_v, np.max(rows, axis=0), out=know_v)
+            self._wait(v, need)
         self.plan.programs[v].append(RTask(k if kernel is None else kernel, begin, end))
         step = len(self.history[v])          # this rTask's step on v
-        know_v[v] = step
-        self.history[v].append(know_v.copy())
+        self.know[v, v] = step
+        self.history[v].append(self.know[v].copy())
         if k not in self.last:
             self.last[k] = np.zeros(len(self.know), np.int64)
         self.last[k][v] = step
+
+    def _wait(self, v: int, need: np.ndarray) -> None:
+        """``v``'s barrier before an rTask: on each other vEU ``u`` until step ``need[u]``,
+        where ``v`` does not know it already, and not where another wait implies it (that
+        vEU knew it then); what ``v`` knows after it."""
+        know_v = self.know[v]
+        us = np.flatnonzero(need > know_v)
+        if not len(us):
+            return
+        rows = np.array([self.history[w][s] for w, s in zip(us.tolist(), need[us].tolist())])
+        if len(us) > 1:
+            seen = rows[:, us]
+            np.fill_diagonal(seen, -1)
+            keep = seen.max(axis=0) < need[us]
+            us, rows = us[keep], rows[keep]
+            if not len(us):
+                return
+        self.plan.programs[v].append(Barrier(tuple(zip(us.tolist(), need[us].tolist()))))
+        np.maximum(know_v, rows.max(axis=0), out=know_v)

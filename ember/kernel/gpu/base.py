@@ -10,11 +10,13 @@ the execution plan's ranges of a GPU kernel are ranges of blocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ember.loops.ir import Alloc, Barrier, Buffer, Extent, Scope, Stmt, WarpOp
+from ember.kernel.roller.gemm_gpu import REG_BUDGET
+from ember.loops.ir import Alloc, Barrier, Buffer, Expr, Extent, Scope, Stmt, WarpOp
 from ember.loops.transform import iter_stmts
 from ember.support.dtypes import dtype
 
@@ -35,9 +37,9 @@ class GpuKernel:
     schedule: str = ""   # the schedule family and its tile, for ``ember inspect``
     modeled_us: float = 0.0   # Roller's modeled time of the whole operator (0: no model)
     split: int = 1            # blocks sharing an output tile's K range (split-K GEMMs)
-    # registers a thread may use (``__launch_bounds__``): the 128 every kernel is built for,
+    # registers a thread may use (``__launch_bounds__``): the budget every kernel is built for,
     # or up to 255 for a TensorCore tile Roller built for one block of 256 threads per SM
-    registers: int = 128
+    registers: int = REG_BUDGET
 
     def shared_bytes(self) -> int:
         """Bytes of shared memory one block declares."""
@@ -47,6 +49,26 @@ class GpuKernel:
 def shared_buffers(s: Stmt) -> list[Buffer]:
     """The ``Scope.SHARED`` buffers ``s`` allocates."""
     return [x.buf for x in iter_stmts(s) if isinstance(x, Alloc) and x.buf.scope is Scope.SHARED]
+
+
+def map_call_args(args: tuple, rebound: Callable[[Buffer], tuple[Buffer, Callable[[Expr], Expr]]
+                                                   | None],
+                  fe: Callable[[Expr], Expr]) -> tuple:
+    """A call's arguments with buffers replaced. The calls' convention: each buffer argument
+    is followed by an index into it. Where ``rebound(buf)`` gives ``(new, move)``, the buffer
+    becomes ``new`` and the index after it ``move(index)``; every expression also goes through
+    ``fe``."""
+    out: list = []
+    move: Callable[[Expr], Expr] | None = None
+    for a in args:
+        if isinstance(a, Buffer):
+            hit = rebound(a)
+            out.append(a if hit is None else hit[0])
+            move = None if hit is None else hit[1]
+        else:
+            out.append(fe(a) if move is None else move(fe(a)))
+            move = None
+    return tuple(out)
 
 
 def has_barrier(s: Stmt) -> bool:

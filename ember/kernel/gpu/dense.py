@@ -681,13 +681,9 @@ def _mma_step(t: gemm_gpu.TcTile, shape: mma.MmaShape, accs: list[list[Buffer]],
     loads: list[Stmt] = []
     for j in range(t.NT):
         col = Bin("+", wn0, Bin("+", g, Const(j * 8)))
-        if t.pb:     # the lane's words: 2 tq onwards of the step's k / pair
-            w = Bin("+", Bin("*", ks, Const(shape.k // p)), Bin("*", tq, Const(2)))
-            bw = Buffer(f"bw{j}", shape.b_words, "uint32", Scope.LOCAL)
-            loads.append(Alloc(bw, seq(
-                mma.load_vec(bw, 0, Bs, Bin("+", b_off, Bin("+", Bin("*", col, Const(t.ldb)), w)),
-                             shape.b_words),
-                *(Store(bfr[j], Const(q), Load(bw, Const(q))) for q in range(shape.b_words)))))
+        if t.pb:     # the column's two words as they are
+            loads.append(mma.load_words2(bfr[j], Const(0), Bs, Bin("+", b_off, Bin(
+                "+", Bin("*", col, Const(t.ldb)), _lane_words(shape, ks, tq)))))
             continue
         for q in range(shape.b_words):
             loads.append(Store(bfr[j], Const(q), shape.pack(*(Load(Bs, Bin("+", b_off, Bin(
@@ -711,14 +707,19 @@ def _a_words(t: gemm_gpu.TcTile, shape: mma.MmaShape, afr: Buffer, As: Buffer, a
     row g and of row g + 8 (one 8-byte read each) into registers ``afr`` in the order
     ``mma.sync`` takes them."""
     g, tq, wm0, _ = lane
-    p = shape.pair
     aw = Buffer(f"aw{i}", 4, "uint32", Scope.LOCAL)
-    w0 = Bin("+", Bin("*", ks, Const(shape.k // p)), Bin("*", tq, Const(2)))
-    rows = [mma.load_vec(aw, 2 * h, As, Bin("+", a_off, Bin("+", Bin("*", Bin(
-        "+", Bin("+", wm0, Const(i * 16 + 8 * h)), g), Const(t.lda)), w0)), 2) for h in range(2)]
+    rows = [mma.load_words2(aw, Const(2 * h), As, Bin("+", a_off, Bin("+", Bin("*", Bin(
+        "+", Bin("+", wm0, Const(i * 16 + 8 * h)), g), Const(t.lda)), _lane_words(shape, ks, tq))))
+        for h in range(2)]
     regs = []
     for q in range(shape.a_words):
-        ro, co = mma.a_coord(shape, 0, 0, p * q)
+        ro, co = mma.a_coord(shape, 0, 0, shape.pair * q)
         regs.append(Store(afr, Const(q), Load(aw, Const(ro // 8 * 2 + mma.logical_k(shape, co)
-                                                        // p))))
+                                                        // shape.pair))))
     return Alloc(aw, seq(*rows, *regs))
+
+
+def _lane_words(shape: mma.MmaShape, ks: Var, tq: Var) -> Expr:
+    """The first of lane ``tq``'s two words in a row of mma step ``ks`` (``mma.logical_k``:
+    its k are the step's ``2 pair tq`` onwards)."""
+    return Bin("+", Bin("*", ks, Const(shape.k // shape.pair)), Bin("*", tq, Const(2)))

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.loops.ir import Buffer, Call, Const, Eval, Expr
+from ember.loops.ir import Buffer, Call, Eval, Expr
 
 
 @dataclass(frozen=True)
@@ -127,21 +127,18 @@ def prepare_b(b: np.ndarray, precision: str, n_pad: int, k_pad: int) -> np.ndarr
     return np.ascontiguousarray(h[..., 0::2] | (h[..., 1::2] << 16))
 
 
-# vector reads of a fragment's adjacent elements out of shared memory, into registers: ``(dst,
-# di, src, si)`` copies ``src[si .. si + n)`` to ``dst[di ..]``, ``si`` a multiple of ``n``
-# (the caller's proof); nvcc's own merging of adjacent reads misses some (it proves 8 bytes)
-VEC_LOAD = {(2, "uint32"): "em_lds_w2"}
+# an 8-byte read of two adjacent words of shared memory into registers: ``(dst, di, src,
+# si)`` copies ``src[si], src[si + 1]`` to ``dst[di]``, ``dst[di + 1]``, ``si`` even (the
+# caller's proof; nvcc's own merging of adjacent reads misses some: it proves 8 bytes);
+# a staged copy of A: ``(dst, di, src, si, ok)`` four floats of A from global memory into
+# registers (zeros where not ``ok``; ``si`` a multiple of four, 16-byte aligned:
+# ``dense.Gemm.a_vec``), and ``(dst, di, w0, w1)`` two words into shared memory at an even
+# ``di``
+LDS2, LDG4, STS2 = "em_lds_w2", "em_ldg_f4", "em_sts_w2"
 
 
-def load_vec(dst: Buffer, di: int, src: Buffer, si: Expr, n: int) -> Eval:
-    return Eval(VEC_LOAD[n, str(src.dtype)], (dst, Const(di), src, si))
-
-
-# a staged copy of A (fp16/bf16 kept in shared memory in the precision): ``(dst, di, src, si,
-# ok)`` four floats of A from global memory into registers (zeros where not ``ok``; ``si`` a
-# multiple of four, 16-byte aligned: ``dense.Gemm.a_vec``), and ``(dst, di, w0, w1)`` two
-# packed words into shared memory at an even ``di``
-LDG4, STS2 = "em_ldg_f4", "em_sts_w2"
+def load_words2(dst: Buffer, di: Expr, src: Buffer, si: Expr) -> Eval:
+    return Eval(LDS2, (dst, di, src, si))
 
 
 def load_global4(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
@@ -152,14 +149,14 @@ def store_words2(dst: Buffer, di: Expr, w0: Expr, w1: Expr) -> Eval:
     return Eval(STS2, (dst, di, w0, w1))
 
 
-SIM_LOADS = {fn: f"static inline void {fn}(void *d, int64_t di, const void *s, int64_t si) "
-                 f"{{ memcpy((uint32_t *)d + di, (const uint32_t *)s + si, {4 * n}); }}"
-             for (n, _), fn in VEC_LOAD.items()}
-SIM_LOADS[LDG4] = ("static inline void em_ldg_f4(float *d, int64_t di, const float *s, "
-                   "int64_t si, int ok) { for (int q = 0; q < 4; ++q) "
-                   "d[di + q] = ok ? s[si + q] : 0.0f; }")
-SIM_LOADS[STS2] = ("static inline void em_sts_w2(uint32_t *d, int64_t di, uint32_t a, "
-                   "uint32_t b) { d[di] = a; d[di + 1] = b; }")
+SIM_LOADS = {
+    LDS2: "static inline void em_lds_w2(uint32_t *d, int64_t di, const uint32_t *s, int64_t si) "
+          "{ d[di] = s[si]; d[di + 1] = s[si + 1]; }",
+    LDG4: "static inline void em_ldg_f4(float *d, int64_t di, const float *s, int64_t si, "
+          "int ok) { for (int q = 0; q < 4; ++q) d[di + q] = ok ? s[si + q] : 0.0f; }",
+    STS2: "static inline void em_sts_w2(uint32_t *d, int64_t di, uint32_t a, uint32_t b) "
+          "{ d[di] = a; d[di + 1] = b; }",
+}
 
 CUDA_MMA = r"""/* TensorCore registers and mma.sync (kernel/gpu/mma.py) */
 static __device__ __forceinline__ void em_lds_w2(uint32_t *d, long long di, const uint32_t *s,

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ember.errors import CompileError
 from ember.kernel.gpu import async_copy, mma, split_k
-from ember.kernel.gpu.base import GpuKernel, has_barrier, shared_buffers
+from ember.kernel.gpu.base import GpuKernel, has_barrier, map_call_args, shared_buffers
 from ember.loops.ir import (
     BLOCK,
     THREAD,
@@ -126,7 +126,7 @@ def pack_blocks(gk: GpuKernel, block: int, smem_limit: int) -> GpuKernel:
 
 # calls that may take shared buffers: each buffer argument followed by an index into it
 SHARED_CALLS = (async_copy.COPY, async_copy.COPY4, async_copy.COPY4W, split_k.ARRIVE,
-                *mma.VEC_LOAD.values(), mma.STS2)
+                mma.LDS2, mma.STS2)
 
 
 def _packable(body: Stmt) -> bool:
@@ -198,19 +198,9 @@ def _private_shared(s: Stmt, grp: Var, groups: int) -> Stmt:
             return Alloc(x.buf, walk(x.body))
         if isinstance(x, Let):
             return Let(x.var, fe(x.value), walk(x.body))
-        if isinstance(x, Eval) and x.fn in SHARED_CALLS:   # (buffer, index) pairs
-            args: list = []
-            owner: Buffer | None = None     # the shared buffer the next index is into
-            for a in x.args:
-                if isinstance(a, Buffer):
-                    owner = a if a in copies else None
-                    args.append(copies[a][0] if owner is not None else a)
-                else:
-                    args.append(fe(a if owner is None else shift(a, owner)))
-                    owner = None
-            return Eval(x.fn, tuple(args))
-        if isinstance(x, Eval):
-            return Eval(x.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in x.args))
+        if isinstance(x, Eval):    # a shared buffer's index moves to the group's copy
+            return Eval(x.fn, map_call_args(x.args, lambda b: (
+                copies[b][0], lambda i: shift(i, b)) if b in copies else None, fe))
         if isinstance(x, WarpOp):
             return WarpOp(x.fn, tuple(a if isinstance(a, Buffer) else fe(a) for a in x.args))
         return x

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ember.errors import CompileError
 from ember.kernel.base import T0, T1, Kernel
 from ember.kernel.gpu import async_copy, mma, split_k
-from ember.kernel.gpu.base import GpuKernel, has_barrier
+from ember.kernel.gpu.base import GpuKernel, has_barrier, map_call_args
 from ember.loops.ir import BLOCK as BLOCK_VAR
 from ember.loops.ir import (
     THREAD,
@@ -185,17 +185,9 @@ def _rebind(s: Stmt, old: Buffer, new: Buffer, per_thread: int | Expr | None) ->
         if isinstance(x, WarpOp):      # whole fragments: the warp op indexes them by lane
             return WarpOp(x.fn, tuple(new if a is old else a if isinstance(a, Buffer)
                                       else map_expr(a, fe) for a in x.args))
-        if isinstance(x, Eval):        # (buffer, index) pairs: a rebound buffer's index moves
-            args: list = []
-            after_old = False
-            for a in x.args:
-                if isinstance(a, Buffer):
-                    args.append(new if a is old else a)
-                    after_old = a is old
-                else:
-                    args.append(index(map_expr(a, fe)) if after_old else map_expr(a, fe))
-                    after_old = False
-            return Eval(x.fn, tuple(args))
+        if isinstance(x, Eval):        # a rebound buffer's index moves with it
+            return Eval(x.fn, map_call_args(x.args, lambda b: (new, index) if b is old else None,
+                                            lambda e: map_expr(e, fe)))
         return map_stmt(x, lambda e: map_expr(e, fe))
 
     return walk(s)

@@ -314,7 +314,7 @@ class TcTile:
         row is a k of the n (4 past a multiple of 8: the rows ``2 pair`` apart that a warp's
         lanes read fall at most two to a bank)."""
         if self.pb:
-            return self.BK // self.pair + (8 - self.BK // self.pair) % 16
+            return self.lda        # the same words of the same k, by column
         return self.BN + (4 - self.BN) % 8
 
     def smem_bytes(self) -> int:
