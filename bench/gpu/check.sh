@@ -12,7 +12,8 @@
 #   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     python bench/gpu/bench.py --prepare --models resnet50,bert_base --gemm 0 \
 #     --model-precisions fp16
-# Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS;
+# Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS,
+# COMPILE_S and COMPILE_ARGS (a torch.compile run of its own), SPLIT_AB, AB_S, AB_MODELS;
 # PREC (the models' TensorCore run: fp16, bf16, tf32 or none), PREC_MODELS, PREC_S.
 set -u
 cd "$(dirname "$0")/../.."
@@ -37,31 +38,35 @@ cat "$OUT/machine.txt"
 # a test that hangs (a persistent program that never ends) names itself: pytest-timeout, where
 # the machine has it, dumps every thread's stack and ends the run
 per_test=""
-$PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${PER_TEST_S:-150} --timeout-method thread"
+$PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${PER_TEST_S:-60} --timeout-method thread"
 t0=$(date +%s)
-timeout ${TEST_S:-240} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
+timeout ${TEST_S:-120} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
   ${TESTS:-tests/gpu} > "$OUT/tests.log" 2>&1
 echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s"
 grep -E "passed|failed|skipped|error|Error|FAILED|ERROR|Timeout" "$OUT/tests.log" | tail -n 25
 t0=$(date +%s)
-# every zoo model against PyTorch eager, and the GEMM (ember compiles in seconds; no torch.compile)
-timeout ${BENCH_S:-200} $PY bench/gpu/bench.py --out "$OUT" --modes "" ${BENCH_ARGS:-} \
+# every zoo model against PyTorch eager, and the GEMM, in one process; torch.compile (default)
+# on the models it compiles in well under a minute, skipped once BUDGET_S has passed
+timeout ${BENCH_S:-270} $PY bench/gpu/bench.py --out "$OUT" --budget-s ${BUDGET_S:-200} \
+  ${BENCH_ARGS:---modes default --compile-models resnet50,bert_base,resnet18} \
   > "$OUT/bench.log" 2>&1
 echo "bench: exit $? in $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
-# torch.compile on the models it compiles in under a minute (an LSTM unrolled over its steps
-# takes minutes, max-autotune longer still: COMPILE_ARGS="--modes default,max-autotune ...")
-timeout ${COMPILE_S:-180} $PY bench/gpu/bench.py --out "$OUT/compile" --gemm 0 \
-  --budget-s ${BUDGET_S:-120} \
-  ${COMPILE_ARGS:---modes default --models resnet50,bert_base,mobilenet_v2,squeezenet1_1,resnet18} \
-  > "$OUT/bench_compile.log" 2>&1
-echo "bench with torch.compile: exit $? in $(( $(date +%s) - t0 )) s"
-t0=$(date +%s)
+# more of torch.compile, in a process of its own where asked for (an LSTM unrolled over its
+# steps takes minutes, max-autotune longer still), e.g. COMPILE_S=300
+# COMPILE_ARGS="--modes default,max-autotune --models resnet50,bert_base"
+if [ "${COMPILE_S:-0}" != 0 ]; then
+  timeout $COMPILE_S $PY bench/gpu/bench.py --out "$OUT/compile" --gemm 0 \
+    --budget-s $(( COMPILE_S - 60 )) ${COMPILE_ARGS:---modes default,max-autotune} \
+    > "$OUT/bench_compile.log" 2>&1
+  echo "bench with torch.compile: exit $? in $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+fi
 # split-K's effect measured directly: two models' launches again with no product split
 # (prepare their images too: EMBER_SPLIT_K=0 ... bench.py --prepare --models resnet18,bert_base
 # --gemm 0); SPLIT_AB=0 skips it
 if [ "${SPLIT_AB:-1}" = 1 ]; then
-  EMBER_SPLIT_K=0 timeout ${AB_S:-90} $PY bench/gpu/bench.py --out "$OUT/nosplit" --gemm 0 \
+  EMBER_SPLIT_K=0 timeout ${AB_S:-70} $PY bench/gpu/bench.py --out "$OUT/nosplit" --gemm 0 \
     --modes "" --models ${AB_MODELS:-resnet18,bert_base} > "$OUT/bench_nosplit.log" 2>&1
   echo "bench without split-K: exit $? in $(( $(date +%s) - t0 )) s"
 fi
@@ -76,7 +81,7 @@ if [ "$PREC" != none ]; then
   echo "bench in $PREC: exit $? in $(( $(date +%s) - t0 )) s"
 fi
 grep -v -i warn "$OUT/bench.log" | tail -n 16
-grep -v -i warn "$OUT/bench_compile.log" | tail -n 8
+[ -f "$OUT/bench_compile.log" ] && grep -v -i warn "$OUT/bench_compile.log" | tail -n 8
 [ "$PREC" != none ] && grep -v -i warn "$OUT/bench_$PREC.log" | grep -E "^(resnet|bert|small|mobile|squeeze|incep|resnext|randwire|lstm)" | tail -n 4
 # where each model's time goes: the three longest kernels (all of them in gpu.json)
 $PY - "$OUT/gpu.json" <<'PYEOF' 2>/dev/null

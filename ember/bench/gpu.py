@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--modes", default="default,max-autotune")
+    ap.add_argument("--compile-models", default="",
+                    help="the models torch.compile's modes run on (default: every model)")
     ap.add_argument("--gemm", type=int, default=4096)
     ap.add_argument("--gemm-precisions", default="fp32,tf32,fp16,bf16")
     ap.add_argument("--model-precisions", default="fp32",
@@ -302,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                               "precision": "fp32", "models": []}
     deadline = time.perf_counter() + a.budget_s
     modes = [m for m in a.modes.split(",") if m]
+    compile_models = {m for m in a.compile_models.split(",") if m} or set(models)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -320,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     for prec in mprecs:
         for name in models:
             try:
-                rec = bench_model(name, a.runs, a.rounds, deadline, modes, prec)
+                rec = bench_model(name, a.runs, a.rounds, deadline,
+                                  modes if name in compile_models else [], prec)
             except Exception as e:
                 rec = {"model": name, "precision": prec,
                        "error": f"{type(e).__name__}: {str(e)[:300]}"}
