@@ -1,0 +1,97 @@
+"""Roller's model against the GPU, tile by tile: the GEMM's ``--top`` best tiles by Roller's
+model, each compiled alone (``schedule="sequential"``) and timed on the GPU present, with its
+modeled time beside the measured one. Where the best-modeled tile is not the fastest measured,
+the model misranks; the ratios say by how much, and for which tile shapes.
+
+    python bench/gpu/tiles.py --prepare [--n 4096] [--precisions fp32,fp16]   # nvcc, no GPU
+    python bench/gpu/tiles.py --out DIR                                       # on the GPU
+
+Prepare on any machine with nvcc, with the kernel cache carried (``EMBER_CACHE_DIR``) and the
+GPU's datasheet named (``EMBER_GPU``), as for ``check.sh``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import ember  # noqa: E402
+from ember.bench.gpu import gemm_model  # noqa: E402
+from ember.kernel.roller import gemm_gpu as gg  # noqa: E402
+
+
+@contextmanager
+def forced(i: int, top: int) -> Any:
+    """Roller's construction answers with its ``i``-th best tile of ``top`` (0: its choice)."""
+    real, real_tc = gg.construct, gg.construct_tc
+
+    def ffma(M, N, K, batch, spec, topk=1, *a, **k):  # type: ignore[no-untyped-def]
+        tiles = real(M, N, K, batch, spec, top, *a, **k)
+        return (tiles[min(i, len(tiles) - 1)],)
+
+    def tc(M, N, K, batch, spec, precision, topk=1, *a, **k):  # type: ignore[no-untyped-def]
+        tiles = real_tc(M, N, K, batch, spec, precision, top, *a, **k)
+        return (tiles[min(i, len(tiles) - 1)],)
+
+    gg.construct, gg.construct_tc = ffma, tc
+    try:
+        yield
+    finally:
+        gg.construct, gg.construct_tc = real, real_tc
+
+
+def candidates(n: int, precision: str, top: int, timed: bool) -> list[dict[str, Any]]:
+    model, a, b = gemm_model(n)
+    out, seen = [], set()
+    for i in range(top):
+        with forced(i, top):
+            cm = ember.compile(model, target="cuda", precision=precision,
+                               schedule="sequential")
+        k = cm.meta["kernels_cuda"][0]
+        if k["schedule"] in seen:      # fewer distinct tiles than asked for
+            break
+        seen.add(k["schedule"])
+        rec = {"n": n, "precision": precision, "rank": i, "modeled_us": k["modeled_us"],
+               "schedule": k["schedule"], "grid": k["grid"], "block": k["block"]}
+        if timed:
+            rec["ms"] = round(statistics.median(cm.time_ms({"a": a}, 20)), 4)
+            rec["ratio"] = round(rec["ms"] * 1e3 / k["modeled_us"], 2)
+            rec["tflops"] = round(2.0 * n ** 3 / rec["ms"] / 1e9, 1)
+        print(json.dumps(rec), flush=True)
+        out.append(rec)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--precisions", default="fp32,fp16")
+    ap.add_argument("--top", type=int, default=6)
+    ap.add_argument("--prepare", action="store_true")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    from ember.runtime import cuda_driver
+
+    timed = not a.prepare
+    if timed and not cuda_driver.available():
+        print("no CUDA GPU here: nothing to time")
+        return 0
+    recs = [r for p in a.precisions.split(",") if p
+            for r in candidates(a.n, p, a.top, timed)]
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "tiles.json").write_text(json.dumps(recs, indent=1))
+    for r in recs if timed else []:
+        print(f"{r['precision']:5} #{r['rank']} {r['ms']:8.3f} ms {r['tflops']:6.1f} TFLOP/s "
+              f"x{r['ratio']:5.2f} of {r['modeled_us']:8.1f} us  {r['schedule'][:90]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
