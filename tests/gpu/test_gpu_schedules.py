@@ -215,3 +215,33 @@ def test_a_rebuilt_kernel_gets_a_plan_over_its_new_blocks() -> None:
     assert comp.plan is not None and comp.plan.policy == "rammer"
     comp.plan.validate([int(k.blocks) for k in comp.gpu_program],
                        list(range(len(comp.gpu_kernels))) + [op for op, _ in comp.gpu_variants])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_launches_keep_the_kernels_built_to_stand_alone(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """``schedule="auto"`` launches the kernels as built to stand alone, not those a spilling
+    persistent program had rebuilt with fewer registers (on an H200 the 4096^3 GEMM ran its
+    program's 32x32 tile as launches: 0.66 of torch.matmul, 0.81 with its own 128x128)."""
+    from ember.codegen.cuda import render_kernel
+    from ember.compiler import cuda, driver
+    from ember.frontend.onnx.importer import import_model
+    from ember.kernel.gpu import dense
+
+    monkeypatch.setenv("EMBER_CUDA_ARCH", "sm_90")
+    comp = driver.build_graph(import_model(zoo.build("squeezenet1_1")), target="cuda",
+                              gpu_schedule="rammer")
+    standalone = list(comp.gpu_kernels)
+    spilled = {render_kernel(k).symbol for n, k in zip(comp.fused, comp.gpu_kernels)
+               if dense.applicable(n.attrs["body"])}
+    assert cuda._rebuild_spilled(comp, spilled, 32)
+    rebuilt = list(comp.gpu_kernels)
+    seq = driver.launches_only(comp, standalone)
+    assert all(a is b for a, b in zip(seq.gpu_kernels, standalone))
+    assert not seq.interleaved and not seq.variants and not seq.gpu_program
+    assert all(a is b for a, b in zip(comp.gpu_kernels, rebuilt)) and comp.interleaved
+    assert any(a is not b for a, b in zip(rebuilt, standalone))
+    launches = cuda.to_cuda_model(seq)
+    assert "persistent" not in launches.meta and launches.mode == "launches"
+    assert [k["schedule"] for k in launches.meta["kernels_cuda"]] == \
+        [k.schedule for k in standalone]

@@ -262,6 +262,16 @@ def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
 # --------------------------------------------------------------------------- TensorCores
 # TensorCore rate over the FP32 FMA rate, per SM (dense, fp32 accumulation; datasheets)
 TC_SPEEDUP = {"tf32": 8.0, "fp16": 16.0, "bf16": 16.0}
+# mma.sync as ember's kernels feed them (fragment reads, the K loop's copies and barriers),
+# measured on an H200 (2026-11-28: 300 fp16 kernels of ResNet-50 and BERT timed alone, and six
+# 4096^3 tiles): a warp issues one no faster than every MMA_WARP_CYCLES (fitted: 36-56), an
+# SM all its warps' together no faster than every MMA_SM_CYCLES (the six 4096^3 tiles ran
+# 742-828 us: 5.6-6.2 cycles). With them the model ranks the five tile policies measured
+# there as the card did (without, in reverse): more warps of fewer mma tiles each beat one
+# wide warp tile per SM
+MMA_WARP_CYCLES = 40.0
+MMA_SM_CYCLES = 6.0
+TC_NEAR = 0.05
 MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
 FRAG = {"tf32": (4, 2), "fp16": (8, 4), "bf16": (8, 4)}   # A and B floats per thread
 
@@ -381,6 +391,15 @@ def tc_issued(t: TcTile, precision: str, copies: Copies = PLAIN) -> float:
 
 def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
              precision: str, copies: Copies = PLAIN) -> float:
+    """The tile's modeled time (us): its blocks' own time, or moving the operands once
+    through HBM where that is longer, plus a launch."""
+    own, hbm = tc_times(t, M, N, K, batch, spec, precision, copies)
+    return max(own, hbm) + 2.0
+
+
+def tc_times(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
+             precision: str, copies: Copies = PLAIN) -> tuple[float, float]:
+    """(the blocks' own time in waves, the operands' one pass through HBM), in us."""
     mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
     blocks = batch * mb * nb * t.split
     resident = _tc_resident(t, spec, precision)
@@ -402,10 +421,15 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
     # the SM issues 4 warp instructions a cycle (64 of its fp32 flop); a block, its share
     t_issue = k_pad // t.BK * tc_issued(t, precision, copies) / (
         spec.peak_gflops * 1e3 / 64 * issue / active)
+    # a warp's own mma.sync one after another, and all of the SM's (the SM clock: shared
+    # memory's 128 bytes a cycle)
+    mma_us = steps * t.MT * t.NT / (spec.layer("smem").bandwidth / 128 * 1e3)
+    t_mma = mma_us * max(MMA_WARP_CYCLES, MMA_SM_CYCLES * warps_sm)
     t_part, reduce = (float(c) for c in _split_costs(t.split, t.BM * t.BN * 4, l2))
-    per_wave = max(t_compute, t_global + t_part, t_smem, t_issue) + k_pad // t.BK * 0.03
+    per_wave = max(t_compute, t_global + t_part, t_smem, t_issue, t_mma) + \
+        k_pad // t.BK * 0.03
     hbm = batch * ((M * K + M * N) * 4 + K * N * t.b_bytes()) / (spec.bandwidth("HBM") * 1e3)
-    return max(waves * per_wave + reduce, hbm) + 2.0
+    return waves * per_wave + reduce, hbm
 
 
 def _tc_resident(t: TcTile, spec: DeviceSpec, precision: str) -> int:
@@ -437,7 +461,17 @@ def _construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precisio
              for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
                              spec.units * _tc_resident(t, spec, precision),
                              math.ceil(K / t.BK)) if split else [1])]
-    ranked = sorted(((tc_model(t, M, N, K, batch, spec, precision, copies), -t.BM * t.BN,
-                      t.split, t)
-                     for t in tiles), key=lambda r: r[:3])
+    # ties at the HBM floor (a small product: every tile is modeled to stream its operands
+    # at full bandwidth) go to the tile whose own blocks end first, the one that spreads over
+    # the most SMs: on an H200 the largest tile among them ran ResNet-50's fp16 convs 1.3x
+    # slower (few blocks on few SMs reach no such bandwidth)
+    ranked = sorted(((max(own, hbm) + 2.0, own, t.split, t) for t in tiles
+                     for own, hbm in [tc_times(t, M, N, K, batch, spec, precision, copies)]),
+                    key=lambda r: r[:3])
+    # within the model's own error of the best (TC_NEAR), the largest block tile (the fewest
+    # operand bytes moved; a large product's tiles model within a few percent of each other,
+    # and of the six 4096^3 ones timed on the H200 the largest ran fastest)
+    near = [r for r in ranked if r[0] <= ranked[0][0] * (1 + TC_NEAR)]
+    near.sort(key=lambda r: (-r[3].BM * r[3].BN, -r[3].threads, r[:3]))
+    ranked = near + ranked[len(near):]
     return tuple(replace(t, time_us=round(us, 3)) for us, _, _, t in ranked[:max(1, topk)])
