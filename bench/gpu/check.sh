@@ -92,6 +92,11 @@ for m in r.get("models", []):
     if top:
         print(f"{m['model']:16} kernels {m['kernels_ms_total']:.3f} ms; longest: " + "; ".join(
             f"{k['ms']:.3f} {k['node'][:18]} {k['grid']}x{k['block']}" for k in top))
+    sc = m.get("auto") or {}
+    pr, me = sc.get("predicted_ms") or {}, sc.get("measured_ms") or {}
+    if pr:   # the programs' own cost: their measured time over the plan's on measured rTasks
+        print(f"{'':16} programs, measured / planned on measured rTask costs: " + "; ".join(
+            f"{p} {me.get(p, float('nan')):.3f} / {pr[p]:.3f} ms" for p in pr))
     mc = m.get("model_check") or {}
     if mc:   # how far the GEMMs run from Roller's model of their tiles
         print(f"{'':16} {mc['gemms']} GEMMs at {mc['median_ratio']}x their modeled time "

@@ -250,3 +250,36 @@ def test_small_products_take_many_warps_and_large_ones_their_largest_near_best_t
     close = [c for c in near if c.time_us <= min(x.time_us for x in near) * (1 + gg.TC_NEAR)]
     assert best.BM * best.BN == max(c.BM * c.BN for c in close)
     assert (best.BM, best.BN) == (128, 256) or (best.BM, best.BN) == (256, 128), best
+
+
+@pytest.mark.parametrize("prec", ["fp16", "tf32"])
+@pytest.mark.parametrize("k_steps,split", [(1, 1), (2, 1), (3, 1), (5, 1), (4, 2), (6, 3)])
+def test_three_stage_k_loop_on_every_step_count(prec: str, k_steps: int, split: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TensorCore K loop keeps three shared stages, two steps of copies ahead of the
+    compute, and runs two steps a turn (each with its register set of A): one step, an odd
+    count (a last turn of one step), and split-K's shares of the steps, in cuda-sim against
+    float64, with the tile forced (Roller would pick another for these shapes)."""
+    from ember.kernel.roller.gemm_gpu import TcTile
+
+    pair = 1 if prec == "tf32" else 2
+    bk = 8 * pair * 2
+    tile = TcTile(2, 2, 1, 2, bk, split=split, pb=True, pair=pair)
+    monkeypatch.setattr(gg, "construct_tc", lambda *a, **k: [tile])
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+    m, n, kk = 37, 45, bk * k_steps * split
+    rng = np.random.default_rng(k_steps * 10 + split)
+    a = rng.standard_normal((m, kk)).astype(F32)
+    b = rng.standard_normal((kk, n)).astype(F32)
+    from onnx import numpy_helper
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, kk])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                          [numpy_helper.from_array(b, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cm = ember.compile(model, target="cuda-sim", precision=prec)
+    assert str(tile) in cm.source
+    y = cm.run({"a": a})["y"]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    assert float(np.linalg.norm(y - ref) / np.linalg.norm(scale)) < 2e-3

@@ -44,7 +44,7 @@ from ember.kernel.epilogue import element_epilogue
 from ember.kernel.gpu import async_copy, mma, split_k
 from ember.kernel.gpu.base import GpuKernel, ceil_div
 from ember.kernel.roller import gemm_gpu
-from ember.kernel.roller.gemm_gpu import GemmTile
+from ember.kernel.roller.gemm_gpu import TC_STAGES, GemmTile
 from ember.kernel.roller.hal import DeviceSpec
 from ember.loops.ir import (
     BLOCK,
@@ -384,14 +384,13 @@ class _Block:
             Bin("<", row, Const(gm.K)) if gm.K % self.BK else None,
             Bin("<", col, Const(gm.N)) if gm.N % self.BN else None, valid) if c is not None])
 
-    def pipeline(self, issue: Callable[[Expr, Expr], Stmt], compute: Callable[[Expr], Stmt],
-                 land: Callable[[Expr], Stmt] | None = None) -> Stmt:
-        """The block's K loop (its ``steps`` from ``first_step``) over two shared stages:
+    def pipeline(self, issue: Callable[[Expr, Expr], Stmt], compute: Callable[[Expr], Stmt]
+                 ) -> Stmt:
+        """The FFMA K loop (its ``steps`` from ``first_step``) over two shared stages:
         ``issue(k, stage)`` copies K step ``k``'s tiles into ``stage`` (asynchronously); step
         ``k0`` issues the next one's (a group, empty at the last step), waits for its own
         group, and runs ``compute(stage)``; the barrier after it keeps the stage until every
-        thread is done with it. ``land(stage)``: the second half of a copy through registers
-        (issued with the loads, stored after the compute, whose time hid the loads)."""
+        thread is done with it."""
         one = Const(1)
 
         def stage(k: Expr) -> Expr:
@@ -403,8 +402,44 @@ class _Block:
         main = For(self.k0, Const(0), Const(self.steps), seq(
             If(more, issue(Bin("+", first, nxt), stage(nxt))),
             async_copy.commit(), async_copy.wait_prior(1), Barrier(), compute(stage(self.k0)),
-            None if land is None else If(more, land(stage(nxt))), Barrier()), ForKind.ROLLED)
-        return seq(issue(first, Const(0)), None if land is None else land(Const(0)),
+            Barrier()), ForKind.ROLLED)
+        return seq(issue(first, Const(0)), async_copy.commit(), main)
+
+    def pipeline3(self, issue: Callable[[Expr, Expr, int], Stmt],
+                  compute: Callable[[Expr], Stmt], land: Callable[[Expr, int], Stmt]) -> Stmt:
+        """The TensorCore K loop over three shared stages (``TC_STAGES``), the operands two
+        K steps ahead of the compute. ``issue(k, stage, set)`` loads step ``k``'s A into
+        register set ``set`` (of two) and copies its B into ``stage`` asynchronously;
+        ``land(stage, set)`` rounds and stores a register set's A into ``stage``. Step ``k``:
+        wait for its own copies, one barrier, issue step ``k + 2`` (into the stage step
+        ``k - 1`` read and the set step ``k`` landed from), compute, land step ``k + 1``
+        (issued a step ago). The one barrier protects every stage: whatever a step writes,
+        the steps before the barrier have finished reading. The loop runs two steps a turn,
+        each with its register set named (registers indexed at run time would live in local
+        memory)."""
+        first, steps = self.first_step(), self.steps
+        k2 = Var("k2")
+
+        def at(k: Expr) -> Expr:
+            return Bin("+", first, k)
+
+        def stage(k: Expr) -> Expr:
+            return Bin("%", k, Const(TC_STAGES))
+
+        def turn(k: Expr, cur: int) -> Stmt:
+            ahead, nxt = Bin("+", k, Const(2)), Bin("+", k, Const(1))
+            return seq(async_copy.wait_prior(1), Barrier(),
+                       If(Bin("<", ahead, Const(steps)), issue(at(ahead), stage(ahead), cur)),
+                       async_copy.commit(), compute(stage(k)),
+                       If(Bin("<", nxt, Const(steps)), land(stage(nxt), 1 - cur)))
+        odd = Bin("+", self.k0, Const(1))
+        main = For(k2, Const(0), Const(ceil_div(steps, 2)), Let(
+            self.k0, Bin("*", k2, Const(2)),
+            seq(turn(self.k0, 0), If(Bin("<", odd, Const(steps)), turn(odd, 1)))),
+            ForKind.ROLLED)
+        one = Const(1)
+        return seq(issue(at(Const(0)), Const(0), 0), land(Const(0), 0), async_copy.commit(),
+                   If(Bin("<", one, Const(steps)), issue(at(one), one, 1)),
                    async_copy.commit(), main)
 
     def async_tile(self, dst: Buffer, at: Callable[[Expr, Expr], Expr], rows: int, cols: int,
@@ -540,15 +575,15 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
             for i in range(t.MT)]
     g, tq, wm0, wn0, ks = Var("g"), Var("tq"), Var("wm0"), Var("wn0"), Var("ks")
 
-    def issue(k: Expr, st: Expr) -> Stmt:
-        return seq(copy_a(k, st), copy_b(k, st))
+    def issue(k: Expr, st: Expr, regs: int) -> Stmt:
+        return seq(copy_a(k, regs), copy_b(k, st))
 
     def compute(st: Expr) -> Stmt:
         offs = (Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size)))
         inner = _mma_step(t, shape, accs, (As, Bs), offs, ks, (g, tq, wm0, wn0))
         return For(ks, Const(0), Const(t.BK // shape.k), inner)
 
-    main = blk.pipeline(issue, compute, land)
+    main = blk.pipeline3(issue, compute, land)
     r = Var("r")
 
     def each(use: split_k.Use, unrolled: bool) -> Stmt:
@@ -575,25 +610,27 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     for row in accs:
         for c in row:
             stmt = Alloc(c, stmt)
-    stmt = blk.shared(Alloc(As, Alloc(Bs, Alloc(staged, stmt))))
+    for regs in staged:
+        stmt = Alloc(regs, stmt)
+    stmt = blk.shared(Alloc(As, Alloc(Bs, stmt)))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 
 def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
-               ) -> tuple[Buffer, int, Callable[[Expr, Expr], Stmt], Callable[[Expr], Stmt],
-                          Buffer]:
-    """The shared A tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, stage)``,
-    ``land(stage)``, the registers staging it). ``[BM][lda]`` words in the precision (tf32:
-    a k each; fp16/bf16: two); a K step's floats are loaded into registers (16 bytes at a time
-    where A's k come in aligned fours) with the next step's copies, and rounded and stored
-    into shared memory after the compute (``land``): each element rounded once per block, not
-    once per warp reading it (fp16/bf16: half the shared reads too)."""
+               ) -> tuple[Buffer, int, Callable[[Expr, int], Stmt], Callable[[Expr, int], Stmt],
+                          list[Buffer]]:
+    """The shared A tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, set)``,
+    ``land(stage, set)``, the two register sets staging it). ``[BM][lda]`` words in the
+    precision (tf32: a k each; fp16/bf16: two) per stage; a K step's floats are loaded into a
+    register set (16 bytes at a time where A's k come in aligned fours) two steps ahead, and
+    rounded and stored into shared memory a step later (``land``): each element rounded
+    once per block, not once per warp reading it (fp16/bf16: half the shared reads too)."""
     lda, a_size, p = t.lda, t.BM * t.lda, shape.pair
-    As = Buffer("As", 2 * a_size, "uint32", Scope.SHARED)
+    As = Buffer("As", TC_STAGES * a_size, "uint32", Scope.SHARED)
     w = 4 if gm.a_vec and t.BK % 4 == 0 else 2       # floats a thread copies at once
     per_row, n = t.BK // w, t.BM * t.BK // w
     rounds = -(-n // t.threads)
-    sa = Buffer("sa", rounds * w, "float32", Scope.LOCAL)
+    sets = [Buffer(f"sa{q}", rounds * w, "float32", Scope.LOCAL) for q in range(2)]
     e = Var("e")
     ev = Bin("+", Bin("*", e, Const(t.threads)), THREAD)
 
@@ -604,7 +641,9 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
             st = If(Bin("<", ev, Const(n)), st)
         return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
 
-    def copy(k: Expr, _st: Expr) -> Stmt:
+    def copy(k: Expr, regs: int) -> Stmt:
+        sa = sets[regs]
+
         def load(r: Expr, c: Expr) -> Stmt:
             at = Bin("*", e, Const(w))
             if w == 4:
@@ -619,7 +658,9 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
             return seq(*out)
         return each(load)
 
-    def land(st: Expr) -> Stmt:
+    def land(st: Expr, regs: int) -> Stmt:
+        sa = sets[regs]
+
         def store(r: Expr, c: Expr) -> Stmt:
             at = Bin("+", Bin("*", st, Const(a_size)), Bin("+", Bin("*", r, Const(lda)),
                                                               Bin("//", c, Const(p))))
@@ -630,7 +671,7 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
             return seq(*(mma.store_words2(As, Bin("+", at, Const(q)), words[q], words[q + 1])
                          for q in range(0, len(words), 2)))
         return each(store)
-    return As, a_size, copy, land, sa
+    return As, a_size, copy, land, sets
 
 
 def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
@@ -642,12 +683,12 @@ def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk
     ldb = t.ldb
     if not t.pb:
         b_size = t.BK * ldb
-        Bs = Buffer("Bs", 2 * b_size, "float32", Scope.SHARED)
+        Bs = Buffer("Bs", TC_STAGES * b_size, "float32", Scope.SHARED)
         return Bs, b_size, lambda k, st: blk.async_tile(
             Bs, lambda kq, nn: Bin("+", Bin("*", st, Const(b_size)), Bin(
                 "+", Bin("*", kq, Const(ldb)), nn)), t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec)
     b_size, words = t.BN * ldb, t.BK // shape.pair
-    Bs = Buffer("Bs", 2 * b_size, "uint32", Scope.SHARED)
+    Bs = Buffer("Bs", TC_STAGES * b_size, "uint32", Scope.SHARED)
     assert gm.b_const is not None
     prep = mma.prepare_b(gm.b_const, shape.precision, blk.nb * t.BN, blk.kb * t.BK)
     bp = Buffer(f"{name}_bp", prep.size, "uint32")

@@ -262,7 +262,7 @@ def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec,
 # --------------------------------------------------------------------------- TensorCores
 # TensorCore rate over the FP32 FMA rate, per SM (dense, fp32 accumulation; datasheets)
 TC_SPEEDUP = {"tf32": 8.0, "fp16": 16.0, "bf16": 16.0}
-# mma.sync as ember's kernels feed them (fragment reads, the K loop's copies and barriers),
+# mma.sync as ember's two-stage kernels fed them (fragment reads, the K loop's copies, barriers),
 # measured on an H200 (2026-11-28: 300 fp16 kernels of ResNet-50 and BERT timed alone, and six
 # 4096^3 tiles): a warp issues one no faster than every MMA_WARP_CYCLES (fitted: 36-56), an
 # SM all its warps' together no faster than every MMA_SM_CYCLES (the six 4096^3 tiles ran
@@ -272,6 +272,10 @@ TC_SPEEDUP = {"tf32": 8.0, "fp16": 16.0, "bf16": 16.0}
 MMA_WARP_CYCLES = 40.0
 MMA_SM_CYCLES = 6.0
 TC_NEAR = 0.05
+# a TensorCore GEMM's shared stages: its operands are copied two K steps ahead of the
+# compute (A through two register sets), not one: the H200's 4096^3 fp16 tiles spent about
+# 1,400 cycles a K step on 512 cycles of mma.sync, the copies' latency exposed
+TC_STAGES = 3
 MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
 FRAG = {"tf32": (4, 2), "fp16": (8, 4), "bf16": (8, 4)}   # A and B floats per thread
 
@@ -328,15 +332,16 @@ class TcTile:
         return self.BN + (4 - self.BN) % 8
 
     def smem_bytes(self) -> int:
-        """Two stages of the A and B tiles (double buffering, as ``GemmTile``)."""
+        """``TC_STAGES`` stages of the A and B tiles."""
         b = self.BN * self.ldb if self.pb else self.BK * self.ldb
-        return 2 * (self.BM * self.lda + b) * 4
+        return TC_STAGES * (self.BM * self.lda + b) * 4
 
     def registers(self, precision: str) -> int:
-        """Accumulators, the B fragments of a step and one m tile's A fragment at a time."""
+        """Accumulators, the B fragments of a step, one m tile's A fragment at a time, and
+        the two register sets staging A."""
         a, b = FRAG[precision]
         return (self.MT * self.NT * 4 + a + self.NT * (b // self.pair if self.pb else b) + 40
-                + self.staged)
+                + 2 * self.staged)
 
     def b_bytes(self) -> float:
         """Bytes a B element costs to copy (prepared: in its precision)."""
