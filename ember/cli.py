@@ -228,8 +228,10 @@ def _inspect_gpu(a: argparse.Namespace) -> int:
         if not comp.interleaved:
             raise EmberError("--schedule-picture with --target cuda needs --schedule rammer|ios")
         from ember.bench.plots import gpu_schedule_picture
+        from ember.compiler.cuda import measured_plan
 
-        print(f"wrote {gpu_schedule_picture(comp, Path(a.schedule_picture))}")
+        measured = measured_plan(comp)    # with a GPU present: the plan as it ran, below
+        print(f"wrote {gpu_schedule_picture(comp, Path(a.schedule_picture), measured)}")
     if a.source:
         print("\n==== CUDA source ====\n" + emit_program(comp.gpu_kernels).source)
     return 0

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The one-shot GPU check (issues 25, 26): the gpu-marked tests, then the GPU benchmark, on a lent
-# H100/H200 with nothing fetched from the network. Results go under $OUT; a short table last.
+# H100/H200 with nothing fetched from the network. Results go under $RES, packed after each
+# step into $OUT/results.tgz (the device tool brings back 8 files at most); the short table
+# last, also in $OUT/summary.txt.
 #   run:  bash bench/gpu/check.sh          (from the repository root)
 # Without a GPU it runs the same steps, which skip. To spend no device time on nvcc, fill the
 # kernel cache beforehand on any machine with nvcc and carry it (the device tool's `carry`),
@@ -13,12 +15,15 @@
 #     python bench/gpu/bench.py --prepare --models resnet50,bert_base --gemm 0 \
 #     --model-precisions fp16
 # Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS,
+# GANTT (models whose Rammer plan to draw, or none), GANTT_S,
 # COMPILE_S and COMPILE_ARGS (a torch.compile run of its own), SPLIT_AB, AB_S, AB_MODELS;
 # PREC (the models' TensorCore run: fp16, bf16, tf32 or none), PREC_MODELS, PREC_S.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ember-gpu}
-mkdir -p "$OUT"
+RES=${RES:-/tmp/ember-gpu-results}
+mkdir -p "$OUT" "$RES"
+pack() { tar -czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$gpu_name" in *H200*) dflt=H200 ;; *) dflt=H100 ;; esac
@@ -33,58 +38,74 @@ PY=${PY:-python3}
   echo "EMBER_GPU=$EMBER_GPU  kernel cache: $(ls "$EMBER_CACHE_DIR"/kernels 2>/dev/null | wc -l) files";
   # the spec ember reads from the driver when no datasheet is named
   env -u EMBER_GPU $PY -c "from ember.compiler.gpu import gpu_spec; s = gpu_spec(); print('present GPU spec:', s.name, s.units, 'SMs', round(s.peak_gflops), 'GFLOP/s per SM', s.source, [(l.name, l.capacity, round(l.bandwidth)) for l in s.layers])";
-} > "$OUT/machine.txt" 2>&1
-cat "$OUT/machine.txt"
+} > "$RES/machine.txt" 2>&1
+cat "$RES/machine.txt"
 # a test that hangs (a persistent program that never ends) names itself: pytest-timeout, where
 # the machine has it, dumps every thread's stack and ends the run
 per_test=""
 $PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${PER_TEST_S:-60} --timeout-method thread"
 t0=$(date +%s)
-timeout ${TEST_S:-120} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
-  ${TESTS:-tests/gpu} > "$OUT/tests.log" 2>&1
+timeout ${TEST_S:-90} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
+  ${TESTS:-tests/gpu} > "$RES/tests.log" 2>&1
 echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s"
-grep -E "passed|failed|skipped|error|Error|FAILED|ERROR|Timeout" "$OUT/tests.log" | tail -n 25
+pack
+grep -E "passed|failed|skipped|error|Error|FAILED|ERROR|Timeout" "$RES/tests.log" | tail -n 25
 t0=$(date +%s)
 # every zoo model against PyTorch eager, and the GEMM, in one process; torch.compile (default)
 # on the models it compiles in well under a minute, skipped once BUDGET_S has passed
-timeout ${BENCH_S:-270} $PY bench/gpu/bench.py --out "$OUT" --budget-s ${BUDGET_S:-200} \
+timeout ${BENCH_S:-260} $PY bench/gpu/bench.py --out "$RES" --budget-s ${BUDGET_S:-200} \
   ${BENCH_ARGS:---modes default --compile-models resnet50,bert_base,resnet18} \
-  > "$OUT/bench.log" 2>&1
+  > "$RES/bench.log" 2>&1
 echo "bench: exit $? in $(( $(date +%s) - t0 )) s"
+pack
 t0=$(date +%s)
 # more of torch.compile, in a process of its own where asked for (an LSTM unrolled over its
 # steps takes minutes, max-autotune longer still), e.g. COMPILE_S=300
 # COMPILE_ARGS="--modes default,max-autotune --models resnet50,bert_base"
 if [ "${COMPILE_S:-0}" != 0 ]; then
-  timeout $COMPILE_S $PY bench/gpu/bench.py --out "$OUT/compile" --gemm 0 \
+  timeout $COMPILE_S $PY bench/gpu/bench.py --out "$RES/compile" --gemm 0 \
     --budget-s $(( COMPILE_S - 60 )) ${COMPILE_ARGS:---modes default,max-autotune} \
-    > "$OUT/bench_compile.log" 2>&1
+    > "$RES/bench_compile.log" 2>&1
   echo "bench with torch.compile: exit $? in $(( $(date +%s) - t0 )) s"
+  pack
   t0=$(date +%s)
 fi
 # split-K's effect measured directly: two models' launches again with no product split
 # (prepare their images too: EMBER_SPLIT_K=0 ... bench.py --prepare --models resnet18,bert_base
 # --gemm 0); SPLIT_AB=0 skips it
 if [ "${SPLIT_AB:-1}" = 1 ]; then
-  EMBER_SPLIT_K=0 timeout ${AB_S:-70} $PY bench/gpu/bench.py --out "$OUT/nosplit" --gemm 0 \
-    --modes "" --models ${AB_MODELS:-resnet18,bert_base} > "$OUT/bench_nosplit.log" 2>&1
+  EMBER_SPLIT_K=0 timeout ${AB_S:-50} $PY bench/gpu/bench.py --out "$RES/nosplit" --gemm 0 \
+    --modes "" --models ${AB_MODELS:-resnet18,bert_base} > "$RES/bench_nosplit.log" 2>&1
   echo "bench without split-K: exit $? in $(( $(date +%s) - t0 )) s"
+  pack
 fi
 t0=$(date +%s)
 # the models in a TensorCore precision against PyTorch's peer of it (autocast fp16/bf16, or
 # TF32), eager only
 PREC=${PREC:-fp16}
 if [ "$PREC" != none ]; then
-  timeout ${PREC_S:-75} $PY bench/gpu/bench.py --out "$OUT/$PREC" --gemm 0 --modes "" \
+  timeout ${PREC_S:-60} $PY bench/gpu/bench.py --out "$RES/$PREC" --gemm 0 --modes "" \
     --models ${PREC_MODELS:-resnet50,bert_base} --model-precisions "$PREC" \
-    > "$OUT/bench_$PREC.log" 2>&1
+    > "$RES/bench_$PREC.log" 2>&1
   echo "bench in $PREC: exit $? in $(( $(date +%s) - t0 )) s"
+  pack
 fi
-grep -v -i warn "$OUT/bench.log" | tail -n 16
-[ -f "$OUT/bench_compile.log" ] && grep -v -i warn "$OUT/bench_compile.log" | tail -n 8
-[ "$PREC" != none ] && grep -v -i warn "$OUT/bench_$PREC.log" | grep -E "^(resnet|bert|small|mobile|squeeze|incep|resnext|randwire|lstm)" | tail -n 4
+t0=$(date +%s)
+# Rammer plans drawn as predicted and as the GPU ran them (gpu_gantt_<model>.png; GANTT=none
+# skips)
+GANTT=${GANTT:-lstm_tc,inception_v3}
+if [ "$GANTT" != none ]; then
+  timeout ${GANTT_S:-60} $PY bench/gpu/bench.py --out "$RES/gantt" --gemm 0 --models "" \
+    --gantt "$GANTT" > "$RES/bench_gantt.log" 2>&1
+  echo "Gantt charts: exit $? in $(( $(date +%s) - t0 )) s"
+  pack
+fi
+{
+grep -v -i warn "$RES/bench.log" | tail -n 16
+[ -f "$RES/bench_compile.log" ] && grep -v -i warn "$RES/bench_compile.log" | tail -n 8
+[ "$PREC" != none ] && grep -v -i warn "$RES/bench_$PREC.log" | grep -E "^(resnet|bert|small|mobile|squeeze|incep|resnext|randwire|lstm)" | tail -n 4
 # where each model's time goes: the three longest kernels (all of them in gpu.json)
-$PY - "$OUT/gpu.json" <<'PYEOF' 2>/dev/null
+$PY - "$RES/gpu.json" <<'PYEOF' 2>/dev/null
 import json, sys
 r = json.load(open(sys.argv[1]))
 for m in r.get("models", []):
@@ -112,4 +133,13 @@ if os.path.exists(off):
         if ms.get(m["model"]) and m.get("ember_ms"):
             print(f"{m['model']:16} split-K on / off: {m['ember_ms']:.3f} / "
                   f"{ms[m['model']]:.3f} ms = {m['ember_ms'] / ms[m['model']]:.2f}")
+# the Rammer plans drawn: predicted and measured makespans
+g = sys.argv[1].replace("gpu.json", "gantt/gpu.json")
+if os.path.exists(g):
+    for rec in json.load(open(g)).get("gantt", []):
+        print(f"{rec['gantt']:16} Rammer plan over {rec.get('veus')} vEUs: predicted "
+              f"{rec.get('predicted_ms')} ms, ran {rec.get('measured_ms', '-')} ms "
+              f"{rec.get('error', '')}")
 PYEOF
+} 2>&1 | tee "$OUT/summary.txt"
+pack

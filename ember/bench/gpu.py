@@ -268,6 +268,27 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
         print(f"GEMM {gemm} {prec}: done", flush=True)
 
 
+def gantt(name: str, out: Path) -> dict[str, Any]:
+    """The model's Rammer plan over the GPU's vEUs as predicted and as the GPU ran it
+    (``out/gpu_gantt_<name>.png``), with both makespans."""
+    from ember.bench.plots import gpu_schedule_picture
+    from ember.compiler import driver
+    from ember.compiler.cuda import measured_plan
+    from ember.compiler.gpu import predicted_s
+    from ember.frontend.onnx.importer import import_model
+
+    comp = driver.build_graph(import_model(zoo.build(name)), target="cuda",
+                              gpu_schedule="rammer")
+    measured = measured_plan(comp)
+    path = gpu_schedule_picture(comp, out / f"gpu_gantt_{name}.png", measured)
+    rec = {"gantt": name, "png": path.name, "veus": comp.plan.num_veus,
+           "predicted_ms": round(1e3 * predicted_s(comp.plan, comp.gpu_infos, comp.gpu_vspec),
+                                 4)}
+    if measured is not None:
+        rec["measured_ms"] = round(1e3 * max((e for _, e in measured[1]), default=0.0), 4)
+    return rec
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
@@ -284,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                          "PyTorch's peer of them), e.g. fp32,fp16")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--prepare", action="store_true")
+    ap.add_argument("--gantt", default="",
+                    help="models whose Rammer plan to draw, predicted and as the GPU ran it")
     a = ap.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     mprecs = [p for p in a.model_precisions.split(",") if p]
@@ -313,7 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rec), flush=True)
         (out / "gpu.json").write_text(json.dumps(result, indent=1))
 
-    result["gemm"] = []
+    result["gemm"], result["gantt"] = [], []
+    for name in (m for m in a.gantt.split(",") if m):
+        try:
+            rec = gantt(name, out)
+        except Exception as e:
+            rec = {"gantt": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        record("gantt", rec)
     for prec in (p for p in a.gemm_precisions.split(",") if p and a.gemm):
         try:
             rec = bench_gemm(a.gemm, 10, prec)

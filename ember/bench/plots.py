@@ -169,18 +169,24 @@ def gantt(entries: list[tuple[int, int, int, int]], labels: list[str],
     return path
 
 
-def gpu_schedule_picture(comp: Any, path: Path) -> Path:
+def gpu_schedule_picture(comp: Any, path: Path,
+                         measured: tuple[str, list[tuple[float, float]]] | None = None) -> Path:
     """The Gantt chart of a GPU plan over the SMs' vEUs, as Rammer's vDevice predicts it
-    (``comp``: a ``driver.Compilation`` built with a GPU schedule)."""
+    (``comp``: a ``driver.Compilation`` built with a GPU schedule) and, given ``measured``
+    (the GPU's name, ``CudaModel.rtask_timeline``: every rTask's span as it ran), below it as
+    the GPU ran it."""
     from ember.compiler import gpu
     from ember.sched.vdevice import simulate
 
     plan = comp.plan
     spec = comp.gpu_vspec
-    predicted = simulate(plan, comp.gpu_infos, gpu.vdevice(spec))
+    series = {f"predicted ({plan.policy}, {spec.name})":
+              simulate(plan, comp.gpu_infos, gpu.vdevice(spec))}
+    if measured is not None:
+        series[f"measured ({plan.policy}, {measured[0]})"] = measured[1]
     labels = [n.attrs["master"] for n in comp.fused]
-    return gantt(plan.entries(), labels, {f"predicted ({plan.policy}, {spec.name})": predicted},
-                 path, title=Path(str(comp.graph.name or "model")).name,
+    return gantt(plan.entries(), labels, series, path,
+                 title=Path(str(comp.graph.name or "model")).name,
                  waits=plan.waited_entries())
 
 

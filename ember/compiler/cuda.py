@@ -115,6 +115,22 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int,
     return True
 
 
+def measured_plan(comp: driver.Compilation) -> tuple[str, list[tuple[float, float]]] | None:
+    """Where a GPU is present: ``comp``'s persistent program (a GPU plan's compilation)
+    compiled and run on random inputs, and its rTasks' spans as the GPU ran them
+    (``CudaModel.rtask_timeline``, in ``comp.plan.entries()`` order) with the GPU's name;
+    None without a GPU (Pre: ``comp.interleaved``)."""
+    from ember.runtime import cuda_driver
+
+    if not cuda_driver.available():
+        return None
+    cm = to_cuda_model(comp)       # the plan is made again if a kernel had to be rebuilt
+    feeds = random_feeds(cm)       # type: ignore[arg-type]
+    if feeds is None:
+        return None
+    return cuda_driver.device_info(0).name, cm.rtask_timeline(feeds)
+
+
 def _with_costs(infos: list[Any], measured: dict[int, float]) -> list[Any]:
     from dataclasses import replace
 

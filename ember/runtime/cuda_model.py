@@ -30,7 +30,9 @@ from ember.runtime import cuda_driver as cu
 from ember.runtime.artifact import read_bundle, save_bundle
 from ember.runtime.compiled import ModelSpecs, _specs, _validate
 from ember.runtime.cuda_images import CudaImages
-from ember.support import faults
+from ember.support import faults, log
+
+LOG = log.LOG.getChild("cuda")
 
 KIND = "cuda"
 
@@ -126,27 +128,68 @@ class CudaModel(ModelSpecs):
         return out
 
     def profile_kernels(self, feeds: Mapping[str, Any], runs: int = 5) -> list[dict[str, Any]]:
-        """Each launch's device time (median of ``runs``, events between launches, no CUDA
-        graph) with its node, kernel, grid and block: where an inference's time goes."""
+        """Each launch's device time (median of ``runs``) with its node, kernel, grid and
+        block: where an inference's time goes. Timed by events between the launches, the
+        whole sequence captured as one CUDA graph with them (``timed``: "graph"), so no
+        launch waits for the host to issue it; where the driver refuses events in a graph,
+        by events between launches issued one by one ("launches", each carrying the host's
+        few microseconds of issue)."""
         self._execute(feeds, device=True)
         dev = self._device()
         n = len(dev.launches)
         events = [cu.Event() for _ in range(n + 1)]
-        samples: list[list[float]] = [[] for _ in range(n)]
-        for _ in range(runs):
+
+        def record() -> None:
             for i in range(n):
                 events[i].record(dev.stream)
                 dev.launch_one(i)
             events[n].record(dev.stream)
-            for i in range(n):
-                samples[i].append(cu.Event.ms(events[i], events[i + 1]))
+
+        def sample(go: Any) -> list[list[float]]:
+            out: list[list[float]] = [[] for _ in range(n)]
+            for _ in range(runs):
+                go()
+                for i in range(n):
+                    out[i].append(cu.Event.ms(events[i], events[i + 1]))
+            return out
+        timed = "graph"
+        try:
+            graph = cu.Graph(dev.stream, record)
+            samples = sample(lambda: graph.launch(dev.stream))
+            if not all(np.isfinite(v).all() and min(v) >= 0 for v in samples):
+                raise cu.CudaError("events in a graph gave no times")
+        except cu.CudaError as e:
+            LOG.info("kernel times from launches issued one by one: %s", e)
+            timed, samples = "launches", sample(record)
         self._sync_and_check(dev)
         out = []
         for i, entry in enumerate(self._meta["launches"]):
             out.append({"launch": i, "node": entry.get("node", ""), "kernel": entry["kernel"],
                         "grid": entry["grid"], "block": entry["block"],
-                        "ms": float(np.median(samples[i]))})
+                        "ms": float(np.median(samples[i])), "timed": timed})
         return out
+
+    def rtask_timeline(self, feeds: Mapping[str, Any], runs: int = 5
+                       ) -> list[tuple[float, float]]:
+        """The persistent program's rTasks as the GPU ran them: (start, end) seconds of each,
+        from the program's first start, in the plan's entry order (``ExecutionPlan.entries``:
+        vEU by vEU, program order); per entry the median over ``runs`` runs (the measured
+        half of a GPU plan's Gantt chart)."""
+        self._execute(feeds, device=True)
+        dev = self._device()
+        if dev.persistent is None:
+            raise EmberError("rtask_timeline needs a persistent program (schedule='rammer' "
+                             "or 'ios')")
+        plan = np.asarray(self._meta["persistent"]["plan"], np.int64).reshape(-1, 3)
+        task = plan[:, 0] >= 0
+        runs_s = []
+        for _ in range(runs):
+            spans = dev.persistent.profile(dev)[task].astype(np.float64)
+            ran = spans[:, 0] > 0          # entries the run timed (all, but never a 0 base)
+            base = spans[ran, 0].min() if ran.any() else 0.0
+            runs_s.append(np.where(ran[:, None], spans - base, 0.0) * 1e-9)
+        med = np.median(np.stack(runs_s), axis=0)
+        return [(float(a), float(b)) for a, b in med]
 
     def profile_rtasks(self, feeds: Mapping[str, Any], runs: int = 5) -> dict[int, float]:
         """Seconds one block of each program kernel takes on one vEU, measured in the

@@ -4,6 +4,8 @@ named error and the model runs on after it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -146,7 +148,24 @@ def test_rtask_costs_are_measured_in_the_persistent_program() -> None:
 
 
 def test_each_launch_is_timed_on_the_device() -> None:
+    """Timed in one CUDA graph with events between the launches (no launch waits for the
+    host to issue it), or, where the driver refuses that, launch by launch."""
     cm = ember.compile(zoo.build("small_cnn"), target="cuda", schedule="sequential")
     prof = cm.profile_kernels(zoo.random_inputs("small_cnn"), runs=3)
     assert [p["launch"] for p in prof] == list(range(len(cm.meta["launches"])))
     assert all(0 < p["ms"] < 100 and p["grid"] >= 1 for p in prof)
+    assert {p["timed"] for p in prof} <= {"graph", "launches"}
+
+
+def test_the_persistent_program_s_rtasks_are_drawn_as_they_ran(tmp_path: Path) -> None:
+    """The measured half of a GPU plan's Gantt chart: one span per rTask of the plan, in its
+    entry order, from the program's first start."""
+    from ember.bench.gpu import gantt
+
+    cm = ember.compile(zoo.build("squeezenet1_1"), target="cuda", schedule="rammer")
+    spans = cm.rtask_timeline(zoo.random_inputs("squeezenet1_1"), runs=3)
+    plan = np.asarray(cm.meta["persistent"]["plan"], np.int64).reshape(-1, 3)
+    assert len(spans) == int((plan[:, 0] >= 0).sum())
+    assert min(a for a, _ in spans) < 1e-3 and all(0 <= a <= b < 0.1 for a, b in spans)
+    rec = gantt("small_cnn", tmp_path)
+    assert rec["measured_ms"] > 0 and (tmp_path / rec["png"]).stat().st_size > 0
