@@ -1,7 +1,8 @@
 """Roller's model against the GPU, tile by tile: the GEMM's ``--top`` best tiles by Roller's
 model, each compiled alone (``schedule="sequential"``) and timed on the GPU present, with its
 modeled time beside the measured one. Where the best-modeled tile is not the fastest measured,
-the model misranks; the ratios say by how much, and for which tile shapes.
+the model misranks; the ratios say by how much, and for which tile shapes. (`ember.compile(...,
+topk=K)` on a GPU does the same for every product of a model, `meta["gpu_topk"]`.)
 
     python bench/gpu/tiles.py --prepare [--n 4096] [--precisions fp32,fp16]   # nvcc, no GPU
     python bench/gpu/tiles.py --out DIR                                       # on the GPU
@@ -15,56 +16,40 @@ import argparse
 import json
 import statistics
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import ember  # noqa: E402
 from ember.bench.gpu import gemm_model  # noqa: E402
-from ember.kernel.roller import gemm_gpu as gg  # noqa: E402
-
-
-@contextmanager
-def forced(i: int, top: int) -> Any:
-    """Roller's construction answers with its ``i``-th best tile of ``top`` (0: its choice)."""
-    real, real_tc = gg.construct, gg.construct_tc
-
-    def ffma(M, N, K, batch, spec, topk=1, *a, **k):  # type: ignore[no-untyped-def]
-        tiles = real(M, N, K, batch, spec, top, *a, **k)
-        return (tiles[min(i, len(tiles) - 1)],)
-
-    def tc(M, N, K, batch, spec, precision, topk=1, *a, **k):  # type: ignore[no-untyped-def]
-        tiles = real_tc(M, N, K, batch, spec, precision, top, *a, **k)
-        return (tiles[min(i, len(tiles) - 1)],)
-
-    gg.construct, gg.construct_tc = ffma, tc
-    try:
-        yield
-    finally:
-        gg.construct, gg.construct_tc = real, real_tc
 
 
 def candidates(n: int, precision: str, top: int, timed: bool) -> list[dict[str, Any]]:
-    model, a, b = gemm_model(n)
+    """The GEMM's product built with Roller's best, second, ... ``top``-th tile
+    (``driver.gpu_kernels``' rank), each compiled as the model's launches and timed alone."""
+    from ember.compiler import cuda, driver
+    from ember.frontend.onnx.importer import import_model
+    from ember.support import options
+
+    model, a, _ = gemm_model(n)
     out, seen = [], set()
-    for i in range(top):
-        with forced(i, top):
-            cm = ember.compile(model, target="cuda", precision=precision,
-                               schedule="sequential")
-        k = cm.meta["kernels_cuda"][0]
-        if k["schedule"] in seen:      # fewer distinct tiles than asked for
-            break
-        seen.add(k["schedule"])
-        rec = {"n": n, "precision": precision, "rank": i, "modeled_us": k["modeled_us"],
-               "schedule": k["schedule"], "grid": k["grid"], "block": k["block"]}
-        if timed:
-            rec["ms"] = round(statistics.median(cm.time_ms({"a": a}, 20)), 4)
-            rec["ratio"] = round(rec["ms"] * 1e3 / k["modeled_us"], 2)
-            rec["tflops"] = round(2.0 * n ** 3 / rec["ms"] / 1e9, 1)
-        print(json.dumps(rec), flush=True)
-        out.append(rec)
+    with options.using(options.current().with_(precision=precision)):
+        comp = driver.build_graph(import_model(model), target="cuda", topk=top)
+        for i in range(top):
+            kernels = driver.gpu_kernels(comp.fused, top, i)
+            if kernels[0].schedule in seen:      # fewer distinct tiles than asked for
+                break
+            seen.add(kernels[0].schedule)
+            cm = cuda.to_cuda_model(driver.launches_only(comp, kernels))
+            k = cm.meta["kernels_cuda"][0]
+            rec = {"n": n, "precision": precision, "rank": i, "modeled_us": k["modeled_us"],
+                   "schedule": k["schedule"], "grid": k["grid"], "block": k["block"]}
+            if timed:
+                rec["ms"] = round(statistics.median(cm.time_ms({"a": a}, 20)), 4)
+                rec["ratio"] = round(rec["ms"] * 1e3 / k["modeled_us"], 2)
+                rec["tflops"] = round(2.0 * n ** 3 / rec["ms"] / 1e9, 1)
+            print(json.dumps(rec), flush=True)
+            out.append(rec)
     return out
 
 

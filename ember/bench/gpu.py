@@ -28,6 +28,7 @@ import numpy as np
 
 import ember
 from ember import zoo
+from ember.support import options
 
 # the ones not measured yet first (a time box cuts the tail)
 DEFAULT_MODELS = ["small_cnn", "lstm_tc", "bert_base", "resnet18", "resnet50", "mobilenet_v2",
@@ -113,6 +114,8 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     cm = ember.compile(model, target="cuda", precision=precision)
     rec["ember_compile_s"] = round(time.perf_counter() - t, 2)
     rec["auto"] = cm.meta.get("schedule", {})
+    if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
+        rec["gpu_topk"] = cm.meta["gpu_topk"]
     chosen = (cm.mode, cm.cuda_graph)
     ref = _ort(model, feeds)
     rec["ember_rel_err"] = _rel_err(cm, feeds, ref)
@@ -250,16 +253,19 @@ def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
 
 
 def prepare(models: list[str], gemm: int, precisions: list[str],
-            model_precisions: tuple[str, ...] | list[str] = ("fp32",)) -> None:
+            model_precisions: tuple[str, ...] | list[str] = ("fp32",), topk: int = 1) -> None:
     """Compile every model's (in each of ``model_precisions``) and the GEMM's CUDA images
     into the kernel cache: a GPU machine given that cache (``EMBER_CACHE_DIR``) runs the bench
     without compiling, but for the programs planned again on its measured costs. With a GPU,
-    ``schedule="auto"`` builds the Rammer program first: it is among those compiled here."""
+    ``schedule="auto"`` builds the Rammer program first: it is among those compiled here;
+    ``topk`` > 1: also the candidates a GPU times (``compiler.cuda.tune_tiles``)."""
     for prec in model_precisions:
         for name in models:
             t = time.perf_counter()
             for policy in ("sequential", "rammer", "ios"):
                 ember.compile(zoo.build(name), target="cuda", schedule=policy, precision=prec)
+            if topk > 1:
+                _prepare_candidates(name, prec, topk)
             print(f"{name} ({prec}): CUDA images in {time.perf_counter() - t:.1f} s",
                   flush=True)
     for prec in precisions if gemm else []:
@@ -289,6 +295,19 @@ def gantt(name: str, out: Path) -> dict[str, Any]:
     return rec
 
 
+def _prepare_candidates(name: str, precision: str, topk: int) -> None:
+    """The images of the model's launches with its dense products at Roller's 2nd..``topk``-th
+    tiles: what ``tune_tiles`` compiles on a GPU."""
+    from ember.compiler import cuda, driver
+    from ember.frontend.onnx.importer import import_model
+
+    with options.using(options.current().with_(precision=precision)):
+        comp = driver.build_graph(import_model(zoo.build(name)), target="cuda", topk=topk)
+        for rank in range(1, topk):
+            cuda.to_cuda_model(driver.launches_only(
+                comp, driver.gpu_kernels(comp.fused, topk, rank)))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
@@ -311,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     models = [m for m in a.models.split(",") if m]
     mprecs = [p for p in a.model_precisions.split(",") if p]
     if a.prepare:
-        prepare(models, a.gemm, [p for p in a.gemm_precisions.split(",") if p], mprecs)
+        prepare(models, a.gemm, [p for p in a.gemm_precisions.split(",") if p], mprecs,
+                options.current().topk)
         return 0
     from ember.runtime import cuda_driver
 

@@ -35,13 +35,25 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     either way (``cm.mode``). "auto" with a GPU present profiles the Rammer program's rTasks
     on it, plans Rammer and IOS again on the measured costs, times the launches (with and
     without a CUDA graph) and both persistent programs, and keeps the fastest; without one it
-    is "sequential" (nothing to measure on)."""
+    is "sequential" (nothing to measure on). ``topk`` (default the options'; 1: none) > 1
+    with a GPU present: each dense product's tile is the fastest of Roller's ``topk`` best
+    as timed on it (``tune_tiles``; the records in ``meta["gpu_topk"]``)."""
     from ember.runtime import cuda_driver
 
     auto = schedule in (None, "auto") and cuda_driver.available()
     policy = "rammer" if auto else schedule if schedule in ("rammer", "ios") else "sequential"
     comp = driver.build_graph(g, num_threads=num_threads, topk=topk, target="cuda",
                               gpu_schedule=policy)
+    k = driver.default_topk() if topk is None else topk
+    tuned = tune_tiles(comp, k) if k > 1 and cuda_driver.available() else []
+    cm = _scheduled(comp, auto)
+    if tuned:
+        cm.annotate("gpu_topk", tuned)
+    return cm
+
+
+def _scheduled(comp: driver.Compilation, auto: bool) -> CudaModel:
+    """``comp`` as a model: as built, or (``auto``) the fastest schedule on the GPU."""
     standalone = list(comp.gpu_kernels)
     cm = to_cuda_model(comp)
     if not auto:
@@ -68,6 +80,61 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     best = _fastest(launches, models, feeds)
     best.annotate("schedule", {**best.meta["schedule"], "predicted_ms": predicted})
     return best
+
+
+def tune_tiles(comp: driver.Compilation, k: int) -> list[dict[str, Any]]:
+    """Roller's top-K on the GPU present (Roller §5: the model ranks, the device decides):
+    the model's kernels built ``k`` times, the dense products with their best, second, ...
+    ``k``-th tiles by the model; each set compiled and its launches timed in place
+    (``profile_kernels``: one CUDA graph, events between the launches); each node given its
+    fastest candidate. Sets ``comp.gpu_kernels`` (and the plan again over them where it is a
+    GPU plan). Returns a record per product whose candidates differ: each one's schedule,
+    modeled and measured time, and the one chosen (Pre: a GPU present, ``comp`` built for
+    target cuda)."""
+    variants: list[list[Any]] = []
+    times: list[list[float]] = []
+    seen: set[tuple[str, ...]] = set()
+    feeds = None
+    for rank in range(k):
+        kernels = list(comp.gpu_kernels) if rank == 0 else driver.gpu_kernels(comp.fused, k,
+                                                                                 rank)
+        key = tuple(x.schedule for x in kernels)
+        if key in seen:          # fewer distinct tiles than asked for
+            continue
+        seen.add(key)
+        seq = driver.launches_only(comp, kernels)
+        cm = to_cuda_model(seq)  # may rebuild a kernel ptxas spilled: timed as rebuilt
+        feeds = feeds if feeds is not None else random_feeds(cm)  # type: ignore[arg-type]
+        if feeds is None:        # inputs too large to measure on: the model's choice
+            return []
+        variants.append(list(seq.gpu_kernels))
+        times.append([p["ms"] for p in cm.profile_kernels(feeds, 5)])
+    chosen, records = pick_fastest([n.name for n in comp.fused], variants, times)
+    comp.gpu_kernels = chosen
+    if comp.interleaved:
+        assert comp.plan is not None
+        driver.plan_gpu(comp, comp.plan.policy)
+    else:
+        comp.kernels = [driver.cpu_kernel(comp, x) for x in chosen]
+    LOG.info("top-%d: %d of %d products took another tile than the model's", k,
+             sum(r["chosen"] != 0 for r in records), len(records))
+    return records
+
+
+def pick_fastest(names: list[str], variants: list[list[Any]], times: list[list[float]]
+                 ) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Per node ``j``, the kernel of the variant that ran it fastest (``times[i][j]``, ms; a
+    tie to the model's earlier rank), and a record for each node whose variants' schedules
+    differ."""
+    chosen, records = [], []
+    for j, name in enumerate(names):
+        best = min(range(len(variants)), key=lambda i: (times[i][j], i))
+        chosen.append(variants[best][j])
+        if len({v[j].schedule for v in variants}) > 1:
+            records.append({"node": name, "chosen": best, "candidates": [
+                {"schedule": v[j].schedule, "modeled_us": v[j].modeled_us,
+                 "ms": round(times[i][j], 5)} for i, v in enumerate(variants)]})
+    return chosen, records
 
 
 SPILL_BUDGETS = (96, 64)   # the thread tile's register estimate after a spill, then another

@@ -301,11 +301,7 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     run = log.current_run()
     t = time.perf_counter()
     spec = gpu.gpu_spec()
-    precision, split = options.current().precision, options.current().split_k
-    comp.gpu_kernels = _build_kernels(
-        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk or 1, precision,
-                                                gpu.aligned_inputs(n), split),
-        "GPU kernels", _gpu_key)
+    comp.gpu_kernels = gpu_kernels(fused, topk or 1)
     if policy in ("rammer", "ios"):
         plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels
     else:
@@ -320,6 +316,18 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     _emit(comp)
     comp.timings["codegen"] = time.perf_counter() - t
     run.add("C", comp.timings["codegen"], f"{len(comp.source) // 1024} KiB")
+
+
+def gpu_kernels(fused: list[Node], topk: int = 1, rank: int = 0) -> list[Any]:
+    """The GPU kernel of each fused node (nodes of equal keys share one), for the options'
+    GPU, precision and split-K; ``rank``: the dense products' ``rank``-th best tiles by
+    Roller's model (the candidates a GPU times, ``compiler.cuda``)."""
+    spec = gpu.gpu_spec()
+    precision, split = options.current().precision, options.current().split_k
+    return _build_kernels(
+        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk, precision,
+                                                gpu.aligned_inputs(n), split, rank),
+        "GPU kernels" if rank == 0 else f"GPU kernels, rank {rank}", _gpu_key)
 
 
 def cpu_kernel(comp: Compilation, gk: Any) -> Kernel:

@@ -39,6 +39,20 @@ def test_zoo_on_the_gpu_matches_onnxruntime(name: str) -> None:
                                        atol=1e-5 * max(1.0, float(np.abs(w).max())))
 
 
+def test_top_k_tiles_are_timed_on_the_gpu() -> None:
+    """Roller's top-K on the GPU: the products whose candidates differ carry each one's
+    modeled and measured time and the choice, and the model still computes the same."""
+    m, feeds = zoo.build("small_cnn"), zoo.random_inputs("small_cnn")
+    cm = ember.compile(m, target="cuda", schedule="sequential", topk=3)
+    recs = cm.meta["gpu_topk"]
+    assert recs and all(0 <= r["chosen"] < len(r["candidates"]) <= 3 for r in recs)
+    assert all(c["ms"] > 0 and c["modeled_us"] > 0 for r in recs for c in r["candidates"])
+    want = run_ort(m, feeds)
+    for o, w in zip(cm.output_names, want):
+        np.testing.assert_allclose(cm.run(feeds)[o], w, rtol=1e-4,
+                                   atol=1e-5 * max(1.0, float(np.abs(w).max())))
+
+
 def test_device_tensors_in_and_out_without_copies() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

@@ -245,3 +245,37 @@ def test_launches_keep_the_kernels_built_to_stand_alone(monkeypatch: pytest.Monk
     assert "persistent" not in launches.meta and launches.mode == "launches"
     assert [k["schedule"] for k in launches.meta["kernels_cuda"]] == \
         [k.schedule for k in standalone]
+
+
+def test_the_fastest_candidate_is_picked_per_node() -> None:
+    """Roller's top-K on a GPU: per node the variant that ran it fastest, a tie to the
+    model's earlier rank, and a record only where the candidates differ."""
+    from types import SimpleNamespace
+
+    from ember.compiler.cuda import pick_fastest
+
+    def k(s: str) -> SimpleNamespace:
+        return SimpleNamespace(schedule=s, modeled_us=1.0)
+    a0, a1, b, c0, c1 = k("a0"), k("a1"), k("b"), k("c0"), k("c1")
+    variants = [[a0, b, c0], [a1, b, c1]]
+    chosen, records = pick_fastest(["x", "y", "z"], variants, [[2.0, 1.0, 1.0],
+                                                               [1.0, 0.5, 1.0]])
+    assert chosen == [a1, b, c0]
+    assert [(r["node"], r["chosen"]) for r in records] == [("x", 1), ("z", 0)]
+    assert [c["ms"] for c in records[0]["candidates"]] == [2.0, 1.0]
+
+
+def test_ranked_kernels_are_the_models_next_tiles() -> None:
+    """The candidates a GPU times: the dense products built with Roller's second-best tile
+    (and so on), every other kernel as it was."""
+    from ember.compiler import driver
+    from ember.frontend.onnx.importer import import_model
+    from ember.kernel.gpu import dense
+
+    comp = driver.build_graph(import_model(zoo.build("small_cnn")), target="cuda")
+    second = driver.gpu_kernels(comp.fused, 4, 1)
+    for n, a, b in zip(comp.fused, comp.gpu_kernels, second):
+        if dense.applicable(n.attrs["body"]):
+            assert a.schedule != b.schedule and a.modeled_us <= b.modeled_us
+        else:
+            assert a.schedule == b.schedule

@@ -121,7 +121,7 @@ def applicable(body: Graph) -> bool:
 def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                 tile: GemmTile | None = None, precision: str = "fp32",
                 budget: int = gemm_gpu.REG_BUDGET, aligned: Collection[int] = (),
-                split: bool = True, wide: bool = True) -> GpuKernel:
+                split: bool = True, wide: bool = True, rank: int = 0) -> GpuKernel:
     """The group's GEMM kernel: FFMA in fp32, or on TensorCores (``precision`` tf32, fp16,
     bf16: operands rounded to it, float32 accumulators); ``budget``: the thread tile's
     estimated registers at most; ``aligned``: the positions of the group's inputs whose
@@ -129,7 +129,8 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     constants always are); ``split``: whether Roller may split K among blocks (split-K,
     which uses the model's scratch space); ``wide``: whether a TensorCore tile may take up to
     ``TC_BUDGET`` registers by the estimate (the kernel then runs at up to 255: one block of
-    256 threads per SM), past ``budget``."""
+    256 threads per SM), past ``budget``; ``rank``: Roller's ``rank``-th best tile (0: its
+    choice; past the last, the last), a candidate to time on a GPU."""
     m = body.nodes[0]
     gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
         _matmul(name, body, m, aligned)
@@ -140,9 +141,11 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc_budget = max(budget, gemm_gpu.TC_BUDGET) if wide else budget
-        tc = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk,
-                                   tc_budget, split, pb=gm.b_const is not None,
-                                   copies=_copies(gm, m.op == "ConvNHWC"))[0]
+        tcs = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision,
+                                    max(topk, rank + 1), tc_budget, split,
+                                    pb=gm.b_const is not None,
+                                    copies=_copies(gm, m.op == "ConvNHWC"))
+        tc = tcs[min(rank, len(tcs) - 1)]
         stmt, blocks = _gemm_tc(name, gm, tc, epi, shape)
         regs = 255 if tc.registers(precision) > gemm_gpu.REG_BUDGET else gemm_gpu.REG_BUDGET
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
@@ -150,8 +153,10 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                                   f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled"
                                   f"{', up to 255 registers' if regs > 128 else ''})",
                          modeled_us=tc.time_us, split=tc.split, registers=regs)
-    t = tile or gemm_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, topk, budget,
-                                   _copies(gm, m.op == "ConvNHWC"), split)[0]
+    tiles = [tile] if tile is not None else gemm_gpu.construct(
+        gm.M, gm.N, gm.K, gm.batch, spec, max(topk, rank + 1), budget,
+        _copies(gm, m.op == "ConvNHWC"), split)
+    t = tiles[min(rank, len(tiles) - 1)]
     stmt, blocks = _gemm(name, gm, t, epi)
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)",
