@@ -40,7 +40,7 @@ def candidates(n: int, precision: str, top: int, timed: bool) -> list[dict[str, 
             if kernels[0].schedule in seen:      # fewer distinct tiles than asked for
                 break
             seen.add(kernels[0].schedule)
-            cm = cuda.to_cuda_model(driver.launches_only(comp, kernels))
+            cm = cuda.to_cuda_model(cuda.launches_only(comp, kernels))
             k = cm.meta["kernels_cuda"][0]
             rec = {"n": n, "precision": precision, "rank": i, "modeled_us": k["modeled_us"],
                    "schedule": k["schedule"], "grid": k["grid"], "block": k["block"]}

@@ -304,7 +304,7 @@ def _prepare_candidates(name: str, precision: str, topk: int) -> None:
     with options.using(options.current().with_(precision=precision)):
         comp = driver.build_graph(import_model(zoo.build(name)), target="cuda", topk=topk)
         for rank in range(1, topk):
-            cuda.to_cuda_model(driver.launches_only(
+            cuda.to_cuda_model(cuda.launches_only(
                 comp, driver.gpu_kernels(comp.fused, topk, rank)))
 
 

@@ -23,6 +23,7 @@ from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, scratch_offsets
 from ember.passes.memplan import MemoryPlan
 from ember.runtime.cuda_model import CudaModel
 from ember.runtime.cuda_toolchain import compile_cuda
+from ember.sched import sequential
 from ember.support import log, options
 
 LOG = log.LOG.getChild("cuda")
@@ -65,7 +66,7 @@ def _scheduled(comp: driver.Compilation, auto: bool) -> CudaModel:
     # of its kernels were rebuilt with fewer registers (a 4096^3 GEMM's 128x128 tile as a
     # 32x32 one), and those are the program's alone
     rebuilt = any(a is not b for a, b in zip(standalone, comp.gpu_kernels))
-    launches = to_cuda_model(driver.launches_only(comp, standalone)) if rebuilt else cm
+    launches = to_cuda_model(launches_only(comp, standalone)) if rebuilt else cm
     # Rammer and IOS again on the rTask costs measured on this GPU (Rammer's profiling step)
     measured = cm.profile_rtasks(feeds)
     comp.gpu_infos = _with_costs(comp.gpu_infos, measured)
@@ -102,7 +103,7 @@ def tune_tiles(comp: driver.Compilation, k: int) -> list[dict[str, Any]]:
         if key in seen:          # fewer distinct tiles than asked for
             continue
         seen.add(key)
-        seq = driver.launches_only(comp, kernels)
+        seq = launches_only(comp, kernels)
         cm = to_cuda_model(seq)  # may rebuild a kernel ptxas spilled: timed as rebuilt
         feeds = feeds if feeds is not None else random_feeds(cm)  # type: ignore[arg-type]
         if feeds is None:        # inputs too large to measure on: the model's choice
@@ -135,6 +136,21 @@ def pick_fastest(names: list[str], variants: list[list[Any]], times: list[list[f
                 {"schedule": v[j].schedule, "modeled_us": v[j].modeled_us,
                  "ms": round(times[i][j], 5)} for i, v in enumerate(variants)]})
     return chosen, records
+
+
+def launches_only(comp: driver.Compilation, kernels: list[Any]) -> driver.Compilation:
+    """A copy of GPU compilation ``comp`` whose ``kernels`` (one per operator) run one launch
+    after another: no plan over vEUs, no persistent program. ``schedule="auto"`` launches the
+    kernels as built to stand alone, where a persistent program's spill rebuilt some of them
+    with fewer registers (Pre: ``kernels`` cover ``comp.fused``)."""
+    from dataclasses import replace
+
+    seq = replace(comp, gpu_kernels=list(kernels), interleaved=False, gpu_infos=[],
+                  gpu_variants=[], variant_args=[], gpu_program=[], variants=[],
+                  gpu_vspec=None, timings=dict(comp.timings))
+    seq.kernels = [driver.cpu_kernel(seq, k) for k in seq.gpu_kernels]
+    seq.plan = sequential.schedule([k.ntasks for k in seq.kernels], 1)
+    return seq
 
 
 SPILL_BUDGETS = (96, 64)   # the thread tile's register estimate after a spill, then another

@@ -365,21 +365,6 @@ def plan_gpu(comp: Compilation, policy: str) -> None:
     comp.interleaved = True
 
 
-def launches_only(comp: Compilation, kernels: list[Any]) -> Compilation:
-    """A copy of GPU compilation ``comp`` whose ``kernels`` (one per operator) run one launch
-    after another: no plan over vEUs, no persistent program. ``schedule="auto"`` launches the
-    kernels as built to stand alone, where a persistent program's spill rebuilt some of them
-    with fewer registers (Pre: ``kernels`` cover ``comp.fused``)."""
-    from dataclasses import replace
-
-    seq = replace(comp, gpu_kernels=list(kernels), interleaved=False, gpu_infos=[],
-                  gpu_variants=[], variant_args=[], gpu_program=[], variants=[],
-                  gpu_vspec=None, timings=dict(comp.timings))
-    seq.kernels = [cpu_kernel(seq, k) for k in seq.gpu_kernels]
-    seq.plan = sequential.schedule([k.ntasks for k in seq.kernels], 1)
-    return seq
-
-
 def _check_memory(g: Graph) -> None:
     """A static program whose tensors cannot fit in this machine's memory is refused here (it
     would fail, or page for minutes, at its first run), naming its largest tensor: the

@@ -236,7 +236,7 @@ def test_launches_keep_the_kernels_built_to_stand_alone(monkeypatch: pytest.Monk
                if dense.applicable(n.attrs["body"])}
     assert cuda._rebuild_spilled(comp, spilled, 32)
     rebuilt = list(comp.gpu_kernels)
-    seq = driver.launches_only(comp, standalone)
+    seq = cuda.launches_only(comp, standalone)
     assert all(a is b for a, b in zip(seq.gpu_kernels, standalone))
     assert not seq.interleaved and not seq.variants and not seq.gpu_program
     assert all(a is b for a, b in zip(comp.gpu_kernels, rebuilt)) and comp.interleaved
