@@ -175,12 +175,7 @@ class CudaModel(ModelSpecs):
         from the program's first start, in the plan's entry order (``ExecutionPlan.entries``:
         vEU by vEU, program order); per entry the median over ``runs`` runs (the measured
         half of a GPU plan's Gantt chart)."""
-        self._execute(feeds, device=True)
-        dev = self._device()
-        if dev.persistent is None:
-            raise EmberError("rtask_timeline needs a persistent program (schedule='rammer' "
-                             "or 'ios')")
-        plan = np.asarray(self._meta["persistent"]["plan"], np.int64).reshape(-1, 3)
+        dev, plan = self._profiled("rtask_timeline", feeds)
         task = plan[:, 0] >= 0
         runs_s = []
         for _ in range(runs):
@@ -195,12 +190,7 @@ class CudaModel(ModelSpecs):
         """Seconds one block of each program kernel takes on one vEU, measured in the
         persistent program (its rTasks timed with the GPU's globaltimer; the median over
         ``runs`` runs of each rTask's time per block)."""
-        self._execute(feeds, device=True)
-        dev = self._device()
-        if dev.persistent is None:
-            raise EmberError("profile_rtasks needs a persistent program (schedule='rammer' "
-                             "or 'ios')")
-        plan = np.asarray(self._meta["persistent"]["plan"], np.int64).reshape(-1, 3)
+        dev, plan = self._profiled("profile_rtasks", feeds)
         samples: dict[int, list[float]] = {}
         for _ in range(runs):
             spans = dev.persistent.profile(dev)
@@ -208,6 +198,15 @@ class CudaModel(ModelSpecs):
                 if k >= 0 and e > b and t1 > t0:
                     samples.setdefault(int(k), []).append((int(t1) - int(t0)) * 1e-9 / (e - b))
         return {k: float(np.median(v)) for k, v in samples.items()}
+
+    def _profiled(self, what: str, feeds: Mapping[str, Any]) -> tuple[_DeviceState, np.ndarray]:
+        """The device state after a run on ``feeds``, and the persistent program's plan rows
+        (kernel, first block, end block), for ``what`` to time them."""
+        self._execute(feeds, device=True)
+        dev = self._device()
+        if dev.persistent is None:
+            raise EmberError(f"{what} needs a persistent program (schedule='rammer' or 'ios')")
+        return dev, np.asarray(self._meta["persistent"]["plan"], np.int64).reshape(-1, 3)
 
     def _launch(self, dev: _DeviceState) -> None:
         if self.mode == "persistent":
