@@ -275,7 +275,7 @@ TC_NEAR = 0.05
 # a TensorCore GEMM's shared stages: its operands are copied two K steps ahead of the
 # compute (A through two register sets), not one: the H200's 4096^3 fp16 tiles took about
 # 1,400 cycles a K step for an SM's 256 mma.sync (an A100's mma rate would need about 512),
-# the copies' latency exposed by the reading
+# the rest read as the copies' latency, exposed with one step of lookahead
 TC_STAGES = 3
 MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
 FRAG = {"tf32": (4, 2), "fp16": (8, 4), "bf16": (8, 4)}   # A and B floats per thread
