@@ -283,3 +283,35 @@ def test_three_stage_k_loop_on_every_step_count(prec: str, k_steps: int, split: 
     ref = a.astype(np.float64) @ b.astype(np.float64)
     scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
     assert float(np.linalg.norm(y - ref) / np.linalg.norm(scale)) < 2e-3
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.data())
+def test_weights_per_batch_take_the_dense_kernel(data: st.DataObject) -> None:
+    """A MatMul of constant weights per batch ([G, K, N], stacked heads or projections; A's
+    batch dims may broadcast) is a tiled GEMM, in fp32 and on TensorCores with its B
+    prepared per batch (it was one output point per thread), in cuda-sim against float64."""
+    from onnx import numpy_helper
+
+    prec = data.draw(st.sampled_from(["fp32", "tf32", "fp16"]))
+    g, m, k, n = (data.draw(st.integers(1, hi)) for hi in (3, 40, 40, 40))
+    bdims = data.draw(st.sampled_from([[g], [2, g]]))
+    adims = [1 if data.draw(st.booleans()) else d for d in bdims]
+    rng = np.random.default_rng(g * 7 + m * 11 + k * 13 + n)
+    a = rng.standard_normal((*adims, m, k)).astype(F32)
+    b = rng.standard_normal((*bdims, k, n)).astype(F32)
+    gr = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "bw",
+                           [helper.make_tensor_value_info("a", TensorProto.FLOAT, a.shape)],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                          [*bdims, m, n])],
+                           [numpy_helper.from_array(b, "w")])
+    model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cm = ember.compile(model, target="cuda-sim", precision=prec)
+    assert ("TensorCore GEMM" if prec != "fp32" else "tiled GEMM") in cm.source
+    y = cm.run({"a": a})["y"]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    if prec == "fp32":
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(ref).max()))
+        return
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    assert float(np.linalg.norm(y - ref) / np.linalg.norm(scale)) < 2e-3

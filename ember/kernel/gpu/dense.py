@@ -112,8 +112,10 @@ def applicable(body: Graph) -> bool:
         assert a is not None and b is not None
         if not (m.output.type.is_static and a.type.is_static and b.type.is_static):
             return False
-        if b.is_const:
-            return b.type.rank == 2 and a.type.rank >= 2
+        if b.is_const:   # weights of one [K, N], or one per batch of the output
+            return a.type.rank >= 2 and (b.type.rank == 2 or (
+                b.type.rank == m.output.type.rank and b.type.shape[:-2] ==
+                m.output.type.shape[:-2]))
         return a.type.rank == b.type.rank >= 2 and not a.is_const
     return False
 
@@ -237,7 +239,7 @@ def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     args.append((b_buf, b.const) if b.is_const else (b_buf, body.inputs.index(b)))
     a_vec = k % 4 == 0 and body.inputs.index(a) in aligned
     b_vec = n % 4 == 0 and (b.is_const or body.inputs.index(b) in aligned)
-    if b.is_const:   # the rows of every batch of A are one M
+    if b.is_const and len(bsh) == 2:   # the rows of every batch of A are one M
         rows = math.prod(ash[:-1])
         return Gemm(rows, n, k, 1, a_buf, b_buf,
                     lambda _b, r, kk: (Bin("+", Bin("*", r, Const(k)), kk), None),
@@ -266,8 +268,12 @@ def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     def b_at(bi: Expr, kk: Expr, nn: Expr) -> tuple[Expr, Expr | None]:
         return Bin("+", offset(bsh[:-2], bi, k * n), Bin("+", Bin("*", kk, Const(n)), nn)), None
 
+    # constant weights per batch (``applicable``: B's batch dims are the output's, A's may
+    # broadcast): [batch, K, N] as they lie, prepared per batch on TensorCores
+    b_const = b.const.reshape(batch, k, n) if b.is_const else None
     return Gemm(rows, n, k, batch, a_buf, b_buf, a_at, b_at,
-                lambda bi, r: Bin("+", Bin("*", bi, Const(rows)), r), args, a_vec, b_vec)
+                lambda bi, r: Bin("+", Bin("*", bi, Const(rows)), r), args, a_vec, b_vec,
+                b_const)
 
 
 # ------------------------------------------------------------------ the epilogue
