@@ -19,6 +19,7 @@ from ember.passes import (
     layout_nhwc,
     memplan,
     shape_analysis,
+    stack_projections,
     subpixel_convt,
 )
 
@@ -42,6 +43,9 @@ OPTIMIZE: list[Pass] = [
     ("dce", dce.run),
     ("fuse_lstm", fuse_lstm.run),
 ]
+# GPU targets only (cuda, cuda-sim), between OPTIMIZE and FUSE: on two CPU cores a projection
+# already fills the machine, and the CPU's dense kernel takes rank-2 weights
+GPU: list[Pass] = [("stack_projections", stack_projections.run)]
 FUSE: list[Pass] = [("fuse", fuse.run)]
 PLAN: list[Pass] = [("memplan", memplan.run)]
 
