@@ -247,14 +247,16 @@ def test_kernels_a_plan_may_run_at_once_get_scratch_regions_of_their_own() -> No
 
 def test_concurrent_split_kernels_keep_their_concurrency_in_plans() -> None:
     """Two branches of split products beside each other (a plan may run them at once) get
-    two regions and no dependency between them; their plan matches onnxruntime."""
+    two regions and no dependency between them; their plan matches onnxruntime. (Weights of
+    two widths: of one shape, the GPU pass list stacks them into one product.)"""
     rng = np.random.default_rng(9)
-    w = [numpy_helper.from_array((rng.standard_normal((1024, 48)) / 32).astype(F32), f"w{i}")
-         for i in range(2)]
+    ns = (48, 40)
+    w = [numpy_helper.from_array((rng.standard_normal((1024, n)) / 32).astype(F32), f"w{i}")
+         for i, n in enumerate(ns)]
     nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"]) for i in range(2)]
     g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [16, 1024])], [helper.make_tensor_value_info(
-            f"y{i}", TensorProto.FLOAT, [16, 48]) for i in range(2)], w)
+            f"y{i}", TensorProto.FLOAT, [16, n]) for i, n in enumerate(ns)], w)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     x = rng.standard_normal((16, 1024)).astype(F32)
     _check(model, {"x": x}, schedule="rammer")
