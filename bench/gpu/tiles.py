@@ -26,23 +26,18 @@ from ember.bench.gpu import gemm_model  # noqa: E402
 
 def candidates(n: int, precision: str, top: int, timed: bool) -> list[dict[str, Any]]:
     """The GEMM's product built with Roller's best, second, ... ``top``-th tile
-    (``driver.gpu_kernels``' rank), each compiled as the model's launches and timed alone."""
+    (``compiler.cuda.ranked_launches``), each compiled as the model's launches and timed alone."""
     from ember.compiler import cuda, driver
     from ember.frontend.onnx.importer import import_model
     from ember.support import options
 
     model, a, _ = gemm_model(n)
-    out, seen = [], set()
+    out = []
     with options.using(options.current().with_(precision=precision)):
         comp = driver.build_graph(import_model(model), target="cuda", topk=top)
-        for i in range(top):
-            kernels = driver.gpu_kernels(comp.fused, top, i)
-            if kernels[0].schedule in seen:      # fewer distinct tiles than asked for
-                break
-            seen.add(kernels[0].schedule)
-            cm = cuda.to_cuda_model(cuda.launches_only(comp, kernels))
+        for rank, _, cm in cuda.ranked_launches(comp, top):
             k = cm.meta["kernels_cuda"][0]
-            rec = {"n": n, "precision": precision, "rank": i, "modeled_us": k["modeled_us"],
+            rec = {"n": n, "precision": precision, "rank": rank, "modeled_us": k["modeled_us"],
                    "schedule": k["schedule"], "grid": k["grid"], "block": k["block"]}
             if timed:
                 rec["ms"] = round(statistics.median(cm.time_ms({"a": a}, 20)), 4)

@@ -303,9 +303,8 @@ def _prepare_candidates(name: str, precision: str, topk: int) -> None:
 
     with options.using(options.current().with_(precision=precision)):
         comp = driver.build_graph(import_model(zoo.build(name)), target="cuda", topk=topk)
-        for rank in range(1, topk):
-            cuda.to_cuda_model(cuda.launches_only(
-                comp, driver.gpu_kernels(comp.fused, topk, rank)))
+        for _ in cuda.ranked_launches(comp, topk):
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,28 +355,25 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rec), flush=True)
         (out / "gpu.json").write_text(json.dumps(result, indent=1))
 
+    def guarded(kind: str, what: dict[str, Any], run: Any) -> None:
+        """``run()``'s record, or, where it raised, ``what`` and the error (a peer or a model
+        failing is a result, not the end of the bench)."""
+        try:
+            rec = run()
+        except Exception as e:
+            rec = {**what, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        record(kind, rec)
+
     result["gemm"], result["gantt"] = [], []
     for name in (m for m in a.gantt.split(",") if m):
-        try:
-            rec = gantt(name, out)
-        except Exception as e:
-            rec = {"gantt": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-        record("gantt", rec)
+        guarded("gantt", {"gantt": name}, lambda n=name: gantt(n, out))
     for prec in (p for p in a.gemm_precisions.split(",") if p and a.gemm):
-        try:
-            rec = bench_gemm(a.gemm, 10, prec)
-        except Exception as e:
-            rec = {"precision": prec, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-        record("gemm", rec)
+        guarded("gemm", {"precision": prec}, lambda p=prec: bench_gemm(a.gemm, 10, p))
     for prec in mprecs:
         for name in models:
-            try:
-                rec = bench_model(name, a.runs, a.rounds, deadline,
-                                  modes if name in compile_models else [], prec)
-            except Exception as e:
-                rec = {"model": name, "precision": prec,
-                       "error": f"{type(e).__name__}: {str(e)[:300]}"}
-            record("models", rec)
+            guarded("models", {"model": name, "precision": prec},
+                    lambda n=name, p=prec: bench_model(
+                        n, a.runs, a.rounds, deadline, modes if n in compile_models else [], p))
     _table(result)
     return 0
 

@@ -9,13 +9,14 @@ same plan the CPU uses).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ember.codegen.cuda import emit_persistent, emit_program, params_of
 from ember.codegen.program import ParamBlob
-from ember.compiler import driver
+from ember.compiler import driver, gpu_build
 from ember.compiler.autosched import random_feeds
 from ember.errors import EmberError
 from ember.ir.graph import Graph, Value
@@ -94,17 +95,8 @@ def tune_tiles(comp: driver.Compilation, k: int) -> list[dict[str, Any]]:
     target cuda)."""
     variants: list[list[Any]] = []
     times: list[list[float]] = []
-    seen: set[tuple[str, ...]] = set()
     feeds = None
-    for rank in range(k):
-        kernels = list(comp.gpu_kernels) if rank == 0 else driver.gpu_kernels(comp.fused, k,
-                                                                                 rank)
-        key = tuple(x.schedule for x in kernels)
-        if key in seen:          # fewer distinct tiles than asked for
-            continue
-        seen.add(key)
-        seq = launches_only(comp, kernels)
-        cm = to_cuda_model(seq)  # may rebuild a kernel ptxas spilled: timed as rebuilt
+    for _, seq, cm in ranked_launches(comp, k):   # a kernel ptxas spilled: timed as rebuilt
         feeds = feeds if feeds is not None else random_feeds(cm)  # type: ignore[arg-type]
         if feeds is None:        # inputs too large to measure on: the model's choice
             return []
@@ -114,12 +106,29 @@ def tune_tiles(comp: driver.Compilation, k: int) -> list[dict[str, Any]]:
     comp.gpu_kernels = chosen
     if comp.interleaved:
         assert comp.plan is not None
-        driver.plan_gpu(comp, comp.plan.policy)
+        gpu_build.plan_gpu(comp, comp.plan.policy)
     else:
-        comp.kernels = [driver.cpu_kernel(comp, x) for x in chosen]
+        comp.kernels = [gpu_build.cpu_kernel(comp, x) for x in chosen]
     LOG.info("top-%d: %d of %d products took another tile than the model's", k,
              sum(r["chosen"] != 0 for r in records), len(records))
     return records
+
+
+def ranked_launches(comp: driver.Compilation, k: int
+                    ) -> Iterator[tuple[int, driver.Compilation, CudaModel]]:
+    """The model's launches with its dense products at Roller's best, second, ... ``k``-th
+    tiles (``gpu_build.gpu_kernels``' rank), each distinct set compiled once: (rank, its
+    compilation, its model; to_cuda_model may rebuild a kernel ptxas spilled)."""
+    seen: set[tuple[str, ...]] = set()
+    for rank in range(k):
+        kernels = list(comp.gpu_kernels) if rank == 0 else \
+            gpu_build.gpu_kernels(comp.fused, k, rank)
+        key = tuple(x.schedule for x in kernels)
+        if key in seen:          # fewer distinct tiles than asked for
+            continue
+        seen.add(key)
+        seq = launches_only(comp, kernels)
+        yield rank, seq, to_cuda_model(seq)
 
 
 def pick_fastest(names: list[str], variants: list[list[Any]], times: list[list[float]]
@@ -148,7 +157,7 @@ def launches_only(comp: driver.Compilation, kernels: list[Any]) -> driver.Compil
     seq = replace(comp, gpu_kernels=list(kernels), interleaved=False, gpu_infos=[],
                   gpu_variants=[], variant_args=[], gpu_program=[], variants=[],
                   gpu_vspec=None, timings=dict(comp.timings))
-    seq.kernels = [driver.cpu_kernel(seq, k) for k in seq.gpu_kernels]
+    seq.kernels = [gpu_build.cpu_kernel(seq, k) for k in seq.gpu_kernels]
     seq.plan = sequential.schedule([k.ntasks for k in seq.kernels], 1)
     return seq
 
@@ -192,9 +201,9 @@ def _rebuild_spilled(comp: driver.Compilation, spilled: set[str], budget: int,
     comp.gpu_kernels = [new.get(id(k), k) for k in comp.gpu_kernels]
     if comp.interleaved:     # a rebuilt kernel has other blocks: the plan is made again
         assert comp.plan is not None
-        driver.plan_gpu(comp, comp.plan.policy)
+        gpu_build.plan_gpu(comp, comp.plan.policy)
     else:
-        comp.kernels = [driver.cpu_kernel(comp, k) for k in comp.gpu_kernels]
+        comp.kernels = [gpu_build.cpu_kernel(comp, k) for k in comp.gpu_kernels]
     return True
 
 

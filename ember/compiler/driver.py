@@ -7,7 +7,7 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ from ember.codegen.program import (
     kernel_symbol,
     symbolic_template,
 )
-from ember.compiler import autosched, gpu
+from ember.compiler import autosched, gpu, gpu_build
+from ember.compiler.kernels import body_key, build_kernels, side_by_side
 from ember.compiler.tuning import TopK, device_spec
 from ember.errors import (
     CompileError,
@@ -38,11 +39,9 @@ from ember.ir.graph import Graph, Node, Value
 from ember.ir.types import TensorType, dim_atoms
 from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, Kernel, scratch_needs, scratch_offsets
 from ember.kernel.cost import kernel_cost
-from ember.kernel.gpu.select import build_gpu_kernel
 from ember.kernel.select import build_kernel
 from ember.lower import dims
 from ember.passes import pipeline
-from ember.passes.cse import attr_key
 from ember.passes.memplan import MemoryPlan, kernel_dependencies, output_views
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.host import isa_features, physical_memory
@@ -50,7 +49,6 @@ from ember.runtime.toolchain import compile_shared
 from ember.runtime.units import compile_units
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan
-from ember.sched.vdevice import levels
 from ember.support import log, options
 from ember.support.arena import align
 
@@ -272,11 +270,11 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     one = TopK(1, picker.spec, picker.topk)     # the efficient rKernels' picker: one vEU
     ctx1 = one.context()
     with dims.symbols(table or dims.SymbolTable()):
-        comp.kernels = _build_kernels(
+        comp.kernels = build_kernels(
             fused, lambda name, n: _build_kernel(name, n, ctx, table is not None))
         if variants and table is None and threads > 1:
             comp.variants = _efficient_variants(fused, comp.kernels, ctx1,
-                                                _side_by_side(kernel_dependencies(g)))
+                                                side_by_side(kernel_dependencies(g)))
     if table is None:
         comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
         comp.plan.validate([k.ntasks for k in comp.program_kernels], comp.op_of)
@@ -303,11 +301,11 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     run = log.current_run()
     t = time.perf_counter()
     spec = gpu.gpu_spec()
-    comp.gpu_kernels = gpu_kernels(fused, topk or 1)
+    comp.gpu_kernels = gpu_build.gpu_kernels(fused, topk or 1)
     if policy in ("rammer", "ios"):
-        plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels
+        gpu_build.plan_gpu(comp, policy)      # it simulates the plan's (packed) rKernels
     else:
-        comp.kernels = [cpu_kernel(comp, k) for k in comp.gpu_kernels]
+        comp.kernels = [gpu_build.cpu_kernel(comp, k) for k in comp.gpu_kernels]
         comp.plan = sequential.schedule([k.ntasks for k in comp.kernels], threads)
     comp.timings["construct"] = time.perf_counter() - t
     run.add("kernels", comp.timings["construct"], f"{len(comp.kernels)} GPU kernels for "
@@ -318,53 +316,6 @@ def _build_gpu(comp: Compilation, fused: list[Node], symbolic: bool, topk: int |
     _emit(comp)
     comp.timings["codegen"] = time.perf_counter() - t
     run.add("C", comp.timings["codegen"], f"{len(comp.source) // 1024} KiB")
-
-
-def gpu_kernels(fused: list[Node], topk: int = 1, rank: int = 0) -> list[Any]:
-    """The GPU kernel of each fused node (nodes of equal keys share one), for the options'
-    GPU, precision and split-K; ``rank``: the dense products' ``rank``-th best tiles by
-    Roller's model (the candidates a GPU times, ``compiler.cuda``)."""
-    spec = gpu.gpu_spec()
-    precision, split = options.current().precision, options.current().split_k
-    return _build_kernels(
-        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk, precision,
-                                                gpu.aligned_inputs(n), split, rank),
-        "GPU kernels" if rank == 0 else f"GPU kernels, rank {rank}", _gpu_key)
-
-
-def cpu_kernel(comp: Compilation, gk: Any) -> Kernel:
-    """GPU kernel ``gk`` as ``comp.kernels`` holds it: for cuda-sim, rendered for the CPU (what
-    runs); for cuda, only what the plan, the scratch layout and the metadata read (blocks,
-    arguments, doc), not rendered (an fp16 BERT's TensorCore kernels: 5 s of rendering)."""
-    from ember.kernel.gpu.sim import simulate
-    from ember.loops.ir import Seq
-
-    if comp.target == "cuda":
-        return Kernel(gk.name, Seq([]), gk.blocks, list(gk.args), flops=gk.flops,
-                      doc=f"{gk.doc} [{gk.schedule}]")
-    return simulate(gk)
-
-
-def plan_gpu(comp: Compilation, policy: str) -> None:
-    """``policy``'s plan of ``comp``'s GPU kernels over the GPU's vEUs, with the efficient
-    rKernels it runs, and the CPU renderings cuda-sim runs (``comp.kernels``). Called again
-    whenever a kernel is rebuilt: a plan covers each kernel's blocks as they were when it was
-    made (Pre: ``comp.gpu_kernels`` built)."""
-    spec = gpu.gpu_spec()
-    deps = kernel_dependencies(comp.graph)
-    costs = [kernel_cost(n, k) for n, k in zip(comp.fused, comp.gpu_kernels)]
-    variants = gpu.efficient_variants(comp.fused, comp.gpu_kernels, _side_by_side(deps), spec,
-                                      _gpu_key)
-    # the program's rKernels: its block size, narrow kernels' blocks packed side by side
-    program, variants, comp.gpu_vspec = gpu.program_rkernels(comp.gpu_kernels, variants, spec)
-    comp.gpu_infos = gpu.kernel_infos(program, costs, deps, comp.gpu_vspec, variants)
-    comp.plan = gpu.gpu_plan(comp.gpu_infos, comp.gpu_vspec, policy)
-    comp.plan, comp.gpu_infos, comp.gpu_variants = gpu.drop_unused(comp.plan, comp.gpu_infos,
-                                                                  variants)
-    comp.gpu_program = program + [k for _, k in comp.gpu_variants]
-    comp.kernels = [cpu_kernel(comp, k) for k in program]   # cuda-sim runs the plan's kernels
-    comp.variants = [(op, cpu_kernel(comp, k)) for op, k in comp.gpu_variants]
-    comp.interleaved = True
 
 
 def _check_memory(g: Graph) -> None:
@@ -410,26 +361,6 @@ def _emit(comp: Compilation) -> None:
     comp.source = comp.units.source
 
 
-def _build_kernels(fused: list[Node], build: Callable[[str, Node], Any],
-                   what: str = "kernels", key_of: Callable[[Node], tuple] | None = None
-                   ) -> list[Any]:
-    """Each fused node's kernel, ``build(name, node)``; nodes with equal keys (``key_of``,
-    by default their bodies) share one."""
-    built: dict[tuple, Any] = {}
-    out = []
-    bar = log.progress(len(fused), what)
-    try:
-        for i, n in enumerate(fused):
-            key = (key_of or _body_key)(n)
-            if key not in built:
-                built[key] = build(f"{n.attrs['master'].lower()}{i}", n)
-            out.append(built[key])
-            bar.update()
-    finally:
-        bar.close()
-    return out
-
-
 def _efficient_variants(fused: list[Node], kernels: list[Kernel], ctx: Any,
                         ops: set[int]) -> list[tuple[int, Kernel]]:
     """Rammer's efficient rKernels of the operators ``ops``: each one's kernel constructed for
@@ -439,7 +370,7 @@ def _efficient_variants(fused: list[Node], kernels: list[Kernel], ctx: Any,
     for i, (n, k) in enumerate(zip(fused, kernels)):
         if i not in ops:
             continue
-        key = _body_key(n)
+        key = body_key(n)
         if key not in built:
             try:
                 e: Kernel | None = build_kernel(f"{n.attrs['master'].lower()}{i}e", n, ctx)
@@ -450,17 +381,6 @@ def _efficient_variants(fused: list[Node], kernels: list[Kernel], ctx: Any,
         if var is not None:
             out.append((i, var))
     return out
-
-
-def _side_by_side(deps: Sequence[Sequence[int]]) -> set[int]:
-    """The operators whose wave (the BFS fringe of the dependency graph: operators of equal
-    longest path from the inputs) has other operators, which they could run beside; only
-    there do Rammer's efficient rKernels pay, so only those are built."""
-    level = levels(deps)
-    count: dict[int, int] = {}
-    for lv in level:
-        count[lv] = count.get(lv, 0) + 1
-    return {i for i, lv in enumerate(level) if count[lv] > 1}
 
 
 def _symbol_table(g: Graph, hints: dict[str, int]) -> dims.SymbolTable | None:
@@ -708,28 +628,6 @@ def _profile_meta(comp: Compilation) -> dict[str, Any]:
                         "bytes": nbytes, "nodes": nodes, "doc": k.doc,
                         "tasks": str(k.ntasks), "generic": bool(getattr(k, "generic", False))})
     return {"kernels": kernels}
-
-
-def _body_key(n: Node) -> tuple:
-    """What a fused node's kernel depends on: its body's ops, attributes, types and wiring, and
-    the identity of the constants it reads. Equal keys build equal kernels (the kernel binds
-    its tensors by input position), so an unrolled recurrence builds each kernel once."""
-    body: Graph = n.attrs["body"]
-    ref: dict[int, tuple] = {v.uid: ("in", i, v.type) for i, v in enumerate(body.inputs)}
-    parts = []
-    for k, m in enumerate(body.nodes):
-        ins = tuple(None if v is None else ref.get(v.uid) or ("const", id(v.const), v.type)
-                    for v in m.inputs)
-        for j, o in enumerate(m.outputs):
-            ref[o.uid] = ("node", k, j, o.type)
-        parts.append((m.op, attr_key(m.attrs), ins))
-    return (tuple(parts), ref[body.outputs[0].uid], n.attrs.get("pattern"))
-
-
-def _gpu_key(n: Node) -> tuple:
-    """Fused nodes with equal keys share one GPU kernel: equal bodies, equally aligned inputs
-    (their tiles are copied 16 bytes at a time where aligned)."""
-    return _body_key(n), gpu.aligned_inputs(n)
 
 
 def _copy_outputs(g: Graph) -> None:

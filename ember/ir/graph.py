@@ -84,16 +84,8 @@ class Graph:
     def add(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any] | None = None,
             name: str = "", out_names: Sequence[str] = ()) -> Node:
         """Append a node whose output types come from the op's type relation."""
-        from ember.ir.ops import registry
-
-        opdef = registry.get(op)
-        attrs = dict(attrs or {})
-        in_types = [v.type if v is not None else None for v in inputs]
         with collect_checks() as found:
-            out_types = opdef.infer_types(attrs, in_types, inputs)
-        outs = [Value(t, out_names[i] if i < len(out_names) else "")
-                for i, t in enumerate(out_types)]
-        node = Node(op, inputs, outs, attrs, name)
+            node = typed_node(op, inputs, attrs, name, out_names)
         self.nodes.append(node)
         self.checks.extend(c.at(node.name) for c in found if c.at(node.name) not in self.checks)
         return node
@@ -167,3 +159,23 @@ class Graph:
         from ember.ir.printer import format_graph
 
         return format_graph(self)
+
+
+def typed_node(op: str, inputs: Sequence[Value | None], attrs: dict[str, Any] | None = None,
+               name: str = "", out_names: Sequence[str] = (),
+               outputs: Sequence[Value] | None = None) -> Node:
+    """A node (not yet in any graph) whose output types come from the op's type relation;
+    ``outputs``: values it is to produce instead of new ones (a rewrite keeping a value's
+    identity), their types checked against the relation's."""
+    from ember.ir.ops import registry
+
+    attrs = dict(attrs or {})
+    types = registry.get(op).infer_types(attrs, [v.type if v is not None else None
+                                                 for v in inputs], inputs)
+    if outputs is not None:
+        if [v.type for v in outputs] != list(types):
+            raise ValueError(f"{op} {name!r}: outputs of types {[v.type for v in outputs]}, "
+                             f"its type relation gives {types}")
+        return Node(op, inputs, list(outputs), attrs, name)
+    return Node(op, inputs, [Value(t, out_names[i] if i < len(out_names) else "")
+                             for i, t in enumerate(types)], attrs, name)

@@ -21,18 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.ir.graph import Graph, Node, Value
+from ember.ir.graph import Graph, Node, Value, typed_node
 from ember.ir.ops import registry
 from ember.ir.ops.layout import TO_NCHW, TO_NHWC
 from ember.ir.ops.registry import Pattern
 
 MAX_ROUNDS = 100
-
-
-def _mk(op: str, inputs: list[Value | None], attrs: dict, name: str) -> Node:
-    types = registry.get(op).infer_types(attrs, [v.type if v is not None else None
-                                                 for v in inputs], inputs)
-    return Node(op, inputs, [Value(t) for t in types], attrs, name)
 
 
 def _convert_conv(n: Node) -> list[Node] | None:
@@ -42,7 +36,7 @@ def _convert_conv(n: Node) -> list[Node] | None:
     if not x.type.is_static and not _dense_symbolic(n):
         return None
     pads = list(n.attrs["pads"])
-    t = _mk("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
+    t = typed_node("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
     nodes = [t]
     cur = t.output
     attrs = {"strides": list(n.attrs["strides"]), "dilations": list(n.attrs["dilations"]),
@@ -50,18 +44,18 @@ def _convert_conv(n: Node) -> list[Node] | None:
     if any(pads) and _reads_border(n):
         attrs["pads"] = pads
     elif any(pads):
-        p = _mk("Pad", [cur], {"pads": [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0],
+        p = typed_node("Pad", [cur], {"pads": [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0],
                                "mode": "constant", "value": 0.0}, n.name + "_pad")
         nodes.append(p)
         cur = p.output
     whwio = Value.constant(np.ascontiguousarray(np.transpose(w.const, (2, 3, 1, 0))))
-    c = _mk("ConvNHWC", [cur, whwio], attrs, n.name)
+    c = typed_node("ConvNHWC", [cur, whwio], attrs, n.name)
     nodes.append(c)
     y = c.output
     if len(n.inputs) > 2 and n.inputs[2] is not None:  # the bias: an epilogue to fuse
         b = n.inputs[2]
         bias = Value.constant(b.const) if b.is_const else b
-        add = _mk("Add", [y, bias], {}, n.name + "_bias")
+        add = typed_node("Add", [y, bias], {}, n.name + "_bias")
         nodes.append(add)
         y = add.output
     back = Node("Transpose", [y], [n.output], {"perm": TO_NCHW}, n.name + "_to_nchw")
@@ -96,8 +90,8 @@ def _convert_pool(n: Node) -> list[Node] | None:
     x = n.inputs[0]
     if x is None or x.type.rank != 4 or len(n.outputs) != 1:
         return None
-    t = _mk("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
-    p = _mk(n.op + "NHWC", [t.output], dict(n.attrs), n.name)
+    t = typed_node("Transpose", [x], {"perm": TO_NHWC}, n.name + "_to_nhwc")
+    p = typed_node(n.op + "NHWC", [t.output], dict(n.attrs), n.name)
     back = Node("Transpose", [p.output], [n.output], {"perm": TO_NCHW}, n.name + "_to_nchw")
     return [t, p, back]
 
@@ -254,11 +248,11 @@ def _try_sink(u: Node) -> list[Node] | None:
     perm = tin[0][1]
     if u.op in ("GlobalAveragePool", "GlobalMaxPool") and perm == TO_NCHW:
         red = "ReduceMean" if u.op == "GlobalAveragePool" else "ReduceMax"
-        r = _mk(red, [tin[0][0]], {"axes": [1, 2], "keepdims": 1}, u.name)
+        r = typed_node(red, [tin[0][0]], {"axes": [1, 2], "keepdims": 1}, u.name)
         return [r, Node("Transpose", [r.output], [u.output], {"perm": perm}, u.name + "_t")]
     if u.op == "Concat" and len(tin) == len(u.inputs) and all(p == perm for _, p in tin):
         axis = u.attrs["axis"] % len(perm)
-        c = _mk("Concat", [s for s, _ in tin], {"axis": perm[axis]}, u.name)
+        c = typed_node("Concat", [s for s, _ in tin], {"axis": perm[axis]}, u.name)
         return [c, Node("Transpose", [c.output], [u.output], {"perm": perm}, u.name + "_t")]
     if u.op == "Resize" and ins[0] is not None and len(u.inputs) == 1:
         return _sink_resize(u, *ins[0])
@@ -286,7 +280,7 @@ def _try_sink(u: Node) -> list[Node] | None:
             new_in.append(Value.constant(np.ascontiguousarray(np.transpose(arr, inv))))
         else:
             return None
-    m = _mk(u.op, new_in, attrs, u.name)
+    m = typed_node(u.op, new_in, attrs, u.name)
     return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
 
 
@@ -308,7 +302,7 @@ def _sink_reduce(u: Node, src: Value, perm: list[int]) -> list[Node] | None:
         out_perm = [sorted(kept).index(k) for k in kept]
     if out_perm == list(range(len(out_perm))):     # the kept axes are in order: no transpose
         return [Node(u.op, [src], [u.output], attrs, u.name)]
-    r = _mk(u.op, [src], attrs, u.name)
+    r = typed_node(u.op, [src], attrs, u.name)
     return [r, Node("Transpose", [r.output], [u.output], {"perm": out_perm}, u.name + "_t")]
 
 
@@ -332,7 +326,7 @@ def _sink_resize(u: Node, src: Value, perm: list[int]) -> list[Node]:
     if attrs.get("roi") is not None and len(attrs["roi"]) == 2 * rank:
         roi = list(attrs["roi"])
         attrs["roi"] = moved(roi[:rank]) + moved(roi[rank:])
-    m = _mk("Resize", [src], attrs, u.name)
+    m = typed_node("Resize", [src], attrs, u.name)
     return [m, Node("Transpose", [m.output], [u.output], {"perm": perm}, u.name + "_t")]
 
 

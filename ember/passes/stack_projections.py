@@ -19,8 +19,7 @@ import math
 
 import numpy as np
 
-from ember.ir.graph import Graph, Node, Value
-from ember.ir.ops import registry
+from ember.ir.graph import Graph, Node, Value, typed_node
 
 MIN_STACK = 2
 
@@ -55,66 +54,53 @@ def _projection_input(n: Node) -> Value | None:
     return a
 
 
-def _bias(m: Node, users: dict[Value, list[Node]], outputs: set[int]) -> Node | None:
-    """``m``'s bias Add: its only reader, adding a constant of ``N`` values."""
+def _bias(m: Node, users: dict[Value, list[Node]], outputs: set[int]
+          ) -> tuple[Node, np.ndarray] | None:
+    """``m``'s bias Add, its only reader, adding a constant of ``N`` values; and the values."""
     readers = users.get(m.output, [])
     if len(readers) != 1 or m.output.uid in outputs or readers[0].op != "Add":
         return None
     add = readers[0]
     others = [v for v in add.inputs if v is not m.output]
     n = int(m.output.type.shape[-1])
-    if len(others) != 1 or others[0] is None or not others[0].is_const:
+    if len(others) != 1 or others[0] is None or others[0].const is None:
         return None
     c = others[0]
     if c.type.dtype.name != "float32" or c.type.numel != n or int(c.type.shape[-1]) != n \
             or add.output.type.shape != m.output.type.shape:
         return None
-    return add
-
-
-def _mk(op: str, inputs: list[Value], attrs: dict, name: str,
-        out: Value | None = None) -> Node:
-    types = registry.get(op).infer_types(attrs, [v.type for v in inputs], inputs)
-    if out is not None:
-        assert out.type.shape == types[0].shape, (op, out.type, types[0])
-    return Node(op, inputs, [out if out is not None else Value(types[0])], attrs, name)
+    return add, np.asarray(c.const, np.float32).reshape(1, n)
 
 
 def _stack(g: Graph, ms: list[Node], users: dict[Value, list[Node]],
            outputs: set[int]) -> None:
     """Replace the MatMuls ``ms`` (and their bias Adds, where all have one) in ``g``."""
-    adds = [_bias(m, users, outputs) for m in ms]
-    if any(a is None for a in adds):
+    biases = [_bias(m, users, outputs) for m in ms]
+    adds = [b[0] if b is not None else None for b in biases]
+    if any(b is None for b in biases):
         adds = [None] * len(ms)
     a = ms[0].inputs[0]
     assert a is not None
     name = ms[0].name + "_stacked"
     w = Value.constant(np.stack([np.asarray(m.inputs[1].const, np.float32)  # type: ignore[union-attr]
                                  for m in ms]), name + "_w")
-    new = [_mk("MatMul", [a, w], {}, name)]
+    new = [typed_node("MatMul", [a, w], {}, name)]
     if adds[0] is not None:
-        bias = np.stack([np.asarray(_bias_const(m, ad), np.float32).reshape(1, -1)
-                         for m, ad in zip(ms, adds)])
-        new.append(_mk("Add", [new[-1].output, Value.constant(bias, name + "_b")], {},
-                       name + "_bias"))
+        bias = Value.constant(np.stack([b[1] for b in biases if b is not None]), name + "_b")
+        new.append(typed_node("Add", [new[-1].output, bias], {}, name + "_bias"))
     y = new[-1].output
     axis = y.type.rank - 3                  # the stacked axis: [..., G, M, N]
     for i, (m, ad) in enumerate(zip(ms, adds)):
         final = (ad or m).output
         sl = {"starts": [i], "ends": [i + 1], "axes": [axis]}
         if final.type.rank == y.type.rank:
-            new.append(_mk("Slice", [y], sl, f"{m.name}_of_stack", final))
+            new.append(typed_node("Slice", [y], sl, f"{m.name}_of_stack", outputs=[final]))
             continue
-        part = _mk("Slice", [y], sl, f"{m.name}_of_stack")
+        part = typed_node("Slice", [y], sl, f"{m.name}_of_stack")
         shape = Value.constant(np.array(final.type.shape, np.int64), f"{m.name}_shape")
-        new += [part, _mk("Reshape", [part.output, shape], {}, f"{m.name}_as_was", final)]
+        new += [part, typed_node("Reshape", [part.output, shape], {}, f"{m.name}_as_was",
+                                 outputs=[final])]
     gone = {id(n) for n in ms} | {id(ad) for ad in adds if ad is not None}
     first = min(i for i, n in enumerate(g.nodes) if id(n) in gone)
     g.nodes = [n for n in g.nodes[:first] if id(n) not in gone] + new + \
         [n for n in g.nodes[first:] if id(n) not in gone]
-
-
-def _bias_const(m: Node, add: Node) -> np.ndarray:
-    c = next(v for v in add.inputs if v is not m.output)
-    assert c is not None and c.const is not None
-    return np.asarray(c.const)

@@ -268,12 +268,12 @@ def test_the_fastest_candidate_is_picked_per_node() -> None:
 def test_ranked_kernels_are_the_models_next_tiles() -> None:
     """The candidates a GPU times: the dense products built with Roller's second-best tile
     (and so on), every other kernel as it was."""
-    from ember.compiler import driver
+    from ember.compiler import driver, gpu_build
     from ember.frontend.onnx.importer import import_model
     from ember.kernel.gpu import dense
 
     comp = driver.build_graph(import_model(zoo.build("small_cnn")), target="cuda")
-    second = driver.gpu_kernels(comp.fused, 4, 1)
+    second = gpu_build.gpu_kernels(comp.fused, 4, 1)
     for n, a, b in zip(comp.fused, comp.gpu_kernels, second):
         if dense.applicable(n.attrs["body"]):
             assert a.schedule != b.schedule and a.modeled_us <= b.modeled_us

@@ -149,12 +149,13 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                                     copies=_copies(gm, m.op == "ConvNHWC"))
         tc = tcs[min(rank, len(tcs) - 1)]
         stmt, blocks = _gemm_tc(name, gm, tc, epi, shape)
-        regs = 255 if tc.registers(precision) > gemm_gpu.REG_BUDGET else gemm_gpu.REG_BUDGET
+        big = tc.registers(precision) > gemm_gpu.REG_BUDGET   # one block of it per SM
         return GpuKernel(name, stmt, blocks, tc.threads, gm.args, flops=flops, doc=doc,
                          schedule=f"TensorCore GEMM ({precision} mma.sync m{shape.m}n{shape.n}"
                                   f"k{shape.k}), {tc} (Roller: {tc.time_us:.1f} us modeled"
-                                  f"{', up to 255 registers' if regs > 128 else ''})",
-                         modeled_us=tc.time_us, split=tc.split, registers=regs)
+                                  f"{', up to 255 registers' if big else ''})",
+                         modeled_us=tc.time_us, split=tc.split,
+                         registers=255 if big else gemm_gpu.REG_BUDGET)
     tiles = [tile] if tile is not None else gemm_gpu.construct(
         gm.M, gm.N, gm.K, gm.batch, spec, max(topk, rank + 1), budget,
         _copies(gm, m.op == "ConvNHWC"), split)

@@ -275,7 +275,8 @@ TC_NEAR = 0.05
 # a TensorCore GEMM's shared stages: its operands are copied two K steps ahead of the
 # compute (A through two register sets), not one: the H200's 4096^3 fp16 tiles took about
 # 1,400 cycles a K step for an SM's 256 mma.sync (an A100's mma rate would need about 512),
-# the rest read as the copies' latency, exposed with one step of lookahead
+# the rest read as the copies' latency, exposed with one step of lookahead (the loop,
+# ``dense._Block.pipeline3``, is written for three: two register sets of A)
 TC_STAGES = 3
 MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
 FRAG = {"tf32": (4, 2), "fp16": (8, 4), "bf16": (8, 4)}   # A and B floats per thread
@@ -399,7 +400,10 @@ def tc_model(t: TcTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec,
              precision: str, copies: Copies = PLAIN) -> float:
     """The tile's modeled time (us): its blocks' own time, or moving the operands once
     through HBM where that is longer, plus a launch."""
-    own, hbm = tc_times(t, M, N, K, batch, spec, precision, copies)
+    return _tc_us(*tc_times(t, M, N, K, batch, spec, precision, copies))
+
+
+def _tc_us(own: float, hbm: float) -> float:
     return max(own, hbm) + 2.0
 
 
@@ -471,7 +475,7 @@ def _construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precisio
     # at full bandwidth) go to the tile whose own blocks end first, the one that spreads over
     # the most SMs: on an H200 the largest tile among them ran ResNet-50's fp16 convs 1.3x
     # slower (few blocks on few SMs reach no such bandwidth)
-    ranked = sorted(((max(own, hbm) + 2.0, own, t.split, t) for t in tiles
+    ranked = sorted(((_tc_us(own, hbm), own, t.split, t) for t in tiles
                      for own, hbm in [tc_times(t, M, N, K, batch, spec, precision, copies)]),
                     key=lambda r: r[:3])
     # within the model's own error of the best (TC_NEAR), the largest block tile (the fewest
