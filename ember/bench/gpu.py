@@ -116,15 +116,15 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     rec["auto"] = cm.meta.get("schedule", {})
     if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
         rec["gpu_topk"] = cm.meta["gpu_topk"]
-    chosen = (cm.mode, cm.cuda_graph)
+    chosen = (cm.mode, cm.cuda_graph, cm.concurrent)
     ref = _ort(model, feeds)
     rec["ember_rel_err"] = _rel_err(cm, feeds, ref)
     mod = OnnxTorch(model).cuda().eval()
     args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
 
-    def ember_in(mode: str, graph: bool) -> Any:
+    def ember_in(mode: str, graph: bool, concurrent: bool = False) -> Any:
         def go() -> list[float]:
-            cm.mode, cm.cuda_graph = mode, graph
+            cm.mode, cm.cuda_graph, cm.concurrent = mode, graph, concurrent
             return cm.time_ms(feeds, runs)
         return go
 
@@ -137,6 +137,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     engines: dict[str, Any] = {"ember": ember_in(*chosen),
                                "rammerbase": ember_in("launches", False),
                                "graph": ember_in("launches", True),
+                               "branches": ember_in("launches", True, True),
                                "eager": lambda: _torch_time(in_precision(mod), args, runs)}
     if "persistent" in cm.meta:
         policy = cm.meta["persistent"]["policy"]
@@ -167,7 +168,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     for _ in range(rounds):
         for k, eng in engines.items():
             times[k] += eng()
-    cm.mode, cm.cuda_graph = chosen
+    cm.mode, cm.cuda_graph, cm.concurrent = chosen
     for k, v in times.items():
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     rec.update(_kernel_profile(cm, feeds))
@@ -381,10 +382,11 @@ def main(argv: list[str] | None = None) -> int:
 def _table(result: dict[str, Any]) -> None:
     print(f"\n{result['device']} ({result['arch']}), torch {result['torch']}, fp32 unless "
           "named (torch: autocast / TF32 as the precision), batch 1, device ms (median); "
-          "ember = what schedule='auto' chose")
+          "ember = what schedule='auto' chose; base: the launches one by one, graph: chained "
+          "in a CUDA graph, branch: a CUDA graph of their branches")
     print(f"{'model':17} {'err':>7} {'chosen':>13} {'ember':>8} {'base':>8} {'graph':>8} "
-          f"{'rammer':>8} {'ios':>8} {'eager':>8} {'c.def':>8} {'c.max':>8} {'e/eager':>7} "
-          f"{'e/best':>7}")
+          f"{'branch':>8} {'rammer':>8} {'ios':>8} {'eager':>8} {'c.def':>8} {'c.max':>8} "
+          f"{'e/eager':>7} {'e/best':>7}")
 
     def f(x: Any, w: int = 8) -> str:
         return f"{x:{w}.3f}" if isinstance(x, float) else f"{'-':>{w}}"
@@ -402,7 +404,8 @@ def _table(result: dict[str, Any]) -> None:
         ios_ = r.get("ios_ms", auto.get("ios"))
         print(f"{name:17} {r['ember_rel_err']:7.1e} "
               f"{str(r.get('auto', {}).get('chosen', '-'))[:13]:>13} {f(e)} "
-              f"{f(r.get('rammerbase_ms'))} {f(r.get('graph_ms'))} {f(ram)} {f(ios_)} {f(ea)} "
+              f"{f(r.get('rammerbase_ms'))} {f(r.get('graph_ms'))} {f(r.get('branches_ms'))} "
+              f"{f(ram)} {f(ios_)} {f(ea)} "
               f"{f(cd)} {f(cx)} {f(e / ea if e and ea else None, 7)} "
               f"{f(e / best if e and best else None, 7)}")
     for g in result.get("gemm", []):

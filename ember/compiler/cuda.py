@@ -21,7 +21,7 @@ from ember.compiler.autosched import random_feeds
 from ember.errors import EmberError
 from ember.ir.graph import Graph, Value
 from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, scratch_offsets
-from ember.passes.memplan import MemoryPlan
+from ember.passes.memplan import MemoryPlan, kernel_dependencies
 from ember.runtime.cuda_model import CudaModel
 from ember.runtime.cuda_toolchain import compile_cuda
 from ember.sched import sequential
@@ -237,25 +237,26 @@ def _with_costs(infos: list[Any], measured: dict[int, float]) -> list[Any]:
 
 def _fastest(launches: CudaModel, models: list[CudaModel], feeds: dict[str, Any]
              ) -> CudaModel:
-    """Time ``launches``' kernels launched one by one (with and without a CUDA graph) and each
+    """Time ``launches``' kernels launched one by one (in a CUDA graph of their branches, in
+    one of the launches chained in order, and without a graph) and each
     of ``models``' persistent programs on the GPU on ``feeds``; the fastest, its mode set and
     the measurements recorded (``meta["schedule"]``)."""
     timed = {}
-    runs = [(launches, "launches", True), (launches, "launches", False)] + [
-        (cm, "persistent", True) for cm in models]
-    for cm, mode, graph in runs:
-        cm.mode, cm.cuda_graph = mode, graph
-        label = cm.meta["persistent"]["policy"] if mode == "persistent" else \
-            f"sequential{'+graph' * graph}"
+    runs = [(launches, "branches+graph", "launches", True, True),
+            (launches, "sequential+graph", "launches", True, False),
+            (launches, "sequential", "launches", False, False)] + [
+        (cm, cm.meta["persistent"]["policy"], "persistent", True, False) for cm in models]
+    for cm, label, mode, graph, concurrent in runs:
+        cm.mode, cm.cuda_graph, cm.concurrent = mode, graph, concurrent
         try:
             times = cm.time_ms(feeds, 20)
         except EmberError as e:
             LOG.info("schedule %s: %s", label, e)
             continue
-        timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph)
+        timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph, concurrent)
     best = min(timed, key=lambda k: timed[k][0])
-    _, cm, mode, graph = timed[best]
-    cm.mode, cm.cuda_graph = mode, graph
+    _, cm, mode, graph, concurrent = timed[best]
+    cm.mode, cm.cuda_graph, cm.concurrent = mode, graph, concurrent
     cm.annotate("schedule", {"chosen": best, "measured_ms": {k: v[0] for k, v in timed.items()}})
     return cm
 
@@ -356,6 +357,7 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
 
     launches = []
     symbols: dict[int, str] = {}
+    after = kernel_dependencies(comp.graph)   # what a CUDA graph of the launches keeps
     for i, (n, gk) in enumerate(zip(fused, comp.gpu_kernels)):
         if id(gk) not in symbols:
             symbols[id(gk)] = render_kernel(gk).symbol
@@ -363,7 +365,8 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
         if not isinstance(gk.blocks, int):
             raise EmberError(f"node {n.name!r}: a symbolic grid needs the CUDA VM (not yet)")
         launches.append({"kernel": symbols[id(gk)], "grid": int(gk.blocks),
-                         "block": gk.threads, "args": args, "node": n.name})
+                         "block": gk.threads, "args": args, "node": n.name,
+                         "after": list(after[i])})
     # the efficient rKernels a GPU plan may run instead (on their operators' tensors)
     comp.variant_args = [bind(fused[op], gk, scratch.base(op)) for op, gk in comp.gpu_variants]
     return launches, blob.array()

@@ -248,7 +248,7 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     _copy_outputs(g)
     if table is not None:
         _require_input_symbols(g, table)
-    g = pipeline.run(g, pipeline.PLAN, dump=dump)
+    g = pipeline.run(g, pipeline.PLAN_GPU if comp.target != "cpu" else pipeline.PLAN, dump=dump)
     if table is None:
         _check_memory(g)
     comp.graph = g

@@ -29,7 +29,9 @@ U = 16
 
 
 def applicable(body: Graph) -> bool:
-    return len(body.nodes) == 1 and body.nodes[0].op == "LSTMStep"
+    """The four-input form (the step's input projected beforehand, as the CPU keeps it)."""
+    return len(body.nodes) == 1 and body.nodes[0].op == "LSTMStep" \
+        and len(body.nodes[0].inputs) == 4
 
 
 def pack_weights(w: np.ndarray, hidden: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from ember.passes import (
     fuse_lstm,
     interleave_late,
     layout_nhwc,
+    lstm_wavefront,
     memplan,
     shape_analysis,
     stack_projections,
@@ -45,9 +46,13 @@ OPTIMIZE: list[Pass] = [
 ]
 # GPU targets only (cuda, cuda-sim), between OPTIMIZE and FUSE: on two CPU cores a projection
 # already fills the machine, and the CPU's dense kernel takes rank-2 weights
-GPU: list[Pass] = [("stack_projections", stack_projections.run)]
+GPU: list[Pass] = [("stack_projections", stack_projections.run),
+                   ("lstm_wavefront", lstm_wavefront.run)]
 FUSE: list[Pass] = [("fuse", fuse.run)]
 PLAN: list[Pass] = [("memplan", memplan.run)]
+# GPU targets: kernels may run concurrently (a CUDA graph's branches, Rammer's and IOS's plans),
+# so the arena reuses bytes only along the data flow
+PLAN_GPU: list[Pass] = [("memplan", memplan.run_concurrent)]
 
 
 def run(g: Graph, passes: list[Pass], *, verify_each: bool = False,

@@ -75,6 +75,7 @@ def driver() -> ctypes.CDLL:
     lib.cuGraphLaunch.argtypes = [c_void_p, c_void_p]
     lib.cuStreamSynchronize.argtypes = [c_void_p]
     lib.cuEventRecord.argtypes = [c_void_p, c_void_p]
+    lib.cuStreamWaitEvent.argtypes = [c_void_p, c_void_p, c_uint]
     return lib
 
 
@@ -204,12 +205,17 @@ class Graph:
 class Event:
     """A CUDA event: ``record`` it on a stream; ``ms(a, b)`` is the device time between two."""
 
-    def __init__(self) -> None:
+    def __init__(self, timing: bool = True) -> None:
         self.handle = c_void_p()
-        call("cuEventCreate", ctypes.byref(self.handle), 0)
+        # CU_EVENT_DISABLE_TIMING (2): an event only waited on, which costs less to record
+        call("cuEventCreate", ctypes.byref(self.handle), 0 if timing else 2)
 
     def record(self, stream: Stream) -> None:
         call("cuEventRecord", self.handle, stream.handle)
+
+    def wait(self, stream: Stream) -> None:
+        """Make ``stream``'s later work wait for this event (in a capture: a graph edge)."""
+        call("cuStreamWaitEvent", stream.handle, self.handle, 0)
 
     @staticmethod
     def ms(a: Event, b: Event) -> float:

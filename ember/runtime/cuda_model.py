@@ -28,6 +28,7 @@ import numpy as np
 from ember.errors import EmberError, InputError
 from ember.runtime import cuda_driver as cu
 from ember.runtime.artifact import read_bundle, save_bundle
+from ember.runtime.branches import stream_plan
 from ember.runtime.compiled import ModelSpecs, _specs, _validate
 from ember.runtime.cuda_images import CudaImages
 from ember.support import faults, log
@@ -69,6 +70,9 @@ class CudaModel(ModelSpecs):
         self._lock = threading.Lock()
         self._dev: _DeviceState | None = None
         self.cuda_graph = bool(self._meta.get("cuda_graph", True))
+        # the CUDA graph keeps only the launches' dependencies (``runtime.branches``), so the
+        # GPU runs independent branches side by side; off: the launches chained in order
+        self.concurrent = bool(self._meta.get("concurrent", True))
         # "persistent": the plan's persistent program, one cooperative launch per inference
         # (compiled with schedule="rammer" / "ios"); "launches": the kernels one by one
         self.mode = self._meta.get("mode") or ("persistent" if "persistent" in self._meta
@@ -215,7 +219,7 @@ class CudaModel(ModelSpecs):
                                  "schedule='rammer' or 'ios'")
             dev.launch_persistent()
         elif self.mode == "launches":
-            dev.launch_all(self.cuda_graph)
+            dev.launch_all(self.cuda_graph, self.concurrent)
         else:
             raise EmberError(f"mode {self.mode!r}: use 'persistent' or 'launches'")
 
@@ -293,7 +297,8 @@ class CudaModel(ModelSpecs):
         self._meta[key] = copy.deepcopy(value)
 
     def save(self, path: Any) -> Any:
-        meta = {**self._meta, "mode": self.mode, "cuda_graph": self.cuda_graph}
+        meta = {**self._meta, "mode": self.mode, "cuda_graph": self.cuda_graph,
+                "concurrent": self.concurrent}
         members = {"params.bin": self._params.tobytes(), **self._images.to_members()}
         if self._source is not None:
             members["source.cu"] = self._source.encode()
@@ -384,7 +389,10 @@ class _DeviceState:
             self.launches.append((fns[sym], int(entry["grid"]), int(entry["block"]), cells,
                                   argv))
         self.bound = tuple(b.ptr for b in self.inputs)
-        self.graph: cu.Graph | None = None
+        self.graphs: dict[bool, cu.Graph] = {}    # concurrent? -> the captured launches
+        deps = [entry.get("after") for entry in meta["launches"]]
+        self.branches = None if any(d is None for d in deps) else stream_plan(deps)
+        self.side: list[cu.Stream] = []
         self.persistent = _Persistent(self, meta["persistent"]) if "persistent" in meta \
             else None
 
@@ -410,24 +418,62 @@ class _DeviceState:
             for cell, offset in cells:
                 cell.value = p + offset
         self.bound = tuple(ptrs)
-        self.graph = None   # captured with other addresses
+        self.graphs.clear()   # captured with other addresses
         if self.persistent is not None:
             self.persistent.set_inputs(self, ptrs)
 
-    def launch_one(self, i: int) -> None:
+    def launch_one(self, i: int, stream: cu.Stream | None = None) -> None:
         fn, grid, block, _, argv = self.launches[i]
-        cu.call("cuLaunchKernel", fn, grid, 1, 1, block, 1, 1, 0, self.stream.handle, argv,
-                None)
+        cu.call("cuLaunchKernel", fn, grid, 1, 1, block, 1, 1, 0,
+                (stream or self.stream).handle, argv, None)
 
-    def launch_all(self, graph: bool) -> None:
+    def launch_all(self, graph: bool, concurrent: bool = False) -> None:
         if not graph:
             for i in range(len(self.launches)):
                 self.launch_one(i)
             return
-        if self.graph is None:
-            self.graph = cu.Graph(self.stream, lambda: [self.launch_one(i)
-                                                        for i in range(len(self.launches))])
-        self.graph.launch(self.stream)
+        concurrent = concurrent and self.branches is not None
+        if concurrent not in self.graphs:
+            self.graphs[concurrent] = self._capture(concurrent)
+        self.graphs[concurrent].launch(self.stream)
+
+    def _capture(self, concurrent: bool) -> cu.Graph:
+        def chain() -> None:
+            for i in range(len(self.launches)):
+                self.launch_one(i)
+        if not concurrent:
+            return cu.Graph(self.stream, chain)
+        try:
+            return cu.Graph(self.stream, self._record_branches)
+        except cu.CudaError as e:     # never seen; the launches in order still run
+            LOG.warning("the launches' branches were not captured (%s): chained in order", e)
+            self.branches = None
+            return cu.Graph(self.stream, chain)
+
+    def _record_branches(self) -> None:
+        """The launches on the stream plan's streams (``runtime.branches``): forked from the
+        model's stream, an event wait for each dependency on another stream, joined back."""
+        plan = self.branches
+        assert plan is not None
+        while len(self.side) < plan.streams - 1:
+            self.side.append(cu.Stream())
+        streams = [self.stream] + self.side[:plan.streams - 1]
+        fork = cu.Event(timing=False)
+        fork.record(self.stream)
+        for st in streams[1:]:
+            fork.wait(st)
+        done = {i: cu.Event(timing=False) for i in plan.recorded()}
+        for i, (s, waits) in enumerate(zip(plan.stream, plan.waits)):
+            for p in waits:
+                done[p].wait(streams[s])
+            self.launch_one(i, streams[s])
+            if i in done:
+                done[i].record(streams[s])
+        joins = [cu.Event(timing=False) for _ in streams[1:]]
+        for st, join in zip(streams[1:], joins):
+            join.record(st)
+            join.wait(self.stream)
+        self.capture_events = [fork, *done.values(), *joins]   # kept while the graph lives
 
     def read_fault(self) -> int:
         v = ctypes.c_int()

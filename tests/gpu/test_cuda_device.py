@@ -1,6 +1,6 @@
 """On an NVIDIA GPU (``gpu``-marked: skipped without one): compiled models match onnxruntime,
-with and without CUDA graphs; device tensors go in and out without copies; a kernel fault is a
-named error and the model runs on after it."""
+with and without CUDA graphs (chained, or of the launches' branches); device tensors go in
+and out without copies; a kernel fault is a named error and the model runs on after it."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ def test_zoo_on_the_gpu_matches_onnxruntime(name: str) -> None:
     feeds = zoo.random_inputs(name)
     cm = ember.compile(m, target="cuda")
     want = run_ort(m, feeds)
-    for graph in (True, False):
-        cm.cuda_graph = graph
+    cm.mode = "launches"     # chained in a CUDA graph, its branches in one, without a graph
+    for graph, concurrent in ((True, False), (True, True), (False, False)):
+        cm.cuda_graph, cm.concurrent = graph, concurrent
         got = cm.run(feeds)
         for o, w in zip(cm.output_names, want):
             np.testing.assert_allclose(got[o], w, rtol=1e-4,

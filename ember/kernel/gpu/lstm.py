@@ -8,11 +8,18 @@ the step's input projection ``x[b, g·H + j]``, and ``U`` threads apply the cell
 CPU's functions (``em_expf`` / ``em_tanhf``) and store ``Ht`` and ``Ct``. A step is
 ``B·H / U`` blocks: LSTM-TC's (H = 256) spreads over 32 SMs, where a unit per thread kept it on
 two, each pulling all of ``W`` through its own L2 bandwidth.
+
+The six-input form (``LSTMStep(h, c, x, W, u, U)``, the step's own input ``u`` projected here)
+reduces over ``k`` of ``[h | u]`` against the weights stacked ``[W; U]`` when compiling: the
+slices read ``h`` below ``K`` and ``u`` from there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from ember.errors import CompileError
 from ember.ir.graph import Graph
@@ -56,12 +63,14 @@ class _Step:
 
     batch: int
     hid: int
-    k: int
+    k: int          # the reduction's length: h's, and u's after it
     out: Buffer
     h: Buffer
     c: Buffer
     x: Buffer
-    w: Buffer
+    w: Buffer       # [k, 4H]: W, then U below it
+    u: Buffer | None = None    # the step's input (six-input form), read for k >= kh
+    kh: int = 0     # h's length
     b: Var = field(default_factory=lambda: Var("b"))
     j0: Var = field(default_factory=lambda: Var("j0"))
 
@@ -72,17 +81,24 @@ F32 = "float32"
 def build_lstm_step(name: str, body: Graph) -> GpuKernel:
     m = body.nodes[0]
     h_v, c_v, x_v, w_v = m.inputs[:4]
+    u_v, wu_v = (list(m.inputs[4:6]) + [None, None])[:2]
     assert h_v is not None and c_v is not None and x_v is not None and w_v is not None
-    if w_v.const is None or x_v.type.dtype.name != "float32":
+    weights = [w_v] + ([wu_v] if u_v is not None and wu_v is not None else [])
+    if any(v.const is None for v in weights) or x_v.type.dtype.name != "float32":
         raise CompileError(f"LSTMStep kernel needs float32 and constant weights, got {w_v.type}")
     batch, hid = (int(d) for d in static_shape(c_v.type))
-    k = int(static_shape(h_v.type)[1])
+    kh = int(static_shape(h_v.type)[1])
+    w = np.concatenate([np.asarray(v.const, np.float32).reshape(-1, 4 * hid) for v in weights])
+    k = int(w.shape[0])
     st = _Step(batch, hid, k, Buffer(f"{name}_out", 2 * batch * hid),
-               Buffer(f"{name}_h", batch * k), Buffer(f"{name}_c", batch * hid),
-               Buffer(f"{name}_x", batch * 4 * hid), Buffer(f"{name}_w", k * 4 * hid))
-    args: list = [(st.out, OUTPUT), (st.h, body.inputs.index(h_v)),
-                  (st.c, body.inputs.index(c_v)), (st.x, body.inputs.index(x_v)),
-                  (st.w, w_v.const)]
+               Buffer(f"{name}_h", batch * kh), Buffer(f"{name}_c", batch * hid),
+               Buffer(f"{name}_x", batch * 4 * hid), Buffer(f"{name}_w", k * 4 * hid), kh=kh)
+    args: list = [(st.out, OUTPUT), (st.h, _source(body, h_v)), (st.c, _source(body, c_v)),
+                  (st.x, _source(body, x_v)), (st.w, w)]
+    if len(weights) == 2:
+        assert u_v is not None
+        st.u = Buffer(f"{name}_u", batch * (k - kh))
+        args.append((st.u, _source(body, u_v)))
     red = Buffer("red", S * 4 * U, F32, Scope.SHARED)
     gate = Buffer("gate", 4 * U, F32, Scope.SHARED)
     nub = -(-hid // U)
@@ -91,9 +107,16 @@ def build_lstm_step(name: str, body: Graph) -> GpuKernel:
     stmt = Alloc(red, Alloc(gate, Let(st.b, Bin("//", BLOCK, Const(nub)),
                                       Let(st.j0, Bin("*", Bin("%", BLOCK, Const(nub)),
                                                      Const(U)), body_stmt))))
+    form = f"K={kh}+{k - kh} (the input projected here)" if st.u is not None else f"K={k}"
     return GpuKernel(name, stmt, batch * nub, U * S, args, flops=2 * batch * k * 4 * hid,
-                     doc=f"{body.name}: LSTM step B={batch} K={k} H={hid}",
+                     doc=f"{body.name}: LSTM step B={batch} {form} H={hid}",
                      schedule=f"{U} hidden units per block, k in {S} slices, {U * S} threads")
+
+
+def _source(body: Graph, v: Any) -> Any:
+    """Where the kernel reads operand ``v``: the fused group's input, or a constant (the
+    wavefront's bias rows, an initial state)."""
+    return np.asarray(v.const, np.float32) if v.const is not None else body.inputs.index(v)
 
 
 def _slice_sums(st: _Step, red: Buffer) -> Stmt:
@@ -105,11 +128,21 @@ def _slice_sums(st: _Step, red: Buffer) -> Stmt:
     kv = Bin("+", Bin("*", sl, Const(ks)), kk)
     wv = Load(st.w, Bin("+", Bin("*", kv, Const(4 * st.hid)),
                         Bin("+", Bin("*", g, Const(st.hid)), j)))
-    hv = Load(st.h, Bin("+", Bin("*", st.b, Const(st.k)), kv))
-    fma: Stmt = For(g, Const(0), Const(4), Store(
-        part, g, Bin("+", Load(part, g), Bin("*", hv, wv))), ForKind.UNROLLED)
-    if st.k % S:
-        fma = If(Bin("<", kv, Const(st.k)), fma)
+
+    def fma_of(v: Expr) -> Stmt:
+        return For(g, Const(0), Const(4), Store(
+            part, g, Bin("+", Load(part, g), Bin("*", v, wv))), ForKind.UNROLLED)
+    if st.u is None:
+        fma = fma_of(Load(st.h, Bin("+", Bin("*", st.b, Const(st.k)), kv)))
+        if st.k % S:
+            fma = If(Bin("<", kv, Const(st.k)), fma)
+    else:              # [h | u]: h below kh, u from there to k
+        ku = st.k - st.kh
+        fma = seq(If(Bin("<", kv, Const(st.kh)),
+                     fma_of(Load(st.h, Bin("+", Bin("*", st.b, Const(st.kh)), kv)))),
+                  If(Bin("&&", Bin(">=", kv, Const(st.kh)), Bin("<", kv, Const(st.k))),
+                     fma_of(Load(st.u, Bin("+", Bin("*", st.b, Const(ku)),
+                                            Bin("-", kv, Const(st.kh)))))))
     red_at = Bin("+", Bin("*", Bin("+", Bin("*", sl, Const(4)), g), Const(U)), u)
     sums = Alloc(part, seq(
         For(g, Const(0), Const(4), Store(part, g, Const(0.0, F32)), ForKind.UNROLLED),

@@ -1,0 +1,164 @@
+"""GPU targets' memory plan (``memplan.run_concurrent``) and the CUDA graph of the launches'
+branches (``runtime.branches``): the plan's reuse orders no kernels the data does not, the
+graph keeps every dependency, and both still reuse and stay small."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ember.ir.graph import Graph, Value
+from ember.ir.types import TensorType
+from ember.passes import fuse, memplan
+from ember.runtime.branches import implied, stream_plan
+from ember.support.arena import OrderedArena, align
+
+
+def _ancestors(deps: list[list[int]]) -> list[int]:
+    out: list[int] = []
+    for d in deps:
+        mask = 0
+        for p in d:
+            mask |= out[p] | (1 << p)
+        out.append(mask)
+    return out
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> list[list[int]]:
+    n = draw(st.integers(1, 40))
+    return [sorted(draw(st.sets(st.integers(0, i - 1), max_size=3))) if i else []
+            for i in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(dags(), st.integers(1, 6))
+def test_stream_plan_keeps_every_dependency(deps: list[list[int]], streams: int) -> None:
+    """Stream order plus event waits imply every dependency; with streams enough for the
+    widest branching, nothing else (no order the data did not ask for)."""
+    plan = stream_plan(deps, streams)
+    anc, got = _ancestors(deps), implied(plan)
+    assert plan.streams <= streams
+    for i, d in enumerate(deps):
+        assert set(plan.waits[i]) <= set(d)
+        assert anc[i] & ~got[i] == 0, (i, deps)
+    wide = stream_plan(deps, len(deps))
+    assert implied(wide) == anc
+
+
+def test_stream_plan_of_a_chain_and_a_diamond() -> None:
+    chain = stream_plan([[], [0], [1], [2]])
+    assert chain.streams == 1 and chain.waits == [[], [], [], []]
+    # 0 -> (1, 2) -> 3: the second branch forks to a stream of its own (a wait on 0), and
+    # the join continues it (a wait on 1, the first branch's end)
+    diamond = stream_plan([[], [0], [0], [1, 2]])
+    assert diamond.stream == [0, 0, 1, 1] and diamond.streams == 2
+    assert diamond.waits == [[], [], [0], [1]] and diamond.recorded() == {0, 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 300), st.integers(0, 255)),
+                min_size=1, max_size=60))
+def test_ordered_arena_reuses_only_bytes_of_earlier_kernels(ops: list) -> None:
+    """Live blocks never overlap; an allocation takes only bytes whose last kernels are all
+    in ``before``."""
+    arena = OrderedArena()
+    live: list[tuple[int, int, int]] = []     # (offset, size, kernels touching it)
+    last: dict[int, int] = {}                 # byte block (64) -> kernels that freed it
+    for alloc, size, mask in ops:
+        if alloc or not live:
+            before = mask
+            off = arena.alloc(size, before)
+            n = align(size)
+            for o, s, _ in live:
+                assert off + n <= o or o + s <= off
+            for b in range(off // 64, (off + n) // 64):
+                assert last.get(b, 0) & ~before == 0
+            live.append((off, n, mask | 256))
+        else:
+            off, n, k = live.pop(size % len(live))
+            arena.release(off, n, k)
+            for b in range(off // 64, (off + n) // 64):
+                last[b] = k
+    assert arena.top <= sum(align(s) for a, s, _ in ops if a) + align(300) * len(ops)
+
+
+def _branches() -> Graph:
+    """x -> four towers of two ops each, summed: towers are independent."""
+    x = Value(TensorType((64, 64)), "x")
+    g = Graph([x])
+    tops = []
+    for op in ("Exp", "Tanh", "Abs", "Sigmoid"):
+        a = g.add(op, [x])
+        b = g.add("Transpose", [a.output], {"perm": [1, 0]})
+        c = g.add("Sqrt", [b.output])
+        tops.append(c.output)
+    s = g.add("Sum", tops)
+    g.outputs = [g.add("Transpose", [s.output], {"perm": [1, 0]}).output]
+    fuse.MAX_GROUP, old = 1, fuse.MAX_GROUP
+    try:
+        fuse.run(g)
+    finally:
+        fuse.MAX_GROUP = old
+    return g
+
+
+def _data_deps(g: Graph) -> list[list[int]]:
+    fused = [n for n in g.nodes if n.op == "Fused"]
+    made = {o.uid: k for k, n in enumerate(fused) for o in n.outputs}
+    return [sorted({made[v.uid] for v in n.present_inputs() if v.uid in made}) for n in fused]
+
+
+def test_concurrent_plan_orders_only_what_the_data_orders() -> None:
+    """The CPU plan reuses a tower's bytes in the next tower (an order the data does not ask
+    for); the GPU's reuses them only along the data flow, and still reuses."""
+    cpu, gpu = memplan.run(_branches()), memplan.run_concurrent(_branches())
+    data = _ancestors(_data_deps(gpu))
+    assert _ancestors([list(d) for d in memplan.kernel_dependencies(gpu)]) == data
+    assert _ancestors([list(d) for d in memplan.kernel_dependencies(cpu)]) != data
+    plan = gpu.memory_plan
+    assert plan.workspace_bytes < plan.naive_bytes
+    assert plan.workspace_bytes >= cpu.memory_plan.workspace_bytes
+
+
+def test_concurrent_plan_matches_the_interpreter_under_any_order() -> None:
+    """Values through the concurrent plan's arena, kernels run in a data-legal order other
+    than the graph's (towers interleaved): the same result as the graph's own order (the
+    CPU plan's arena gives another: a tower's first kernel overwrites another's input)."""
+    from ember.ir.interp import run_graph
+
+    g = memplan.run_concurrent(_branches())
+    fused = [n for n in g.nodes if n.op == "Fused"]
+    deps = memplan.kernel_dependencies(g)
+    # the kernels wave by wave (all those ready at once, as a GPU may run them), each wave
+    # latest-numbered first: the towers interleaved, against the graph's order
+    done: list[int] = []
+    while len(done) < len(fused):
+        done += [k for k in reversed(range(len(fused))) if k not in done
+                 and all(p in done for p in deps[k])]
+    x = np.random.default_rng(0).uniform(0.5, 2.0, (64, 64)).astype(np.float32)
+    plan = g.memory_plan
+    arena = np.full(plan.workspace_bytes // 4 + 1, np.nan, np.float32)
+    values: dict[int, np.ndarray] = {g.inputs[0].uid: x}
+
+    def read(v: Value) -> np.ndarray:
+        s = plan.storage.get(v.uid)
+        if s is None or s.kind != "workspace":
+            return values[v.uid]
+        at = (s.index + s.offset) // 4
+        return arena[at:at + v.type.numel].reshape(v.type.shape)
+
+    for k in done:
+        n = fused[k]
+        body = n.attrs["body"]
+        outs = run_graph(body, {b.name: read(v) for b, v in zip(body.inputs, n.inputs)})
+        for o, val in zip(n.outputs, outs):
+            s = plan.storage[o.uid]
+            if s.kind == "workspace":
+                at = (s.index + s.offset) // 4
+                arena[at:at + o.type.numel] = np.asarray(val, np.float32).reshape(-1)
+            else:
+                values[o.uid] = np.asarray(val)
+    want = run_graph(_branches(), {"x": x})[0]
+    np.testing.assert_allclose(values[g.outputs[0].uid], want, rtol=1e-6)
