@@ -48,7 +48,7 @@ cat "$RES/machine.txt"
 per_test=""
 $PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${PER_TEST_S:-60} --timeout-method thread"
 t0=$(date +%s)
-timeout ${TEST_S:-90} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
+timeout ${TEST_S:-110} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
   ${TESTS:-tests/gpu} > "$RES/tests.log" 2>&1
 echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s"
 pack

@@ -116,15 +116,15 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     rec["auto"] = cm.meta.get("schedule", {})
     if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
         rec["gpu_topk"] = cm.meta["gpu_topk"]
-    chosen = (cm.mode, cm.cuda_graph, cm.concurrent)
+    chosen = (cm.mode, cm.cuda_graph, cm.graph_order)
     ref = _ort(model, feeds)
     rec["ember_rel_err"] = _rel_err(cm, feeds, ref)
     mod = OnnxTorch(model).cuda().eval()
     args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
 
-    def ember_in(mode: str, graph: bool, concurrent: bool = False) -> Any:
+    def ember_in(mode: str, graph: bool, order: str = "chain") -> Any:
         def go() -> list[float]:
-            cm.mode, cm.cuda_graph, cm.concurrent = mode, graph, concurrent
+            cm.mode, cm.cuda_graph, cm.graph_order = mode, graph, order
             return cm.time_ms(feeds, runs)
         return go
 
@@ -137,8 +137,10 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     engines: dict[str, Any] = {"ember": ember_in(*chosen),
                                "rammerbase": ember_in("launches", False),
                                "graph": ember_in("launches", True),
-                               "branches": ember_in("launches", True, True),
+                               "branches": ember_in("launches", True, "data"),
                                "eager": lambda: _torch_time(in_precision(mod), args, runs)}
+    if "ios_stages" in cm.meta:
+        engines["ios_graph"] = ember_in("launches", True, "ios")
     if "persistent" in cm.meta:
         policy = cm.meta["persistent"]["policy"]
         engines[policy] = ember_in("persistent", True)
@@ -168,7 +170,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     for _ in range(rounds):
         for k, eng in engines.items():
             times[k] += eng()
-    cm.mode, cm.cuda_graph, cm.concurrent = chosen
+    cm.mode, cm.cuda_graph, cm.graph_order = chosen
     for k, v in times.items():
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     rec.update(_kernel_profile(cm, feeds))

@@ -99,12 +99,15 @@ REGISTERS = 128
 
 class CudaEmitter(CEmitter):
     """``device``: render an rKernel of a persistent program (its block index is the
-    parameter ``blk``, its shared buffers are carved from the program's pool ``em_smem``)."""
+    parameter ``blk``, its shared buffers are carved from the program's pool ``em_smem``);
+    ``dynamic``: a kernel whose shared buffers are carved from its dynamic shared memory
+    (``em_smem``, declared ``extern``: past the 48 KB a block may declare statically)."""
 
-    def __init__(self, narrow_index: bool, device: bool = False) -> None:
+    def __init__(self, narrow_index: bool, device: bool = False, dynamic: bool = False) -> None:
         super().__init__(BufferBinding({}))
         self.itype = "int" if narrow_index else "int64_t"
         self.device = device
+        self.carve = device or dynamic
         self.pool = 0      # bytes of the shared pool carved so far
 
     def var(self, v: Var) -> str:
@@ -136,7 +139,7 @@ class CudaEmitter(CEmitter):
             # 16-byte aligned: a cp.async of 16 bytes may land anywhere a multiple of 4 floats in
             shared = "__shared__ __align__(16) " if s.buf.scope is Scope.SHARED else ""
             with out.indented("{", "}"):
-                if shared and self.device:
+                if shared and self.carve:
                     out.line(f"{t} *const {name} = ({t} *)(em_smem + {self.pool});")
                     self.pool += -(-size * dtype(s.buf.dtype).itemsize // 16) * 16
                 else:
@@ -203,12 +206,19 @@ class CudaKernelText:
     symbol: str          # the __global__ function's name
     text: str
     params: list[Buffer]
+    smem: int = 0        # bytes of dynamic shared memory a launch gives it (0: static only)
+
+
+# shared memory a block may declare statically; a kernel with more takes it dynamically (up to
+# the GPU's per-block opt-in limit: 227 KB on Hopper), its launch saying how much
+STATIC_SMEM = 48 << 10
 
 
 def render_kernel(gk: GpuKernel) -> CudaKernelText:
     """``gk`` as a ``__global__`` function named by a hash of its code (equal kernels on other
     tensors share one)."""
-    em = CudaEmitter(_fits_int32(gk))
+    dynamic = gk.shared_bytes() > STATIC_SMEM
+    em = CudaEmitter(_fits_int32(gk), dynamic=dynamic)
     params = params_of(gk)
     written = _stored(gk.body)
     decls = []
@@ -218,6 +228,8 @@ def render_kernel(gk: GpuKernel) -> CudaKernelText:
         const = "" if b in written else "const "
         decls.append(f"{const}{ctype_cuda(b.dtype)} *{name}")
     body = TextBuffer()
+    if dynamic:
+        body.line("extern __shared__ __align__(16) char em_smem[];")
     _assume_aligned(params, written, body)
     em.stmt(gk.body, body)
     # at most REGISTERS per thread (the budget Roller's tiles are built for; a kernel's own,
@@ -229,7 +241,7 @@ def render_kernel(gk: GpuKernel) -> CudaKernelText:
     text = f"{head} {{\n{_indent(body.getvalue())}}}\n"
     symbol = "em_" + hashlib.sha1(text.encode()).hexdigest()[:16]
     text = f"/* {gk.doc} | {gk.schedule} */\n" + text.replace("NAME(", symbol + "(", 1)
-    return CudaKernelText(symbol, text, params)
+    return CudaKernelText(symbol, text, params, em.pool if dynamic else 0)
 
 
 def render_device(gk: GpuKernel, block: int) -> tuple[CudaKernelText, int]:

@@ -71,6 +71,8 @@ def _scheduled(comp: driver.Compilation, auto: bool) -> CudaModel:
     # Rammer and IOS again on the rTask costs measured on this GPU (Rammer's profiling step)
     measured = cm.profile_rtasks(feeds)
     comp.gpu_infos = _with_costs(comp.gpu_infos, measured)
+    # IOS's stages on the same costs, for a CUDA graph of the launches in IOS's shape
+    launches.annotate("ios_stages", driver.gpu.ios_stages(comp.gpu_infos, comp.gpu_vspec))
     models, predicted = [], {}
     for policy in ("rammer", "ios"):
         comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, comp.gpu_vspec, policy)
@@ -237,26 +239,27 @@ def _with_costs(infos: list[Any], measured: dict[int, float]) -> list[Any]:
 
 def _fastest(launches: CudaModel, models: list[CudaModel], feeds: dict[str, Any]
              ) -> CudaModel:
-    """Time ``launches``' kernels launched one by one (in a CUDA graph of their branches, in
-    one of the launches chained in order, and without a graph) and each
+    """Time ``launches``' kernels launched one by one (in a CUDA graph of their branches, one
+    of IOS's stages, one of the launches chained in order, and without a graph) and each
     of ``models``' persistent programs on the GPU on ``feeds``; the fastest, its mode set and
     the measurements recorded (``meta["schedule"]``)."""
     timed = {}
-    runs = [(launches, "branches+graph", "launches", True, True),
-            (launches, "sequential+graph", "launches", True, False),
-            (launches, "sequential", "launches", False, False)] + [
-        (cm, cm.meta["persistent"]["policy"], "persistent", True, False) for cm in models]
-    for cm, label, mode, graph, concurrent in runs:
-        cm.mode, cm.cuda_graph, cm.concurrent = mode, graph, concurrent
+    runs = [(launches, "branches+graph", "launches", True, "data"),
+            (launches, "ios+graph", "launches", True, "ios"),
+            (launches, "sequential+graph", "launches", True, "chain"),
+            (launches, "sequential", "launches", False, "chain")] + [
+        (cm, cm.meta["persistent"]["policy"], "persistent", True, "chain") for cm in models]
+    for cm, label, mode, graph, order in runs:
+        cm.mode, cm.cuda_graph, cm.graph_order = mode, graph, order
         try:
             times = cm.time_ms(feeds, 20)
         except EmberError as e:
             LOG.info("schedule %s: %s", label, e)
             continue
-        timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph, concurrent)
+        timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph, order)
     best = min(timed, key=lambda k: timed[k][0])
-    _, cm, mode, graph, concurrent = timed[best]
-    cm.mode, cm.cuda_graph, cm.concurrent = mode, graph, concurrent
+    _, cm, mode, graph, order = timed[best]
+    cm.mode, cm.cuda_graph, cm.graph_order = mode, graph, order
     cm.annotate("schedule", {"chosen": best, "measured_ms": {k: v[0] for k, v in timed.items()}})
     return cm
 
@@ -275,8 +278,9 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
                            list(range(len(comp.gpu_kernels))) + [op for op, _ in
                                                                   comp.gpu_variants])
         block = max(k.threads for k in program)
-        extra, fid, width, pool = emit_persistent(program, block, driver.gpu.veus_per_sm(
-            block, driver.gpu.program_registers(program)))
+        # the vEUs per SM the plan was made for (its vDevice: the GPU's SMs times these)
+        per_sm = max(1, comp.gpu_vspec.units // driver.gpu.gpu_spec().units)
+        extra, fid, width, pool = emit_persistent(program, block, per_sm)
         source += extra
         persistent = _persistent_meta(comp, block, pool)
         persistent.update(fid=fid, width=width,
@@ -299,6 +303,8 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
         meta.pop(key, None)
     if persistent is not None:
         meta["persistent"] = persistent
+        if persistent["policy"] == "ios":   # the launches can run in IOS's shape too
+            meta["ios_stages"] = driver.gpu.ios_stages(comp.gpu_infos, comp.gpu_vspec)
     meta.update(target="cuda", archs=list(archs), launches=launches,
                 gpu=comp.gpu_kernels and driver.gpu.gpu_spec().name,
                 kernels_cuda=[{"symbol": t.symbol, "schedule": k.schedule, "grid": k.blocks,
@@ -356,17 +362,17 @@ def bind_launches(comp: driver.Compilation) -> tuple[list[dict[str, Any]], np.nd
         return args
 
     launches = []
-    symbols: dict[int, str] = {}
+    texts: dict[int, Any] = {}
     after = kernel_dependencies(comp.graph)   # what a CUDA graph of the launches keeps
     for i, (n, gk) in enumerate(zip(fused, comp.gpu_kernels)):
-        if id(gk) not in symbols:
-            symbols[id(gk)] = render_kernel(gk).symbol
+        if id(gk) not in texts:
+            texts[id(gk)] = render_kernel(gk)
         args = bind(n, gk, scratch.base(i))
         if not isinstance(gk.blocks, int):
             raise EmberError(f"node {n.name!r}: a symbolic grid needs the CUDA VM (not yet)")
-        launches.append({"kernel": symbols[id(gk)], "grid": int(gk.blocks),
+        launches.append({"kernel": texts[id(gk)].symbol, "grid": int(gk.blocks),
                          "block": gk.threads, "args": args, "node": n.name,
-                         "after": list(after[i])})
+                         "after": list(after[i]), "smem": texts[id(gk)].smem})
     # the efficient rKernels a GPU plan may run instead (on their operators' tensors)
     comp.variant_args = [bind(fused[op], gk, scratch.base(op)) for op, gk in comp.gpu_variants]
     return launches, blob.array()

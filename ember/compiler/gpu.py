@@ -197,13 +197,27 @@ def scratch_space(at: int, kernels: list[Any], deps: Callable[[], list[tuple[int
 MIN_BLOCK = 128     # a persistent program's fewest threads per block
 
 
-def veus_per_sm(block: int, registers: int = 0) -> int:
+def veus_per_sm(block: int, registers: int = 0, smem: int = 0, smem_sm: int = 228 << 10
+                ) -> int:
     """Persistent blocks of ``block`` threads one SM holds at once: as many as its registers
     allow at the per-thread budget the kernels are built for (``codegen.cuda.REGISTERS``, or
-    the largest rKernel's ``registers``), at most 2048 threads."""
+    the largest rKernel's ``registers``), at most 2048 threads, and as many pools of ``smem``
+    bytes (the largest rKernel's shared memory) as the SM's ``smem_sm`` hold (the driver
+    keeps 1 KB a block)."""
     from ember.codegen.cuda import REGISTERS
 
-    return max(1, min(65536 // (block * max(REGISTERS, registers)), 2048 // block))
+    by_smem = smem_sm // (smem + 1024) if smem else 2048
+    return max(1, min(65536 // (block * max(REGISTERS, registers)), 2048 // block, by_smem))
+
+
+def program_smem(kernels: list[GpuKernel]) -> int:
+    """The shared pool a persistent program's vEU needs before packing: its largest
+    rKernel's (each buffer rounded up to 16 bytes, as ``render_device`` carves them)."""
+    from ember.kernel.gpu.base import shared_buffers
+    from ember.support.dtypes import dtype
+
+    return max([sum(-(-int(b.size) * dtype(b.dtype).itemsize // 16) * 16
+                    for b in shared_buffers(k.body)) for k in kernels] + [0])
 
 
 def program_registers(kernels: list[GpuKernel]) -> int:
@@ -211,13 +225,14 @@ def program_registers(kernels: list[GpuKernel]) -> int:
     return max([k.registers for k in kernels] + [0])
 
 
-def program_spec(spec: DeviceSpec, block: int, registers: int = 0) -> DeviceSpec:
-    """The GPU as the persistent program's vEUs see it: ``veus_per_sm(block, registers)``
-    vEUs per SM, each with that share of the SM's peak and shared memory (the schedulers'
-    device)."""
+def program_spec(spec: DeviceSpec, block: int, registers: int = 0, smem: int = 0
+                 ) -> DeviceSpec:
+    """The GPU as the persistent program's vEUs see it: ``veus_per_sm(block, registers,
+    smem)`` vEUs per SM, each with that share of the SM's peak and shared memory (the
+    schedulers' device)."""
     from dataclasses import replace
 
-    r = veus_per_sm(block, registers)
+    r = veus_per_sm(block, registers, smem, spec.layer("smem").capacity)
     if r == 1:
         return spec
     layers = tuple(replace(lay, capacity=lay.capacity // r, bandwidth=lay.bandwidth / r)
@@ -238,7 +253,8 @@ def program_rkernels(kernels: list[GpuKernel], variants: list[tuple[int, GpuKern
     # at least 128 threads: narrower kernels are packed 4 or more to a block rather than
     # the program running 16 one-warp vEUs per SM (a plan over 2,000 vEUs)
     block = max([k.threads for k in kernels] + [k.threads for _, k in variants] + [MIN_BLOCK])
-    vspec = program_spec(spec, block, program_registers(kernels + [k for _, k in variants]))
+    every = kernels + [k for _, k in variants]
+    vspec = program_spec(spec, block, program_registers(every), program_smem(every))
     smem = vspec.layer("smem").capacity - 1024
     return ([pack_blocks(k, block, smem) for k in kernels],
             [(op, pack_blocks(k, block, smem)) for op, k in variants], vspec)
@@ -285,6 +301,12 @@ def gpu_plan(infos: list[KernelInfo], spec: DeviceSpec, policy: str) -> Executio
     plan.validate([k.ntasks for k in infos] + [n for _, n, _ in variants],
                   list(range(len(infos))) + [i for _, _, i in variants])
     return plan
+
+
+def ios_stages(infos: list[KernelInfo], spec: DeviceSpec) -> list[list[list[int]]]:
+    """IOS's stages of the operators over the GPU's vEUs (its plan's shape, for a CUDA graph
+    of the launches: a stage's groups side by side, the stages one after another)."""
+    return ios.stages(infos, vdevice(spec))
 
 
 def drop_unused(plan: ExecutionPlan, infos: list[KernelInfo],

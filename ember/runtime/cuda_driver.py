@@ -19,7 +19,7 @@ CUdeviceptr = ctypes.c_uint64
 
 ATTR = {"sms": 16, "smem_block": 8, "smem_sm": 81, "l2": 38, "cc_major": 75, "cc_minor": 76,
         "clock_khz": 13, "mem_clock_khz": 36, "bus_bits": 37, "regs_sm": 82,
-        "max_threads_sm": 39}
+        "max_threads_sm": 39, "smem_optin": 97}
 
 
 class CudaError(EmberError):
@@ -101,6 +101,7 @@ class DeviceInfo:
     clock_ghz: float
     hbm_gbs: float       # from the memory clock and bus width (datasheet-like)
     memory: int
+    smem_optin: int = 48 << 10   # shared memory a block may opt in to (dynamic)
 
 
 @functools.lru_cache(maxsize=8)
@@ -119,7 +120,7 @@ def device_info(ordinal: int = 0) -> DeviceInfo:
     hbm = 2 * vals["mem_clock_khz"] * 1e3 * vals["bus_bits"] / 8 / 1e9
     return DeviceInfo(ordinal, name.value.decode(), f"sm_{vals['cc_major']}{vals['cc_minor']}",
                       vals["sms"], vals["smem_block"], vals["smem_sm"], vals["l2"],
-                      vals["clock_khz"] / 1e6, hbm, mem.value)
+                      vals["clock_khz"] / 1e6, hbm, mem.value, vals["smem_optin"])
 
 
 @functools.lru_cache(maxsize=8)
@@ -200,6 +201,13 @@ class Graph:
 
     def launch(self, stream: Stream) -> None:
         call("cuGraphLaunch", self.exe, stream.handle)
+
+    def counts(self) -> tuple[int, int]:
+        """The captured graph's (nodes, edges): what a test checks the capture against."""
+        nodes, edges = c_size_t(0), c_size_t(0)
+        call("cuGraphGetNodes", self.graph, None, ctypes.byref(nodes))
+        call("cuGraphGetEdges", self.graph, None, None, ctypes.byref(edges))
+        return int(nodes.value), int(edges.value)
 
 
 class Event:

@@ -28,7 +28,7 @@ import numpy as np
 from ember.errors import EmberError, InputError
 from ember.runtime import cuda_driver as cu
 from ember.runtime.artifact import read_bundle, save_bundle
-from ember.runtime.branches import stream_plan
+from ember.runtime.branches import StreamPlan, stage_deps, stream_plan
 from ember.runtime.compiled import ModelSpecs, _specs, _validate
 from ember.runtime.cuda_images import CudaImages
 from ember.support import faults, log
@@ -70,9 +70,11 @@ class CudaModel(ModelSpecs):
         self._lock = threading.Lock()
         self._dev: _DeviceState | None = None
         self.cuda_graph = bool(self._meta.get("cuda_graph", True))
-        # the CUDA graph keeps only the launches' dependencies (``runtime.branches``), so the
-        # GPU runs independent branches side by side; off: the launches chained in order
-        self.concurrent = bool(self._meta.get("concurrent", True))
+        # how the CUDA graph orders the launches (``runtime.branches``): "data", only by their
+        # dependencies (the GPU runs independent branches side by side); "ios", by IOS's
+        # stages (a stage's groups side by side, stages one after another; where the model
+        # has them, ``meta["ios_stages"]``); "chain", one after another in program order
+        self.graph_order = str(self._meta.get("graph_order", "data"))
         # "persistent": the plan's persistent program, one cooperative launch per inference
         # (compiled with schedule="rammer" / "ios"); "launches": the kernels one by one
         self.mode = self._meta.get("mode") or ("persistent" if "persistent" in self._meta
@@ -219,9 +221,25 @@ class CudaModel(ModelSpecs):
                                  "schedule='rammer' or 'ios'")
             dev.launch_persistent()
         elif self.mode == "launches":
-            dev.launch_all(self.cuda_graph, self.concurrent)
+            dev.launch_all(self.cuda_graph, self.graph_order, self._graph_deps())
         else:
             raise EmberError(f"mode {self.mode!r}: use 'persistent' or 'launches'")
+
+    def _graph_deps(self) -> tuple[list[list[int]], list[int]] | None:
+        """What each launch waits for in the CUDA graph of ``graph_order``, and the order to
+        capture them in (None: chained)."""
+        after = [entry.get("after") for entry in self._meta["launches"]]
+        if self.graph_order == "chain" or any(d is None for d in after):
+            return None
+        if self.graph_order == "ios":
+            stages = self._meta.get("ios_stages")
+            if stages is None:
+                raise EmberError("graph_order 'ios': this model has no IOS stages (compile it "
+                                 "with schedule='ios' or 'auto' on a GPU)")
+            return stage_deps(stages, after)
+        if self.graph_order != "data":
+            raise EmberError(f"graph_order {self.graph_order!r}: use 'data', 'ios' or 'chain'")
+        return [list(d) for d in after], list(range(len(after)))
 
     def _execute(self, feeds: Mapping[str, Any], device: bool) -> list[Any]:
         if not isinstance(feeds, Mapping):
@@ -298,7 +316,7 @@ class CudaModel(ModelSpecs):
 
     def save(self, path: Any) -> Any:
         meta = {**self._meta, "mode": self.mode, "cuda_graph": self.cuda_graph,
-                "concurrent": self.concurrent}
+                "graph_order": self.graph_order}
         members = {"params.bin": self._params.tobytes(), **self._images.to_members()}
         if self._source is not None:
             members["source.cu"] = self._source.encode()
@@ -375,9 +393,17 @@ class _DeviceState:
         self.input_cells: list[list[tuple[ctypes.c_uint64, int]]] = [[] for _ in inputs]
         fns: dict[str, ctypes.c_void_p] = {}
         for entry in meta["launches"]:
-            sym = entry["kernel"]
+            sym, smem = entry["kernel"], int(entry.get("smem", 0))
             if sym not in fns:
                 fns[sym] = self.module.function(sym)
+                if smem > info.smem_optin:
+                    raise EmberError(
+                        f"kernel {sym} (node {entry.get('node', '?')!r}) takes {smem} bytes of "
+                        f"shared memory a block; {info.name} gives at most {info.smem_optin}: "
+                        "its tiles were built for another GPU; compile the model on this one "
+                        "(or with EMBER_GPU naming it)")
+                if smem > 48 << 10:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                    cu.call("cuFuncSetAttribute", fns[sym], 8, smem)
             cells = []
             for kind, index, offset in entry["args"]:
                 cell = ctypes.c_uint64(self._base(kind, index) + offset)
@@ -387,11 +413,9 @@ class _DeviceState:
             argv = (ctypes.c_void_p * max(len(cells), 1))(
                 *[ctypes.cast(ctypes.byref(c), ctypes.c_void_p) for c in cells])
             self.launches.append((fns[sym], int(entry["grid"]), int(entry["block"]), cells,
-                                  argv))
+                                  argv, smem))
         self.bound = tuple(b.ptr for b in self.inputs)
-        self.graphs: dict[bool, cu.Graph] = {}    # concurrent? -> the captured launches
-        deps = [entry.get("after") for entry in meta["launches"]]
-        self.branches = None if any(d is None for d in deps) else stream_plan(deps)
+        self.graphs: dict[str, cu.Graph] = {}    # graph order -> the captured launches
         self.side: list[cu.Stream] = []
         self.persistent = _Persistent(self, meta["persistent"]) if "persistent" in meta \
             else None
@@ -423,38 +447,39 @@ class _DeviceState:
             self.persistent.set_inputs(self, ptrs)
 
     def launch_one(self, i: int, stream: cu.Stream | None = None) -> None:
-        fn, grid, block, _, argv = self.launches[i]
-        cu.call("cuLaunchKernel", fn, grid, 1, 1, block, 1, 1, 0,
+        fn, grid, block, _, argv, smem = self.launches[i]
+        cu.call("cuLaunchKernel", fn, grid, 1, 1, block, 1, 1, smem,
                 (stream or self.stream).handle, argv, None)
 
-    def launch_all(self, graph: bool, concurrent: bool = False) -> None:
+    def launch_all(self, graph: bool, order: str = "chain",
+                   deps: tuple[list[list[int]], list[int]] | None = None) -> None:
+        """The launches; in a CUDA graph (captured once per ``order``) ordered by ``deps``
+        (each launch's dependencies, the capture order) where given, else chained."""
         if not graph:
             for i in range(len(self.launches)):
                 self.launch_one(i)
             return
-        concurrent = concurrent and self.branches is not None
-        if concurrent not in self.graphs:
-            self.graphs[concurrent] = self._capture(concurrent)
-        self.graphs[concurrent].launch(self.stream)
+        key = order if deps is not None else "chain"
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(deps)
+        self.graphs[key].launch(self.stream)
 
-    def _capture(self, concurrent: bool) -> cu.Graph:
+    def _capture(self, deps: tuple[list[list[int]], list[int]] | None) -> cu.Graph:
         def chain() -> None:
             for i in range(len(self.launches)):
                 self.launch_one(i)
-        if not concurrent:
+        if deps is None:
             return cu.Graph(self.stream, chain)
+        plan = stream_plan(deps[0], order=deps[1])
         try:
-            return cu.Graph(self.stream, self._record_branches)
+            return cu.Graph(self.stream, lambda: self._record_branches(plan))
         except cu.CudaError as e:     # never seen; the launches in order still run
             LOG.warning("the launches' branches were not captured (%s): chained in order", e)
-            self.branches = None
             return cu.Graph(self.stream, chain)
 
-    def _record_branches(self) -> None:
+    def _record_branches(self, plan: StreamPlan) -> None:
         """The launches on the stream plan's streams (``runtime.branches``): forked from the
         model's stream, an event wait for each dependency on another stream, joined back."""
-        plan = self.branches
-        assert plan is not None
         while len(self.side) < plan.streams - 1:
             self.side.append(cu.Stream())
         streams = [self.stream] + self.side[:plan.streams - 1]
@@ -463,7 +488,8 @@ class _DeviceState:
         for st in streams[1:]:
             fork.wait(st)
         done = {i: cu.Event(timing=False) for i in plan.recorded()}
-        for i, (s, waits) in enumerate(zip(plan.stream, plan.waits)):
+        for i in plan.order:
+            s, waits = plan.stream[i], plan.waits[i]
             for p in waits:
                 done[p].wait(streams[s])
             self.launch_one(i, streams[s])

@@ -33,10 +33,17 @@ Stage = list[list[int]]    # groups of kernel ids; each group runs in order on i
 
 def schedule(kernels: Sequence[KernelInfo], dev: VDevice, r: int = 3, s: int = 2,
              max_block: int = 24) -> ExecutionPlan:
-    stages: list[Stage] = []
+    return emit(kernels, stages(kernels, dev, r, s, max_block), dev)
+
+
+def stages(kernels: Sequence[KernelInfo], dev: VDevice, r: int = 3, s: int = 2,
+           max_block: int = 24) -> list[Stage]:
+    """The DP's stages, block by block: every kernel in one group of one stage, a group's
+    kernels in a dependency order, a stage's groups independent of each other."""
+    out: list[Stage] = []
     for block in blocks(kernels, max_block):
-        stages += _solve(kernels, block, dev, r, min(s, dev.num_veus))
-    return emit(kernels, stages, dev)
+        out += _solve(kernels, block, dev, r, min(s, dev.num_veus))
+    return out
 
 
 def blocks(kernels: Sequence[KernelInfo], max_block: int) -> list[list[int]]:

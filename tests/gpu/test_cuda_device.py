@@ -1,5 +1,5 @@
 """On an NVIDIA GPU (``gpu``-marked: skipped without one): compiled models match onnxruntime,
-with and without CUDA graphs (chained, or of the launches' branches); device tensors go in
+with and without CUDA graphs (chained, of the branches, of IOS's stages); device tensors go in
 and out without copies; a kernel fault is a named error and the model runs on after it."""
 
 from __future__ import annotations
@@ -31,13 +31,36 @@ def test_zoo_on_the_gpu_matches_onnxruntime(name: str) -> None:
     feeds = zoo.random_inputs(name)
     cm = ember.compile(m, target="cuda")
     want = run_ort(m, feeds)
-    cm.mode = "launches"     # chained in a CUDA graph, its branches in one, without a graph
-    for graph, concurrent in ((True, False), (True, True), (False, False)):
-        cm.cuda_graph, cm.concurrent = graph, concurrent
+    cm.mode = "launches"     # CUDA graphs chained, of the branches, of IOS's stages; none
+    for graph, order in ((True, "chain"), (True, "data"), (True, "ios"), (False, "chain")):
+        cm.cuda_graph, cm.graph_order = graph, order
         got = cm.run(feeds)
         for o, w in zip(cm.output_names, want):
             np.testing.assert_allclose(got[o], w, rtol=1e-4,
                                        atol=1e-5 * max(1.0, float(np.abs(w).max())))
+
+
+def test_the_cuda_graph_keeps_only_the_launches_dependencies() -> None:
+    """Captured from the stream plan's streams, the graph has a node per launch and an edge per
+    stream predecessor and event wait (``runtime.branches``); chained, one edge per launch
+    after the first."""
+    from ember.runtime.branches import stream_plan
+
+    m, feeds = zoo.build("squeezenet1_1"), zoo.random_inputs("squeezenet1_1")
+    cm = ember.compile(m, target="cuda", schedule="sequential")
+    n = len(cm.meta["launches"])
+    cm.mode, cm.cuda_graph = "launches", True
+    for order in ("data", "chain"):
+        cm.graph_order = order
+        cm.run(feeds)
+        nodes, edges = cm._device().graphs[order].counts()
+        if order == "chain":
+            assert (nodes, edges) == (n, n - 1)
+        else:
+            deps, capture = cm._graph_deps()  # type: ignore[misc]
+            plan = stream_plan(deps, order=capture)
+            assert plan.streams > 1
+            assert (nodes, edges) == (n, sum(map(len, plan.waits)) + n - plan.streams)
 
 
 def test_top_k_tiles_are_timed_on_the_gpu() -> None:
@@ -110,6 +133,24 @@ def test_tensorcore_matmul_on_the_gpu_meets_its_bound(prec: str, bound: float) -
     y = ember.compile(m, target="cuda", precision=prec).run(feeds)["y"]
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < bound
+
+
+@pytest.mark.parametrize("prec", ["fp16", "tf32"])
+def test_tiles_past_48_kb_of_shared_memory_run_on_the_gpu(prec: str) -> None:
+    """1024^3 takes a TensorCore tile whose stages pass 48 KB (dynamic shared memory, the
+    launch opting in to it): the product within its precision's bound, in a CUDA graph and
+    without, and inside a Rammer program."""
+    rng = np.random.default_rng(8)
+    b = rng.standard_normal((1024, 1024)).astype(np.float32)
+    feeds = {"a": rng.standard_normal((1024, 1024)).astype(np.float32)}
+    m = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], feeds, {"b": b}, ["y"])
+    cm = ember.compile(m, target="cuda", precision=prec, schedule="rammer")
+    assert cm.meta["launches"][0]["smem"] > 48 << 10
+    ref = feeds["a"].astype(np.float64) @ b.astype(np.float64)
+    for mode, graph in (("launches", True), ("launches", False), ("persistent", True)):
+        cm.mode, cm.cuda_graph = mode, graph
+        y = cm.run(feeds)["y"]
+        assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3, mode
 
 
 @pytest.mark.parametrize("prec,bound", [("tf32", 2e-3), ("fp16", 2e-3), ("bf16", 1e-2)])

@@ -87,6 +87,23 @@ def test_launch_table_binds_every_kernel_argument() -> None:
     assert meta["launches"][-1]["args"][0][0] == "out"
 
 
+@needs_nvcc
+def test_launches_carry_their_dependencies_and_ios_stages() -> None:
+    """An IOS-scheduled model without a GPU: each launch names the launches it follows (the
+    memory plan's dependencies, which a CUDA graph of the branches keeps), and IOS's stages
+    cover the launches once, so the GPU can run the launches in either shape."""
+    from ember.runtime.branches import stage_deps
+
+    cm = ember.compile(zoo.build("squeezenet1_1"), target="cuda", schedule="ios")
+    after = [ln["after"] for ln in cm.meta["launches"]]
+    assert all(p < i for i, d in enumerate(after) for p in d)
+    assert sum(len(d) > 1 for d in after) >= 4          # the fire modules' concatenations
+    deps, order = stage_deps(cm.meta["ios_stages"], after)
+    assert sorted(order) == list(range(len(after)))
+    assert all(set(a) <= set(d) for a, d in zip(after, deps))
+    assert cm.graph_order == "data"
+
+
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("name", zoo.NAMES)

@@ -150,6 +150,36 @@ def test_fragments_are_vector_reads_rounded_once(prec: str, monkeypatch: pytest.
     assert 0 < n_cvt < n_mma
 
 
+@needs_nvcc
+def test_a_tile_past_48_kb_takes_dynamic_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Roller may give a TensorCore tile up to the GPU's per-block shared memory (227 KB on
+    an H200): 1024^3 in fp16 takes a tile of three stages of 64 k past 48 KB. Its shared
+    tiles are carved from dynamic shared memory (ptxas: no static shared memory, no spill),
+    its launch names the bytes, a persistent program's vEUs make room for it, and cuda-sim
+    runs the same kernel within fp16's bound."""
+    from ember.compiler import gpu
+
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+    monkeypatch.setenv("EMBER_GPU", "H200")
+    cm = ember.compile(_gemm(1024), target="cuda", precision="fp16", schedule="sequential")
+    [launch] = cm.meta["launches"]
+    assert launch["smem"] > 48 << 10
+    assert "extern __shared__ __align__(16) char em_smem[];" in cm.source
+    for kernels in cm.resources.values():      # each architecture compiled for
+        [res] = kernels.values()
+        assert res["smem"] == 0 and not res["spill_stores"] and not res["spill_loads"]
+    # two such pools per SM at most, whatever the registers allow
+    assert gpu.veus_per_sm(256, 128, launch["smem"], 228 << 10) <= 2
+    assert gpu.veus_per_sm(256, 128, 0, 228 << 10) == 2
+    sim = ember.compile(_gemm(1024), target="cuda-sim", precision="fp16", schedule="sequential")
+    a = np.random.default_rng(1).standard_normal((1024, 1024)).astype(F32)
+    from onnx import numpy_helper
+    b = numpy_helper.to_array(_gemm(1024).graph.initializer[0]).astype(np.float64)
+    y = sim.run({"a": a})["c"]
+    ref, scale = a.astype(np.float64) @ b, np.abs(a).astype(np.float64) @ np.abs(b)
+    assert float(np.linalg.norm(y - ref) / np.linalg.norm(scale)) < 2e-3
+
+
 @pytest.mark.parametrize("policy", ["rammer", "ios"])
 def test_tensorcore_plans_pack_their_warp_ops_and_compute_the_same(
         policy: str, monkeypatch: pytest.MonkeyPatch) -> None:

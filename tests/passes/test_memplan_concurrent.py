@@ -5,13 +5,14 @@ graph keeps every dependency, and both still reuse and stay small."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.ir.graph import Graph, Value
 from ember.ir.types import TensorType
 from ember.passes import fuse, memplan
-from ember.runtime.branches import implied, stream_plan
+from ember.runtime.branches import implied, stage_deps, stream_plan
 from ember.support.arena import OrderedArena, align
 
 
@@ -32,19 +33,65 @@ def dags(draw: st.DrawFn) -> list[list[int]]:
             for i in range(n)]
 
 
+def _topological(deps: list[list[int]], seed: int) -> list[int]:
+    """A random order of the launches in which each comes after its dependencies."""
+    rng = np.random.default_rng(seed)
+    out: list[int] = []
+    while len(out) < len(deps):
+        ready = [i for i in range(len(deps)) if i not in out and all(p in out for p in deps[i])]
+        out.append(int(rng.choice(ready)))
+    return out
+
+
 @settings(max_examples=200, deadline=None)
-@given(dags(), st.integers(1, 6))
-def test_stream_plan_keeps_every_dependency(deps: list[list[int]], streams: int) -> None:
-    """Stream order plus event waits imply every dependency; with streams enough for the
-    widest branching, nothing else (no order the data did not ask for)."""
-    plan = stream_plan(deps, streams)
+@given(dags(), st.integers(1, 6), st.integers(0, 3))
+def test_stream_plan_keeps_every_dependency(deps: list[list[int]], streams: int,
+                                            seed: int) -> None:
+    """Stream order plus event waits imply every dependency, whatever the capture order;
+    with streams enough for the widest branching, nothing else (no order the data did not
+    ask for)."""
+    order = _topological(deps, seed) if seed else None
+    plan = stream_plan(deps, streams, order)
     anc, got = _ancestors(deps), implied(plan)
     assert plan.streams <= streams
     for i, d in enumerate(deps):
         assert set(plan.waits[i]) <= set(d)
         assert anc[i] & ~got[i] == 0, (i, deps)
-    wide = stream_plan(deps, len(deps))
+    wide = stream_plan(deps, len(deps), order)
     assert implied(wide) == anc
+
+
+def test_stream_plan_refuses_an_order_against_the_dependencies() -> None:
+    with pytest.raises(ValueError, match="captured after"):
+        stream_plan([[], [0]], order=[1, 0])
+
+
+def test_ios_stages_as_launch_dependencies() -> None:
+    """Two chains 0 -> 2 and 1 -> 3, IOS's stages {1} | {3}, {0} | {2}: each stage waits for
+    the one before, a group runs in order, the launches' own dependencies stay; captured
+    stage by stage."""
+    deps, order = stage_deps([[[1]], [[3], [0]], [[2]]], [[], [], [0], [1]])
+    assert order == [1, 3, 0, 2]
+    assert deps == [[1], [], [0, 3], [1]]
+    got = implied(stream_plan(deps, order=order))
+    assert all(got[i] >> p & 1 for i, d in enumerate(deps) for p in d)
+    with pytest.raises(ValueError, match="not each"):
+        stage_deps([[[0]], [[0], [1]]], [[], []])
+
+
+def test_ios_stages_of_a_model_keep_its_dependencies() -> None:
+    """IOS's stages over the GPU's vEUs for SqueezeNet: every kernel in one group, and the
+    stage graph implies every dependency of the launches."""
+    from ember import zoo
+    from ember.compiler import driver, gpu
+    from ember.frontend.onnx.importer import import_model
+
+    comp = driver.build_graph(import_model(zoo.build("squeezenet1_1")), target="cuda-sim",
+                              gpu_schedule="ios")
+    after = [list(d) for d in memplan.kernel_dependencies(comp.graph)]
+    deps, order = stage_deps(gpu.ios_stages(comp.gpu_infos, comp.gpu_vspec), after)
+    got, anc = implied(stream_plan(deps, order=order)), _ancestors(after)
+    assert all(anc[i] & ~got[i] == 0 for i in range(len(after)))
 
 
 def test_stream_plan_of_a_chain_and_a_diamond() -> None:

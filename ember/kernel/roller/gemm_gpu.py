@@ -356,8 +356,16 @@ class TcTile:
                 f"{self.MT}x{self.NT} mma tiles, {self.threads} threads{split}{pb}")
 
 
+def smem_block(spec: DeviceSpec) -> int:
+    """Shared memory a TensorCore block may take (dynamically, past the 48 KB it may declare
+    statically): the SM's less the 1 KB the driver keeps per block, less a split tile's flag
+    (H100/H200: 227 KB, A100: 163 KB, V100: 95 KB)."""
+    return spec.layer("smem").capacity - (1 << 10) - 16
+
+
 def tc_candidates(M: int, N: int, K: int, precision: str,
-                  budget: int = REG_BUDGET, pb: bool = False) -> list[TcTile]:
+                  budget: int = REG_BUDGET, pb: bool = False,
+                  smem: int = SMEM_BLOCK) -> list[TcTile]:
     k = MMA_K[precision]
     pair = 1 if precision == "tf32" else 2
     out = []
@@ -375,7 +383,7 @@ def tc_candidates(M: int, N: int, K: int, precision: str,
                             continue
                         if bk > k and bk > K:
                             continue
-                        if t.smem_bytes() > SMEM_BLOCK or t.registers(precision) > budget:
+                        if t.smem_bytes() > smem or t.registers(precision) > budget:
                             continue
                         out.append(t)
     return out
@@ -467,7 +475,8 @@ _TC_MEMO: dict[tuple, tuple[TcTile, ...]] = {}
 def _construct_tc(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
                   topk: int, budget: int, split: bool, pb: bool, copies: Copies
                   ) -> tuple[TcTile, ...]:
-    tiles = [replace(t, split=s) for t in tc_candidates(M, N, K, precision, budget, pb)
+    tiles = [replace(t, split=s) for t in tc_candidates(M, N, K, precision, budget, pb,
+                                                        smem_block(spec))
              for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
                              spec.units * _tc_resident(t, spec, precision),
                              math.ceil(K / t.BK)) if split else [1])]
