@@ -34,10 +34,12 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
                        schedule: str | None = None) -> CudaModel:
     """``schedule``: "rammer" or "ios" add the persistent program of that plan (one launch per
     inference, run by default); the kernels launched one by one (RammerBase) stay in the model
-    either way (``cm.mode``). "auto" with a GPU present profiles the Rammer program's rTasks
-    on it, plans Rammer and IOS again on the measured costs, times the launches (with and
-    without a CUDA graph) and both persistent programs, and keeps the fastest; without one it
-    is "sequential" (nothing to measure on). ``topk`` (default the options'; 1: none) > 1
+    either way (``cm.mode``), in a CUDA graph of their dependencies (``cm.graph_order``;
+    "sequential": chained in order). "auto" with a GPU present profiles the Rammer program's
+    rTasks on it, plans Rammer and IOS again on the measured costs, times the launches (in
+    CUDA graphs of their dependencies, of IOS's stages, chained; and without one) and both
+    persistent programs, and keeps the fastest; without one it is the launches in a graph of
+    their dependencies (nothing to measure on). ``topk`` (default the options'; 1: none) > 1
     with a GPU present: each dense product's tile is the fastest of Roller's ``topk`` best
     as timed on it (``tune_tiles``; the records in ``meta["gpu_topk"]``)."""
     from ember.runtime import cuda_driver
@@ -49,6 +51,8 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     k = driver.default_topk() if topk is None else topk
     tuned = tune_tiles(comp, k) if k > 1 and cuda_driver.available() else []
     cm = _scheduled(comp, auto)
+    if schedule == "sequential":   # asked for: kernel after kernel, the CUDA graph a chain
+        cm.graph_order = "chain"
     if tuned:
         cm.annotate("gpu_topk", tuned)
     return cm

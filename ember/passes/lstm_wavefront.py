@@ -96,13 +96,22 @@ def _rewrite(p: Node, users: dict[Value, list[Node]], outs: set[int]
     readers = users.get(p.output, [])
     if parts is None or not readers:
         return None
+    # one constant each for every step (a kernel per distinct constant, and one copy of the
+    # weights in the parameters: LSTM-TC's 900 steps are not 900 MB of copies)
+    wv = Value.constant(w, f"{p.name}_input_weights")
+    rows_of: dict[int, Value] = {}
     plan = []
     for sl in readers:
         rows = _rows(sl)
         steps = users.get(sl.output, [])
         if rows is None or sl.output.uid in outs or len(steps) != 1 or rows not in parts:
             return None
-        new = _step(steps[0], sl.output, parts[rows], w, bias, rows)
+        b = rows[1] - rows[0]
+        if b not in rows_of:
+            rows_of[b] = Value.constant(np.broadcast_to(
+                bias if bias is not None else np.zeros(w.shape[1], np.float32),
+                (b, w.shape[1])).copy(), f"{p.name}_bias_rows")
+        new = _step(steps[0], sl.output, parts[rows], wv, rows_of[b])
         if new is None:
             return None
         plan.append((steps[0], new[0], new[1]))
@@ -146,16 +155,12 @@ def _row_parts(x: Value) -> dict[tuple[int, int], Value] | None:
     return parts
 
 
-def _step(n: Node, gates: Value, u: Value, w: np.ndarray, bias: np.ndarray | None,
-          rows: tuple[int, int]) -> tuple[Node, list[Node]] | None:
-    """``n`` reading ``gates`` (rows ``rows`` of the projection) as the step that projects
-    ``u`` itself, and the nodes before it (``u`` viewed [B, I])."""
-    b = rows[1] - rows[0]
-    width = w.shape[0]
-    bias_rows = np.broadcast_to(bias if bias is not None else np.zeros(w.shape[1], np.float32),
-                                (b, w.shape[1])).copy()
-    xb = Value.constant(bias_rows, f"{n.name}_bias_rows")
-    wv = Value.constant(w, f"{n.name}_input_weights")
+def _step(n: Node, gates: Value, u: Value, wv: Value, xb: Value
+          ) -> tuple[Node, list[Node]] | None:
+    """``n`` reading ``gates`` (a row block of the projection by weights ``wv``, with the
+    bias rows ``xb``) as the step that projects ``u`` itself, and the nodes before it (``u``
+    viewed [B, I])."""
+    b, width = int(xb.type.shape[0]), int(wv.type.shape[0])
     extra: list[Node] = []
     if tuple(int(d) for d in u.type.shape) != (b, width):
         shape = Value.constant(np.array([b, width], np.int64), f"{n.name}_input_shape")

@@ -42,6 +42,13 @@ def test_layers_above_the_first_project_per_step() -> None:
     want = [("lstm.0", 4)] * 3 + [(f"lstm.{layer}", n) for layer in (1, 2)
                                   for n in (4, 6, 6, 6)]
     assert _steps(after) == want
+    # a layer's steps share one constant of input weights and one of bias rows (so one
+    # kernel and one copy in the parameters: LSTM-TC's 900 steps had taken 1.9 GB)
+    six = [n for n in after.nodes if n.op == "LSTMStep" and len(n.inputs) == 6]
+    for layer in (1, 2):
+        mine = [n for n in six if n.name.startswith(f"lstm.{layer}/")]
+        assert len({id(n.inputs[5]) for n in mine}) == 1
+        assert len({id(n.inputs[2]) for n in mine}) == 1
     # no layer's Y is concatenated any more (only the next layer read it)
     assert sum(n.op == "Concat" for n in after.nodes) == 0
     assert all(n.op != "LSTMCell" or n.name.startswith("lstm.0") for n in after.nodes)
