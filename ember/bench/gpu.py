@@ -146,22 +146,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
         engines[policy] = ember_in("persistent", True)
         cm.mode = "persistent"
         rec[f"{policy}_rel_err"] = _rel_err(cm, feeds, ref)
-    compiled = {}
-    for mode in modes:
-        if time.perf_counter() > deadline:
-            rec[f"torch.compile[{mode}]"] = "skipped (time budget)"
-            continue
-        try:
-            fn = in_precision(torch.compile(mod, mode=None if mode == "default" else mode))
-            t = time.perf_counter()
-            with torch.inference_mode():
-                for _ in range(3):
-                    fn(*args)
-            torch.cuda.synchronize()
-            rec[f"compile_s[{mode}]"] = round(time.perf_counter() - t, 1)
-            compiled[mode] = fn
-        except Exception as e:  # a peer failing is a result, not a crash of the bench
-            rec[f"torch.compile[{mode}]"] = f"failed: {type(e).__name__}: {str(e)[:120]}"
+    compiled = _torch_compiled(mod, args, modes, deadline, in_precision, rec)
     for mode, fn in compiled.items():
         engines[f"compile[{mode}]"] = (lambda f=fn: _torch_time(f, args, runs))
     for eng in engines.values():   # warm-up
@@ -253,6 +238,31 @@ def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
             "ember_tflops": round(flop / e / 1e9, 1), "torch_tflops": round(flop / tt / 1e9, 1),
             "ratio_of_torch": round(tt / e, 3),
             "kernel": cm.meta["kernels_cuda"][0]["schedule"]}
+
+
+def _torch_compiled(mod: Any, args: list[Any], modes: list[str], deadline: float,
+                    in_precision: Any, rec: dict[str, Any]) -> dict[str, Any]:
+    """``mod`` under torch.compile in each of ``modes`` (warmed up; its compile seconds, or
+    why not, in ``rec``), while ``deadline`` has not passed."""
+    import torch
+
+    compiled = {}
+    for mode in modes:
+        if time.perf_counter() > deadline:
+            rec[f"torch.compile[{mode}]"] = "skipped (time budget)"
+            continue
+        try:
+            fn = in_precision(torch.compile(mod, mode=None if mode == "default" else mode))
+            t = time.perf_counter()
+            with torch.inference_mode():
+                for _ in range(3):
+                    fn(*args)
+            torch.cuda.synchronize()
+            rec[f"compile_s[{mode}]"] = round(time.perf_counter() - t, 1)
+            compiled[mode] = fn
+        except Exception as e:  # a peer failing is a result, not a crash of the bench
+            rec[f"torch.compile[{mode}]"] = f"failed: {type(e).__name__}: {str(e)[:120]}"
+    return compiled
 
 
 def prepare(models: list[str], gemm: int, precisions: list[str],

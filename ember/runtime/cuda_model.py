@@ -236,7 +236,10 @@ class CudaModel(ModelSpecs):
             if stages is None:
                 raise EmberError("graph_order 'ios': this model has no IOS stages (compile it "
                                  "with schedule='ios' or 'auto' on a GPU)")
-            return stage_deps(stages, after)
+            try:
+                return stage_deps(stages, after)
+            except ValueError as e:
+                raise EmberError(f"graph_order 'ios': {e}") from e
         if self.graph_order != "data":
             raise EmberError(f"graph_order {self.graph_order!r}: use 'data', 'ios' or 'chain'")
         return [list(d) for d in after], list(range(len(after)))
@@ -470,7 +473,10 @@ class _DeviceState:
                 self.launch_one(i)
         if deps is None:
             return cu.Graph(self.stream, chain)
-        plan = stream_plan(deps[0], order=deps[1])
+        try:
+            plan = stream_plan(deps[0], order=deps[1])
+        except ValueError as e:     # stages out of the launches' order: the model is broken
+            raise EmberError(f"the launches' CUDA graph cannot be built: {e}") from e
         try:
             return cu.Graph(self.stream, lambda: self._record_branches(plan))
         except cu.CudaError as e:     # never seen; the launches in order still run
