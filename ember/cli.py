@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -215,6 +216,7 @@ def _inspect_gpu(a: argparse.Namespace) -> int:
         if a.kernels:
             print("    " + format_stmt(gk.body).replace("\n", "\n    "))
     print(f"\n==== memory plan ====\n  {comp.memory_plan.summary()}")
+    _print_launch_graph(comp)
     if comp.interleaved:
         from ember.compiler import gpu
 
@@ -235,6 +237,22 @@ def _inspect_gpu(a: argparse.Namespace) -> int:
     if a.source:
         print("\n==== CUDA source ====\n" + emit_program(comp.gpu_kernels).source)
     return 0
+
+
+def _print_launch_graph(comp: Any) -> None:
+    """The launches' CUDA graph (``graph_order`` "data"): how long its longest chain of
+    kernels is, and how many capture streams its branches take."""
+    from ember.passes.memplan import kernel_dependencies
+    from ember.runtime.branches import stream_plan
+    from ember.sched.vdevice import levels
+
+    deps = kernel_dependencies(comp.graph)
+    if not deps:
+        return
+    plan = stream_plan(deps)
+    print(f"\n==== launch graph ====\n  {len(deps)} launches, longest chain "
+          f"{max(levels(deps)) + 1}, {plan.streams} capture stream(s), "
+          f"{sum(map(len, plan.waits))} event waits")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -260,3 +260,33 @@ def test_plans_of_random_dags_match_onnxruntime_in_cuda_sim(
     got = cm.run(feeds)
     for name, want in zip([o.name for o in model.graph.output], run_ort(model, feeds)):
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5)
+
+
+def test_inspect_prints_the_launch_graph(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``ember inspect --target cuda``: the launches' graph, its longest chain and streams (a
+    model of four independent towers of two products each, summed: four streams)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ember.cli import main as cli_main
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    for i in range(4):
+        inits += [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32),
+                                          f"w{i}{j}") for j in range(2)]
+        nodes += [helper.make_node("MatMul", ["x", f"w{i}0"], [f"a{i}"]),
+                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+                  helper.make_node("MatMul", [f"r{i}", f"w{i}1"], [f"b{i}"])]
+    nodes.append(helper.make_node("Sum", [f"b{i}" for i in range(4)], ["y"]))
+    g = helper.make_graph(nodes, "towers",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, (64, 64))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (64, 64))],
+                          inits)
+    path = tmp_path / "towers.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert cli_main(["inspect", str(path), "--target", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "==== launch graph ====" in out
+    line = out.split("==== launch graph ====")[1].splitlines()[1]
+    assert "longest chain" in line and "4 capture stream(s)" in line, line
