@@ -75,11 +75,11 @@ def _scheduled(comp: driver.Compilation, auto: bool) -> CudaModel:
     # Rammer and IOS again on the rTask costs measured on this GPU (Rammer's profiling step)
     measured = cm.profile_rtasks(feeds)
     comp.gpu_infos = _with_costs(comp.gpu_infos, measured)
-    # IOS's stages on the same costs, for a CUDA graph of the launches in IOS's shape
-    launches.annotate("ios_stages", driver.gpu.ios_stages(comp.gpu_infos, comp.gpu_vspec))
     models, predicted = [], {}
     for policy in ("rammer", "ios"):
         comp.plan = driver.gpu.gpu_plan(comp.gpu_infos, comp.gpu_vspec, policy)
+        if comp.plan.stages is not None:   # IOS's, on the same costs: the launches' graph too
+            launches.annotate("ios_stages", comp.plan.stages)
         # the plan's makespan on the measured rTask costs: against the program's measured
         # time, what the program's own waits and dispatch cost
         predicted[policy] = 1e3 * driver.gpu.predicted_s(comp.plan, comp.gpu_infos,
@@ -307,8 +307,8 @@ def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:
         meta.pop(key, None)
     if persistent is not None:
         meta["persistent"] = persistent
-        if persistent["policy"] == "ios":   # the launches can run in IOS's shape too
-            meta["ios_stages"] = driver.gpu.ios_stages(comp.gpu_infos, comp.gpu_vspec)
+        if comp.plan.stages is not None:   # the launches can run in IOS's shape too
+            meta["ios_stages"] = comp.plan.stages
     meta.update(target="cuda", archs=list(archs), launches=launches,
                 gpu=comp.gpu_kernels and driver.gpu.gpu_spec().name,
                 kernels_cuda=[{"symbol": t.symbol, "schedule": k.schedule, "grid": k.blocks,

@@ -303,12 +303,6 @@ def gpu_plan(infos: list[KernelInfo], spec: DeviceSpec, policy: str) -> Executio
     return plan
 
 
-def ios_stages(infos: list[KernelInfo], spec: DeviceSpec) -> list[list[list[int]]]:
-    """IOS's stages of the operators over the GPU's vEUs (its plan's shape, for a CUDA graph
-    of the launches: a stage's groups side by side, the stages one after another)."""
-    return ios.stages(infos, vdevice(spec))
-
-
 def drop_unused(plan: ExecutionPlan, infos: list[KernelInfo],
                 variants: list[tuple[int, GpuKernel]]
                 ) -> tuple[ExecutionPlan, list[KernelInfo], list[tuple[int, GpuKernel]]]:

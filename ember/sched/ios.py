@@ -13,10 +13,10 @@ the vDevice costs (profiled per rTask), not from a compiled stage per candidate.
 
 The graph is cut into blocks wherever every dependency crossing a point of the topological order
 comes from a single kernel (IOS schedules Inception block by block the same way); a block
-with more than ``max_block`` kernels is cut into windows of that size, which bounds the state
-space. A group's operator runs the rKernel (fastest or efficient, ``KernelInfo.efficient``) that
-is quicker on the vEUs its group has. IOS's operator merge (stacking same-input convolutions)
-is not implemented.
+with more than ``max_block`` kernels is cut into windows of that size, and a window whose DP
+passes ``MAX_STATES`` states into halves, which bounds the state space. A group's operator
+runs the rKernel (fastest or efficient, ``KernelInfo.efficient``) that is quicker on the vEUs
+its group has. IOS's operator merge (stacking same-input convolutions) is not implemented.
 """
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ Stage = list[list[int]]    # groups of kernel ids; each group runs in order on i
 
 def schedule(kernels: Sequence[KernelInfo], dev: VDevice, r: int = 3, s: int = 2,
              max_block: int = 24) -> ExecutionPlan:
-    return emit(kernels, stages(kernels, dev, r, s, max_block), dev)
+    """IOS's plan; its stages kept with it (``ExecutionPlan.stages``)."""
+    chosen = stages(kernels, dev, r, s, max_block)
+    plan = emit(kernels, chosen, dev)
+    plan.stages = chosen
+    return plan
 
 
 def stages(kernels: Sequence[KernelInfo], dev: VDevice, r: int = 3, s: int = 2,
@@ -42,8 +46,32 @@ def stages(kernels: Sequence[KernelInfo], dev: VDevice, r: int = 3, s: int = 2,
     kernels in a dependency order, a stage's groups independent of each other."""
     out: list[Stage] = []
     for block in blocks(kernels, max_block):
-        out += _solve(kernels, block, dev, r, min(s, dev.num_veus))
+        out += _solve_within(kernels, block, dev, r, min(s, dev.num_veus))
     return out
+
+
+# the DP's states (sets of a window's kernels closed under predecessors) one window may visit,
+# a window of wide branching has far more of them than a chain (RandWire's 24-kernel windows,
+# with the GPU's memory plan freeing its branches: 70 s of planning); past it the window is
+# solved as two halves of its topological order, each a window of its own
+MAX_STATES = 4000
+MAX_ENDINGS = 200_000    # and the endings it may enumerate
+
+
+class _TooMany(Exception):
+    pass
+
+
+def _solve_within(kernels: Sequence[KernelInfo], block: list[int], dev: VDevice, r: int,
+                  s: int) -> list[Stage]:
+    """``_solve`` of ``block``, or of its halves where its DP passes ``MAX_STATES`` states or
+    ``MAX_ENDINGS`` endings."""
+    try:
+        return _solve(kernels, block, dev, r, s)
+    except _TooMany:
+        half = len(block) // 2
+        return (_solve_within(kernels, block[:half], dev, r, s)
+                + _solve_within(kernels, block[half:], dev, r, s))
 
 
 def blocks(kernels: Sequence[KernelInfo], max_block: int) -> list[list[int]]:
@@ -79,37 +107,52 @@ def _solve(kernels: Sequence[KernelInfo], block: list[int], dev: VDevice, r: int
                 preds[j] |= 1 << idx[p]
                 succs[idx[p]] |= 1 << j
 
+    work = [0]     # endings enumerated in this window
+
     def endings(S: int) -> list[int]:
-        """Successor-closed subsets of S with at most r * s kernels."""
+        """Successor-closed subsets of S with at most r * s kernels, level by level: a kernel
+        joins an ending once every successor it has in S is in it."""
         found: set[int] = set()
         frontier = [0]
-        while frontier:
+        for _ in range(r * s):
             nxt = []
             for E in frontier:
-                for j in range(m):
-                    bit = 1 << j
-                    if S & bit and not E & bit and (succs[j] & S) & ~E == 0:
-                        F = E | bit
-                        if F not in found and bin(F).count("1") <= r * s:
-                            found.add(F)
-                            nxt.append(F)
+                rest = S & ~E
+                x = rest
+                while x:
+                    bit = x & -x
+                    x ^= bit
+                    if succs[bit.bit_length() - 1] & rest == 0 and E | bit not in found:
+                        found.add(E | bit)
+                        nxt.append(E | bit)
             frontier = nxt
+        work[0] += len(found)
+        if m > 2 and work[0] > MAX_ENDINGS:
+            raise _TooMany
         return list(found)
+
+    options: dict[int, list] = {}
 
     @cache
     def best(S: int) -> tuple[float, tuple[tuple[tuple[int, ...], ...], ...]]:
         if S == 0:
             return 0.0, ()
+        if m > 2 and best.cache_info().currsize > MAX_STATES:
+            raise _TooMany
         choice: tuple[float, tuple] = (float("inf"), ())
         for E in endings(S):
-            for stage, lat in _stage_options(E, m, preds, succs, block, kernels, dev, r, s):
+            if E not in options:     # an ending's stages do not depend on what precedes it
+                options[E] = _stage_options(E, m, preds, succs, block, kernels, dev, r, s)
+            for stage, lat in options[E]:
                 rest, stages = best(S & ~E)
                 if rest + lat < choice[0]:
                     choice = (rest + lat, stages + (stage,))
         return choice
 
-    _, chosen = best((1 << m) - 1)
-    best.cache_clear()
+    try:
+        _, chosen = best((1 << m) - 1)
+    finally:
+        best.cache_clear()
     return [[[block[j] for j in g] for g in stage] for stage in chosen]
 
 

@@ -41,6 +41,9 @@ class ExecutionPlan:
     num_veus: int
     programs: list[list[Entry]] = field(default_factory=list)
     policy: str = "sequential"
+    # IOS's stages (groups of operators), where IOS made the plan: the shape a CUDA graph of
+    # the launches can take too
+    stages: list[list[list[int]]] | None = None
 
     def validate(self, ntasks: Sequence[int], op_of: Sequence[int] | None = None) -> None:
         """Every operator runs exactly once — all tasks of exactly one of its kernels, each
@@ -180,7 +183,7 @@ class ExecutionPlan:
         renumber = {k: num_ops + j for j, k in enumerate(used)}
         programs = [[RTask(renumber.get(e.kernel, e.kernel), e.begin, e.end)
                      if isinstance(e, RTask) else e for e in prog] for prog in self.programs]
-        return ExecutionPlan(self.num_veus, programs, self.policy), renumber
+        return ExecutionPlan(self.num_veus, programs, self.policy, self.stages), renumber
 
     def encode_shared(self) -> tuple[list[list[int]], list[list[int]]]:
         """The compact encoding of a plan over many vEUs (a GPU's): each program's triples are

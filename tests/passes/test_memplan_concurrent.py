@@ -83,13 +83,14 @@ def test_ios_stages_of_a_model_keep_its_dependencies() -> None:
     """IOS's stages over the GPU's vEUs for SqueezeNet: every kernel in one group, and the
     stage graph implies every dependency of the launches."""
     from ember import zoo
-    from ember.compiler import driver, gpu
+    from ember.compiler import driver
     from ember.frontend.onnx.importer import import_model
 
     comp = driver.build_graph(import_model(zoo.build("squeezenet1_1")), target="cuda-sim",
                               gpu_schedule="ios")
     after = [list(d) for d in memplan.kernel_dependencies(comp.graph)]
-    deps, order = stage_deps(gpu.ios_stages(comp.gpu_infos, comp.gpu_vspec), after)
+    assert comp.plan.stages is not None
+    deps, order = stage_deps(comp.plan.stages, after)
     got, anc = implied(stream_plan(deps, order=order)), _ancestors(after)
     assert all(anc[i] & ~got[i] == 0 for i in range(len(after)))
 
