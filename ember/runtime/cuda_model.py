@@ -8,7 +8,8 @@ byte offset). Loading needs numpy and a driver; compiling needed no GPU.
 At the first run the device gets one arena per kind: the parameters (uploaded once), the
 workspace of the memory plan, and a buffer per input and output. One inference copies the
 inputs in, replays the launch sequence (captured once as a CUDA graph when ``cuda_graph`` is
-on, the default) and copies the outputs out. ``run_device`` takes and returns device tensors
+on, the default; ordered as ``graph_order`` says: by the launches' dependencies, by IOS's
+stages, or chained) and copies the outputs out. ``run_device`` takes and returns device tensors
 without copies: an input with ``__cuda_array_interface__`` (torch, CuPy) is read in place, and
 the outputs come back as ``DeviceTensor`` views of the model's output buffers (valid until the
 next run), which torch and CuPy take without copying. A fault a kernel records (an index out of
