@@ -25,7 +25,7 @@ from ember.codegen.checks import CHECKS_C
 from ember.codegen.cmath import MATH_C
 from ember.errors import CompileError
 from ember.kernel.gpu import async_copy, split_k
-from ember.kernel.gpu.base import GpuKernel
+from ember.kernel.gpu.base import GpuKernel, carved
 from ember.kernel.gpu.mma import CUDA_MMA
 from ember.kernel.gpu.persistent import pad_threads
 from ember.loops.ir import (
@@ -48,7 +48,6 @@ from ember.loops.ir import (
     static_value,
 )
 from ember.loops.transform import iter_stmts
-from ember.support.dtypes import dtype
 from ember.support.text import TextBuffer
 
 _FAULT = r"""/* the run's first fault (kinds in ember.support.faults), for the host to read */
@@ -141,7 +140,7 @@ class CudaEmitter(CEmitter):
             with out.indented("{", "}"):
                 if shared and self.carve:
                     out.line(f"{t} *const {name} = ({t} *)(em_smem + {self.pool});")
-                    self.pool += -(-size * dtype(s.buf.dtype).itemsize // 16) * 16
+                    self.pool += carved(s.buf)
                 else:
                     out.line(f"{shared}{t} {name}[{size}];")
                 self.stmt(s.body, out)

@@ -213,11 +213,7 @@ def veus_per_sm(block: int, registers: int = 0, smem: int = 0, smem_sm: int = 22
 def program_smem(kernels: list[GpuKernel]) -> int:
     """The shared pool a persistent program's vEU needs before packing: its largest
     rKernel's (each buffer rounded up to 16 bytes, as ``render_device`` carves them)."""
-    from ember.kernel.gpu.base import shared_buffers
-    from ember.support.dtypes import dtype
-
-    return max([sum(-(-int(b.size) * dtype(b.dtype).itemsize // 16) * 16
-                    for b in shared_buffers(k.body)) for k in kernels] + [0])
+    return max([k.carved_bytes() for k in kernels] + [0])
 
 
 def program_registers(kernels: list[GpuKernel]) -> int:

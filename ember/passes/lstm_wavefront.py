@@ -39,7 +39,7 @@ def run(g: Graph) -> Graph:
     outs = {v.uid for v in g.outputs}
     before: dict[int, list[Node]] = {}     # node id -> new nodes to insert before it
     replace: dict[int, Node] = {}
-    for p in {id(n.output): n for n in g.nodes if n.op in ("Add", "MatMul")}.values():
+    for p in [n for n in g.nodes if n.op in ("Add", "MatMul")]:
         plan = _rewrite(p, users, outs)
         if plan is None:
             continue
@@ -56,8 +56,9 @@ def run(g: Graph) -> Graph:
     return dce.run(g)
 
 
-def _product(p: Node) -> tuple[Value, np.ndarray, np.ndarray | None] | None:
-    """``p`` as ``X · W (+ b)``: X, W [I, 4H] and the bias [4H] (None without one)."""
+def _product(p: Node) -> tuple[Value, Value, np.ndarray | None] | None:
+    """``p`` as ``X · W (+ b)``: X, the constant W [I, 4H] and the bias [4H] (None without
+    one)."""
     mm, bias = p, None
     if p.op == "Add":
         a, c = p.inputs
@@ -77,7 +78,7 @@ def _product(p: Node) -> tuple[Value, np.ndarray, np.ndarray | None] | None:
     n = int(w.type.shape[1])
     if bias is not None and (bias.size != n or p.output.type.shape != mm.output.type.shape):
         return None
-    return x, np.asarray(w.const, np.float32), None if bias is None else bias.reshape(n)
+    return x, w, None if bias is None else bias.reshape(n)
 
 
 def _rewrite(p: Node, users: dict[Value, list[Node]], outs: set[int]
@@ -96,9 +97,9 @@ def _rewrite(p: Node, users: dict[Value, list[Node]], outs: set[int]
     readers = users.get(p.output, [])
     if parts is None or not readers:
         return None
-    # one constant each for every step (a kernel per distinct constant, and one copy of the
-    # weights in the parameters: LSTM-TC's 900 steps are not 900 MB of copies)
-    wv = Value.constant(w, f"{p.name}_input_weights")
+    # every step reads the product's own weights and one constant of bias rows (a kernel per
+    # distinct constant, and one copy in the parameters: LSTM-TC's 900 steps are not 900 MB)
+    n4 = int(w.type.shape[1])
     rows_of: dict[int, Value] = {}
     plan = []
     for sl in readers:
@@ -109,9 +110,9 @@ def _rewrite(p: Node, users: dict[Value, list[Node]], outs: set[int]
         b = rows[1] - rows[0]
         if b not in rows_of:
             rows_of[b] = Value.constant(np.broadcast_to(
-                bias if bias is not None else np.zeros(w.shape[1], np.float32),
-                (b, w.shape[1])).copy(), f"{p.name}_bias_rows")
-        new = _step(steps[0], sl.output, parts[rows], wv, rows_of[b])
+                bias if bias is not None else np.zeros(n4, np.float32), (b, n4)).copy(),
+                f"{p.name}_bias_rows")
+        new = _step(steps[0], sl.output, parts[rows], w, rows_of[b])
         if new is None:
             return None
         plan.append((steps[0], new[0], new[1]))

@@ -210,6 +210,16 @@ class Graph:
         return int(nodes.value), int(edges.value)
 
 
+STATIC_SMEM = 48 << 10   # shared memory a launch gets without opting in
+
+
+def allow_smem(fn: c_void_p, nbytes: int) -> None:
+    """Let kernel ``fn`` launch with ``nbytes`` of dynamic shared memory, past the 48 KB a
+    launch gets without asking (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)."""
+    if nbytes > STATIC_SMEM:
+        call("cuFuncSetAttribute", fn, 8, nbytes)
+
+
 class Event:
     """A CUDA event: ``record`` it on a stream; ``ms(a, b)`` is the device time between two."""
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -222,7 +222,7 @@ class CudaModel(ModelSpecs):
                                  "schedule='rammer' or 'ios'")
             dev.launch_persistent()
         elif self.mode == "launches":
-            dev.launch_all(self.cuda_graph, self.graph_order, self._graph_deps())
+            dev.launch_all(self.cuda_graph, self.graph_order, self._graph_deps)
         else:
             raise EmberError(f"mode {self.mode!r}: use 'persistent' or 'launches'")
 
@@ -406,8 +406,7 @@ class _DeviceState:
                         f"shared memory a block; {info.name} gives at most {info.smem_optin}: "
                         "its tiles were built for another GPU; compile the model on this one "
                         "(or with EMBER_GPU naming it)")
-                if smem > 48 << 10:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                    cu.call("cuFuncSetAttribute", fns[sym], 8, smem)
+                cu.allow_smem(fns[sym], smem)
             cells = []
             for kind, index, offset in entry["args"]:
                 cell = ctypes.c_uint64(self._base(kind, index) + offset)
@@ -456,17 +455,18 @@ class _DeviceState:
                 (stream or self.stream).handle, argv, None)
 
     def launch_all(self, graph: bool, order: str = "chain",
-                   deps: tuple[list[list[int]], list[int]] | None = None) -> None:
-        """The launches; in a CUDA graph (captured once per ``order``) ordered by ``deps``
-        (each launch's dependencies, the capture order) where given, else chained."""
+                   deps: Callable[[], tuple[list[list[int]], list[int]] | None] | None = None
+                   ) -> None:
+        """The launches; in a CUDA graph captured once per ``order``, ordered by what
+        ``deps()`` gives (each launch's dependencies and the capture order; asked only when
+        capturing), else chained."""
         if not graph:
             for i in range(len(self.launches)):
                 self.launch_one(i)
             return
-        key = order if deps is not None else "chain"
-        if key not in self.graphs:
-            self.graphs[key] = self._capture(deps)
-        self.graphs[key].launch(self.stream)
+        if order not in self.graphs:
+            self.graphs[order] = self._capture(deps() if deps is not None else None)
+        self.graphs[order].launch(self.stream)
 
     def _capture(self, deps: tuple[list[list[int]], list[int]] | None) -> cu.Graph:
         def chain() -> None:
@@ -543,8 +543,7 @@ class _Persistent:
     def __init__(self, dev: _DeviceState, p: dict[str, Any]) -> None:
         self.fn = dev.module.function("em_program")
         self.veus, self.block, self.smem = int(p["veus"]), int(p["block"]), int(p["smem"])
-        if self.smem > 48 << 10:   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            cu.call("cuFuncSetAttribute", self.fn, 8, self.smem)
+        cu.allow_smem(self.fn, self.smem)
         # every vEU's block must be resident at once (they wait on each other)
         per_sm = ctypes.c_int()
         cu.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.byref(per_sm), self.fn,

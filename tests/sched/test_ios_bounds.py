@@ -4,8 +4,6 @@ dependencies allow, and a stage's groups stay independent."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -55,8 +53,6 @@ def test_wide_windows_are_split_and_still_valid(seed: int, monkeypatch: pytest.M
     _check(kernels, full)
     monkeypatch.setattr(ios, "MAX_STATES", 50)
     monkeypatch.setattr(ios, "MAX_ENDINGS", 2_000)
-    t = time.perf_counter()
     tight = ios.stages(kernels, dev)
-    assert time.perf_counter() - t < 60          # a bound, not a timing claim: no hang
     _check(kernels, tight)
     assert tight != full      # the budget bit: the windows were solved in parts

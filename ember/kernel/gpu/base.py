@@ -45,6 +45,16 @@ class GpuKernel:
         """Bytes of shared memory one block declares."""
         return sum(int(b.size) * dtype(b.dtype).itemsize for b in shared_buffers(self.body))
 
+    def carved_bytes(self) -> int:
+        """Bytes of a shared pool its buffers take when carved from one (``carved``)."""
+        return sum(carved(b) for b in shared_buffers(self.body))
+
+
+def carved(b: Buffer) -> int:
+    """Bytes shared buffer ``b`` takes of a pool it is carved from: rounded up to 16, so the
+    next begins 16-byte aligned (a 16-byte ``cp.async`` may land anywhere in it)."""
+    return -(-int(b.size) * dtype(b.dtype).itemsize // 16) * 16
+
 
 def shared_buffers(s: Stmt) -> list[Buffer]:
     """The ``Scope.SHARED`` buffers ``s`` allocates."""

@@ -44,6 +44,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    all_of,
     seq,
 )
 from ember.lower.computes import static_shape
@@ -129,20 +130,17 @@ def _slice_sums(st: _Step, red: Buffer) -> Stmt:
     wv = Load(st.w, Bin("+", Bin("*", kv, Const(4 * st.hid)),
                         Bin("+", Bin("*", g, Const(st.hid)), j)))
 
-    def fma_of(v: Expr) -> Stmt:
-        return For(g, Const(0), Const(4), Store(
-            part, g, Bin("+", Load(part, g), Bin("*", v, wv))), ForKind.UNROLLED)
-    if st.u is None:
-        fma = fma_of(Load(st.h, Bin("+", Bin("*", st.b, Const(st.k)), kv)))
-        if st.k % S:
-            fma = If(Bin("<", kv, Const(st.k)), fma)
-    else:              # [h | u]: h below kh, u from there to k
-        ku = st.k - st.kh
-        fma = seq(If(Bin("<", kv, Const(st.kh)),
-                     fma_of(Load(st.h, Bin("+", Bin("*", st.b, Const(st.kh)), kv)))),
-                  If(Bin("&&", Bin(">=", kv, Const(st.kh)), Bin("<", kv, Const(st.k))),
-                     fma_of(Load(st.u, Bin("+", Bin("*", st.b, Const(ku)),
-                                            Bin("-", kv, Const(st.kh)))))))
+    fmas = []     # [h | u]: h's k below kh, u's from there to k
+    for buf, lo, hi in [(st.h, 0, st.kh)] + ([] if st.u is None else [(st.u, st.kh, st.k)]):
+        at = kv if lo == 0 else Bin("-", kv, Const(lo))
+        fma: Stmt = For(g, Const(0), Const(4), Store(part, g, Bin("+", Load(part, g), Bin(
+            "*", Load(buf, Bin("+", Bin("*", st.b, Const(hi - lo)), at)), wv))),
+            ForKind.UNROLLED)
+        cond = all_of([c for c in (Bin(">=", kv, Const(lo)) if lo else None,
+                                   Bin("<", kv, Const(hi)) if hi < ks * S else None)
+                       if c is not None])
+        fmas.append(fma if cond is None else If(cond, fma))
+    fma = seq(*fmas)
     red_at = Bin("+", Bin("*", Bin("+", Bin("*", sl, Const(4)), g), Const(U)), u)
     sums = Alloc(part, seq(
         For(g, Const(0), Const(4), Store(part, g, Const(0.0, F32)), ForKind.UNROLLED),
