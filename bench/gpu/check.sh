@@ -14,13 +14,14 @@
 #     --models resnet18,bert_base --gemm 0
 #   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     python bench/gpu/bench.py --prepare --models resnet50,bert_base --gemm 0 \
-#     --model-precisions fp16
+#     --model-precisions fp16,fp16+wgmma
 #   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     EMBER_TOPK=4 python bench/gpu/bench.py --prepare --models resnet50,bert_base --gemm 0
 # Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS,
 # GANTT (models whose Rammer plan to draw, or none), GANTT_S, TOPK, TOPK_MODELS, TOPK_S,
 # COMPILE_S and COMPILE_ARGS (a torch.compile run of its own), SPLIT_AB, AB_S, AB_MODELS;
-# PREC (the models' TensorCore run: fp16, bf16, tf32 or none), PREC_MODELS, PREC_S.
+# PREC (the models' TensorCore runs: a list of fp16, bf16, tf32, each optionally +wgmma
+# (Hopper's warpgroup MMA), or none), PREC_MODELS, PREC_S.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ember-gpu}
@@ -48,7 +49,7 @@ cat "$RES/machine.txt"
 per_test=""
 $PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${PER_TEST_S:-60} --timeout-method thread"
 t0=$(date +%s)
-timeout ${TEST_S:-110} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
+timeout ${TEST_S:-125} $PY -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=0 $per_test \
   ${TESTS:-tests/gpu} > "$RES/tests.log" 2>&1
 echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s"
 pack
@@ -83,13 +84,13 @@ if [ "${SPLIT_AB:-0}" = 1 ]; then
   pack
 fi
 t0=$(date +%s)
-# the models in a TensorCore precision against PyTorch's peer of it (autocast fp16/bf16, or
-# TF32), eager only
-PREC=${PREC:-fp16}
+# the models in TensorCore precisions against PyTorch's peer of them (autocast fp16/bf16, or
+# TF32), eager only; fp16+wgmma: the same products on Hopper's warpgroup MMA (launches only)
+PREC=${PREC:-fp16,fp16+wgmma}
 if [ "$PREC" != none ]; then
-  timeout ${PREC_S:-60} $PY bench/gpu/bench.py --out "$RES/$PREC" --gemm 0 --modes "" \
+  timeout ${PREC_S:-100} $PY bench/gpu/bench.py --out "$RES/prec" --gemm 0 --modes "" \
     --models ${PREC_MODELS:-resnet50,bert_base} --model-precisions "$PREC" \
-    > "$RES/bench_$PREC.log" 2>&1
+    > "$RES/bench_prec.log" 2>&1
   echo "bench in $PREC: exit $? in $(( $(date +%s) - t0 )) s"
   pack
 fi
@@ -98,7 +99,7 @@ t0=$(date +%s)
 # EMBER_TOPK=$TOPK against the model's own tiles above (TOPK=1 skips)
 TOPK=${TOPK:-4}
 if [ "$TOPK" -gt 1 ]; then
-  EMBER_TOPK=$TOPK timeout ${TOPK_S:-90} $PY bench/gpu/bench.py --out "$RES/topk" --gemm 0 \
+  EMBER_TOPK=$TOPK timeout ${TOPK_S:-60} $PY bench/gpu/bench.py --out "$RES/topk" --gemm 0 \
     --modes "" --models ${TOPK_MODELS:-resnet50,bert_base} > "$RES/bench_topk.log" 2>&1
   echo "bench with Roller's top-$TOPK timed: exit $? in $(( $(date +%s) - t0 )) s"
   pack
@@ -108,15 +109,15 @@ t0=$(date +%s)
 # skips)
 GANTT=${GANTT:-lstm_tc,inception_v3}
 if [ "$GANTT" != none ]; then
-  timeout ${GANTT_S:-60} $PY bench/gpu/bench.py --out "$RES/gantt" --gemm 0 --models "" \
+  timeout ${GANTT_S:-45} $PY bench/gpu/bench.py --out "$RES/gantt" --gemm 0 --models "" \
     --gantt "$GANTT" > "$RES/bench_gantt.log" 2>&1
   echo "Gantt charts: exit $? in $(( $(date +%s) - t0 )) s"
   pack
 fi
 {
-grep -v -i warn "$RES/bench.log" | tail -n 16
+grep -v -i warn "$RES/bench.log" | tail -n 22
 [ -f "$RES/bench_compile.log" ] && grep -v -i warn "$RES/bench_compile.log" | tail -n 8
-[ "$PREC" != none ] && grep -v -i warn "$RES/bench_$PREC.log" | grep -E "^(resnet|bert|small|mobile|squeeze|incep|resnext|randwire|lstm)" | tail -n 4
+[ "$PREC" != none ] && grep -v -i warn "$RES/bench_prec.log" | grep -E "^(resnet|bert|small|mobile|squeeze|incep|resnext|randwire|lstm)" | tail -n 6
 # where each model's time goes: the three longest kernels (all of them in gpu.json)
 $PY - "$RES/gpu.json" <<'PYEOF' 2>/dev/null
 import json, sys

@@ -66,13 +66,22 @@ def _rel_err(cm: Any, feeds: dict[str, np.ndarray], ref: list[np.ndarray]) -> fl
                for o, r in zip(cm.output_names, ref))
 
 
+def engine(spec: str) -> tuple[str, options.Options | None]:
+    """A bench precision as ember's ``precision`` and the options it needs: "fp16", or
+    "fp16+wgmma" (TensorCore products on Hopper's warpgroup MMA: compiled for sm_90a)."""
+    prec, _, tc = spec.partition("+")
+    if not tc:
+        return prec, None
+    return prec, options.Options(tensorcore=tc, cuda_arch=("sm_90a",))
+
+
 class _TorchPrecision:
     """PyTorch computing as ember's ``precision`` does: its dense products in fp16/bf16 with
     float32 accumulation and the rest in float32 (``torch.autocast``), in tf32 (TF32 allowed
     for matmul and cuDNN), or float32 throughout."""
 
     def __init__(self, precision: str) -> None:
-        self.precision = precision
+        self.precision = engine(precision)[0]
         self._ctx: Any = None
 
     def __enter__(self) -> None:
@@ -111,7 +120,8 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     feeds = zoo.random_inputs(name)
     rec: dict[str, Any] = {"model": name, "precision": precision}
     t = time.perf_counter()
-    cm = ember.compile(model, target="cuda", precision=precision)
+    prec, opts = engine(precision)
+    cm = ember.compile(model, target="cuda", precision=prec, options=opts)
     rec["ember_compile_s"] = round(time.perf_counter() - t, 2)
     rec["auto"] = cm.meta.get("schedule", {})
     if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
@@ -222,14 +232,15 @@ def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
     import torch
 
     m, a, b = gemm_model(n)
-    cm = ember.compile(m, target="cuda", precision=precision)
+    prec, opts = engine(precision)
+    cm = ember.compile(m, target="cuda", precision=prec, options=opts)
     out = cm.run({"a": a})["c"]
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     ref = (ta.double() @ tb.double()).cpu().numpy()
     rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
     e = statistics.median(cm.time_ms({"a": a}, runs))
     peer = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
-            "bf16": torch.bfloat16}[precision]
+            "bf16": torch.bfloat16}[prec]
     with _TorchPrecision(precision):
         tt = statistics.median(_torch_time(torch.matmul, [ta.to(peer), tb.to(peer)], runs))
     flop = 2.0 * n ** 3
@@ -272,19 +283,23 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
     without compiling, but for the programs planned again on its measured costs. With a GPU,
     ``schedule="auto"`` builds the Rammer program first: it is among those compiled here;
     ``topk`` > 1: also the candidates a GPU times (``compiler.cuda.tune_tiles``)."""
-    for prec in model_precisions:
+    for spec in model_precisions:
+        prec, opts = engine(spec)
         for name in models:
             t = time.perf_counter()
-            for policy in ("sequential", "rammer", "ios"):
-                ember.compile(zoo.build(name), target="cuda", schedule=policy, precision=prec)
-            if topk > 1:
+            for policy in ("sequential", "rammer", "ios") if opts is None else ("sequential",):
+                ember.compile(zoo.build(name), target="cuda", schedule=policy, precision=prec,
+                              options=opts)
+            if topk > 1 and opts is None:
                 _prepare_candidates(name, prec, topk)
             print(f"{name} ({prec}): CUDA images in {time.perf_counter() - t:.1f} s",
                   flush=True)
-    for prec in precisions if gemm else []:
-        for policy in ("sequential", "rammer"):
-            ember.compile(gemm_model(gemm)[0], target="cuda", precision=prec, schedule=policy)
-        print(f"GEMM {gemm} {prec}: done", flush=True)
+    for spec in precisions if gemm else []:
+        prec, opts = engine(spec)
+        for policy in ("sequential", "rammer") if opts is None else ("sequential",):
+            ember.compile(gemm_model(gemm)[0], target="cuda", precision=prec, schedule=policy,
+                          options=opts)
+        print(f"GEMM {gemm} {spec}: done", flush=True)
 
 
 def gantt(name: str, out: Path) -> dict[str, Any]:
@@ -330,10 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-models", default="",
                     help="the models torch.compile's modes run on (default: every model)")
     ap.add_argument("--gemm", type=int, default=4096)
-    ap.add_argument("--gemm-precisions", default="fp32,tf32,fp16,bf16")
+    ap.add_argument("--gemm-precisions",
+                    default="fp32,tf32,fp16,bf16,fp16+wgmma,bf16+wgmma,tf32+wgmma",
+                    help="+wgmma: on Hopper's warpgroup MMA (sm_90a)")
     ap.add_argument("--model-precisions", default="fp32",
                     help="the precisions the models run in (ember's dense products and "
-                         "PyTorch's peer of them), e.g. fp32,fp16")
+                         "PyTorch's peer of them), e.g. fp32,fp16,fp16+wgmma")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--prepare", action="store_true")
     ap.add_argument("--gantt", default="",

@@ -24,7 +24,7 @@ from ember.codegen.c import C_TYPES, BufferBinding, CEmitter, ctype
 from ember.codegen.checks import CHECKS_C
 from ember.codegen.cmath import MATH_C
 from ember.errors import CompileError
-from ember.kernel.gpu import async_copy, split_k
+from ember.kernel.gpu import async_copy, split_k, wgmma
 from ember.kernel.gpu.base import GpuKernel, carved
 from ember.kernel.gpu.mma import CUDA_MMA
 from ember.kernel.gpu.persistent import pad_threads
@@ -378,9 +378,10 @@ def emit_program(kernels: list[GpuKernel]) -> CudaProgram:
         seen.setdefault(t.symbol, t.text)
     body = "\n".join(seen.values())
     half = "#include <cuda_fp16.h>\n" if "__half" in body else ""
-    tc = CUDA_MMA if "em_mma_" in body else ""
+    tc = CUDA_MMA if "em_mma_" in body or "em_pk_" in body else ""
     if "em_cp_" in body:
         tc += async_copy.CUDA
     if "em_split_" in body:
         tc += split_k.CUDA
+    tc += wgmma.cuda_support(body)
     return CudaProgram(half + PRELUDE + tc + "\n" + body, texts)

@@ -53,6 +53,7 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
     opts = resolve(options, num_threads=driver.check_threads(num_threads),
                    topk=driver.check_topk(topk), schedule=schedule, profile=profile,
                    dim_hints=dim_hints, precision=precision)
+    _check_tensorcore(opts, target)
     with using(opts), log.compile_run(model) as run:
         k = _key(model, input_shapes, opts, target)
         cached = run.stage("lookup", model_cache.lookup, k)
@@ -61,6 +62,21 @@ def compile(model: onnx.ModelProto | str | os.PathLike,  # noqa: A001
         cm = _compile(model, input_shapes, target, opts, run)
         run.stage("store", model_cache.store, k, cm)
         return cm
+
+
+def _check_tensorcore(opts: Options, target: str) -> None:
+    """``tensorcore="wgmma"``: Hopper's instructions, compiled for sm_90a alone, in kernels
+    launched one by one (the persistent programs of Rammer and IOS do not take them yet)."""
+    if opts.tensorcore != "wgmma" or target == "cpu":
+        return
+    if target == "cuda" and set(opts.cuda_arch) != {"sm_90a"}:
+        raise EmberError(f"tensorcore='wgmma' runs on Hopper only: compile for sm_90a alone "
+                         f"(cuda_arch=('sm_90a',), EMBER_CUDA_ARCH=sm_90a), not "
+                         f"{','.join(opts.cuda_arch)}; or use tensorcore='mma'")
+    if opts.schedule in ("rammer", "ios"):
+        raise EmberError(f"schedule={opts.schedule!r} with tensorcore='wgmma': the persistent "
+                         "programs do not take wgmma kernels yet; use schedule 'auto' or "
+                         "'sequential' (launches), or tensorcore='mma'")
 
 
 def _key(model: Any, input_shapes: dict[str, Any] | None, opts: Options,

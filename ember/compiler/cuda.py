@@ -45,12 +45,14 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     from ember.runtime import cuda_driver
 
     auto = schedule in (None, "auto") and cuda_driver.available()
-    policy = "rammer" if auto else schedule if schedule in ("rammer", "ios") else "sequential"
+    programs = options.current().tensorcore != "wgmma"   # (wgmma: launches only)
+    policy = "rammer" if auto and programs else \
+        schedule if schedule in ("rammer", "ios") else "sequential"
     comp = driver.build_graph(g, num_threads=num_threads, topk=topk, target="cuda",
                               gpu_schedule=policy)
     k = driver.default_topk() if topk is None else topk
     tuned = tune_tiles(comp, k) if k > 1 and cuda_driver.available() else []
-    cm = _scheduled(comp, auto)
+    cm = _scheduled(comp, auto, programs)
     if schedule == "sequential":   # asked for: kernel after kernel, the CUDA graph a chain
         cm.graph_order = "chain"
     if tuned:
@@ -58,8 +60,9 @@ def compile_cuda_model(g: Graph, num_threads: int | None = None, topk: int | Non
     return cm
 
 
-def _scheduled(comp: driver.Compilation, auto: bool) -> CudaModel:
-    """``comp`` as a model: as built, or (``auto``) the fastest schedule on the GPU."""
+def _scheduled(comp: driver.Compilation, auto: bool, programs: bool = True) -> CudaModel:
+    """``comp`` as a model: as built, or (``auto``) the fastest schedule on the GPU (with
+    ``programs``, the persistent programs among them)."""
     standalone = list(comp.gpu_kernels)
     cm = to_cuda_model(comp)
     if not auto:
@@ -67,6 +70,8 @@ def _scheduled(comp: driver.Compilation, auto: bool) -> CudaModel:
     feeds = random_feeds(cm)   # type: ignore[arg-type]   (any model with .inputs)
     if feeds is None:          # inputs too large to measure on: the kernels in order
         return cm
+    if not programs:
+        return _fastest(cm, [], feeds)
     # the launches run the kernels as built to stand alone: where the program spilled, some
     # of its kernels were rebuilt with fewer registers (a 4096^3 GEMM's 128x128 tile as a
     # 32x32 one), and those are the program's alone

@@ -30,10 +30,11 @@ def gpu_kernels(fused: list[Node], topk: int = 1, rank: int = 0) -> list[Any]:
     GPU, precision and split-K; ``rank``: the dense products' ``rank``-th best tiles by
     Roller's model (the candidates a GPU times, ``compiler.cuda``)."""
     spec = gpu.gpu_spec()
-    precision, split = options.current().precision, options.current().split_k
+    opts = options.current()
+    wg = opts.tensorcore == "wgmma"
     return build_kernels(
-        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk, precision,
-                                                gpu.aligned_inputs(n), split, rank),
+        fused, lambda name, n: build_gpu_kernel(name, n, spec, topk, opts.precision,
+                                                gpu.aligned_inputs(n), opts.split_k, rank, wg),
         "GPU kernels" if rank == 0 else f"GPU kernels, rank {rank}", gpu_key)
 
 

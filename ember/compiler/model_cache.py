@@ -206,7 +206,7 @@ def key(model: Any, input_shapes: Any, opts: Options, threads: int,
             "sanitize": list(opts.sanitize), "residue": opts.residue_variants,
             "spec": spec, "cc": opts.cc or "", "target": target, "gpu": opts.gpu or "",
             "cuda_arch": list(opts.cuda_arch), "precision": opts.precision,
-            "steal": opts.steal, "split_k": opts.split_k}
+            "steal": opts.steal, "split_k": opts.split_k, "tensorcore": opts.tensorcore}
     if target == "cuda":     # kernels and plans are chosen for (and measured on) the GPU present
         from ember.runtime import cuda_driver
 

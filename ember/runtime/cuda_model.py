@@ -375,7 +375,12 @@ class _DeviceState:
                  inputs: Any, outputs: Any) -> None:
         info = cu.device_info(0)
         cu.context(0)
-        image = images.cubins.get(info.arch)
+        # an arch-specific image (sm_90a: wgmma) runs on its own arch only
+        image = images.cubins.get(info.arch) or images.cubins.get(info.arch + "a")
+        if image is None and images.cubins and all(a.endswith("a") for a in images.cubins):
+            raise EmberError(f"this model was compiled for {', '.join(sorted(images.cubins))} "
+                             f"alone (tensorcore='wgmma'), and GPU {info.name!r} is "
+                             f"{info.arch}: compile it again with tensorcore='mma'")
         self.module = cu.Module(image if image is not None else images.ptx + b"\0")
         self.stream = cu.Stream()
         self.params = cu.DeviceBuffer(params.nbytes)

@@ -26,6 +26,7 @@ SCHEDULES = ("auto", "sequential", "rammer", "ios")
 SANITIZERS = ("address", "undefined")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+TENSORCORES = ("mma", "wgmma")
 VM_KINDS = ("native", "python")
 
 
@@ -59,6 +60,7 @@ class Options:
     cuda_arch: tuple[str, ...] = ("sm_80", "sm_90")   # what --target cuda compiles for
     precision: str = "fp32"          # GPU dense products: fp32 (FFMA), tf32, fp16, bf16
     split_k: bool = True             # GPU dense products may split K among blocks
+    tensorcore: str = "mma"          # mma (mma.sync, sm_80+) or wgmma (Hopper, sm_90a only)
     vm: str = "native"               # the VM interpreter: native (C), python (the reference)
     steal: bool = True               # idle vEU threads run rTasks other vEUs have begun
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
@@ -168,6 +170,10 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                   "(default sm_80,sm_90)"),
     "split_k": ("EMBER_SPLIT_K", _flag, "0: no GPU product splits its K range among blocks "
                 "(default 1: where Roller's model prefers it)"),
+    "tensorcore": ("EMBER_TENSORCORE", _choice(TENSORCORES), "the TensorCore instruction of "
+                   "tf32/fp16/bf16 products with constant weights: mma (default; mma.sync, "
+                   "sm_80 and later) or wgmma (Hopper's warpgroup MMA; needs "
+                   "EMBER_CUDA_ARCH=sm_90a, and runs the kernels as launches only)"),
     "vm": ("EMBER_VM", _choice(VM_KINDS), "the VM's interpreter: native (default, C) or "
            "python (the reference, for debugging)"),
     "steal": ("EMBER_STEAL", _flag, "0: every rTask runs on the vEU its plan puts it on "

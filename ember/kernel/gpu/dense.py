@@ -123,7 +123,8 @@ def applicable(body: Graph) -> bool:
 def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                 tile: GemmTile | None = None, precision: str = "fp32",
                 budget: int = gemm_gpu.REG_BUDGET, aligned: Collection[int] = (),
-                split: bool = True, wide: bool = True, rank: int = 0) -> GpuKernel:
+                split: bool = True, wide: bool = True, rank: int = 0,
+                wgmma: bool = False) -> GpuKernel:
     """The group's GEMM kernel: FFMA in fp32, or on TensorCores (``precision`` tf32, fp16,
     bf16: operands rounded to it, float32 accumulators); ``budget``: the thread tile's
     estimated registers at most; ``aligned``: the positions of the group's inputs whose
@@ -132,7 +133,9 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     which uses the model's scratch space); ``wide``: whether a TensorCore tile may take up to
     ``TC_BUDGET`` registers by the estimate (the kernel then runs at up to 255: one block of
     256 threads per SM), past ``budget``; ``rank``: Roller's ``rank``-th best tile (0: its
-    choice; past the last, the last), a candidate to time on a GPU."""
+    choice; past the last, the last), a candidate to time on a GPU; ``wgmma``: a product
+    with constant weights on TensorCores runs Hopper's warpgroup MMA (``kernel.gpu.wgmma``,
+    sm_90a only) instead of ``mma.sync``."""
     m = body.nodes[0]
     gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
         _matmul(name, body, m, aligned)
@@ -140,6 +143,10 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     _mark_aligned(gm.args, aligned)
     flops = 2 * gm.batch * gm.M * gm.N * gm.K
     doc = f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})"
+    if precision != "fp32" and wgmma and gm.b_const is not None:
+        from ember.kernel.gpu import wgmma as wg
+        return wg.build_kernel(name, gm, epi, spec, precision, (flops, doc),
+                               max(topk, rank + 1), rank, _copies(gm, m.op == "ConvNHWC"))
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc_budget = max(budget, gemm_gpu.TC_BUDGET) if wide else budget
@@ -418,7 +425,8 @@ class _Block:
         return seq(issue(first, Const(0)), async_copy.commit(), main)
 
     def pipeline3(self, issue: Callable[[Expr, Expr, int], Stmt],
-                  compute: Callable[[Expr], Stmt], land: Callable[[Expr, int], Stmt]) -> Stmt:
+                  compute: Callable[[Expr], Stmt], land: Callable[[Expr, int], Stmt],
+                  stages: int = TC_STAGES, fence: Stmt | None = None) -> Stmt:
         """The TensorCore K loop over three shared stages (``TC_STAGES``), the operands two
         K steps ahead of the compute. ``issue(k, stage, set)`` loads step ``k``'s A into
         register set ``set`` (of two) and copies its B into ``stage`` asynchronously;
@@ -428,7 +436,9 @@ class _Block:
         (issued a step ago). The one barrier protects every stage: whatever a step writes,
         the steps before the barrier have finished reading. The loop runs two steps a turn,
         each with its register set named (registers indexed at run time would live in local
-        memory)."""
+        memory). ``stages``: more than three where a step's compute still reads its stage
+        after the step (wgmma); ``fence``: what the threads run between their copies'
+        landing and the barrier (wgmma: the async proxy's fence)."""
         first, steps = self.first_step(), self.steps
         k2 = Var("k2")
 
@@ -436,11 +446,11 @@ class _Block:
             return Bin("+", first, k)
 
         def stage(k: Expr) -> Expr:
-            return Bin("%", k, Const(TC_STAGES))
+            return Bin("%", k, Const(stages))
 
         def turn(k: Expr, cur: int) -> Stmt:
             ahead, nxt = Bin("+", k, Const(2)), Bin("+", k, Const(1))
-            return seq(async_copy.wait_prior(1), Barrier(),
+            return seq(async_copy.wait_prior(1), *([fence] if fence else []), Barrier(),
                        If(Bin("<", ahead, Const(steps)), issue(at(ahead), stage(ahead), cur)),
                        async_copy.commit(), compute(stage(k)),
                        If(Bin("<", nxt, Const(steps)), land(stage(nxt), 1 - cur)))
@@ -628,7 +638,9 @@ def _gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 
-def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
+def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block,
+               layout: tuple[int, Callable[[Expr, Expr], Expr]] | None = None,
+               stages: int = TC_STAGES
                ) -> tuple[Buffer, int, Callable[[Expr, int], Stmt], Callable[[Expr, int], Stmt],
                           list[Buffer]]:
     """The shared A tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, set)``,
@@ -636,9 +648,13 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
     precision (tf32: a k each; fp16/bf16: two) per stage; a K step's floats are loaded into a
     register set (16 bytes at a time where A's k come in aligned fours) two steps ahead, and
     rounded and stored into shared memory a step later (``land``): each element rounded
-    once per block, not once per warp reading it (fp16/bf16: half the shared reads too)."""
-    lda, a_size, p = t.lda, t.BM * t.lda, shape.pair
-    As = Buffer("As", TC_STAGES * a_size, "uint32", Scope.SHARED)
+    once per block, not once per warp reading it (fp16/bf16: half the shared reads too).
+    ``layout``: (a stage's words, ``(row, word) -> its place``) other than rows of ``lda``
+    (wgmma's core matrices); ``stages`` of them."""
+    p = shape.pair
+    a_size, place = layout or (t.BM * t.lda, lambda r, wd: Bin("+", Bin("*", r, Const(t.lda)),
+                                                                wd))
+    As = Buffer("As", stages * a_size, "uint32", Scope.SHARED)
     w = 4 if gm.a_vec and t.BK % 4 == 0 else 2       # floats a thread copies at once
     per_row, n = t.BK // w, t.BM * t.BK // w
     rounds = -(-n // t.threads)
@@ -647,8 +663,15 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
     ev = Bin("+", Bin("*", e, Const(t.threads)), THREAD)
 
     def each(body: Callable[[Expr, Expr], Stmt]) -> Stmt:
-        """``body(row, k)`` of this thread's chunks (unrolled: ``sa`` stays in registers)."""
-        st = body(Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(w)))
+        """``body(row, k)`` of this thread's chunks (unrolled: ``sa`` stays in registers);
+        in core matrices, eight threads take a chunk of eight rows (distinct banks)."""
+        if layout is None:
+            st = body(Bin("//", ev, Const(per_row)),
+                      Bin("*", Bin("%", ev, Const(per_row)), Const(w)))
+        else:
+            st = body(Bin("+", Bin("*", Bin("//", ev, Const(8 * per_row)), Const(8)),
+                          Bin("%", ev, Const(8))),
+                      Bin("*", Bin("%", Bin("//", ev, Const(8)), Const(per_row)), Const(w)))
         if n % t.threads:
             st = If(Bin("<", ev, Const(n)), st)
         return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
@@ -674,8 +697,7 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
         sa = sets[regs]
 
         def store(r: Expr, c: Expr) -> Stmt:
-            at = Bin("+", Bin("*", st, Const(a_size)), Bin("+", Bin("*", r, Const(lda)),
-                                                              Bin("//", c, Const(p))))
+            at = Bin("+", Bin("*", st, Const(a_size)), place(r, Bin("//", c, Const(p))))
             words = [shape.pack(*(Load(sa, Bin("+", Bin("*", e, Const(w)), Const(q + h)))
                                   for h in range(p))) for q in range(0, w, p)]
             if len(words) == 1:

@@ -226,14 +226,18 @@ def sim_name(precision: str) -> str:
     return f"em_mma_{precision}_sim"
 
 
+def pack_c(precision: str) -> str:
+    """The C of the precision's packs (``em_pk_*``) and widening (``em_wd_*``)."""
+    return _PACK_C[precision]
+
+
 def sim_c(precision: str) -> str:
-    """The C that ``cuda-sim`` runs for the precision: its packs, and one warp's
-    ``mma.sync``: ``(c, a, b, lane0)`` over the block's per-thread fragment arrays (thread
+    """The C that ``cuda-sim`` runs for one warp's ``mma.sync`` in the precision (its packs
+    are ``pack_c``'s): ``(c, a, b, lane0)`` over the block's per-thread fragment arrays (thread
     ``i``'s registers at ``i * words``)."""
     s = SHAPES[precision]
     lt = "2 * t" if s.pair == 2 else "t"
-    lines = [_PACK_C[precision],
-             f"static void {sim_name(precision)}(float *c, const uint32_t *a, "
+    lines = [f"static void {sim_name(precision)}(float *c, const uint32_t *a, "
              "const uint32_t *b, int64_t lane0) {",
              f"  float A[16][{s.k}], B[{s.k}][8], D[16][8];",
              "  for (int l = 0; l < 32; ++l) {",

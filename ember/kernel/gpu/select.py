@@ -20,17 +20,18 @@ from ember.kernel.roller.hal import DeviceSpec
 
 def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1,
                      precision: str = "fp32", aligned: Collection[int] = (),
-                     split: bool = True, rank: int = 0) -> GpuKernel:
+                     split: bool = True, rank: int = 0, wgmma: bool = False) -> GpuKernel:
     """``precision``: what the dense products compute in (fp32 FFMA, or TensorCores in tf32,
     fp16, bf16 with float32 accumulation); every other kernel computes in float32.
     ``aligned``: the positions of ``fused``'s inputs whose storage begins 16-byte aligned;
     ``split``: whether a dense product may split K among blocks; ``rank``: a dense product's
-    ``rank``-th best tile by Roller's model (the other kernels have one schedule)."""
+    ``rank``-th best tile by Roller's model (the other kernels have one schedule);
+    ``wgmma``: TensorCore products with constant weights on Hopper's warpgroup MMA."""
     body = fused.attrs["body"]
     try:
         if dense.applicable(body):
             return dense.build_dense(name, body, spec, topk, precision=precision,
-                                     aligned=aligned, split=split, rank=rank)
+                                     aligned=aligned, split=split, rank=rank, wgmma=wgmma)
         if lstm.applicable(body):
             return lstm.build_lstm_step(name, body)
         if softmax.applicable(body):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ember.errors import CompileError
 from ember.kernel.base import T0, T1, Kernel
-from ember.kernel.gpu import async_copy, mma, split_k
+from ember.kernel.gpu import async_copy, mma, split_k, wgmma
 from ember.kernel.gpu.base import GpuKernel, has_barrier, map_call_args
 from ember.loops.ir import BLOCK as BLOCK_VAR
 from ember.loops.ir import (
@@ -54,9 +54,12 @@ def simulate(gk: GpuKernel) -> Kernel:
     body = ser.run(gk.body)
     stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
     support = {mma.sim_name(p): mma.sim_c(p) for p in sorted(ser.mma)}
+    support.update({wgmma.sim_name(f): wgmma.sim_c(f) for f in sorted(ser.wg)})
+    support.update({f"em_pk_{p}": mma.pack_c(p) for p in sorted(
+        ser.mma | {wgmma.precision_of(f) for f in ser.wg})})
     used = {x.fn for x in iter_stmts(gk.body) if isinstance(x, Eval)}
     support.update({n: c for n, c in {**async_copy.SIM_C, **split_k.SIM_C,
-                                      **mma.SIM_LOADS}.items() if n in used})
+                                      **mma.SIM_LOADS, **wgmma.SIM_C}.items() if n in used})
     return Kernel(gk.name, stmt, gk.blocks, list(gk.args), support, flops=gk.flops,
                   doc=f"{gk.doc} [cuda-sim: {gk.schedule}]", loops=format_stmt(stmt))
 
@@ -65,6 +68,7 @@ class _Serializer:
     def __init__(self, threads: int) -> None:
         self.n = threads
         self.mma: set[str] = set()     # the precisions of the warp ops met
+        self.wg: set[str] = set()      # the wgmma groups met
 
     def run(self, s: Stmt) -> Stmt:
         return self.ser(s) or Seq([])
@@ -112,6 +116,8 @@ class _Serializer:
         """Every warp's 32 lanes at once, their fragments gathered; under ``cond``, a
         condition uniform across each warp (``persistent.pad_threads``'s guard of a padded
         or packed block: whole warps), the warps whose first lane meets it."""
+        if wgmma.is_wgmma(s.fn):
+            return self._warpgroup_op(s, cond)
         prec = mma.precision_of(s.fn)
         if prec is None or self.n % 32:
             raise CompileError(f"cuda-sim: no emulation of warp op {s.fn}")
@@ -122,6 +128,19 @@ class _Serializer:
         if cond is not None:
             op = If(substitute(cond, {THREAD: lane0}), op)  # type: ignore[arg-type]
         return For(w, Const(0), Const(self.n // 32), op)
+
+    def _warpgroup_op(self, s: WarpOp, cond: Expr | None) -> Stmt:
+        """A warpgroup's group of wgmma, for every warpgroup at once (its waits and fences:
+        nothing, the emulation is synchronous)."""
+        if wgmma.precision_of(s.fn) is None:
+            return Seq([])
+        if cond is not None or self.n % 128:
+            raise CompileError(f"cuda-sim: wgmma {s.fn} in a block of {self.n} threads "
+                               "or under a condition")
+        self.wg.add(s.fn)
+        w = Var("wgrp")
+        return For(w, Const(0), Const(self.n // 128),
+                   Eval(wgmma.sim_name(s.fn), (*s.args, Bin("*", w, Const(128)))))
 
     def _seq(self, s: Seq) -> Stmt:
         out: list[Stmt] = []
