@@ -132,6 +132,23 @@ def test_wgmma_convolutions_on_random_geometry(data: st.DataObject) -> None:
     assert float(np.linalg.norm(y - ref) / np.linalg.norm(scale)) < BOUND[prec]
 
 
+def test_cuda_sim_reads_a_group_s_stage_as_late_as_the_hardware_may(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuda-sim computes a group of wgmma when the kernel's wait lets it be still in flight
+    no longer: with three stages, the copies two steps ahead overwrite the stage of the group
+    in flight, and the product comes out wrong; with the kernel's four, right."""
+    rng = np.random.default_rng(0)
+    model = _dense(128, 512, 64, rng)
+    x = rng.standard_normal((128, 512)).astype(F32)
+
+    def err() -> float:
+        cm = ember.compile(model, target="cuda-sim", precision="fp16", options=WG)
+        return _err(model, cm.run({"x": x})["y"], x)
+    assert err() < BOUND["fp16"]
+    monkeypatch.setattr(wgmma, "WG_STAGES", 3)
+    assert err() > 10 * BOUND["fp16"]
+
+
 def test_a_model_on_wgmma_keeps_its_other_kernels_and_matches() -> None:
     from ember import zoo
 

@@ -54,7 +54,7 @@ def simulate(gk: GpuKernel) -> Kernel:
     body = ser.run(gk.body)
     stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
     support = {mma.sim_name(p): mma.sim_c(p) for p in sorted(ser.mma)}
-    support.update({wgmma.sim_name(f): wgmma.sim_c(f) for f in sorted(ser.wg)})
+    support.update({wgmma.sim_key(f): wgmma.sim_c(f) for f in sorted(ser.wg)})
     support.update({f"em_pk_{p}": mma.pack_c(p) for p in sorted(
         ser.mma | {wgmma.precision_of(f) for f in ser.wg})})
     used = {x.fn for x in iter_stmts(gk.body) if isinstance(x, Eval)}
@@ -130,14 +130,13 @@ class _Serializer:
         return For(w, Const(0), Const(self.n // 32), op)
 
     def _warpgroup_op(self, s: WarpOp, cond: Expr | None) -> Stmt:
-        """A warpgroup's group of wgmma, for every warpgroup at once (its waits and fences:
-        nothing, the emulation is synchronous)."""
-        if wgmma.precision_of(s.fn) is None:
-            return Seq([])
+        """A warpgroup's group of wgmma (or the wait for its groups), for every warpgroup of
+        the block in turn."""
         if cond is not None or self.n % 128:
             raise CompileError(f"cuda-sim: wgmma {s.fn} in a block of {self.n} threads "
                                "or under a condition")
-        self.wg.add(s.fn)
+        if wgmma.precision_of(s.fn) is not None:
+            self.wg.add(s.fn)
         w = Var("wgrp")
         return For(w, Const(0), Const(self.n // 128),
                    Eval(wgmma.sim_name(s.fn), (*s.args, Bin("*", w, Const(128)))))

@@ -26,10 +26,11 @@ bytes. A 16-byte copy of eight k of a row is one core matrix row.
 rows ``16 w`` onwards; lane ``g = l / 4``, ``t = l % 4`` holds, for each 8 columns ``j``,
 ``d[4 j + r]`` = D[16 w + g + 8 (r / 2)][8 j + 2 t + r % 2], the layout of ``mma.sync``'s C.
 
-``cuda-sim`` runs a warpgroup's group of wgmma at once when it is issued, reading the stages
-through ``core_word`` as the TensorCores read them through the descriptors, so it checks the
-layout, the indexing and the epilogue; not the timing of the asynchronous reads (the stage
-argument above is the kernel's own).
+``cuda-sim`` computes a warpgroup's group of wgmma as late as the kernel lets it run: when
+the next group is issued (the kernel then waits until at most one is in flight) or at the final
+wait, reading the stages through ``core_word`` as the TensorCores read them through the
+descriptors. So it checks the layout, the indexing and the epilogue, and a stage overwritten
+while a group may still read it gives wrong values there too (a test drops the fourth stage).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from ember.loops.ir import (
 from ember.loops.transform import simplify
 
 _NAME = re.compile(r"em_wg_(tf32|fp16|bf16)_n(\d+)_w(\d+)$")
-_WAIT = re.compile(r"em_wg_wait_n(\d+)$")
+_WAIT = re.compile(r"em_wg_wait_(tf32|fp16|bf16)_n(\d+)_w(\d+)$")
 _PTX_TYPE = {"tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
 FENCE = "em_wg_fence"
 
@@ -90,8 +91,9 @@ def op_name(precision: str, n: int, words: int) -> str:
     return f"em_wg_{precision}_n{n}_w{words}"
 
 
-def wait_name(n: int) -> str:
-    return f"em_wg_wait_n{n}"
+def wait_name(op: str) -> str:
+    """The wait for every group of op ``op`` (an ``op_name``) to end."""
+    return op.replace("em_wg_", "em_wg_wait_", 1)
 
 
 def is_wgmma(fn: str) -> bool:
@@ -161,7 +163,7 @@ def build(name: str, gm: dense.Gemm, t: WgTile, store: Callable[[Expr, Expr, Exp
     lane = Bin("%", THREAD, Const(32))
     body: Stmt = Let(g, Bin("//", lane, Const(4)), Let(tq, Bin("%", lane, Const(4)), Let(
         w, Bin("//", THREAD, Const(32)),     # warp of the block: 16 rows each, in order
-        seq(init, main, WarpOp(wait_name(t.BN), (acc,)), blk.finish(each, store)))))
+        seq(init, main, WarpOp(wait_name(fn), (acc,)), blk.finish(each, store)))))
     stmt: Stmt = Alloc(acc, blk.coords(body))
     for regs in staged:
         stmt = Alloc(regs, stmt)
@@ -218,7 +220,7 @@ def cuda_op(fn: str) -> str:
     """The CUDA of wgmma helper ``fn`` (an ``op_name`` or a ``wait_name``)."""
     m = _WAIT.match(fn)
     if m:
-        n = int(m.group(1))
+        n = int(m.group(2))
         return (f"static __device__ __forceinline__ void {fn}(float *d) {{\n"
                 f'  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n'
                 f'  asm volatile("" : {_operands(n)} :: "memory");\n}}\n')
@@ -253,8 +255,7 @@ def cuda_op(fn: str) -> str:
 
 def cuda_support(body: str) -> str:
     """The wgmma helpers the kernels' text ``body`` calls."""
-    names = sorted(set(re.findall(r"\bem_wg_(?:tf32|fp16|bf16)_n\d+_w\d+\b|\bem_wg_wait_n\d+\b",
-                                  body)))
+    names = sorted(set(re.findall(r"\bem_wg_(?:wait_)?(?:tf32|fp16|bf16)_n\d+_w\d+\b", body)))
     if not names and FENCE not in body:
         return ""
     return CUDA_COMMON.replace("%(LBO)d", str(LBO)) + "".join(cuda_op(n) for n in names)
@@ -268,18 +269,33 @@ def sim_name(fn: str) -> str:
     return f"{fn}_sim"
 
 
+def sim_key(fn: str) -> str:
+    """The support entry holding op ``fn``'s emulation (its wait's too: they share the
+    pending groups)."""
+    m = _WAIT.match(fn)
+    return sim_name(f"em_wg_{m.group(1)}_n{m.group(2)}_w{m.group(3)}" if m else fn)
+
+
 def sim_c(fn: str) -> str:
-    """The C that ``cuda-sim`` runs for one warpgroup's group of wgmma: ``(d, A, ao, B, bo,
-    lane0)``, the warpgroup's threads' accumulators at ``(lane0 + l) * BN / 2``."""
+    """The C that ``cuda-sim`` runs for op ``fn``'s groups and their wait: ``(d, A, ao, B,
+    bo, lane0)`` issues a warpgroup's group (its threads' accumulators at ``(lane0 + l) * BN /
+    2``), ``(d, lane0)`` waits for all. As the kernel waits after issuing a group until at
+    most that one is in flight, a group is computed when the next is issued, or at the wait:
+    the latest the TensorCores may read its stage, so that a stage overwritten while a group
+    may still read it gives wrong values here too (per CPU thread: the blocks it runs, one
+    after another)."""
     m = _NAME.match(fn)
     assert m, fn
     prec, n, words = m.group(1), int(m.group(2)), int(m.group(3))
     p = 1 if prec == "tf32" else 2
     bk = words * p
     word = f"(((r) / 8) * {words // 4} + (q) / 4) * 32 + ((r) % 8) * 4 + (q) % 4"
+    run, q = f"{fn}_run", f"{fn}_q"
     return "\n".join([
-        f"static void {sim_name(fn)}(float *d, const uint32_t *A, int64_t ao, "
-        "const uint32_t *B, int64_t bo, int64_t lane0) {",
+        f"typedef struct {{ float *d; const uint32_t *A, *B; int64_t ao, bo; }} {q}_t;",
+        f"static _Thread_local {q}_t {q}[16];    /* the group in flight, per warpgroup */",
+        f"static void {run}(float *d, const uint32_t *A, int64_t ao, const uint32_t *B, "
+        "int64_t bo, int64_t lane0) {",
         f"  float Af[64][{bk}], Bf[{n}][{bk}];",
         f"  const uint32_t *a = A + ao + (lane0 / 128) * {64 * words}, *b = B + bo;",
         f"  for (int r = 0; r < 64; ++r) for (int q = 0; q < {words}; ++q)",
@@ -296,4 +312,15 @@ def sim_c(fn: str) -> str:
         "      dl[4 * j + r] = s;",
         "    }",
         "  }",
+        "}",
+        f"static void {sim_name(wait_name(fn))}(float *d, int64_t lane0) {{",
+        f"  {q}_t *e = &{q}[lane0 / 128];",
+        f"  if (e->d) {run}(e->d, e->A, e->ao, e->B, e->bo, lane0);",
+        "  e->d = 0; (void)d;",
+        "}",
+        f"static void {sim_name(fn)}(float *d, const uint32_t *A, int64_t ao, "
+        "const uint32_t *B, int64_t bo, int64_t lane0) {",
+        f"  {sim_name(wait_name(fn))}(d, lane0);",
+        f"  {q}_t *e = &{q}[lane0 / 128];",
+        "  e->d = d; e->A = A; e->ao = ao; e->B = B; e->bo = bo;",
         "}", ""])
