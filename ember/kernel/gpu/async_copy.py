@@ -17,8 +17,13 @@ latency hiding; Ampere's ``cp.async``). Four ``Eval`` statements:
 - ``wait_prior(n)``: wait until at most ``n`` of this thread's groups are still in flight
   (then a barrier makes every thread's copies visible to the block).
 
-CUDA renders them as inline PTX (a plain copy before sm_80); ``cuda-sim`` as the plain copy
-and no-ops, which is exact because the kernels read a stage only after its wait and barrier.
+CUDA renders them as inline PTX (a plain copy before sm_80). In ``cuda-sim`` a copy's
+destination holds a NaN from its issue until it lands, as late as the hardware may land it:
+each simulated thread (``cuda-sim`` passes ``THREAD`` as a last argument) queues its copies by
+group, and ``wait_prior(n)`` lands all but its ``n`` latest groups; what a block never waited
+for lands at its end (``FLUSH``). So a kernel that reads a stage before its wait, or issues
+copies into a stage something still reads, computes NaN there too (the word ``POISON`` is a
+NaN as a float, and in both halves as fp16 and as bf16).
 """
 
 from __future__ import annotations
@@ -80,16 +85,51 @@ static __device__ __forceinline__ void em_cp_commit(void) {
 #endif
 """
 
+CALLS = (COPY, COPY4, COPY4W, COMMIT, WAIT)
+QUEUE, FLUSH = "em_cpq", "em_cp_flush"
+POISON = 0x7fc07fc0
+MAX_THREADS = 1024
+
 SIM_C = {
+    QUEUE: r"""#include <stdlib.h>
+/* cp.async in cuda-sim: each simulated thread's copies in flight, by group (async_copy.py) */
+typedef struct { void *dst; const void *src; int bytes, group; } em_cpq_e;
+typedef struct { em_cpq_e *v; int n, cap, open; } em_cpq_t;
+static _Thread_local em_cpq_t em_cpq[%(T)d];
+static void em_cpq_push(int64_t t, void *dst, const void *src, int bytes) {
+  em_cpq_t *q = &em_cpq[t];
+  for (int w = 0; w < bytes / 4; ++w) ((uint32_t *)dst)[w] = %(P)du;   /* in flight */
+  if (q->n == q->cap) {
+    q->cap = q->cap ? 2 * q->cap : 64;
+    q->v = (em_cpq_e *)realloc(q->v, (size_t)q->cap * sizeof(em_cpq_e));
+  }
+  q->v[q->n].dst = dst; q->v[q->n].src = src; q->v[q->n].bytes = bytes;
+  q->v[q->n++].group = q->open;
+}
+static void em_cpq_land(em_cpq_t *q, int upto) {   /* groups before ``upto``, in order */
+  int k = 0;
+  for (int i = 0; i < q->n; ++i) {
+    em_cpq_e e = q->v[i];
+    if (e.group >= upto) { q->v[k++] = e; continue; }
+    if (e.src) memcpy(e.dst, e.src, (size_t)e.bytes); else memset(e.dst, 0, (size_t)e.bytes);
+  }
+  q->n = k;
+}""".replace("%(T)d", str(MAX_THREADS)).replace("%(P)d", str(POISON)),
     COPY: "static inline void em_cp_async_f32(float *dst, int64_t di, const float *src, "
-          "int64_t si, int ok) { dst[di] = ok ? src[si] : 0.0f; }",
+          "int64_t si, int ok, int64_t t) { em_cpq_push(t, dst + di, ok ? src + si : 0, 4); }",
     COPY4: "static inline void em_cp_async_f32x4(float *dst, int64_t di, const float *src, "
-           "int64_t si, int ok) { for (int q = 0; q < 4; ++q) "
-           "dst[di + q] = ok ? src[si + q] : 0.0f; }",
+           "int64_t si, int ok, int64_t t) { em_cpq_push(t, dst + di, ok ? src + si : 0, 16); }",
     COPY4W: "static inline void em_cp_async_w32x4(void *dst, int64_t di, const void *src, "
-            "int64_t si) { memcpy((uint32_t *)dst + di, (const uint32_t *)src + si, 16); }",
-    COMMIT: "static inline void em_cp_commit(void) {}",
-    WAIT: "#define em_cp_wait_prior(n) ((void)0)",
+            "int64_t si, int64_t t) { em_cpq_push(t, (uint32_t *)dst + di, "
+            "(const uint32_t *)src + si, 16); }",
+    COMMIT: "static inline void em_cp_commit(int64_t t) { em_cpq[t].open++; }",
+    WAIT: "static inline void em_cp_wait_prior(int n, int64_t t) "
+          "{ em_cpq_land(&em_cpq[t], em_cpq[t].open - n); }",
+    FLUSH: "static void em_cp_flush(int64_t threads) {\n"
+           "  for (int64_t t = 0; t < threads; ++t) {\n"
+           "    em_cpq_land(&em_cpq[t], em_cpq[t].open + 1);\n"
+           "    free(em_cpq[t].v); em_cpq[t].v = 0; em_cpq[t].n = em_cpq[t].cap = 0;\n"
+           "    em_cpq[t].open = 0;\n  }\n}",
 }
 
 

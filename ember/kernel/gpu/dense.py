@@ -146,7 +146,8 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     if precision != "fp32" and wgmma and gm.b_const is not None:
         from ember.kernel.gpu import wgmma as wg
         return wg.build_kernel(name, gm, epi, spec, precision, (flops, doc),
-                               max(topk, rank + 1), rank, _copies(gm, m.op == "ConvNHWC"))
+                               max(topk, rank + 1), rank, _copies(gm, m.op == "ConvNHWC"),
+                               split)
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc_budget = max(budget, gemm_gpu.TC_BUDGET) if wide else budget

@@ -51,13 +51,20 @@ from ember.loops.transform import (
 def simulate(gk: GpuKernel) -> Kernel:
     """The CPU kernel that runs ``gk``'s blocks ``[t0, t1)``."""
     ser = _Serializer(gk.threads)
-    body = ser.run(gk.body)
+    copies = any(isinstance(x, Eval) and x.fn in async_copy.CALLS for x in iter_stmts(gk.body))
+    if copies and gk.threads > async_copy.MAX_THREADS:
+        raise CompileError(f"cuda-sim: {gk.name} has {gk.threads} threads a block")
+    body = ser.run(_with_thread(gk.body) if copies else gk.body)
+    if copies:      # what the block never waited for lands before its shared memory goes
+        body = seq(body, Eval(async_copy.FLUSH, (Const(gk.threads),)))
     stmt = For(BLOCK_VAR, T0, Bin("-", T1, T0), body)
     support = {mma.sim_name(p): mma.sim_c(p) for p in sorted(ser.mma)}
     support.update({wgmma.sim_key(f): wgmma.sim_c(f) for f in sorted(ser.wg)})
     support.update({f"em_pk_{p}": mma.pack_c(p) for p in sorted(
         ser.mma | {wgmma.precision_of(f) for f in ser.wg})})
-    used = {x.fn for x in iter_stmts(gk.body) if isinstance(x, Eval)}
+    used = {x.fn for x in iter_stmts(stmt) if isinstance(x, Eval)}
+    if copies:
+        used.add(async_copy.QUEUE)
     support.update({n: c for n, c in {**async_copy.SIM_C, **split_k.SIM_C,
                                       **mma.SIM_LOADS, **wgmma.SIM_C}.items() if n in used})
     return Kernel(gk.name, stmt, gk.blocks, list(gk.args), support, flops=gk.flops,
@@ -164,6 +171,25 @@ class _Serializer:
             if THREAD in free_vars(e):
                 raise CompileError("cuda-sim: a barrier under control flow that depends on "
                                    "threadIdx (threads of one block would not all reach it)")
+
+
+def _with_thread(s: Stmt) -> Stmt:
+    """``s`` with ``THREAD`` passed to every ``cp.async`` call (``cuda-sim`` queues a thread's
+    copies until its wait)."""
+    if isinstance(s, Eval) and s.fn in async_copy.CALLS:
+        return Eval(s.fn, (*s.args, THREAD))
+    if isinstance(s, Seq):
+        return Seq([_with_thread(x) for x in s.body])
+    if isinstance(s, For):
+        return For(s.var, s.begin, s.extent, _with_thread(s.body), s.kind)
+    if isinstance(s, If):
+        return If(s.cond, _with_thread(s.then),
+                  None if s.orelse is None else _with_thread(s.orelse))
+    if isinstance(s, Alloc):
+        return Alloc(s.buf, _with_thread(s.body))
+    if isinstance(s, Let):
+        return Let(s.var, s.value, _with_thread(s.body))
+    return s
 
 
 def _expr(x: int | Expr) -> Expr:

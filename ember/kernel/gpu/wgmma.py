@@ -108,11 +108,12 @@ def precision_of(fn: str) -> str | None:
 # ------------------------------------------------------------------ the kernel
 def build_kernel(name: str, gm: dense.Gemm, store: Callable[[Expr, Expr, Expr, Expr], Stmt],
                  spec: DeviceSpec, precision: str, about: tuple[int, str], topk: int,
-                 rank: int, copies: gemm_gpu.Copies) -> GpuKernel:
+                 rank: int, copies: gemm_gpu.Copies, split: bool = True) -> GpuKernel:
     """The product ``gm`` (B constant) on wgmma, with Roller's ``rank``-th best tile of its
-    ``topk``; ``about``: its flops and description."""
+    ``topk``; ``about``: its flops and description; ``split``: whether K may be split among
+    blocks (split-K's scratch)."""
     tiles = wgmma_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk,
-                                copies=copies)
+                                copies=copies, split=split)
     t = tiles[min(rank, len(tiles) - 1)]
     stmt, blocks = build(name, gm, t, store, mma.SHAPES[precision])
     flops, doc = about
@@ -120,13 +121,13 @@ def build_kernel(name: str, gm: dense.Gemm, store: Callable[[Expr, Expr, Expr, E
                      schedule=f"TensorCore GEMM ({precision} wgmma m64n{t.BN}k"
                               f"{WG_K[precision]}), {t} (Roller: {t.time_us:.1f} us modeled, "
                               "up to 255 registers)",
-                     modeled_us=t.time_us, registers=255)
+                     modeled_us=t.time_us, split=t.split, registers=255)
 
 
 def build(name: str, gm: dense.Gemm, t: WgTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt],
           shape: mma.MmaShape) -> tuple[Stmt, int]:
     """The wgmma GEMM of ``gm`` (B constant) as (statement, blocks)."""
-    blk = dense._Block(name, gm, t.BM, t.BN, t.BK, t.threads, 1, t.BN // 2)
+    blk = dense._Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.BN // 2)
     words = t.words
     a_size, b_size = t.BM * words, t.BN * words
     As, _, copy_a, land, staged = dense._tc_a_tile(
@@ -167,7 +168,7 @@ def build(name: str, gm: dense.Gemm, t: WgTile, store: Callable[[Expr, Expr, Exp
     stmt: Stmt = Alloc(acc, blk.coords(body))
     for regs in staged:
         stmt = Alloc(regs, stmt)
-    stmt = Alloc(As, Alloc(Bs, stmt))
+    stmt = blk.shared(Alloc(As, Alloc(Bs, stmt)))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
 
 

@@ -13,7 +13,7 @@ the block's issued instructions (the A tile's loads, rounding and stores; B's 16
 and a pause per K step (``STEP_US``: the barrier and the descriptors before the next group).
 
 Nothing here is measured yet (no GPU since it was written): ``WG_EFFICIENCY`` and ``STEP_US``
-are guesses to be refitted on the first card (``bench/gpu/NOTES.md``).
+and ``WG_MIN_N`` are guesses to be refitted on the first card (``bench/gpu/NOTES.md``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from ember.kernel.roller.gemm_gpu import (
     TC_SPEEDUP,
     Copies,
     _blocks_per_sm,
+    _split_costs,
+    _ways,
     smem_block,
 )
 from ember.kernel.roller.hal import DeviceSpec
@@ -38,6 +40,9 @@ WG_EFFICIENCY = 0.7
 # reading its stage while the next is issued (``wgmma.wait_group 1``)
 WG_STAGES = 4
 STEP_US = 0.05
+# a wgmma of fewer columns is no faster than one of WG_MIN_N: its operands' trip through the
+# TensorCores' pipe, not its arithmetic, sets its time (a guess, like the two above)
+WG_MIN_N = 64
 WG_NS = (256, 128, 64, 32, 16, 8)
 
 
@@ -50,7 +55,7 @@ class WgTile:
     BK: int
     pair: int = 2          # k per 32-bit word: 1 for tf32, 2 for fp16/bf16
     time_us: float = 0.0
-    split: int = 1         # (no split-K yet: ``_Block`` is given 1)
+    split: int = 1         # blocks sharing an output tile's K range (split-K)
     pb: bool = True        # B prepared (``mma.prepare_b``): the only B a wgmma kernel takes
 
     @property
@@ -79,8 +84,9 @@ class WgTile:
         return self.BN // 2 + 2 * self.staged + 40
 
     def __str__(self) -> str:
+        split = f", K split {self.split} ways" if self.split > 1 else ""
         return (f"block {self.BM}x{self.BN}x{self.BK} of {self.wgs} warpgroup"
-                f"{'s' if self.wgs > 1 else ''}, {self.threads} threads, B prepared")
+                f"{'s' if self.wgs > 1 else ''}, {self.threads} threads{split}, B prepared")
 
 
 def candidates(M: int, N: int, K: int, precision: str, budget: int = TC_BUDGET,
@@ -108,13 +114,14 @@ def times(t: WgTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec, preci
           copies: Copies = PLAIN) -> tuple[float, float]:
     """(the blocks' own time in waves, the operands' one pass through HBM), in us."""
     mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
-    blocks = batch * mb * nb
+    blocks = batch * mb * nb * t.split
+    kb //= t.split                 # a block's K steps
     resident = int(_blocks_per_sm(t.smem_bytes(), t.threads, t.registers(), spec))
     waves = math.ceil(blocks / (spec.units * resident))
     active = min(resident, math.ceil(blocks / spec.units))
     k_pad = kb * t.BK
     peak_block = spec.peak_gflops * 1e3 * TC_SPEEDUP[precision] * WG_EFFICIENCY / active
-    t_compute = 2.0 * t.BM * t.BN * k_pad / peak_block
+    t_compute = 2.0 * t.BM * max(t.BN, WG_MIN_N) * k_pad / peak_block
     l2 = spec.bandwidth("L2") * 1e3 / spec.units / active
     b_bytes = 4.0 / t.pair
     t_global = (t.BM * 4 + t.BN * b_bytes) * k_pad / l2
@@ -125,24 +132,31 @@ def times(t: WgTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec, preci
     t_issue = kb * issued / (spec.peak_gflops * 1e3 / 64 / active)
     # one step's pause is hidden where another block on the SM computes meanwhile
     pause = kb * STEP_US / max(1, active)
-    per_wave = max(t_compute, t_global, t_issue) + pause
+    t_part, reduce = (float(c) for c in _split_costs(t.split, t.BM * t.BN * 4, l2))
+    per_wave = max(t_compute, t_global + t_part, t_issue) + pause
     hbm = batch * ((M * K + M * N) * 4 + K * N * b_bytes) / (spec.bandwidth("HBM") * 1e3)
-    return waves * per_wave, hbm
+    return waves * per_wave + reduce, hbm
 
 
 def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
-              topk: int = 1, budget: int = TC_BUDGET, copies: Copies = PLAIN
-              ) -> list[WgTile]:
+              topk: int = 1, budget: int = TC_BUDGET, copies: Copies = PLAIN,
+              split: bool = True) -> list[WgTile]:
     """Roller's wgmma tiles for the product, best first (modeled time plus a launch);
     within ``TC_NEAR`` of the best, the largest block tile (the fewest operand bytes
-    moved)."""
-    scored = [(max(own, hbm) + 2.0, t) for t in candidates(
-        M, N, K, precision, budget, smem_block(spec))
-        for own, hbm in [times(t, M, N, K, batch, spec, precision, copies)]]
+    moved). ``split``: a tile may split its K steps among blocks where its output tiles
+    leave SMs idle (``gemm_gpu``'s rule)."""
+    tiles = [replace(t, split=s) for t in candidates(M, N, K, precision, budget,
+                                                     smem_block(spec))
+             for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN), spec.units *
+                             int(_blocks_per_sm(t.smem_bytes(), t.threads, t.registers(),
+                                                spec)), math.ceil(K / t.BK))
+                       if split else [1])]
+    scored = [(max(own, hbm) + 2.0, t) for t in tiles
+              for own, hbm in [times(t, M, N, K, batch, spec, precision, copies)]]
     ranked = sorted(scored, key=lambda r: r[0])
     if not ranked:
         raise ValueError(f"no wgmma tile fits {M}x{N}x{K} in {precision}")
     near = [r for r in ranked if r[0] <= ranked[0][0] * (1 + TC_NEAR)]
-    near.sort(key=lambda r: (-r[1].BM * r[1].BN, r[0]))
+    near.sort(key=lambda r: (-r[1].BM * r[1].BN, r[1].split, r[0]))
     ranked = near + ranked[len(near):]
     return [replace(t, time_us=round(us, 3)) for us, t in ranked[:max(1, topk)]]
