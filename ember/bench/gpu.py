@@ -292,7 +292,7 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
                               options=opts)
             if topk > 1 and opts is None:
                 _prepare_candidates(name, prec, topk)
-            print(f"{name} ({prec}): CUDA images in {time.perf_counter() - t:.1f} s",
+            print(f"{name} ({spec}): CUDA images in {time.perf_counter() - t:.1f} s",
                   flush=True)
     for spec in precisions if gemm else []:
         prec, opts = engine(spec)
