@@ -133,9 +133,8 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     which uses the model's scratch space); ``wide``: whether a TensorCore tile may take up to
     ``TC_BUDGET`` registers by the estimate (the kernel then runs at up to 255: one block of
     256 threads per SM), past ``budget``; ``rank``: Roller's ``rank``-th best tile (0: its
-    choice; past the last, the last), a candidate to time on a GPU; ``wgmma``: a product
-    with constant weights on TensorCores runs Hopper's warpgroup MMA (``kernel.gpu.wgmma``,
-    sm_90a only) instead of ``mma.sync``."""
+    choice; past the last, the last), a candidate to time on a GPU; ``wgmma``: TensorCore
+    products with constant weights on Hopper's warpgroup MMA (``kernel.gpu.wgmma``)."""
     m = body.nodes[0]
     gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
         _matmul(name, body, m, aligned)
@@ -437,9 +436,8 @@ class _Block:
         (issued a step ago). The one barrier protects every stage: whatever a step writes,
         the steps before the barrier have finished reading. The loop runs two steps a turn,
         each with its register set named (registers indexed at run time would live in local
-        memory). ``stages``: more than three where a step's compute still reads its stage
-        after the step (wgmma); ``fence``: what the threads run between their copies'
-        landing and the barrier (wgmma: the async proxy's fence)."""
+        memory). ``stages`` > 3 where a step's compute reads its stage after the step
+        (wgmma); ``fence``: run between the copies' landing and the barrier."""
         first, steps = self.first_step(), self.steps
         k2 = Var("k2")
 
@@ -650,8 +648,7 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block,
     register set (16 bytes at a time where A's k come in aligned fours) two steps ahead, and
     rounded and stored into shared memory a step later (``land``): each element rounded
     once per block, not once per warp reading it (fp16/bf16: half the shared reads too).
-    ``layout``: (a stage's words, ``(row, word) -> its place``) other than rows of ``lda``
-    (wgmma's core matrices); ``stages`` of them."""
+    ``layout``: (a stage's words, ``(row, word) -> its place``) other than ``lda`` rows."""
     p = shape.pair
     a_size, place = layout or (t.BM * t.lda, lambda r, wd: Bin("+", Bin("*", r, Const(t.lda)),
                                                                 wd))
@@ -664,15 +661,8 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block,
     ev = Bin("+", Bin("*", e, Const(t.threads)), THREAD)
 
     def each(body: Callable[[Expr, Expr], Stmt]) -> Stmt:
-        """``body(row, k)`` of this thread's chunks (unrolled: ``sa`` stays in registers);
-        in core matrices, eight threads take a chunk of eight rows (distinct banks)."""
-        if layout is None:
-            st = body(Bin("//", ev, Const(per_row)),
-                      Bin("*", Bin("%", ev, Const(per_row)), Const(w)))
-        else:
-            st = body(Bin("+", Bin("*", Bin("//", ev, Const(8 * per_row)), Const(8)),
-                          Bin("%", ev, Const(8))),
-                      Bin("*", Bin("%", Bin("//", ev, Const(8)), Const(per_row)), Const(w)))
+        """``body(row, k)`` of this thread's chunks (unrolled: ``sa`` stays in registers)."""
+        st = body(*_a_chunk(ev, per_row, w, layout is not None))
         if n % t.threads:
             st = If(Bin("<", ev, Const(n)), st)
         return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
@@ -707,6 +697,15 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block,
                          for q in range(0, len(words), 2)))
         return each(store)
     return As, a_size, copy, land, sets
+
+
+def _a_chunk(ev: Expr, per_row: int, w: int, cores: bool) -> tuple[Expr, Expr]:
+    """(row, first k) of A's chunk ``ev`` of ``w`` k: along rows of ``per_row`` chunks, or in
+    core matrices (``cores``) eight consecutive chunks down eight rows (distinct banks)."""
+    if not cores:
+        return Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(w))
+    return (Bin("+", Bin("*", Bin("//", ev, Const(8 * per_row)), Const(8)), Bin("%", ev, Const(8))),
+            Bin("*", Bin("%", Bin("//", ev, Const(8)), Const(per_row)), Const(w)))
 
 
 def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
