@@ -13,6 +13,7 @@ from ember.passes import (
     fold_bn,
     fold_constants,
     fuse,
+    fuse_attention,
     fuse_gelu,
     fuse_lstm,
     interleave_late,
@@ -47,6 +48,7 @@ OPTIMIZE: list[Pass] = [
 # GPU targets only (cuda, cuda-sim), between OPTIMIZE and FUSE: on two CPU cores a projection
 # already fills the machine, and the CPU's dense kernel takes rank-2 weights
 GPU: list[Pass] = [("stack_projections", stack_projections.run),
+                   ("fuse_attention", fuse_attention.run),
                    ("lstm_wavefront", lstm_wavefront.run)]
 FUSE: list[Pass] = [("fuse", fuse.run)]
 PLAN: list[Pass] = [("memplan", memplan.run)]

@@ -65,3 +65,51 @@ def rotary(attrs: Attrs, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
         a, b = rot[..., :rd // 2], rot[..., rd // 2:]
         y = np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
     return [np.concatenate([y, x[..., rd:]], axis=-1).astype(x.dtype, copy=False)]
+
+
+# --------------------------------------------------------------------------- fused attention
+MAX_HEAD_DIM = 256     # the GPU kernel's (``kernel/gpu/attention.py``): a head's D and Dv at most
+
+
+def _logical(t: TensorType, perm: list[int]) -> tuple:
+    return tuple(t.shape[p] for p in perm)
+
+
+def _sdpa_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    q, k, v = ts[0], ts[1], ts[2]
+    bias = ts[3] if len(ts) > 3 else None
+    if q is None or k is None or v is None or any(t.rank != 4 for t in (q, k, v)):
+        raise TypeInferenceError(f"ScaledDotAttention needs 4-D q, k, v, got {ts[:3]}")
+    if len({t.dtype for t in (q, k, v)}) != 1 or not q.is_static or not k.is_static \
+            or not v.is_static:
+        raise TypeInferenceError(f"ScaledDotAttention needs static q, k, v of one dtype: {ts}")
+    lq, lk, lv = (_logical(t, list(attrs[p])) for t, p in ((q, "q_perm"), (k, "k_perm"),
+                                                          (v, "v_perm")))
+    if lq[:2] != lk[:2] or lk[:3] != lv[:3] or lq[3] != lk[3]:
+        raise TypeInferenceError(f"ScaledDotAttention: q {lq}, k {lk}, v {lv} (as [B, H, S, D]) "
+                                 "do not agree")
+    out = (lq[0], lq[1], lq[2], lv[3])
+    if bias is not None and (bias.rank > 4 or any(
+            b not in (1, o) for b, o in zip(bias.shape[::-1], (lk[2],) + out[:3][::-1]))):
+        raise TypeInferenceError(f"ScaledDotAttention: bias {bias} does not broadcast to "
+                                 f"{(*out[:3], lk[2])}")
+    perm = list(attrs["o_perm"])
+    return [TensorType(tuple(out[p] for p in perm), q.dtype)]
+
+
+@defop("ScaledDotAttention", Pattern.OPAQUE, _sdpa_infer)
+def scaled_dot_attention(attrs: Attrs, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                         bias: np.ndarray | None = None) -> list[np.ndarray]:
+    """``softmax(Q·Kᵀ·scale + bias)·V`` over [B, H, S, D] heads (GPU targets' fused attention,
+    ``passes/fuse_attention.py``): each operand is its input transposed by its ``*_perm``
+    (the layout it lies in, so no transpose runs), the output stored transposed by
+    ``o_perm``."""
+    Q, K, V = (np.transpose(x, attrs[p]) for x, p in ((q, "q_perm"), (k, "k_perm"),
+                                                        (v, "v_perm")))
+    s = (Q @ np.swapaxes(K, -1, -2)) * np.asarray(attrs["scale"], Q.dtype)
+    if bias is not None:
+        s = s + bias
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+    return [np.ascontiguousarray(np.transpose((p @ V).astype(q.dtype), attrs["o_perm"]))]

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from ember.errors import CompileError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel import layernorm, scatter, softmax
-from ember.kernel.gpu import dense, generic, lstm, rows
+from ember.kernel.gpu import attention, dense, generic, lstm, rows
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller.hal import DeviceSpec
 
@@ -32,6 +32,8 @@ def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1,
         if dense.applicable(body):
             return dense.build_dense(name, body, spec, topk, precision=precision,
                                      aligned=aligned, split=split, rank=rank, wgmma=wgmma)
+        if attention.applicable(body):
+            return attention.build_attention(name, body, spec.units)
         if lstm.applicable(body):
             return lstm.build_lstm_step(name, body)
         if softmax.applicable(body):
