@@ -199,13 +199,27 @@ def test_tensorcore_plans_pack_their_warp_ops_and_compute_the_same(
     np.testing.assert_array_equal(cm.run(feeds)[cm.output_names[0]], want)
 
 
+def conv_model(x_shape: tuple, weights: np.ndarray, stride: int, pad: int, dil: int,
+               groups: int, oh: int) -> object:
+    """A square Conv of constant ``weights`` on input ``x`` of ``x_shape``."""
+    from onnx import numpy_helper
+
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2, pads=[pad] * 4,
+                            dilations=[dil] * 2, group=groups)
+    g = helper.make_graph([node], "conv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         [x_shape[0], weights.shape[0], oh, oh])],
+                          [numpy_helper.from_array(weights, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 @settings(max_examples=8, deadline=None)
 @given(st.data())
 def test_tensorcore_convolutions_on_random_geometry(data: st.DataObject) -> None:
     """Implicit-GEMM convs with a prepared B per group (odd channel counts: a group's k pairs
     straddle taps, its columns are padded), strides, dilations and padding, in each precision;
     against onnxruntime in float32, relative to the terms' magnitudes (|x| * |w|)."""
-    from onnx import numpy_helper
 
     from tests.modelkit import run_ort
 
@@ -222,14 +236,7 @@ def test_tensorcore_convolutions_on_random_geometry(data: st.DataObject) -> None
     oh = (side + 2 * pad - dil * (k - 1) - 1) // stride + 1
 
     def model(weights: np.ndarray) -> object:
-        node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2,
-                                pads=[pad] * 4, dilations=[dil] * 2, group=groups)
-        g = helper.make_graph([node], "conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                             [1, groups * ocg, oh, oh])],
-                              [numpy_helper.from_array(weights, "w")])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        return conv_model(x.shape, weights, stride, pad, dil, groups, oh)
 
     cm = ember.compile(model(w), target="cuda-sim", precision=prec)
     if icg * k * k >= 2:      # a product (K = 1 runs no dense kernel)

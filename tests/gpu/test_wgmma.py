@@ -20,6 +20,7 @@ from ember.loops.ir import Const
 from ember.loops.transform import simplify
 from ember.runtime import cuda_driver
 from ember.support.options import Options, from_env
+from tests.gpu.test_tensorcore import conv_model
 from tests.modelkit import run_ort
 
 F32 = np.float32
@@ -126,14 +127,7 @@ def test_wgmma_convolutions_on_random_geometry(data: st.DataObject) -> None:
     oh = (side + 2 * pad - k) // stride + 1
 
     def model(weights: np.ndarray) -> object:
-        node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2,
-                                pads=[pad] * 4, group=groups)
-        g = helper.make_graph([node], "conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                             [1, groups * ocg, oh, oh])],
-                              [numpy_helper.from_array(weights, "w")])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        return conv_model(x.shape, weights, stride, pad, 1, groups, oh)
 
     cm = ember.compile(model(w), target="cuda-sim", precision=prec, options=WG)
     if icg * k * k >= 2:

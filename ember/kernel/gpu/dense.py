@@ -123,8 +123,7 @@ def applicable(body: Graph) -> bool:
 def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                 tile: GemmTile | None = None, precision: str = "fp32",
                 budget: int = gemm_gpu.REG_BUDGET, aligned: Collection[int] = (),
-                split: bool = True, wide: bool = True, rank: int = 0,
-                wgmma: bool = False) -> GpuKernel:
+                split: bool = True, wide: bool = True, rank: int = 0) -> GpuKernel:
     """The group's GEMM kernel: FFMA in fp32, or on TensorCores (``precision`` tf32, fp16,
     bf16: operands rounded to it, float32 accumulators); ``budget``: the thread tile's
     estimated registers at most; ``aligned``: the positions of the group's inputs whose
@@ -133,27 +132,15 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     which uses the model's scratch space); ``wide``: whether a TensorCore tile may take up to
     ``TC_BUDGET`` registers by the estimate (the kernel then runs at up to 255: one block of
     256 threads per SM), past ``budget``; ``rank``: Roller's ``rank``-th best tile (0: its
-    choice; past the last, the last), a candidate to time on a GPU; ``wgmma``: TensorCore
-    products with constant weights on Hopper's warpgroup MMA (``kernel.gpu.wgmma``)."""
-    m = body.nodes[0]
-    gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
-        _matmul(name, body, m, aligned)
-    epi = _epilogue(name, body, m, gm)
-    _mark_aligned(gm.args, aligned)
-    flops = 2 * gm.batch * gm.M * gm.N * gm.K
-    doc = f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})"
-    if precision != "fp32" and wgmma and gm.b_const is not None:
-        from ember.kernel.gpu import wgmma as wg
-        return wg.build_kernel(name, gm, epi, spec, precision, (flops, doc),
-                               max(topk, rank + 1), rank, _copies(gm, m.op == "ConvNHWC"),
-                               split)
+    choice; past the last, the last), a candidate to time on a GPU."""
+    m, gm, epi, flops, doc = operands(name, body, aligned)
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc_budget = max(budget, gemm_gpu.TC_BUDGET) if wide else budget
         tcs = gemm_gpu.construct_tc(gm.M, gm.N, gm.K, gm.batch, spec, precision,
                                     max(topk, rank + 1), tc_budget, split,
                                     pb=gm.b_const is not None,
-                                    copies=_copies(gm, m.op == "ConvNHWC"))
+                                    copies=copies(gm, m.op == "ConvNHWC"))
         tc = tcs[min(rank, len(tcs) - 1)]
         stmt, blocks = _gemm_tc(name, gm, tc, epi, shape)
         big = tc.registers(precision) > gemm_gpu.REG_BUDGET   # one block of it per SM
@@ -165,12 +152,25 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                          registers=255 if big else gemm_gpu.REG_BUDGET)
     tiles = [tile] if tile is not None else gemm_gpu.construct(
         gm.M, gm.N, gm.K, gm.batch, spec, max(topk, rank + 1), budget,
-        _copies(gm, m.op == "ConvNHWC"), split)
+        copies(gm, m.op == "ConvNHWC"), split)
     t = tiles[min(rank, len(tiles) - 1)]
     stmt, blocks = _gemm(name, gm, t, epi)
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)",
                      modeled_us=t.time_us, split=t.split)
+
+
+def operands(name: str, body: Graph, aligned: Collection[int]
+             ) -> tuple[Node, Gemm, Callable[[Expr, Expr, Expr, Expr], Stmt], int, str]:
+    """The group's master, its product as a ``Gemm``, the epilogue's store, flops and a
+    description (``aligned``: as ``build_dense``'s)."""
+    m = body.nodes[0]
+    gm = _conv(name, body, m, aligned) if m.op == "ConvNHWC" else \
+        _matmul(name, body, m, aligned)
+    epi = _epilogue(name, body, m, gm)
+    _mark_aligned(gm.args, aligned)
+    flops = 2 * gm.batch * gm.M * gm.N * gm.K
+    return m, gm, epi, flops, f"{body.name}: {gm.batch} x ({gm.M} x {gm.K}) . ({gm.K} x {gm.N})"
 
 
 def _mark_aligned(args: list, aligned: Collection[int]) -> None:
@@ -184,7 +184,7 @@ def _mark_aligned(args: list, aligned: Collection[int]) -> None:
             buf.aligned = True
 
 
-def _copies(gm: Gemm, gather: bool) -> gemm_gpu.Copies:
+def copies(gm: Gemm, gather: bool) -> gemm_gpu.Copies:
     """What an element of each operand tile costs to copy (Roller's model of the kernel)."""
     a = gemm_gpu.GATHER if gather else gemm_gpu.PLAIN.a
     return gemm_gpu.Copies(a / 4 if gm.a_vec else a,
@@ -662,7 +662,7 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block,
 
     def each(body: Callable[[Expr, Expr], Stmt]) -> Stmt:
         """``body(row, k)`` of this thread's chunks (unrolled: ``sa`` stays in registers)."""
-        st = body(*_a_chunk(ev, per_row, w, layout is not None))
+        st = body(*_chunk(ev, per_row, w, layout is not None))
         if n % t.threads:
             st = If(Bin("<", ev, Const(n)), st)
         return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
@@ -699,30 +699,31 @@ def _tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block,
     return As, a_size, copy, land, sets
 
 
-def _a_chunk(ev: Expr, per_row: int, w: int, cores: bool) -> tuple[Expr, Expr]:
-    """(row, first k) of A's chunk ``ev`` of ``w`` k: along rows of ``per_row`` chunks, or in
-    core matrices (``cores``) eight consecutive chunks down eight rows (distinct banks)."""
+def _chunk(ev: Expr, per_row: int, w: int, cores: bool) -> tuple[Expr, Expr]:
+    """(row, first k) of tile chunk ``ev`` (``w`` k; in core matrices: 8 chunks down 8 rows)."""
     if not cores:
         return Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(w))
     return (Bin("+", Bin("*", Bin("//", ev, Const(8 * per_row)), Const(8)), Bin("%", ev, Const(8))),
             Bin("*", Bin("%", Bin("//", ev, Const(8)), Const(per_row)), Const(w)))
 
 
-def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block
-               ) -> tuple[Buffer, int, Callable[[Expr, Expr], Stmt]]:
+def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: _Block,
+               layout: tuple[int, Callable[[Expr, Expr], Expr]] | None = None,
+               stages: int = TC_STAGES) -> tuple[Buffer, int, Callable[[Expr, Expr], Stmt]]:
     """The shared B tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, stage)``). A
     prepared B (``t.pb``) replaces the constant among the kernel's arguments: ``[BN][ldb]``
-    words per stage, k contiguous, 16-byte copies and no bounds (the prepared array is padded
-    to whole tiles); else ``[BK][ldb]`` floats, n contiguous, copied as ``_Block`` copies."""
-    ldb = t.ldb
+    words per stage (or ``layout``'s, as ``_tc_a_tile``'s), k contiguous, 16-byte copies, no
+    bounds (it is padded to whole tiles); else ``[BK][ldb]`` floats, n contiguous."""
+    ldb = t.ldb if layout is None else 0
     if not t.pb:
         b_size = t.BK * ldb
         Bs = Buffer("Bs", TC_STAGES * b_size, "float32", Scope.SHARED)
         return Bs, b_size, lambda k, st: blk.async_tile(
             Bs, lambda kq, nn: Bin("+", Bin("*", st, Const(b_size)), Bin(
                 "+", Bin("*", kq, Const(ldb)), nn)), t.BK, t.BN, blk.b_src, k, gm.b_buf, gm.b_vec)
-    b_size, words = t.BN * ldb, t.BK // shape.pair
-    Bs = Buffer("Bs", TC_STAGES * b_size, "uint32", Scope.SHARED)
+    words = t.BK // shape.pair
+    b_size, place = layout or (t.BN * ldb, lambda r, c: Bin("+", Bin("*", r, Const(ldb)), c))
+    Bs = Buffer("Bs", stages * b_size, "uint32", Scope.SHARED)
     assert gm.b_const is not None
     prep = mma.prepare_b(gm.b_const, shape.precision, blk.nb * t.BN, blk.kb * t.BK)
     bp = Buffer(f"{name}_bp", prep.size, "uint32")
@@ -731,10 +732,10 @@ def _tc_b_tile(name: str, gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk
 
     def copy(k: Expr, st: Expr) -> Stmt:
         def fill(ev: Expr) -> Stmt:
-            r, c = Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)), Const(4))
+            r, c = _chunk(ev, per_row, 4, layout is not None)
             col = Bin("+", Bin("*", blk.b, Const(blk.nb * t.BN)), Bin("+", blk.bn0, r))
             src = Bin("+", Bin("*", col, Const(row_words)), Bin("+", Bin("*", k, Const(words)), c))
-            dst = Bin("+", Bin("*", st, Const(b_size)), Bin("+", Bin("*", r, Const(ldb)), c))
+            dst = Bin("+", Bin("*", st, Const(b_size)), place(r, c))
             return async_copy.copy_words4(Bs, dst, bp, src)
         return blk.copy(t.BN * per_row, fill)
     return Bs, b_size, copy

@@ -14,6 +14,7 @@ from ember.errors import CompileError, UnsupportedOpError
 from ember.ir.graph import Node
 from ember.kernel import layernorm, scatter, softmax
 from ember.kernel.gpu import attention, dense, generic, lstm, rows
+from ember.kernel.gpu import wgmma as wgmma_kernel
 from ember.kernel.gpu.base import GpuKernel
 from ember.kernel.roller.hal import DeviceSpec
 
@@ -30,8 +31,9 @@ def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1,
     body = fused.attrs["body"]
     try:
         if dense.applicable(body):
-            return dense.build_dense(name, body, spec, topk, precision=precision,
-                                     aligned=aligned, split=split, rank=rank, wgmma=wgmma)
+            build = wgmma_kernel.build_dense if wgmma else dense.build_dense
+            return build(name, body, spec, topk, precision=precision, aligned=aligned,
+                         split=split, rank=rank)
         if attention.applicable(body):
             return attention.build_attention(name, body, spec.units)
         if lstm.applicable(body):

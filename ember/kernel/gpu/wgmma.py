@@ -36,11 +36,12 @@ while a group may still read it gives wrong values there too (a test drops the f
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from ember.kernel.gpu import async_copy, dense, mma, split_k
+from ember.ir.graph import Graph
+from ember.kernel.gpu import dense, mma, split_k
 from ember.kernel.gpu.base import GpuKernel
-from ember.kernel.roller import gemm_gpu, wgmma_gpu
+from ember.kernel.roller import wgmma_gpu
 from ember.kernel.roller.hal import DeviceSpec
 from ember.kernel.roller.wgmma_gpu import WG_K, WG_STAGES, WgTile
 from ember.loops.ir import (
@@ -106,17 +107,21 @@ def precision_of(fn: str) -> str | None:
 
 
 # ------------------------------------------------------------------ the kernel
-def build_kernel(name: str, gm: dense.Gemm, store: Callable[[Expr, Expr, Expr, Expr], Stmt],
-                 spec: DeviceSpec, precision: str, about: tuple[int, str], topk: int,
-                 rank: int, copies: gemm_gpu.Copies, split: bool = True) -> GpuKernel:
-    """The product ``gm`` (B constant) on wgmma, with Roller's ``rank``-th best tile of its
-    ``topk``; ``about``: its flops and description; ``split``: whether K may be split among
-    blocks (split-K's scratch)."""
-    tiles = wgmma_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, precision, topk,
-                                copies=copies, split=split)
+def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
+                precision: str = "fp32", aligned: Collection[int] = (), split: bool = True,
+                rank: int = 0) -> GpuKernel:
+    """The group's GEMM kernel as ``dense.build_dense`` builds it, but a TensorCore product
+    with constant weights on wgmma (Roller's ``rank``-th best warpgroup tile of its ``topk``;
+    ``split``: whether K may be split among blocks)."""
+    m, gm, store, flops, doc = dense.operands(name, body, aligned)
+    if precision == "fp32" or gm.b_const is None:
+        return dense.build_dense(name, body, spec, topk, precision=precision, aligned=aligned,
+                                 split=split, rank=rank)
+    tiles = wgmma_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, precision,
+                                max(topk, rank + 1),
+                                copies=dense.copies(gm, m.op == "ConvNHWC"), split=split)
     t = tiles[min(rank, len(tiles) - 1)]
     stmt, blocks = build(name, gm, t, store, mma.SHAPES[precision])
-    flops, doc = about
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"TensorCore GEMM ({precision} wgmma m64n{t.BN}k"
                               f"{WG_K[precision]}), {t} (Roller: {t.time_us:.1f} us modeled, "
@@ -133,7 +138,9 @@ def build(name: str, gm: dense.Gemm, t: WgTile, store: Callable[[Expr, Expr, Exp
     As, _, copy_a, land, staged = dense._tc_a_tile(
         gm, t, shape, blk, layout=(a_size, lambda r, w: core_word(r, w, words)),
         stages=WG_STAGES)
-    Bs, copy_b = _b_tile(name, gm, t, shape, blk, b_size)
+    Bs, _, copy_b = dense._tc_b_tile(name, gm, t, shape, blk,   # type: ignore[arg-type]
+                                     layout=(b_size, lambda r, w: core_word(r, w, words)),
+                                     stages=WG_STAGES)
     acc = Buffer("acc", t.BN // 2, "float32", Scope.LOCAL)
     fn = op_name(shape.precision, t.BN, words)
 
@@ -170,34 +177,6 @@ def build(name: str, gm: dense.Gemm, t: WgTile, store: Callable[[Expr, Expr, Exp
         stmt = Alloc(regs, stmt)
     stmt = blk.shared(Alloc(As, Alloc(Bs, stmt)))
     return simplify(stmt), blk.blocks  # type: ignore[return-value]
-
-
-def _b_tile(name: str, gm: dense.Gemm, t: WgTile, shape: mma.MmaShape, blk: dense._Block,
-            b_size: int
-            ) -> tuple[Buffer, Callable[[Expr, Expr], Stmt]]:
-    """The shared B tile: the prepared constant (``[BN][words]`` per stage in core
-    matrices), replacing B among the kernel's arguments; 16-byte copies, no bounds (the
-    prepared array is padded to whole tiles)."""
-    words = t.words
-    Bs = Buffer("Bs", WG_STAGES * b_size, "uint32", Scope.SHARED)
-    assert gm.b_const is not None
-    prep = mma.prepare_b(gm.b_const, shape.precision, blk.nb * t.BN, blk.kb * t.BK)
-    bp = Buffer(f"{name}_bp", prep.size, "uint32")
-    gm.args[[a[0] for a in gm.args].index(gm.b_buf)] = (bp, prep)
-    per_row, row_words = words // 4, blk.kb * words
-
-    def copy(k: Expr, st: Expr) -> Stmt:
-        def fill(ev: Expr) -> Stmt:
-            # eight consecutive threads: the 8 rows of one core matrix (distinct banks)
-            r = Bin("+", Bin("*", Bin("//", ev, Const(8 * per_row)), Const(8)),
-                    Bin("%", ev, Const(8)))
-            c = Bin("*", Bin("%", Bin("//", ev, Const(8)), Const(per_row)), Const(4))
-            col = Bin("+", Bin("*", blk.b, Const(blk.nb * t.BN)), Bin("+", blk.bn0, r))
-            src = Bin("+", Bin("*", col, Const(row_words)), Bin("+", Bin("*", k, Const(words)), c))
-            dst = Bin("+", Bin("*", st, Const(b_size)), core_word(r, c, words))
-            return async_copy.copy_words4(Bs, dst, bp, src)
-        return blk.copy(t.BN * per_row, fill)
-    return Bs, copy
 
 
 # ------------------------------------------------------------------ CUDA
