@@ -4,11 +4,13 @@ A block owns ``BQ`` query rows of one (batch, head): 32, or 16 where 32 would le
 without a block (BERT-base at batch 1: 96 blocks of 16). It walks the keys ``BKV`` = 32 at a
 time (FlashAttention's loop): it stages the K and V rows in shared memory, computes the
 ``BQ x BKV`` scores (each of its 128 threads a ``BQ / 8`` x 2 register tile, Q pre-scaled in
-shared memory), adds the bias, and keeps per row the running max ``m`` and sum ``l``; the
-row's context accumulates in registers (each thread ``BQ / 8`` rows by ``ceil(Dv / 16)``
-columns), rescaled by ``exp(m_old - m_new)`` whenever the max grows, and is divided by ``l``
-at the end. Every operand is read where it lies and the output stored where its reader
-wants it (the op's ``*_perm``: logical index ``i`` of an operand is its axis ``perm[i]``).
+shared memory), adds the bias, and keeps per row the running max ``m`` and sum ``l`` (a
+row's ``128 / BQ`` threads a share of its columns each, their partials met in shared
+memory); the row's context accumulates in registers (each thread ``BQ / 8`` rows by
+``ceil(Dv / 16)`` columns), rescaled by ``exp(m_old - m_new)`` whenever the max grows, and
+is divided by ``l`` at the end. Every operand is read where it lies and the output stored
+where its reader wants it (the op's ``*_perm``: logical index ``i`` of an operand is its
+axis ``perm[i]``).
 
 Semantics as onnxruntime's Softmax: a NaN score makes its row NaN (``max`` keeps NaN), a row
 whose scores are all -inf is NaN (0 / 0); a -inf score among finite ones contributes 0. Where
@@ -149,6 +151,7 @@ def build_attention(name: str, body: Graph, units: int = 132) -> GpuKernel:
     Vs = Buffer("Vs", BKV * lv, "float32", Scope.SHARED)
     Ps = Buffer("Ps", BQ * (BKV + 1), "float32", Scope.SHARED)
     stats = Buffer("stats", 3 * BQ, "float32", Scope.SHARED)   # m, l, alpha per row
+    red = Buffer("red", 2 * THREADS, "float32", Scope.SHARED)    # rows' partial max, sum
     o = Buffer("o", RI * cv, "float32", Scope.LOCAL)
     k0 = Var("kv")
     kv0 = Bin("*", k0, Const(BKV))
@@ -156,7 +159,7 @@ def build_attention(name: str, body: Graph, units: int = 132) -> GpuKernel:
         _load(a, Ks, ld, a.D, a.bufs[1], a.k_st, (b, h), kv0, a.Skv),
         _load(a, Vs, lv, a.Dv, a.bufs[2], a.v_st, (b, h), kv0, a.Skv), Barrier(),
         _scores(a, (Qs, Ks, Ps), (ty, tx), (b, h, q0, kv0)), Barrier(),
-        _online(Ps, stats, BQ), Barrier(),
+        _online(Ps, stats, red, BQ), Barrier(),
         _accumulate(a, o, (Ps, Vs, stats), (ty, tx), (cv, lv)), Barrier()), ForKind.ROLLED)
     i = Var("i")
     init = seq(For(i, Const(0), Const(RI * cv), Store(o, i, F0), ForKind.UNROLLED),
@@ -170,7 +173,7 @@ def build_attention(name: str, body: Graph, units: int = 132) -> GpuKernel:
     stmt: Stmt = Let(b, Bin("//", bh, Const(a.H)), Let(h, Bin("%", bh, Const(a.H)), Let(
         q0, Bin("*", tile, Const(BQ)), Let(ty, Bin("//", THREAD, Const(TX)), Let(
             tx, Bin("%", THREAD, Const(TX)), body_)))))
-    for buf in (o, stats, Ps, Vs, Ks, Qs):
+    for buf in (o, red, stats, Ps, Vs, Ks, Qs):
         stmt = Alloc(buf, stmt)
     flops = 2 * a.B * a.H * a.Sq * a.Skv * (a.D + a.Dv)
     return GpuKernel(name, simplify(stmt), a.B * a.H * qb, THREADS, a.args,  # type: ignore
@@ -236,30 +239,43 @@ def _scores(a: _Attn, tiles: tuple[Buffer, Buffer, Buffer], lane: tuple[Var, Var
                           For(d, Const(0), Const(a.D), seq(*fma), ForKind.ROLLED), *outs))
 
 
-def _online(Ps: Buffer, stats: Buffer, BQ: int) -> Stmt:
-    """Rows' running max and sum (a thread a row): the new max ``m``, the old context's
-    factor ``alpha``, ``Ps`` as ``exp(s - m)``, ``l = l · alpha + Σ``."""
-    r = THREAD
-    j = Var("j")
-    m_old, m_new, base = Var("m_old", "float32"), Var("m_new", "float32"), Var("mb", "float32")
-    mx = Buffer("mx", 2, "float32", Scope.LOCAL)
-    p_at = Bin("+", Bin("*", r, Const(BKV + 1)), j)
-    find = seq(Store(mx, Const(0), Load(stats, r)),
-               For(j, Const(0), Const(BKV), Store(mx, Const(0), Bin(
-                   "max", Load(mx, Const(0)), Load(Ps, p_at)))))
-    p = Call("exp", (Bin("-", Load(Ps, p_at), base),), "float32")
-    update = Let(m_old, Load(stats, r), Let(m_new, Load(mx, Const(0)), Let(
-        base, Select(Bin("==", m_new, NEG_INF), F0, m_new), seq(
-            Store(mx, Const(1), F0),
-            For(j, Const(0), Const(BKV), seq(Store(Ps, p_at, p), Store(
-                mx, Const(1), Bin("+", Load(mx, Const(1)), Load(Ps, p_at))))),
-            Store(stats, Bin("+", r, Const(2 * BQ)),
-                  Call("exp", (Bin("-", m_old, base),), "float32")),
-            Store(stats, Bin("+", r, Const(BQ)), Bin("+", Bin(
-                "*", Load(stats, Bin("+", r, Const(BQ))),
-                Load(stats, Bin("+", r, Const(2 * BQ)))), Load(mx, Const(1)))),
-            Store(stats, r, m_new)))))
-    return If(Bin("<", THREAD, Const(BQ)), Alloc(mx, seq(find, update)))
+def _online(Ps: Buffer, stats: Buffer, red: Buffer, BQ: int) -> Stmt:
+    """Rows' running max and sum, ``THREADS / BQ`` threads a row (a share of its columns
+    each, partials met in ``red``): the new max ``m``, the old context's factor ``alpha``,
+    ``Ps`` as ``exp(s - m)``, ``l = l · alpha + Σ``."""
+    tpr = THREADS // BQ
+    cpt = BKV // tpr
+    row, part = Bin("//", THREAD, Const(tpr)), Bin("%", THREAD, Const(tpr))
+    q = Var("q")
+    loc = Buffer("on", 3, "float32", Scope.LOCAL)      # max, sum, the exponent's base
+    at = Bin("+", Bin("+", Bin("*", row, Const(BKV + 1)), Bin("*", part, Const(cpt))), q)
+    peer = Bin("+", Bin("*", row, Const(tpr)), q)
+    mx, sm, base = Const(0), Const(1), Const(2)
+
+    def over(n: int, body: Stmt) -> Stmt:
+        return For(q, Const(0), Const(n), body)
+    partial = seq(Store(loc, mx, NEG_INF),
+                  over(cpt, Store(loc, mx, Bin("max", Load(loc, mx), Load(Ps, at)))),
+                  Store(red, THREAD, Load(loc, mx)), Barrier())
+    exps = seq(Store(loc, mx, Load(stats, row)),
+               over(tpr, Store(loc, mx, Bin("max", Load(loc, mx), Load(red, peer)))),
+               Store(loc, base, Select(Bin("==", Load(loc, mx), NEG_INF), F0, Load(loc, mx))),
+               Store(loc, sm, F0),
+               over(cpt, seq(Store(Ps, at, Call("exp", (Bin("-", Load(Ps, at),
+                                                                Load(loc, base)),), "float32")),
+                             Store(loc, sm, Bin("+", Load(loc, sm), Load(Ps, at))))),
+               Store(red, Bin("+", THREAD, Const(THREADS)), Load(loc, sm)), Barrier())
+    alpha = Bin("+", row, Const(2 * BQ))
+    sums = (Store(loc, sm, F0), over(tpr, Store(loc, sm, Bin("+", Load(loc, sm), Load(
+        red, Bin("+", Const(THREADS), peer))))))
+    update = If(Bin("==", part, Const(0)), seq(
+        Store(stats, alpha, Call("exp", (Bin("-", Load(stats, row), Load(loc, base)),),
+                                 "float32")),
+        *sums,
+        Store(stats, Bin("+", row, Const(BQ)), Bin("+", Bin(
+            "*", Load(stats, Bin("+", row, Const(BQ))), Load(stats, alpha)), Load(loc, sm))),
+        Store(stats, row, Load(loc, mx))))
+    return Alloc(loc, seq(partial, exps, update))
 
 
 def _accumulate(a: _Attn, o: Buffer, tiles: tuple[Buffer, Buffer, Buffer],
