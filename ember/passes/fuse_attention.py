@@ -14,9 +14,10 @@ The match, from a ``Softmax`` over the last axis of a 4-D float32 static tensor:
 ``MatMul(Qh, Kt)`` -> [``Div`` or ``Mul`` by a scalar constant] -> [``Add`` of a bias that
 broadcasts to the scores] -> ``Softmax`` -> ``MatMul(P, Vh)``, each value read only by the
 next (and none a graph output), ``Qh`` [B, H, S, D], ``Kt`` [B, H, D, Skv], ``Vh`` [B, H,
-Skv, Dv] with equal B and H (no broadcast). A ``Transpose`` producing ``Qh``, ``Kt`` or
-``Vh`` that nothing else reads becomes the operand's ``perm`` (the kernel reads its input in
-place); one ``Transpose`` reading the context alone becomes ``o_perm``.
+Skv, Dv] with equal B and H (no broadcast), D and Dv at most ``MAX_HEAD_DIM``. A
+``Transpose`` producing ``Qh``, ``Kt`` or ``Vh`` that nothing else reads becomes the
+operand's ``perm`` (the kernel reads its input in place); one ``Transpose`` reading the
+context alone becomes ``o_perm``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from ember.errors import TypeInferenceError
 from ember.ir.graph import Graph, Node, Value, typed_node
+from ember.ir.ops.attention import MAX_HEAD_DIM
 from ember.passes import dce
 
 IDENTITY = [0, 1, 2, 3]
@@ -114,6 +116,8 @@ def _match(sm: Node, users: dict[Value, list[Node]], outs: set[int]
     assert qh is not None and kt is not None and vh is not None
     if not (qh.type.shape[:2] == kt.type.shape[:2] == vh.type.shape[:2]):
         return None                     # broadcast heads: left to the separate kernels
+    if max(int(qh.type.shape[3]), int(vh.type.shape[3])) > MAX_HEAD_DIM:   # type: ignore
+        return None                     # past the kernel's head dims
     q, q_perm = _operand(qh, qk, users, outs)
     k, kt_perm = _operand(kt, qk, users, outs)
     v, v_perm = _operand(vh, pv, users, outs)

@@ -97,6 +97,20 @@ def _masters(model: object, target: str) -> list[str]:
     return [n.attrs["master"] for n in comp.fused]
 
 
+def test_heads_past_the_kernel_s_dims_stay_as_they_are() -> None:
+    """A head dim past ``MAX_HEAD_DIM``: no fused operator, and the model still compiles
+    for the GPU and matches."""
+    from ember.ir.ops.attention import MAX_HEAD_DIM
+
+    model = _bert_like(1, 4, 1, MAX_HEAD_DIM + 8)
+    g = fuse_attention.run(_optimized(model))
+    assert not any(n.op == "ScaledDotAttention" for n in g.nodes)
+    feeds = _feeds(model, np.random.default_rng(6))
+    cm = ember.compile(model, target="cuda-sim", options=NO_CACHE)
+    for o, w in zip(cm.output_names, run_ort(model, feeds)):
+        np.testing.assert_allclose(cm.run(feeds)[o], w, rtol=1e-4, atol=1e-5)
+
+
 def test_the_cpu_pipeline_does_not_fuse() -> None:
     """On two CPU cores the products fill the machine; the pass is in the GPU list only."""
     assert "ScaledDotAttention" not in _masters(_bert_like(1, 8, 2, 4), "cpu")
