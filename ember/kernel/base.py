@@ -67,3 +67,12 @@ class Kernel:
     doc: str = ""
     loops: str = ""      # a text form of the schedule, for ``ember inspect``
     generic: bool = False   # the generic compute (a TE nest under the default schedule)
+
+
+def strides(shape: tuple[int, ...]) -> list[int]:
+    """The element strides of a row-major array of ``shape``."""
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return out[::-1]

@@ -29,7 +29,7 @@ import numpy as np
 
 from ember.errors import CompileError
 from ember.ir.graph import Graph, Node, Value
-from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.base import OUTPUT, T0, T1, Kernel, strides
 from ember.loops.ir import (
     Alloc,
     Bin,
@@ -103,14 +103,6 @@ def _static(shape: tuple[Extent, ...], what: str) -> tuple[int, ...]:
     return shape  # type: ignore[return-value]
 
 
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for d in reversed(shape):
-        out.append(s)
-        s *= d
-    return out[::-1]
-
-
 def _wrapped(raw: Expr, n: int) -> Expr:
     """The index wrapped once if negative; outside ``[-n, n)`` -1 (the update is skipped) and
     the run fails with an error naming the node (``em_idx_w``, ``codegen/checks.py``)."""
@@ -164,7 +156,7 @@ def _scatter_operands(name: str, body: Graph, n: Node) -> tuple:
 def _build_scatter_elements(name: str, body: Graph, n: Node, threads: int) -> Kernel:
     shape, ishape, out, data, idx, upd, comb, args = _scatter_operands(name, body, n)
     axis = int(n.attrs.get("axis", 0)) % len(shape)
-    ostr, istr = _strides(shape), _strides(ishape)
+    ostr, istr = strides(shape), strides(ishape)
     count = math.prod(ishape)
 
     def apply(lo: Expr, hi: Expr) -> Stmt:
@@ -186,7 +178,7 @@ def _build_scatter_elements(name: str, body: Graph, n: Node, threads: int) -> Ke
 def _build_scatternd(name: str, body: Graph, n: Node, threads: int) -> Kernel:
     shape, ishape, out, data, idx, upd, comb, args = _scatter_operands(name, body, n)
     m = ishape[-1]
-    ostr = _strides(shape)
+    ostr = strides(shape)
     size = math.prod(shape[m:])          # elements per update slice
     count = math.prod(ishape[:-1])
 

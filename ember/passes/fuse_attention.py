@@ -108,9 +108,7 @@ def _match(sm: Node, users: dict[Value, list[Node]], outs: set[int]
     found = _scores(x, users, outs)
     if found is None or not _static4(pv.inputs[1]):
         return None
-    qk, scale, bias = found
-    if _only_reader(qk.output, users, outs) is None:
-        return None
+    qk, scale, bias = found      # each value on the way read only by the next (``_scores``)
     qh, kt = qk.inputs
     vh = pv.inputs[1]
     assert qh is not None and kt is not None and vh is not None

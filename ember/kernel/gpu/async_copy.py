@@ -10,7 +10,7 @@ latency hiding; Ampere's ``cp.async``). Four ``Eval`` statements:
 - ``copy4(dst, di, src, si, ok)``: the same for the four floats ``[si, si + 4)`` in one
   16-byte copy (``cp.async.cg``, through L2 only). Pre: ``src + si`` and ``dst + di`` are
   16-byte aligned and the four floats are all inside the operator or all outside (the
-  kernel builder proves both: ``dense.Gemm.a_vec`` / ``b_vec``);
+  kernel builder proves both: ``gemm.Gemm.a_vec`` / ``b_vec``);
 - ``copy_words4(dst, di, src, si)``: ``copy4`` of four 32-bit words of any type (a prepared
   operand, ``mma.prepare_b``), always inside it;
 - ``commit()``: close the group of copies issued since the last one;

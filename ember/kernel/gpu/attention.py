@@ -28,9 +28,10 @@ import math
 
 import numpy as np
 
+from ember.errors import CompileError
 from ember.ir.graph import Graph, Value
 from ember.ir.ops.attention import MAX_HEAD_DIM
-from ember.kernel.base import OUTPUT
+from ember.kernel.base import OUTPUT, strides
 from ember.kernel.gpu.base import GpuKernel, ceil_div
 from ember.loops.ir import (
     BLOCK,
@@ -72,17 +73,9 @@ def applicable(body: Graph) -> bool:
     return all(v.type.is_static and v.type.dtype.name == "float32" for v in vals)
 
 
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for d in reversed(shape):
-        out.append(s)
-        s *= d
-    return out[::-1]
-
-
 def _at(shape: tuple[int, ...], perm: list[int]) -> tuple[int, ...]:
     """The element stride of each logical axis of an operand lying as ``shape``."""
-    st = _strides(shape)
+    st = strides(shape)
     return tuple(st[p] for p in perm)
 
 
@@ -123,7 +116,7 @@ class _Attn:
         if bias is not None:
             bshape = tuple(int(d) for d in bias.type.shape)   # type: ignore[arg-type]
             full = (1,) * (4 - len(bshape)) + bshape
-            st = _strides(full)
+            st = strides(full)
             self.b_st = tuple(0 if d == 1 else s for d, s in zip(full, st))
             self.bias = Buffer(f"{name}_bias", max(1, math.prod(bshape)))
             self.args.append((self.bias, _source(body, bias)))
@@ -139,7 +132,6 @@ def build_attention(name: str, body: Graph, units: int = 132) -> GpuKernel:
     a = _Attn(name, body, units)
     BQ, RI = a.bq, a.ri
     if max(a.D, a.Dv) > MAX_HEAD_DIM:
-        from ember.errors import CompileError
         raise CompileError(f"{name}: head dims {a.D}, {a.Dv} past {MAX_HEAD_DIM}")
     b, h, q0 = Var("b"), Var("h"), Var("q0")
     qb = ceil_div(a.Sq, BQ)
@@ -156,8 +148,8 @@ def build_attention(name: str, body: Graph, units: int = 132) -> GpuKernel:
     k0 = Var("kv")
     kv0 = Bin("*", k0, Const(BKV))
     main = For(k0, Const(0), Const(ceil_div(a.Skv, BKV)), seq(
-        _load(a, Ks, ld, a.D, a.bufs[1], a.k_st, (b, h), kv0, a.Skv),
-        _load(a, Vs, lv, a.Dv, a.bufs[2], a.v_st, (b, h), kv0, a.Skv), Barrier(),
+        _load(Ks, BKV, ld, a.D, a.bufs[1], a.k_st, (b, h), kv0, a.Skv),
+        _load(Vs, BKV, lv, a.Dv, a.bufs[2], a.v_st, (b, h), kv0, a.Skv), Barrier(),
         _scores(a, (Qs, Ks, Ps), (ty, tx), (b, h, q0, kv0)), Barrier(),
         _online(Ps, stats, red, BQ), Barrier(),
         _accumulate(a, o, (Ps, Vs, stats), (ty, tx), (cv, lv)), Barrier()), ForKind.ROLLED)
@@ -166,7 +158,7 @@ def build_attention(name: str, body: Graph, units: int = 132) -> GpuKernel:
                If(Bin("<", THREAD, Const(BQ)), seq(Store(stats, THREAD, NEG_INF),
                                                     Store(stats, Bin("+", THREAD, Const(BQ)),
                                                           F0))))
-    body_ = seq(init, _load(a, Qs, ld, a.D, a.bufs[0], a.q_st, (b, h), q0, a.Sq, a.scale),
+    body_ = seq(init, _load(Qs, BQ, ld, a.D, a.bufs[0], a.q_st, (b, h), q0, a.Sq, a.scale),
                 main, _finish(a, o, stats, (ty, tx), (b, h, q0), cv))
     tile = Bin("%", BLOCK, Const(qb))
     bh = Bin("//", BLOCK, Const(qb))
@@ -184,13 +176,12 @@ def build_attention(name: str, body: Graph, units: int = 132) -> GpuKernel:
                               f"time, online softmax, {THREADS} threads")
 
 
-def _load(a: _Attn, dst: Buffer, ldd: int, width: int, src: Buffer, st: tuple[int, ...],
+def _load(dst: Buffer, rows: int, ldd: int, width: int, src: Buffer, st: tuple[int, ...],
           bh: tuple[Var, Var], row0: Expr, rows_total: int, scale: float | None = None
           ) -> Stmt:
-    """Rows ``row0 ..`` (``BQ`` or ``BKV`` of them) of an operand's head into ``dst`` (zeros
+    """``rows`` rows from ``row0`` of an operand's head into ``dst`` (zeros
     past the operator), a thread an element at a time along the row (coalesced where the
     head dim is contiguous), scaled by ``scale`` (Q)."""
-    rows = a.bq if dst.name == "Qs" else BKV
     e = Var("e")
     ev = Bin("+", Bin("*", e, Const(THREADS)), THREAD)
     r, c = Bin("//", ev, Const(width)), Bin("%", ev, Const(width))

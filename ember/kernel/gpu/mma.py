@@ -15,7 +15,7 @@ pair`` of register ``i / pair``:
 
 **Rounding is explicit.** The kernel rounds float operands into registers with ``pack``
 (``cvt.rna.tf32.f32``, ``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``), never inside the
-``mma`` that reads them: A as a block copies it into shared memory (``dense._tc_a_tile``), a
+``mma`` that reads them: A as a block copies it into shared memory (``tensorcore.tc_a_tile``), a
 run-time B per fragment. A constant B is rounded when the model is compiled (``prepare_b``);
 its registers are copied as they are.
 
@@ -132,7 +132,7 @@ def prepare_b(b: np.ndarray, precision: str, n_pad: int, k_pad: int) -> np.ndarr
 # caller's proof; nvcc's own merging of adjacent reads misses some: it proves 8 bytes);
 # a staged copy of A: ``(dst, di, src, si, ok)`` four floats of A from global memory into
 # registers (zeros where not ``ok``; ``si`` a multiple of four, 16-byte aligned:
-# ``dense.Gemm.a_vec``), and ``(dst, di, w0, w1)`` two words into shared memory at an even
+# ``gemm.Gemm.a_vec``), and ``(dst, di, w0, w1)`` two words into shared memory at an even
 # ``di``
 LDS2, LDG4, STS2 = "em_lds_w2", "em_ldg_f4", "em_sts_w2"
 

@@ -4,7 +4,7 @@ Opt-in (``Options.tensorcore = "wgmma"``; the model's CUDA is then compiled for 
 for TensorCore products whose B is a constant (prepared as ``mma.prepare_b`` prepares it).
 
 **The kernel.** A block of ``wgs`` warpgroups owns a ``64 wgs x BN`` output tile
-(``roller.wgmma_gpu.WgTile``). Its K loop is ``dense._Block.pipeline3`` over
+(``roller.wgmma_gpu.WgTile``). Its K loop is ``gemm.Block.pipeline3`` over
 ``WG_STAGES`` = 4 shared stages: A's floats loaded into registers two steps ahead, rounded and
 stored a step ahead; B's prepared words copied by ``cp.async`` two steps ahead. Each step every
 warpgroup issues ``BK / k`` wgmma (64 rows of A by the block's ``BN`` columns, ``k`` = 16 for
@@ -41,6 +41,8 @@ from collections.abc import Callable, Collection
 from ember.ir.graph import Graph
 from ember.kernel.gpu import dense, mma, split_k
 from ember.kernel.gpu.base import GpuKernel
+from ember.kernel.gpu.gemm import Block, Gemm, copies, operands
+from ember.kernel.gpu.tensorcore import tc_a_tile, tc_b_tile
 from ember.kernel.roller import wgmma_gpu
 from ember.kernel.roller.hal import DeviceSpec
 from ember.kernel.roller.wgmma_gpu import WG_K, WG_STAGES, WgTile
@@ -98,7 +100,7 @@ def wait_name(op: str) -> str:
 
 
 def is_wgmma(fn: str) -> bool:
-    return bool(_NAME.match(fn) or _WAIT.match(fn) or fn == FENCE)
+    return bool(_NAME.match(fn) or _WAIT.match(fn))
 
 
 def precision_of(fn: str) -> str | None:
@@ -113,13 +115,14 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     """The group's GEMM kernel as ``dense.build_dense`` builds it, but a TensorCore product
     with constant weights on wgmma (Roller's ``rank``-th best warpgroup tile of its ``topk``;
     ``split``: whether K may be split among blocks)."""
-    m, gm, store, flops, doc = dense.operands(name, body, aligned)
-    if precision == "fp32" or gm.b_const is None:
+    b = body.nodes[0].inputs[1]
+    if precision == "fp32" or b is None or not b.is_const:
         return dense.build_dense(name, body, spec, topk, precision=precision, aligned=aligned,
                                  split=split, rank=rank)
+    m, gm, store, flops, doc = operands(name, body, aligned)
     tiles = wgmma_gpu.construct(gm.M, gm.N, gm.K, gm.batch, spec, precision,
                                 max(topk, rank + 1),
-                                copies=dense.copies(gm, m.op == "ConvNHWC"), split=split)
+                                copies=copies(gm, m.op == "ConvNHWC"), split=split)
     t = tiles[min(rank, len(tiles) - 1)]
     stmt, blocks = build(name, gm, t, store, mma.SHAPES[precision])
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
@@ -129,18 +132,19 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
                      modeled_us=t.time_us, split=t.split, registers=255)
 
 
-def build(name: str, gm: dense.Gemm, t: WgTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt],
+def build(name: str, gm: Gemm, t: WgTile, store: Callable[[Expr, Expr, Expr, Expr], Stmt],
           shape: mma.MmaShape) -> tuple[Stmt, int]:
     """The wgmma GEMM of ``gm`` (B constant) as (statement, blocks)."""
-    blk = dense._Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.BN // 2)
+    blk = Block(name, gm, t.BM, t.BN, t.BK, t.threads, t.split, t.BN // 2)
     words = t.words
     a_size, b_size = t.BM * words, t.BN * words
-    As, _, copy_a, land, staged = dense._tc_a_tile(
-        gm, t, shape, blk, layout=(a_size, lambda r, w: core_word(r, w, words)),
-        stages=WG_STAGES)
-    Bs, _, copy_b = dense._tc_b_tile(name, gm, t, shape, blk,   # type: ignore[arg-type]
-                                     layout=(b_size, lambda r, w: core_word(r, w, words)),
-                                     stages=WG_STAGES)
+
+    def cores(r: Expr, w: Expr) -> Expr:
+        return core_word(r, w, words)
+    As, _, copy_a, land, staged = tc_a_tile(gm, t, shape, blk,  # type: ignore[arg-type]
+                                            layout=(a_size, cores), stages=WG_STAGES)
+    Bs, _, copy_b = tc_b_tile(name, gm, t, shape, blk,  # type: ignore[arg-type]
+                              layout=(b_size, cores), stages=WG_STAGES)
     acc = Buffer("acc", t.BN // 2, "float32", Scope.LOCAL)
     fn = op_name(shape.precision, t.BN, words)
 
@@ -236,7 +240,7 @@ def cuda_op(fn: str) -> str:
 def cuda_support(body: str) -> str:
     """The wgmma helpers the kernels' text ``body`` calls."""
     names = sorted(set(re.findall(r"\bem_wg_(?:wait_)?(?:tf32|fp16|bf16)_n\d+_w\d+\b", body)))
-    if not names and FENCE not in body:
+    if not names:
         return ""
     return CUDA_COMMON.replace("%(LBO)d", str(LBO)) + "".join(cuda_op(n) for n in names)
 

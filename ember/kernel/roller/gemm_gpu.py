@@ -276,7 +276,7 @@ TC_NEAR = 0.05
 # compute (A through two register sets), not one: the H200's 4096^3 fp16 tiles took about
 # 1,400 cycles a K step for an SM's 256 mma.sync (an A100's mma rate would need about 512),
 # the rest read as the copies' latency, exposed with one step of lookahead (the loop,
-# ``dense._Block.pipeline3``, is written for three: two register sets of A)
+# ``gemm.Block.pipeline3``, is written for three: two register sets of A)
 TC_STAGES = 3
 MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
 FRAG = {"tf32": (4, 2), "fp16": (8, 4), "bf16": (8, 4)}   # A and B floats per thread

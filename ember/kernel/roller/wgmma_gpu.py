@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ember.errors import CompileError
 from ember.kernel.roller.gemm_gpu import (
     PLAIN,
     TC_BUDGET,
@@ -110,15 +111,20 @@ def candidates(M: int, N: int, K: int, precision: str, budget: int = TC_BUDGET,
     return out
 
 
+def resident(t: WgTile, spec: DeviceSpec) -> int:
+    """Blocks of tile ``t`` one SM holds at once."""
+    return int(_blocks_per_sm(t.smem_bytes(), t.threads, t.registers(), spec))
+
+
 def times(t: WgTile, M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: str,
           copies: Copies = PLAIN) -> tuple[float, float]:
     """(the blocks' own time in waves, the operands' one pass through HBM), in us."""
     mb, nb, kb = math.ceil(M / t.BM), math.ceil(N / t.BN), math.ceil(K / t.BK)
     blocks = batch * mb * nb * t.split
     kb //= t.split                 # a block's K steps
-    resident = int(_blocks_per_sm(t.smem_bytes(), t.threads, t.registers(), spec))
-    waves = math.ceil(blocks / (spec.units * resident))
-    active = min(resident, math.ceil(blocks / spec.units))
+    held = resident(t, spec)
+    waves = math.ceil(blocks / (spec.units * held))
+    active = min(held, math.ceil(blocks / spec.units))
     k_pad = kb * t.BK
     peak_block = spec.peak_gflops * 1e3 * TC_SPEEDUP[precision] * WG_EFFICIENCY / active
     t_compute = 2.0 * t.BM * max(t.BN, WG_MIN_N) * k_pad / peak_block
@@ -147,15 +153,14 @@ def construct(M: int, N: int, K: int, batch: int, spec: DeviceSpec, precision: s
     leave SMs idle (``gemm_gpu``'s rule)."""
     tiles = [replace(t, split=s) for t in candidates(M, N, K, precision, budget,
                                                      smem_block(spec))
-             for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN), spec.units *
-                             int(_blocks_per_sm(t.smem_bytes(), t.threads, t.registers(),
-                                                spec)), math.ceil(K / t.BK))
+             for s in (_ways(batch * math.ceil(M / t.BM) * math.ceil(N / t.BN),
+                             spec.units * resident(t, spec), math.ceil(K / t.BK))
                        if split else [1])]
     scored = [(max(own, hbm) + 2.0, t) for t in tiles
               for own, hbm in [times(t, M, N, K, batch, spec, precision, copies)]]
     ranked = sorted(scored, key=lambda r: r[0])
     if not ranked:
-        raise ValueError(f"no wgmma tile fits {M}x{N}x{K} in {precision}")
+        raise CompileError(f"no wgmma tile fits {M}x{N}x{K} in {precision}")
     near = [r for r in ranked if r[0] <= ranked[0][0] * (1 + TC_NEAR)]
     near.sort(key=lambda r: (-r[1].BM * r[1].BN, r[1].split, r[0]))
     ranked = near + ranked[len(near):]
