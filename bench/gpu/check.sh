@@ -127,6 +127,10 @@ for m in r.get("models", []):
     if top:
         print(f"{m['model']:16} kernels {m['kernels_ms_total']:.3f} ms; longest: " + "; ".join(
             f"{k['ms']:.3f} {k['node'][:18]} {k['grid']}x{k['block']}" for k in top))
+    waits = [(p, m.get(f"{p}_ms"), m.get(f"{p}[fenced]_ms"), m.get(f"{p}[spin]_ms"))
+             for p in ("rammer", "ios") if m.get(f"{p}[fenced]_ms")]
+    for p, lean, fenced, spin in waits:   # the persistent program's ways of waiting
+        print(f"{'':16} {p} program waits lean / fenced / spin: {lean} / {fenced} / {spin} ms")
     sc = m.get("auto") or {}
     pr, me = sc.get("predicted_ms") or {}, sc.get("measured_ms") or {}
     if pr:   # the programs' own cost: their measured time over the plan's on measured rTasks

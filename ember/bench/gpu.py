@@ -9,7 +9,9 @@ and ``max-autotune``) on the model zoo at batch 1, fp32, in one process, interle
 Every model's ember output is checked against onnxruntime first (max |diff| / max |ref|).
 Times are device times (CUDA events) of one inference on resident inputs (ember: what
 ``schedule="auto"`` chose, and its alternatives; torch: the module's forward), median over
-interleaved rounds.
+interleaved rounds. Runs on Hopper's warpgroup MMA (``+wgmma``, not yet measured on a card)
+go in a child process of their own: a kernel that faults there leaves the CUDA context of the
+other runs intact.
 ``torch.compile`` runs are skipped once the time budget is spent (they compile for minutes).
 The table goes to stdout, everything to ``DIR/gpu.json``.
 """
@@ -20,6 +22,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -132,9 +136,10 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     mod = OnnxTorch(model).cuda().eval()
     args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
 
-    def ember_in(mode: str, graph: bool, order: str = "chain") -> Any:
+    def ember_in(mode: str, graph: bool, order: str = "chain", sync: str = "lean") -> Any:
         def go() -> list[float]:
             cm.mode, cm.cuda_graph, cm.graph_order = mode, graph, order
+            cm.program_sync = sync
             return cm.time_ms(feeds, runs)
         return go
 
@@ -156,6 +161,11 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
         engines[policy] = ember_in("persistent", True)
         cm.mode = "persistent"
         rec[f"{policy}_rel_err"] = _rel_err(cm, feeds, ref)
+        for sync in ("fenced", "spin"):   # the program's other ways of waiting (PROGRAM_SYNC)
+            engines[f"{policy}[{sync}]"] = ember_in("persistent", True, sync=sync)
+            cm.program_sync = sync
+            rec[f"{policy}[{sync}]_rel_err"] = _rel_err(cm, feeds, ref)
+        cm.program_sync = "lean"
     compiled = _torch_compiled(mod, args, modes, deadline, in_precision, rec)
     for mode, fn in compiled.items():
         engines[f"compile[{mode}]"] = (lambda f=fn: _torch_time(f, args, runs))
@@ -166,6 +176,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
         for k, eng in engines.items():
             times[k] += eng()
     cm.mode, cm.cuda_graph, cm.graph_order = chosen
+    cm.program_sync = "lean"
     for k, v in times.items():
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     rec.update(_kernel_profile(cm, feeds))
@@ -355,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prepare", action="store_true")
     ap.add_argument("--gantt", default="",
                     help="models whose Rammer plan to draw, predicted and as the GPU ran it")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the +wgmma precisions here too (not in a child process)")
+    ap.add_argument("--child-timeout-s", type=float, default=150.0)
     a = ap.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     mprecs = [p for p in a.model_precisions.split(",") if p]
@@ -397,15 +411,54 @@ def main(argv: list[str] | None = None) -> int:
     result["gemm"], result["gantt"] = [], []
     for name in (m for m in a.gantt.split(",") if m):
         guarded("gantt", {"gantt": name}, lambda n=name: gantt(n, out))
-    for prec in (p for p in a.gemm_precisions.split(",") if p and a.gemm):
+    gprecs = [p for p in a.gemm_precisions.split(",") if p and a.gemm]
+    for prec in gprecs:
+        if "+wgmma" in prec and not a.in_process:
+            continue
         guarded("gemm", {"precision": prec}, lambda p=prec: bench_gemm(a.gemm, 10, p))
+    _in_child(a, out, record, [p for p in gprecs if "+wgmma" in p], [])
     for prec in mprecs:
+        if "+wgmma" in prec and not a.in_process:
+            continue
         for name in models:
             guarded("models", {"model": name, "precision": prec},
                     lambda n=name, p=prec: bench_model(
                         n, a.runs, a.rounds, deadline, modes if n in compile_models else [], p))
+    _in_child(a, out, record, [], [p for p in mprecs if "+wgmma" in p])
     _table(result)
     return 0
+
+
+def _in_child(a: argparse.Namespace, out: Path, record: Any, gemm_precisions: list[str],
+              model_precisions: list[str]) -> None:
+    """The GEMM and model runs in ``gemm_precisions`` and ``model_precisions`` (the +wgmma
+    ones) in a child process (``out/child``), their records taken into this one's; a child
+    that dies or outruns ``--child-timeout-s`` is a record saying so."""
+    if a.in_process or not (gemm_precisions or model_precisions):
+        return
+    sub = out / "child"
+    cmd = [sys.executable, "-m", "ember.bench.gpu", "--in-process", "--out", str(sub),
+           "--gemm", str(a.gemm if gemm_precisions else 0),
+           "--gemm-precisions", ",".join(gemm_precisions) or "fp32",
+           "--models", a.models if model_precisions else "",
+           "--model-precisions", ",".join(model_precisions) or "fp32",
+           "--modes", "", "--runs", str(a.runs), "--rounds", str(a.rounds)]
+    if (sub / "gpu.json").exists():
+        (sub / "gpu.json").unlink()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.child_timeout_s)
+        why = f"child process exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    except subprocess.TimeoutExpired:
+        why = f"child process outran {a.child_timeout_s:.0f} s"
+    done = json.loads((sub / "gpu.json").read_text()) if (sub / "gpu.json").exists() else {}
+    for kind, precs in (("gemm", gemm_precisions), ("models", model_precisions)):
+        got = done.get(kind, [])
+        for rec in got:
+            record(kind, rec)
+        for p in precs:
+            if not any(rec.get("precision") == p for rec in got):
+                record(kind, {"precision": p, "error": why} if kind == "gemm" else
+                       {"model": f"(all, {p})", "precision": p, "error": why})
 
 
 def _table(result: dict[str, Any]) -> None:

@@ -269,11 +269,15 @@ PERSISTENT = r"""
 /* The persistent program (Rammer's rProgram as one launch): block v is vEU v and walks its
    program of (kernel, first block, end block) rTasks and (-1 - wait list) barriers. After an
    rTask, thread 0 publishes the vEU's step (a counter that only grows: run `epoch` of a vEU
-   with n rTasks ends at (epoch + 1) * n); a barrier's waits are read by the block's threads in
-   parallel, each spinning (with backoff) until the counter it reads is far enough. Release
-   and acquire at GPU scope order the tensors written before a step with the reads after the
-   wait. With `prof` set, thread 0 records each rTask's start and end (the GPU's globaltimer,
-   ns) at prof[2 i], prof[2 i + 1] for plan entry i: the costs Rammer and IOS plan with. */
+   with n rTasks ends at (epoch + 1) * n) at steps[v * stride]; a barrier's waits, each
+   (vEU u, u's rTasks a run, step), are read by the block's threads in parallel, each polling
+   until the counter it reads is far enough (sleeping 32 ns, doubling up to sleep_hi, between
+   polls; sleep_hi 0: no sleep). The release store after the block's barrier and the acquire
+   load before it order the tensors written before a step with the reads after the wait (the
+   pattern of CUTLASS's grid barriers); `fence` adds a __threadfence on both sides (the
+   program as first measured, 2026-11-28). With `prof` set, thread 0 records each rTask's
+   start and end (the GPU's globaltimer, ns) at prof[2 i], prof[2 i + 1] for plan entry i:
+   the costs Rammer and IOS plan with. */
 static __device__ __forceinline__ void em_publish(unsigned long long *at, unsigned long long v) {
   asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(at), "l"(v) : "memory");
 }
@@ -291,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
     const unsigned long long *args, const int *fid, const long long *plan,
     const long long *plan_at, const long long *wl, const long long *wl_at,
     unsigned long long *steps, const long long *nsteps, long long epoch,
-    unsigned long long *prof) {
+    unsigned long long *prof, long long stride, int fence, unsigned sleep_hi) {
   extern __shared__ __align__(16) char em_smem[];
   const int v = blockIdx.x;
   unsigned long long step = 0;
@@ -310,18 +314,21 @@ extern "C" __global__ void __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
       }
       ++step;
       if (threadIdx.x == 0) {
-        __threadfence();
-        em_publish(steps + v, (unsigned long long)epoch * nsteps[v] + step);
+        if (fence) __threadfence();
+        em_publish(steps + v * stride, (unsigned long long)epoch * nsteps[v] + step);
       }
     } else {
       const long long w = -1 - p[0];
       for (long long j = wl_at[w] + threadIdx.x; j < wl_at[w + 1]; j += blockDim.x) {
-        const long long u = wl[2 * j];
-        const unsigned long long want = (unsigned long long)epoch * nsteps[u] + wl[2 * j + 1];
+        const long long *e = wl + 3 * j;
+        const unsigned long long *at = steps + e[0] * stride;
+        const unsigned long long want = (unsigned long long)epoch * e[1] + e[2];
         unsigned ns = 32;
-        while (em_observe(steps + u) < want) { __nanosleep(ns); if (ns < 1024) ns *= 2; }
+        while (em_observe(at) < want) {
+          if (sleep_hi) { __nanosleep(ns); if (ns < sleep_hi) ns *= 2; }
+        }
       }
-      __threadfence();
+      if (fence) __threadfence();
       __syncthreads();
     }
   }

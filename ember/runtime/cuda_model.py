@@ -80,6 +80,8 @@ class CudaModel(ModelSpecs):
         # (compiled with schedule="rammer" / "ios"); "launches": the kernels one by one
         self.mode = self._meta.get("mode") or ("persistent" if "persistent" in self._meta
                                                else "launches")
+        # how the persistent program's vEUs wait for each other (``PROGRAM_SYNC``)
+        self.program_sync = str(self._meta.get("program_sync", "lean"))
 
     # ------------------------------------------------------------------ description
     @property
@@ -186,7 +188,7 @@ class CudaModel(ModelSpecs):
         task = plan[:, 0] >= 0
         runs_s = []
         for _ in range(runs):
-            spans = dev.persistent.profile(dev)[task].astype(np.float64)
+            spans = dev.persistent.profile(dev, self.program_sync)[task].astype(np.float64)
             ran = spans[:, 0] > 0          # entries the run timed (all, but never a 0 base)
             base = spans[ran, 0].min() if ran.any() else 0.0
             runs_s.append(np.where(ran[:, None], spans - base, 0.0) * 1e-9)
@@ -200,7 +202,7 @@ class CudaModel(ModelSpecs):
         dev, plan = self._profiled("profile_rtasks", feeds)
         samples: dict[int, list[float]] = {}
         for _ in range(runs):
-            spans = dev.persistent.profile(dev)
+            spans = dev.persistent.profile(dev, self.program_sync)
             for (k, b, e), (t0, t1) in zip(plan, spans):
                 if k >= 0 and e > b and t1 > t0:
                     samples.setdefault(int(k), []).append((int(t1) - int(t0)) * 1e-9 / (e - b))
@@ -220,7 +222,7 @@ class CudaModel(ModelSpecs):
             if dev.persistent is None:
                 raise EmberError("this model has no persistent program: compile it with "
                                  "schedule='rammer' or 'ios'")
-            dev.launch_persistent()
+            dev.launch_persistent(self.program_sync)
         elif self.mode == "launches":
             dev.launch_all(self.cuda_graph, self.graph_order, self._graph_deps)
         else:
@@ -341,6 +343,12 @@ def load_cuda(path: Any) -> CudaModel:
 # (``compiler.gpu.aligned_inputs``); a device tensor that begins elsewhere (a view at an odd
 # offset) is copied to the model's own input buffer first
 INPUT_ALIGN = 16
+# how a persistent program's vEUs wait for each other: (step counter stride in 8-byte words,
+# __threadfence around the release/acquire, most ns slept between polls; 0: none).
+# "fenced" is the program as first measured on an H200 (2026-11-28); "lean" (the default)
+# drops the fences the release/acquire pair makes redundant, keeps each counter on a line of
+# its own and sleeps at most 256 ns; "spin" polls without sleeping
+PROGRAM_SYNC = {"lean": (16, 0, 256), "fenced": (1, 1, 1024), "spin": (16, 0, 0)}
 
 
 def _device_input(spec: Any, value: Any) -> int:
@@ -428,9 +436,9 @@ class _DeviceState:
         self.persistent = _Persistent(self, meta["persistent"]) if "persistent" in meta \
             else None
 
-    def launch_persistent(self) -> None:
+    def launch_persistent(self, sync: str = "lean") -> None:
         assert self.persistent is not None
-        self.persistent.launch(self)
+        self.persistent.launch(self, sync)
 
     def _base(self, kind: str, index: int) -> int:
         if kind == "ws":
@@ -554,10 +562,19 @@ class _Persistent:
         cu.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.byref(per_sm), self.fn,
                 self.block, ctypes.c_size_t(self.smem))
         self.resident = per_sm.value * cu.device_info(0).sms
+        nsteps = np.asarray(p["nsteps"] or [0], np.int64)
         self.arrays = {k: _upload(np.asarray(p[k] or [0], np.int64))
-                       for k in ("plan", "plan_at", "wl", "wl_at", "nsteps")}
-        self.steps = cu.DeviceBuffer(8 * self.veus)
-        cu.call("cuMemsetD8Async", self.steps.ptr, 0, 8 * self.veus, dev.stream.handle)
+                       for k in ("plan", "plan_at", "wl_at")}
+        self.arrays.update(wl=_upload(wait_entries(p["wl"], nsteps)), nsteps=_upload(nsteps))
+        # the step counters: a region of its own for each stride the sync modes take (each
+        # counter on a 128-byte line of its own, or packed), so a counter read under one mode
+        # was only ever written under it (they only grow)
+        strides = sorted({s for s, _, _ in PROGRAM_SYNC.values()})
+        self.regions = dict(zip(strides, np.cumsum([0] + [8 * s * self.veus for s in strides])))
+        nbytes = 8 * sum(strides) * self.veus
+        self.steps = cu.DeviceBuffer(nbytes)
+        cu.call("cuMemsetD8Async", self.steps.ptr, 0, nbytes, dev.stream.handle)
+        self.steps_at = ctypes.c_uint64(self.steps.ptr)
         # row k: program kernel k's pointer arguments, resolved here (inputs' rows again
         # when the input addresses change)
         width = int(p["width"])
@@ -572,8 +589,10 @@ class _Persistent:
         cells = [ctypes.c_uint64(self.args.ptr), ctypes.c_uint64(self.fid.ptr),
                  *(ctypes.c_uint64(self.arrays[k].ptr) for k in ("plan", "plan_at", "wl",
                                                                  "wl_at")),
-                 ctypes.c_uint64(self.steps.ptr), ctypes.c_uint64(self.arrays["nsteps"].ptr)]
-        self.cells = [*cells, self.epoch, self.prof]
+                 self.steps_at, ctypes.c_uint64(self.arrays["nsteps"].ptr)]
+        self.stride, self.fence, self.sleep_hi = (ctypes.c_longlong(0), ctypes.c_int(0),
+                                                  ctypes.c_uint(0))
+        self.cells = [*cells, self.epoch, self.prof, self.stride, self.fence, self.sleep_hi]
         self.argv = (ctypes.c_void_p * len(self.cells))(
             *[ctypes.cast(ctypes.byref(c), ctypes.c_void_p) for c in self.cells])
 
@@ -587,7 +606,9 @@ class _Persistent:
         self._fill(dev, ptrs)
         cu.call("cuMemcpyHtoD_v2", self.args.ptr, self.table.ctypes.data, self.table.nbytes)
 
-    def launch(self, dev: _DeviceState) -> None:
+    def launch(self, dev: _DeviceState, sync: str = "lean") -> None:
+        if sync not in PROGRAM_SYNC:
+            raise EmberError(f"program_sync {sync!r}: use one of {', '.join(PROGRAM_SYNC)}")
         if self.resident < self.veus:
             raise EmberError(
                 f"the persistent program's {self.veus} vEUs ({self.block} threads, "
@@ -595,23 +616,34 @@ class _Persistent:
                 f"{self.resident}): its plan was made for another GPU; compile it here (or "
                 "with EMBER_GPU naming this one), or run the kernels one by one "
                 "(cm.mode = 'launches')")
+        stride, fence, sleep_hi = PROGRAM_SYNC[sync]
+        self.steps_at.value = self.steps.ptr + int(self.regions[stride])
+        self.stride.value, self.fence.value, self.sleep_hi.value = stride, fence, sleep_hi
         cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
                 self.smem, dev.stream.handle, self.argv)
         self.epoch.value += 1
 
-    def profile(self, dev: _DeviceState) -> np.ndarray:
+    def profile(self, dev: _DeviceState, sync: str = "lean") -> np.ndarray:
         """One run with timing on: (start, end) ns of every plan entry (0 for waits)."""
         buf = cu.DeviceBuffer(16 * max(self.entries, 1))
         cu.call("cuMemsetD8Async", buf.ptr, 0, buf.nbytes, dev.stream.handle)
         self.prof.value = buf.ptr
         try:
-            self.launch(dev)
+            self.launch(dev, sync)
             dev.stream.sync()
         finally:
             self.prof.value = 0
         out = np.zeros((max(self.entries, 1), 2), np.uint64)
         cu.call("cuMemcpyDtoH_v2", out.ctypes.data, cu.CUdeviceptr(buf.ptr), out.nbytes)
         return out[:self.entries]
+
+
+def wait_entries(wl: list[int], nsteps: np.ndarray) -> np.ndarray:
+    """The plan's waits, pairs (vEU u, step), as the program reads them: (u, u's rTasks a
+    run, step), so a waiting thread's three loads do not wait for one another."""
+    pairs = np.asarray(wl or [0, 0], np.int64).reshape(-1, 2)
+    return np.ascontiguousarray(np.stack([pairs[:, 0], nsteps[pairs[:, 0]], pairs[:, 1]],
+                                         axis=1))
 
 
 def _upload(arr: np.ndarray) -> cu.DeviceBuffer:

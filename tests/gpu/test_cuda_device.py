@@ -186,12 +186,25 @@ def test_persistent_programs_on_the_gpu_match_onnxruntime(name: str, policy: str
     feeds = zoo.random_inputs(name)
     cm = ember.compile(m, target="cuda", schedule=policy)
     want = run_ort(m, feeds)
-    for mode in ("persistent", "launches", "persistent"):   # counters only grow: runs again
-        cm.mode = mode
+    # counters only grow: runs again, and each way of waiting, back and forth (each reads
+    # counters only it has written)
+    for mode, sync in (("persistent", "lean"), ("launches", "lean"), ("persistent", "lean"),
+                       ("persistent", "fenced"), ("persistent", "spin"),
+                       ("persistent", "fenced"), ("persistent", "lean")):
+        cm.mode, cm.program_sync = mode, sync
         got = cm.run(feeds)
         for o, w in zip(cm.output_names, want):
             np.testing.assert_allclose(got[o], w, rtol=1e-4,
                                        atol=1e-5 * max(1.0, float(np.abs(w).max())))
+
+
+def test_an_unknown_way_of_waiting_is_named() -> None:
+    cm = ember.compile(zoo.build("small_cnn"), target="cuda", schedule="rammer")
+    cm.program_sync = "yield"
+    with pytest.raises(ember.EmberError, match="program_sync 'yield'"):
+        cm.run(zoo.random_inputs("small_cnn"))
+    cm.program_sync = "lean"
+    assert np.isfinite(cm.run(zoo.random_inputs("small_cnn"))[cm.output_names[0]]).all()
 
 
 def test_rtask_costs_are_measured_in_the_persistent_program() -> None:

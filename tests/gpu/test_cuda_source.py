@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -263,3 +264,54 @@ def test_torch_peer_of_a_precision_restores_its_flags() -> None:
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
     with _TorchPrecision("fp32"):
         assert not torch.backends.cuda.matmul.allow_tf32
+
+
+def test_wgmma_runs_of_the_gpu_bench_go_in_a_child_process(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench/gpu``'s +wgmma runs (unmeasured kernels: a fault there would end every later
+    run of the process) go in a child process; its records join the parent's, and a child
+    that wrote none, or outran its time, leaves a record saying so for each precision."""
+    import argparse
+    import json
+    import subprocess
+
+    from ember.bench import gpu as bench
+
+    a = argparse.Namespace(in_process=False, child_timeout_s=60.0, gemm=256, models="m1,m2",
+                           runs=2, rounds=1)
+    got: dict[str, list] = {"gemm": [], "models": []}
+
+    def record(kind: str, rec: dict) -> None:
+        got[kind].append(rec)
+
+    bench._in_child(a, tmp_path, record, ["fp16+wgmma", "tf32+wgmma"], [])   # no GPU here
+    assert [r["precision"] for r in got["gemm"]] == ["fp16+wgmma", "tf32+wgmma"]
+    assert all("child process exit 0" in r["error"] for r in got["gemm"])
+    seen = []
+
+    def fake(cmd: list[str], **kw: object) -> subprocess.CompletedProcess:
+        seen.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu.json").write_text(json.dumps({"models": [
+            {"model": "m1", "precision": "fp16+wgmma", "ember_ms": 1.0}]}))
+        return subprocess.CompletedProcess(cmd, -11, "", "Segmentation fault")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake)
+    got = {"gemm": [], "models": []}
+    bench._in_child(a, tmp_path, record, [], ["fp16+wgmma", "bf16+wgmma"])
+    assert "--in-process" in seen[0] and seen[0][seen[0].index("--models") + 1] == "m1,m2"
+    assert got["models"][0] == {"model": "m1", "precision": "fp16+wgmma", "ember_ms": 1.0}
+    assert got["models"][1]["precision"] == "bf16+wgmma"
+    assert "exit -11" in got["models"][1]["error"] and got["gemm"] == []
+
+    def slow(cmd: list[str], **kw: object) -> None:
+        raise subprocess.TimeoutExpired(cmd, 60.0)
+
+    monkeypatch.setattr(bench.subprocess, "run", slow)
+    got = {"gemm": [], "models": []}
+    bench._in_child(a, tmp_path, record, ["fp16+wgmma"], [])
+    assert got["gemm"] == [{"precision": "fp16+wgmma", "error": "child process outran 60 s"}]
+    bench._in_child(argparse.Namespace(**{**vars(a), "in_process": True}), tmp_path, record,
+                    ["bf16+wgmma"], [])     # the child itself runs them
+    assert len(got["gemm"]) == 1

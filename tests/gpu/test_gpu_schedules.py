@@ -176,6 +176,19 @@ def test_persistent_program_compiles_for_sm90(name: str, monkeypatch: pytest.Mon
     assert "em_program" in cm.resources["sm_90"]
     assert all(r["spill_stores"] == 0 for r in cm.resources["sm_90"].values())
     assert "st.release.gpu" in cm.source and "ld.acquire.gpu" in cm.source
+    # how the vEUs wait is the launch's to say (runtime.cuda_model.PROGRAM_SYNC)
+    assert "long long stride, int fence, unsigned sleep_hi)" in cm.source
+    assert "if (fence) __threadfence();" in cm.source
+
+
+def test_the_program_reads_each_wait_with_the_rtasks_of_its_veu() -> None:
+    from ember.runtime.cuda_model import PROGRAM_SYNC, wait_entries
+
+    got = wait_entries([2, 5, 0, 1, 2, 7], np.asarray([3, 4, 9]))
+    assert got.tolist() == [[2, 9, 5], [0, 3, 1], [2, 9, 7]] and got.flags.c_contiguous
+    assert wait_entries([], np.asarray([0])).tolist() == [[0, 0, 0]]    # no waits at all
+    # the lean default: no fences past the release/acquire pair, a line per counter
+    assert PROGRAM_SYNC["lean"] == (16, 0, 256) and PROGRAM_SYNC["fenced"][1] == 1
 
 
 def test_unused_efficient_rkernels_are_dropped_and_the_rest_renumbered() -> None:
