@@ -267,7 +267,7 @@ def render_device(gk: GpuKernel, block: int) -> tuple[CudaKernelText, int]:
 
 PERSISTENT = r"""
 /* The persistent program (Rammer's rProgram as one launch): block v is vEU v and walks its
-   program of (kernel, first block, end block) rTasks and (-1 - wait list) barriers. After an
+   program of rTasks (a kernel's blocks) and barriers (a range of waits). After an
    rTask, thread 0 publishes the vEU's step (a counter that only grows: run `epoch` of a vEU
    with n rTasks ends at (epoch + 1) * n) at steps[v * stride]; a barrier's waits, each
    (vEU u, u's rTasks a run, step), are read by the block's threads in parallel, each polling
@@ -292,20 +292,27 @@ static __device__ __forceinline__ unsigned long long em_observe(const unsigned l
   return v;
 }
 extern "C" __global__ void __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
-    const unsigned long long *args, const int *fid, const long long *plan,
-    const long long *plan_at, const long long *wl, const long long *wl_at,
-    unsigned long long *steps, const long long *nsteps, long long epoch,
+    const unsigned long long *args, const longlong2 *plan, const long long *plan_at,
+    const long long *wl, unsigned long long *steps, const long long *nsteps, long long epoch,
     unsigned long long *prof, long long stride, int fence, unsigned sleep_hi) {
+  /* plan entry i: rTask (kernel, its function, first block, end block) or wait (-1, first
+     wait, end wait, 0), two 16-byte words; the next entry is read while this one runs */
   extern __shared__ __align__(16) char em_smem[];
   const int v = blockIdx.x;
+  const long long end = plan_at[v + 1];
+  const unsigned long long base = (unsigned long long)epoch * nsteps[v];
   unsigned long long step = 0;
-  for (long long i = plan_at[v]; i < plan_at[v + 1]; ++i) {
-    const long long *p = plan + 3 * i;
-    if (p[0] >= 0) {
+  long long i = plan_at[v];
+  longlong2 a = make_longlong2(-1, 0), b = make_longlong2(0, 0);
+  if (i < end) { a = plan[2 * i]; b = plan[2 * i + 1]; }
+  for (; i < end; ++i) {
+    longlong2 na = a, nb = b;
+    if (i + 1 < end) { na = plan[2 * i + 2]; nb = plan[2 * i + 3]; }
+    if (a.x >= 0) {
       unsigned long long t0 = 0;
       if (prof != 0 && threadIdx.x == 0) t0 = em_globaltimer();
-      for (long long t = p[1]; t < p[2]; ++t) {
-        em_dispatch(fid[p[0]], t, em_smem, args + %(W)d * p[0]);
+      for (long long t = b.x; t < b.y; ++t) {
+        em_dispatch((int)a.y, t, em_smem, args + %(W)d * a.x);
         __syncthreads();
       }
       if (prof != 0 && threadIdx.x == 0) {   /* the rTask's start and end (ns) */
@@ -315,11 +322,10 @@ extern "C" __global__ void __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
       ++step;
       if (threadIdx.x == 0) {
         if (fence) __threadfence();
-        em_publish(steps + v * stride, (unsigned long long)epoch * nsteps[v] + step);
+        em_publish(steps + v * stride, base + step);
       }
     } else {
-      const long long w = -1 - p[0];
-      for (long long j = wl_at[w] + threadIdx.x; j < wl_at[w + 1]; j += blockDim.x) {
+      for (long long j = a.y + threadIdx.x; j < b.x; j += blockDim.x) {
         const long long *e = wl + 3 * j;
         const unsigned long long *at = steps + e[0] * stride;
         const unsigned long long want = (unsigned long long)epoch * e[1] + e[2];
@@ -331,6 +337,8 @@ extern "C" __global__ void __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
       if (fence) __threadfence();
       __syncthreads();
     }
+    a = na;
+    b = nb;
   }
 }
 """

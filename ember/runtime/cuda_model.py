@@ -563,9 +563,9 @@ class _Persistent:
                 self.block, ctypes.c_size_t(self.smem))
         self.resident = per_sm.value * cu.device_info(0).sms
         nsteps = np.asarray(p["nsteps"] or [0], np.int64)
-        self.arrays = {k: _upload(np.asarray(p[k] or [0], np.int64))
-                       for k in ("plan", "plan_at", "wl_at")}
-        self.arrays.update(wl=_upload(wait_entries(p["wl"], nsteps)), nsteps=_upload(nsteps))
+        self.arrays = {"plan": _upload(program_entries(p["plan"], p["wl_at"], p["fid"])),
+                       "plan_at": _upload(np.asarray(p["plan_at"], np.int64)),
+                       "wl": _upload(wait_entries(p["wl"], nsteps)), "nsteps": _upload(nsteps)}
         # the step counters: a region of its own for each stride the sync modes take (each
         # counter on a 128-byte line of its own, or packed), so a counter read under one mode
         # was only ever written under it (they only grow)
@@ -582,13 +582,11 @@ class _Persistent:
         self.table = np.zeros((len(self.rows), width), np.uint64)
         self._fill(dev, [b.ptr for b in dev.inputs])
         self.args = _upload(self.table)
-        self.fid = _upload(np.asarray(p["fid"] or [0], np.int32))
         self.epoch = ctypes.c_longlong(0)
         self.prof = ctypes.c_uint64(0)     # a device buffer of 2 per plan entry, or 0
         self.entries = len(p["plan"]) // 3
-        cells = [ctypes.c_uint64(self.args.ptr), ctypes.c_uint64(self.fid.ptr),
-                 *(ctypes.c_uint64(self.arrays[k].ptr) for k in ("plan", "plan_at", "wl",
-                                                                 "wl_at")),
+        cells = [ctypes.c_uint64(self.args.ptr),
+                 *(ctypes.c_uint64(self.arrays[k].ptr) for k in ("plan", "plan_at", "wl")),
                  self.steps_at, ctypes.c_uint64(self.arrays["nsteps"].ptr)]
         self.stride, self.fence, self.sleep_hi = (ctypes.c_longlong(0), ctypes.c_int(0),
                                                   ctypes.c_uint(0))
@@ -636,6 +634,25 @@ class _Persistent:
         out = np.zeros((max(self.entries, 1), 2), np.uint64)
         cu.call("cuMemcpyDtoH_v2", out.ctypes.data, cu.CUdeviceptr(buf.ptr), out.nbytes)
         return out[:self.entries]
+
+
+def program_entries(plan: list[int], wl_at: list[int], fid: list[int]) -> np.ndarray:
+    """The plan's triples as the program reads them, four words an entry: an rTask
+    (kernel k, k's function ``fid[k]``, first block, end block), a barrier (-1, its first
+    wait, its end wait, 0); so an entry needs no second load to be run."""
+    if not plan:
+        return np.asarray([[-1, 0, 0, 0]], np.int64)
+    rows = np.asarray(plan, np.int64).reshape(-1, 3)
+    out = np.zeros((len(rows), 4), np.int64)
+    task = rows[:, 0] >= 0
+    out[task, 0] = rows[task, 0]
+    out[task, 1] = np.asarray(fid or [0], np.int64)[rows[task, 0]]
+    out[task, 2:] = rows[task, 1:]
+    w = -1 - rows[~task, 0]
+    at = np.asarray(wl_at, np.int64)
+    out[~task, 0] = -1
+    out[~task, 1], out[~task, 2] = at[w], at[w + 1]
+    return out
 
 
 def wait_entries(wl: list[int], nsteps: np.ndarray) -> np.ndarray:

@@ -178,7 +178,25 @@ def test_persistent_program_compiles_for_sm90(name: str, monkeypatch: pytest.Mon
     assert "st.release.gpu" in cm.source and "ld.acquire.gpu" in cm.source
     # how the vEUs wait is the launch's to say (runtime.cuda_model.PROGRAM_SYNC)
     assert "long long stride, int fence, unsigned sleep_hi)" in cm.source
+    assert "na = plan[2 * i + 2]" in cm.source      # the next entry read while one runs
     assert "if (fence) __threadfence();" in cm.source
+
+
+def test_the_program_reads_each_entry_whole() -> None:
+    """An rTask entry carries its kernel's function, a barrier its range of waits: running
+    an entry needs no load that waits on another (``fid``, ``wl_at``)."""
+    from ember.runtime.cuda_model import program_entries
+
+    plan = ExecutionPlan(2, [[RTask(0, 0, 2), Wait(((1, 1),)), RTask(1, 0, 1)],
+                             [RTask(0, 2, 4), Wait(((0, 1),)), RTask(1, 1, 2), RTask(2, 0, 1)]],
+                         "t")
+    flat = plan.encode_flat()
+    got = program_entries(flat["plan"], flat["wl_at"], [5, 6, 5])
+    # the two barriers share one list of waits (``encode_shared``): vEU 0's and 1's first step
+    assert got.tolist() == [[0, 5, 0, 2], [-1, 0, 2, 0], [1, 6, 0, 1],
+                            [0, 5, 2, 4], [-1, 0, 2, 0], [1, 6, 1, 2], [2, 5, 0, 1]]
+    assert flat["wl"] == [0, 1, 1, 1]
+    assert program_entries([], [0], []).tolist() == [[-1, 0, 0, 0]]
 
 
 def test_the_program_reads_each_wait_with_the_rtasks_of_its_veu() -> None:
