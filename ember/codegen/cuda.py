@@ -291,7 +291,11 @@ static __device__ __forceinline__ unsigned long long em_observe(const unsigned l
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
   return v;
 }
-extern "C" __global__ void __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
+"""
+
+# the program itself (its helpers above: a test runs it on the CPU with helpers of its own)
+PERSISTENT_PROGRAM = r"""extern "C" __global__ void
+__launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
     const unsigned long long *args, const longlong2 *plan, const long long *plan_at,
     const long long *wl, unsigned long long *steps, const long long *nsteps, long long epoch,
     unsigned long long *prof, long long stride, int fence, unsigned sleep_hi) {
@@ -370,8 +374,9 @@ def emit_persistent(kernels: list[GpuKernel], block: int, per_sm: int = 1
                 "char *smem, const unsigned long long *a) {\n  switch (f) {\n" +
                 "\n".join(cases) + "\n    default: break;\n  }\n}\n")
     body = "\n".join(t.text for _, t in funcs.values())
-    src = "\n" + body + "\n" + dispatch + PERSISTENT.replace("%(BT)d", str(block)).replace(
+    program = PERSISTENT_PROGRAM.replace("%(BT)d", str(block)).replace(
         "%(W)d", str(width)).replace("%(PER_SM)d", str(per_sm))
+    src = "\n" + body + "\n" + dispatch + PERSISTENT + program
     return src, fid, width, pool
 
 

@@ -566,15 +566,12 @@ class _Persistent:
         self.arrays = {"plan": _upload(program_entries(p["plan"], p["wl_at"], p["fid"])),
                        "plan_at": _upload(np.asarray(p["plan_at"], np.int64)),
                        "wl": _upload(wait_entries(p["wl"], nsteps)), "nsteps": _upload(nsteps)}
-        # the step counters: a region of its own for each stride the sync modes take (each
-        # counter on a 128-byte line of its own, or packed), so a counter read under one mode
-        # was only ever written under it (they only grow)
-        strides = sorted({s for s, _, _ in PROGRAM_SYNC.values()})
-        self.regions = dict(zip(strides, np.cumsum([0] + [8 * s * self.veus for s in strides])))
-        nbytes = 8 * sum(strides) * self.veus
+        # the step counters, at vEU v's word v * stride (a sync mode's: each on a 128-byte
+        # line of its own, or packed)
+        self.nsteps = nsteps
+        nbytes = 8 * max(s for s, _, _ in PROGRAM_SYNC.values()) * self.veus
         self.steps = cu.DeviceBuffer(nbytes)
         cu.call("cuMemsetD8Async", self.steps.ptr, 0, nbytes, dev.stream.handle)
-        self.steps_at = ctypes.c_uint64(self.steps.ptr)
         # row k: program kernel k's pointer arguments, resolved here (inputs' rows again
         # when the input addresses change)
         width = int(p["width"])
@@ -587,7 +584,7 @@ class _Persistent:
         self.entries = len(p["plan"]) // 3
         cells = [ctypes.c_uint64(self.args.ptr),
                  *(ctypes.c_uint64(self.arrays[k].ptr) for k in ("plan", "plan_at", "wl")),
-                 self.steps_at, ctypes.c_uint64(self.arrays["nsteps"].ptr)]
+                 ctypes.c_uint64(self.steps.ptr), ctypes.c_uint64(self.arrays["nsteps"].ptr)]
         self.stride, self.fence, self.sleep_hi = (ctypes.c_longlong(0), ctypes.c_int(0),
                                                   ctypes.c_uint(0))
         self.cells = [*cells, self.epoch, self.prof, self.stride, self.fence, self.sleep_hi]
@@ -615,7 +612,12 @@ class _Persistent:
                 "with EMBER_GPU naming this one), or run the kernels one by one "
                 "(cm.mode = 'launches')")
         stride, fence, sleep_hi = PROGRAM_SYNC[sync]
-        self.steps_at.value = self.steps.ptr + int(self.regions[stride])
+        if stride != self.stride.value:
+            # the counters move to this stride's words as the last run left them: vEU u's at
+            # epoch * (its rTasks a run), where a wait of this run may count on them
+            self.moved = step_counters(self.nsteps, self.epoch.value, stride)
+            cu.call("cuMemcpyHtoDAsync_v2", self.steps.ptr, self.moved.ctypes.data,
+                    self.moved.nbytes, dev.stream.handle)
         self.stride.value, self.fence.value, self.sleep_hi.value = stride, fence, sleep_hi
         cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
                 self.smem, dev.stream.handle, self.argv)
@@ -634,6 +636,14 @@ class _Persistent:
         out = np.zeros((max(self.entries, 1), 2), np.uint64)
         cu.call("cuMemcpyDtoH_v2", out.ctypes.data, cu.CUdeviceptr(buf.ptr), out.nbytes)
         return out[:self.entries]
+
+
+def step_counters(nsteps: np.ndarray, epoch: int, stride: int) -> np.ndarray:
+    """The step counters as the runs before ``epoch`` left them (vEU u's at ``epoch`` times
+    its rTasks a run), laid out at ``stride`` words."""
+    out = np.zeros(stride * len(nsteps), np.uint64)
+    out[::stride] = np.asarray(nsteps, np.uint64) * np.uint64(epoch)
+    return out
 
 
 def program_entries(plan: list[int], wl_at: list[int], fid: list[int]) -> np.ndarray:
