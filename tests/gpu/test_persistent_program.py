@@ -2,9 +2,11 @@
 vEU's plan entries, the next entry read ahead, the waits, the step counters that only grow)
 run on the CPU: the program's text compiled as C, one POSIX thread per vEU (a block of one
 thread), its rKernels a stub that checks each block runs after every block of the operators
-it depends on, and once per inference. A real Rammer plan over an H100's 264 vEUs, three
-inferences in a row under the three ways of waiting (``runtime.cuda_model.PROGRAM_SYNC``),
-each with the runtime's own encoding of the plan (``program_entries``, ``wait_entries``)."""
+it depends on, and once per inference. Real plans over an H100's 264 vEUs (Rammer's of
+small_cnn and LSTM-TC, IOS's of Inception-v3), six inferences in a row under the three ways of
+waiting (``runtime.cuda_model.PROGRAM_SYNC``), with the runtime's own encoding of the plan
+(``program_entries``, ``wait_entries``) and of the step counters where the way of waiting
+moves them (``step_counters``)."""
 
 from __future__ import annotations
 
@@ -130,13 +132,13 @@ int main(int argc, char **argv) {
 """
 
 
-def _program_input(name: str, tmp: Path, strides: list[int]) -> Path:
+def _program_input(name: str, policy: str, tmp: Path, strides: list[int]) -> Path:
     """The model's Rammer plan over the GPU's vEUs, encoded as the runtime uploads it, with
     each program kernel's operator, blocks and every operator's dependencies; then, for
     inferences at ``strides``, the step counters the runtime writes before each (where the
     stride changes)."""
     comp = driver.build_graph(import_model(zoo.build(name)), target="cuda",
-                              gpu_schedule="rammer")
+                              gpu_schedule=policy)
     plan, infos = comp.plan, comp.gpu_infos
     nops = len(infos)
     flat = plan.encode_flat()
@@ -169,7 +171,10 @@ def _program_input(name: str, tmp: Path, strides: list[int]) -> Path:
 
 
 @pytest.mark.skipif(CC is None, reason="no C compiler")
-def test_the_program_runs_a_rammer_plan_in_dependency_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name,policy", [("small_cnn", "rammer"), ("inception_v3", "ios"),
+                                         ("lstm_tc", "rammer")])
+def test_the_program_runs_a_plan_in_dependency_order(name: str, policy: str,
+                                                     tmp_path: Path) -> None:
     program = re.sub(r'extern "C" ', "", PERSISTENT_PROGRAM).replace("%(BT)d", "1").replace(
         "%(PER_SM)d", "1").replace("%(W)d", "1")
     src = tmp_path / "program.c"
@@ -178,7 +183,7 @@ def test_the_program_runs_a_rammer_plan_in_dependency_order(tmp_path: Path) -> N
     subprocess.run([CC, "-O1", "-std=c11", "-pthread", str(src), "-o", str(exe)], check=True,
                    capture_output=True, text=True)
     syncs = [PROGRAM_SYNC[m] for m in ("lean", "fenced", "spin", "lean", "fenced", "fenced")]
-    data = _program_input("small_cnn", tmp_path, [s for s, _, _ in syncs])
+    data = _program_input(name, policy, tmp_path, [s for s, _, _ in syncs])
     modes = [",".join(str(x) for x in sync) for sync in syncs]
     r = subprocess.run([str(exe), str(data), *modes], capture_output=True, text=True,
                        timeout=60)
