@@ -239,6 +239,54 @@ def gemm_model(n: int) -> tuple[Any, np.ndarray, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), a, b
 
 
+def chain_model(n: int, width: int = 256) -> tuple[Any, np.ndarray]:
+    """``n`` products of a ``[1, width]`` row by ``width x width`` constants one after
+    another (each its own kernel, almost no work): (model, input)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    ws = [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width))
+                                  .astype(np.float32), f"w{i}") for i in range(n)]
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"w{i}"],
+                              [f"h{i}" if i < n - 1 else "y"]) for i in range(n)]
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, width])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, width])],
+                          ws)
+    x = rng.standard_normal((1, width)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x
+
+
+def bench_chain(n: int, runs: int, rounds: int = 3) -> dict[str, Any]:
+    """What a dependent step costs (``chain_model``: n kernels, each waiting for the one
+    before): the launches one by one and in a CUDA graph, and the Rammer program under each
+    way of waiting (``runtime.cuda_model.PROGRAM_SYNC``); median us per kernel."""
+    from ember.runtime.cuda_model import PROGRAM_SYNC
+
+    m, x = chain_model(n)
+    cm = ember.compile(m, target="cuda", schedule="rammer")
+    ref = x.astype(np.float64)
+    for init in m.graph.initializer:
+        ref = ref @ np.frombuffer(init.raw_data, np.float32).reshape(init.dims[0], init.dims[1])
+    feeds = {"x": x}
+    got = cm.run(feeds)["y"]
+    ways = {"launches": ("launches", False, "lean"), "graph": ("launches", True, "lean"),
+            **{f"program[{s}]": ("persistent", True, s) for s in PROGRAM_SYNC}}
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    for r in range(rounds + 1):      # round 0 warms up
+        for k, (mode, graph, sync) in ways.items():
+            cm.mode, cm.cuda_graph, cm.program_sync = mode, graph, sync
+            t = cm.time_ms(feeds, runs)
+            if r:
+                times[k] += t
+    rec: dict[str, Any] = {"chain": n, "kernels": len(cm.meta["launches"]),
+                           "rel_err": float(np.abs(got - ref).max() / np.abs(ref).max())}
+    for k, v in times.items():
+        rec[f"{k}_us_per_kernel"] = round(1e3 * statistics.median(v) / rec["kernels"], 3)
+    return rec
+
+
 def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
     import torch
 
@@ -288,7 +336,8 @@ def _torch_compiled(mod: Any, args: list[Any], modes: list[str], deadline: float
 
 
 def prepare(models: list[str], gemm: int, precisions: list[str],
-            model_precisions: tuple[str, ...] | list[str] = ("fp32",), topk: int = 1) -> None:
+            model_precisions: tuple[str, ...] | list[str] = ("fp32",), topk: int = 1,
+            chain: int = 0) -> None:
     """Compile every model's (in each of ``model_precisions``) and the GEMM's CUDA images
     into the kernel cache: a GPU machine given that cache (``EMBER_CACHE_DIR``) runs the bench
     without compiling, but for the programs planned again on its measured costs. With a GPU,
@@ -305,6 +354,9 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
                 _prepare_candidates(name, prec, topk)
             print(f"{name} ({spec}): CUDA images in {time.perf_counter() - t:.1f} s",
                   flush=True)
+    if chain:
+        for policy in ("sequential", "rammer"):
+            ember.compile(chain_model(chain)[0], target="cuda", schedule=policy)
     for spec in precisions if gemm else []:
         prec, opts = engine(spec)
         for policy in ("sequential", "rammer") if opts is None else ("sequential",):
@@ -356,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-models", default="",
                     help="the models torch.compile's modes run on (default: every model)")
     ap.add_argument("--gemm", type=int, default=4096)
+    ap.add_argument("--chain", type=int, default=64,
+                    help="kernels of the dependent chain that times a step (0: none)")
     ap.add_argument("--gemm-precisions",
                     default="fp32,tf32,fp16,bf16,fp16+wgmma,bf16+wgmma,tf32+wgmma",
                     help="+wgmma: on Hopper's warpgroup MMA (sm_90a)")
@@ -374,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     mprecs = [p for p in a.model_precisions.split(",") if p]
     if a.prepare:
         prepare(models, a.gemm, [p for p in a.gemm_precisions.split(",") if p], mprecs,
-                options.current().topk)
+                options.current().topk, a.chain)
         return 0
     from ember.runtime import cuda_driver
 
@@ -408,7 +462,9 @@ def main(argv: list[str] | None = None) -> int:
             rec = {**what, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         record(kind, rec)
 
-    result["gemm"], result["gantt"] = [], []
+    result["gemm"], result["gantt"], result["chain"] = [], [], []
+    if a.chain:
+        guarded("chain", {"chain": a.chain}, lambda: bench_chain(a.chain, a.runs))
     for name in (m for m in a.gantt.split(",") if m):
         guarded("gantt", {"gantt": name}, lambda n=name: gantt(n, out))
     gprecs = [p for p in a.gemm_precisions.split(",") if p and a.gemm]
@@ -490,6 +546,14 @@ def _table(result: dict[str, Any]) -> None:
               f"{f(ram)} {f(ios_)} {f(ea)} "
               f"{f(cd)} {f(cx)} {f(e / ea if e and ea else None, 7)} "
               f"{f(e / best if e and best else None, 7)}")
+    for c in result.get("chain", []):
+        if "error" in c:
+            print(f"chain of {c.get('chain')} products: ERROR {c['error'][:90]}")
+            continue
+        print(f"a dependent step, us per kernel of a chain of {c['kernels']} (rel err "
+              f"{c['rel_err']:.1e}): " + ", ".join(
+                  f"{k[:-len('_us_per_kernel')]} {v}" for k, v in c.items()
+                  if k.endswith("_us_per_kernel")))
     for g in result.get("gemm", []):
         if "ember_ms" not in g:
             print(f"GEMM {g.get('precision')}: ERROR {g.get('error', '')[:90]}")

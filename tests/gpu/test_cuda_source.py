@@ -315,3 +315,24 @@ def test_wgmma_runs_of_the_gpu_bench_go_in_a_child_process(tmp_path: Path,
     bench._in_child(argparse.Namespace(**{**vars(a), "in_process": True}), tmp_path, record,
                     ["bf16+wgmma"], [])     # the child itself runs them
     assert len(got["gemm"]) == 1
+
+
+def test_the_bench_chain_is_one_kernel_a_product(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench/gpu``'s dependent chain (what a step between kernels costs): one kernel per
+    product, each after the one before; in cuda-sim under Rammer's plan it computes the
+    products; the table prints its us per kernel."""
+    from ember.bench.gpu import _table, chain_model
+
+    m, x = chain_model(6, width=64)
+    cm = ember.compile(m, target="cuda-sim", schedule="rammer")
+    want = x.astype(np.float64)
+    for init in m.graph.initializer:
+        want = want @ np.frombuffer(init.raw_data, np.float32).reshape(64, 64)
+    np.testing.assert_allclose(cm.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+    launches = ember.compile(m, target="cuda", schedule="sequential").meta["launches"]
+    assert len(launches) == 6 and all(i - 1 in e["after"] for i, e in enumerate(launches) if i)
+    _table({"device": "GPU", "arch": "sm_90", "torch": "t", "models": [], "gemm": [],
+            "chain": [{"chain": 6, "kernels": 6, "rel_err": 1e-7, "graph_us_per_kernel": 2.5,
+                       "program[lean]_us_per_kernel": 1.5}, {"chain": 6, "error": "boom"}]})
+    out = capsys.readouterr().out
+    assert "graph 2.5, program[lean] 1.5" in out and "ERROR boom" in out
