@@ -67,7 +67,7 @@ t0=$(date +%s)
 # steps takes minutes, max-autotune longer still), e.g. COMPILE_S=300
 # COMPILE_ARGS="--modes default,max-autotune --models resnet50,bert_base"
 if [ "${COMPILE_S:-0}" != 0 ]; then
-  timeout $COMPILE_S $PY bench/gpu/bench.py --out "$RES/compile" --gemm 0 \
+  timeout $COMPILE_S $PY bench/gpu/bench.py --out "$RES/compile" --gemm 0 --chain 0 \
     --budget-s $(( COMPILE_S - 60 )) ${COMPILE_ARGS:---modes default,max-autotune} \
     > "$RES/bench_compile.log" 2>&1
   echo "bench with torch.compile: exit $? in $(( $(date +%s) - t0 )) s"
@@ -78,7 +78,7 @@ fi
 # (prepare their images too: EMBER_SPLIT_K=0 ... bench.py --prepare --models resnet18,bert_base
 # --gemm 0); measured on 2026-11-28 (ResNet-18 1.68x, BERT 1.10x), so off unless SPLIT_AB=1
 if [ "${SPLIT_AB:-0}" = 1 ]; then
-  EMBER_SPLIT_K=0 timeout ${AB_S:-50} $PY bench/gpu/bench.py --out "$RES/nosplit" --gemm 0 \
+  EMBER_SPLIT_K=0 timeout ${AB_S:-50} $PY bench/gpu/bench.py --out "$RES/nosplit" --gemm 0 --chain 0 \
     --modes "" --models ${AB_MODELS:-resnet18,bert_base} > "$RES/bench_nosplit.log" 2>&1
   echo "bench without split-K: exit $? in $(( $(date +%s) - t0 )) s"
   pack
@@ -88,7 +88,7 @@ t0=$(date +%s)
 # TF32), eager only; fp16+wgmma: the same products on Hopper's warpgroup MMA (launches only)
 PREC=${PREC:-fp16,fp16+wgmma}
 if [ "$PREC" != none ]; then
-  timeout ${PREC_S:-100} $PY bench/gpu/bench.py --out "$RES/prec" --gemm 0 --modes "" \
+  timeout ${PREC_S:-100} $PY bench/gpu/bench.py --out "$RES/prec" --gemm 0 --chain 0 --modes "" \
     --models ${PREC_MODELS:-resnet50,bert_base} --model-precisions "$PREC" \
     > "$RES/bench_prec.log" 2>&1
   echo "bench in $PREC: exit $? in $(( $(date +%s) - t0 )) s"
@@ -99,7 +99,7 @@ t0=$(date +%s)
 # EMBER_TOPK=$TOPK against the model's own tiles above (TOPK=1 skips)
 TOPK=${TOPK:-4}
 if [ "$TOPK" -gt 1 ]; then
-  EMBER_TOPK=$TOPK timeout ${TOPK_S:-60} $PY bench/gpu/bench.py --out "$RES/topk" --gemm 0 \
+  EMBER_TOPK=$TOPK timeout ${TOPK_S:-60} $PY bench/gpu/bench.py --out "$RES/topk" --gemm 0 --chain 0 \
     --modes "" --models ${TOPK_MODELS:-resnet50,bert_base} > "$RES/bench_topk.log" 2>&1
   echo "bench with Roller's top-$TOPK timed: exit $? in $(( $(date +%s) - t0 )) s"
   pack
@@ -109,7 +109,7 @@ t0=$(date +%s)
 # skips)
 GANTT=${GANTT:-lstm_tc,inception_v3}
 if [ "$GANTT" != none ]; then
-  timeout ${GANTT_S:-45} $PY bench/gpu/bench.py --out "$RES/gantt" --gemm 0 --models "" \
+  timeout ${GANTT_S:-45} $PY bench/gpu/bench.py --out "$RES/gantt" --gemm 0 --chain 0 --models "" \
     --gantt "$GANTT" > "$RES/bench_gantt.log" 2>&1
   echo "Gantt charts: exit $? in $(( $(date +%s) - t0 )) s"
   pack

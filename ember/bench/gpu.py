@@ -136,36 +136,14 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     mod = OnnxTorch(model).cuda().eval()
     args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
 
-    def ember_in(mode: str, graph: bool, order: str = "chain", sync: str = "lean") -> Any:
-        def go() -> list[float]:
-            cm.mode, cm.cuda_graph, cm.graph_order = mode, graph, order
-            cm.program_sync = sync
-            return cm.time_ms(feeds, runs)
-        return go
-
     def in_precision(fn: Any) -> Any:
         def go(*a: Any) -> Any:
             with _TorchPrecision(precision):
                 return fn(*a)
         return go
 
-    engines: dict[str, Any] = {"ember": ember_in(*chosen),
-                               "rammerbase": ember_in("launches", False),
-                               "graph": ember_in("launches", True),
-                               "branches": ember_in("launches", True, "data"),
-                               "eager": lambda: _torch_time(in_precision(mod), args, runs)}
-    if "ios_stages" in cm.meta:
-        engines["ios_graph"] = ember_in("launches", True, "ios")
-    if "persistent" in cm.meta:
-        policy = cm.meta["persistent"]["policy"]
-        engines[policy] = ember_in("persistent", True)
-        cm.mode = "persistent"
-        rec[f"{policy}_rel_err"] = _rel_err(cm, feeds, ref)
-        for sync in ("fenced", "spin"):   # the program's other ways of waiting (PROGRAM_SYNC)
-            engines[f"{policy}[{sync}]"] = ember_in("persistent", True, sync=sync)
-            cm.program_sync = sync
-            rec[f"{policy}[{sync}]_rel_err"] = _rel_err(cm, feeds, ref)
-        cm.program_sync = "lean"
+    engines = _ember_engines(cm, feeds, runs, ref, rec)
+    engines["eager"] = lambda: _torch_time(in_precision(mod), args, runs)
     compiled = _torch_compiled(mod, args, modes, deadline, in_precision, rec)
     for mode, fn in compiled.items():
         engines[f"compile[{mode}]"] = (lambda f=fn: _torch_time(f, args, runs))
@@ -175,12 +153,42 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     for _ in range(rounds):
         for k, eng in engines.items():
             times[k] += eng()
-    cm.mode, cm.cuda_graph, cm.graph_order = chosen
-    cm.program_sync = "lean"
+    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = (*chosen, "lean")
     for k, v in times.items():
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     rec.update(_kernel_profile(cm, feeds))
     return rec
+
+
+def _ember_engines(cm: Any, feeds: dict[str, np.ndarray], runs: int, ref: list[np.ndarray],
+                   rec: dict[str, Any]) -> dict[str, Any]:
+    """Ember's ways of running ``cm``, each a function timing ``runs`` inferences: the one
+    ``auto`` chose, the launches one by one (RammerBase), in a CUDA graph chained, of their
+    data dependencies and of IOS's stages, and the persistent program under each way of
+    waiting (whose results, against ``ref``, go in ``rec``)."""
+    chosen = (cm.mode, cm.cuda_graph, cm.graph_order)
+
+    def ember_in(mode: str, graph: bool, order: str = "chain", sync: str = "lean") -> Any:
+        def go() -> list[float]:
+            cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = mode, graph, order, sync
+            return cm.time_ms(feeds, runs)
+        return go
+
+    engines: dict[str, Any] = {"ember": ember_in(*chosen),
+                               "rammerbase": ember_in("launches", False),
+                               "graph": ember_in("launches", True),
+                               "branches": ember_in("launches", True, "data")}
+    if "ios_stages" in cm.meta:
+        engines["ios_graph"] = ember_in("launches", True, "ios")
+    if "persistent" in cm.meta:
+        policy = cm.meta["persistent"]["policy"]
+        for sync in ("lean", "fenced", "spin"):   # the ways of waiting (PROGRAM_SYNC)
+            key = policy if sync == "lean" else f"{policy}[{sync}]"
+            engines[key] = ember_in("persistent", True, sync=sync)
+            cm.mode, cm.program_sync = "persistent", sync
+            rec[f"{key}_rel_err"] = _rel_err(cm, feeds, ref)
+    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = (*chosen, "lean")
+    return engines
 
 
 def _kernel_profile(cm: Any, feeds: dict[str, np.ndarray], top: int = 12) -> dict[str, Any]:
@@ -398,7 +406,7 @@ def _prepare_candidates(name: str, precision: str, topk: int) -> None:
             pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
     ap.add_argument("--runs", type=int, default=20)
@@ -423,7 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true",
                     help="run the +wgmma precisions here too (not in a child process)")
     ap.add_argument("--child-timeout-s", type=float, default=150.0)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     mprecs = [p for p in a.model_precisions.split(",") if p]
     if a.prepare:
@@ -441,10 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     info = cuda_driver.device_info(0)
     result: dict[str, Any] = {"device": info.name, "arch": info.arch, "torch": torch.__version__,
-                              "precision": "fp32", "models": []}
-    deadline = time.perf_counter() + a.budget_s
-    modes = [m for m in a.modes.split(",") if m]
-    compile_models = {m for m in a.compile_models.split(",") if m} or set(models)
+                              "precision": "fp32", "models": [], "gemm": [], "gantt": [],
+                              "chain": []}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -452,6 +462,19 @@ def main(argv: list[str] | None = None) -> int:
         result[kind].append(rec)
         print(json.dumps(rec), flush=True)
         (out / "gpu.json").write_text(json.dumps(result, indent=1))
+
+    _run_all(a, models, mprecs, out, record)
+    _table(result)
+    return 0
+
+
+def _run_all(a: argparse.Namespace, models: list[str], mprecs: list[str], out: Path,
+             record: Any) -> None:
+    """The chain, the Gantt charts, the GEMMs and the models, as ``a`` asks; each result (or
+    its error) given to ``record`` as it comes."""
+    deadline = time.perf_counter() + a.budget_s
+    modes = [m for m in a.modes.split(",") if m]
+    compile_models = {m for m in a.compile_models.split(",") if m} or set(models)
 
     def guarded(kind: str, what: dict[str, Any], run: Any) -> None:
         """``run()``'s record, or, where it raised, ``what`` and the error (a peer or a model
@@ -462,27 +485,21 @@ def main(argv: list[str] | None = None) -> int:
             rec = {**what, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         record(kind, rec)
 
-    result["gemm"], result["gantt"], result["chain"] = [], [], []
     if a.chain:
         guarded("chain", {"chain": a.chain}, lambda: bench_chain(a.chain, a.runs))
     for name in (m for m in a.gantt.split(",") if m):
         guarded("gantt", {"gantt": name}, lambda n=name: gantt(n, out))
     gprecs = [p for p in a.gemm_precisions.split(",") if p and a.gemm]
     for prec in gprecs:
-        if "+wgmma" in prec and not a.in_process:
-            continue
-        guarded("gemm", {"precision": prec}, lambda p=prec: bench_gemm(a.gemm, 10, p))
+        if "+wgmma" not in prec or a.in_process:
+            guarded("gemm", {"precision": prec}, lambda p=prec: bench_gemm(a.gemm, 10, p))
     _in_child(a, out, record, [p for p in gprecs if "+wgmma" in p], [])
-    for prec in mprecs:
-        if "+wgmma" in prec and not a.in_process:
-            continue
+    for prec in (p for p in mprecs if "+wgmma" not in p or a.in_process):
         for name in models:
             guarded("models", {"model": name, "precision": prec},
                     lambda n=name, p=prec: bench_model(
                         n, a.runs, a.rounds, deadline, modes if n in compile_models else [], p))
     _in_child(a, out, record, [], [p for p in mprecs if "+wgmma" in p])
-    _table(result)
-    return 0
 
 
 def _in_child(a: argparse.Namespace, out: Path, record: Any, gemm_precisions: list[str],
@@ -498,7 +515,7 @@ def _in_child(a: argparse.Namespace, out: Path, record: Any, gemm_precisions: li
            "--gemm-precisions", ",".join(gemm_precisions) or "fp32",
            "--models", a.models if model_precisions else "",
            "--model-precisions", ",".join(model_precisions) or "fp32",
-           "--modes", "", "--runs", str(a.runs), "--rounds", str(a.rounds)]
+           "--modes", "", "--runs", str(a.runs), "--rounds", str(a.rounds), "--chain", "0"]
     if (sub / "gpu.json").exists():
         (sub / "gpu.json").unlink()
     try:

@@ -291,6 +291,9 @@ static __device__ __forceinline__ unsigned long long em_observe(const unsigned l
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
   return v;
 }
+static __device__ __forceinline__ void em_prefetch(const void *at) {
+  asm volatile("prefetch.global.L1 [%0];" :: "l"(at));
+}
 """
 
 # the program itself (its helpers above: a test runs it on the CPU with helpers of its own)
@@ -300,18 +303,27 @@ __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
     const long long *wl, unsigned long long *steps, const long long *nsteps, long long epoch,
     unsigned long long *prof, long long stride, int fence, unsigned sleep_hi) {
   /* plan entry i: rTask (kernel, its function, first block, end block) or wait (-1, first
-     wait, end wait, 0), two 16-byte words; the next entry is read while this one runs */
+     wait, end wait, 0), two 16-byte words */
   extern __shared__ __align__(16) char em_smem[];
   const int v = blockIdx.x;
   const long long end = plan_at[v + 1];
   const unsigned long long base = (unsigned long long)epoch * nsteps[v];
   unsigned long long step = 0;
   long long i = plan_at[v];
-  longlong2 a = make_longlong2(-1, 0), b = make_longlong2(0, 0);
+  const longlong2 none = make_longlong2(-1, 0), zero = make_longlong2(0, 0);
+  longlong2 a = none, b = zero, na = none, nb = zero;
   if (i < end) { a = plan[2 * i]; b = plan[2 * i + 1]; }
+  if (i + 1 < end) { na = plan[2 * i + 2]; nb = plan[2 * i + 3]; }
   for (; i < end; ++i) {
-    longlong2 na = a, nb = b;
-    if (i + 1 < end) { na = plan[2 * i + 2]; nb = plan[2 * i + 3]; }
+    /* entries two ahead are read while this one runs; what the next one reads first goes
+       to L1 meanwhile: an rTask's row of tensor addresses, or each thread's first wait */
+    longlong2 nna = none, nnb = zero;
+    if (i + 2 < end) { nna = plan[2 * i + 4]; nnb = plan[2 * i + 5]; }
+    if (na.x >= 0) {
+      if (threadIdx.x == 0) em_prefetch(args + %(W)d * na.x);
+    } else if (na.y + threadIdx.x < nb.x) {
+      em_prefetch(wl + 3 * (na.y + threadIdx.x));
+    }
     if (a.x >= 0) {
       unsigned long long t0 = 0;
       if (prof != 0 && threadIdx.x == 0) t0 = em_globaltimer();
@@ -343,6 +355,8 @@ __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
     }
     a = na;
     b = nb;
+    na = nna;
+    nb = nnb;
   }
 }
 """

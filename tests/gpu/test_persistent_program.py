@@ -1,8 +1,8 @@
 """The persistent program's own control (``codegen.cuda.PERSISTENT_PROGRAM``: the walk over a
-vEU's plan entries, the next entry read ahead, the waits, the step counters that only grow)
-run on the CPU: the program's text compiled as C, one POSIX thread per vEU (a block of one
-thread), its rKernels a stub that checks each block runs after every block of the operators
-it depends on, and once per inference. Real plans over an H100's 264 vEUs (Rammer's of
+vEU's plan entries, the entries read ahead, the waits, the step counters that only grow) run
+on the CPU: the program's text compiled as C, one POSIX thread per vEU (a block of one thread),
+its rKernels a stub that checks each block runs after every block of the operators it depends
+on, and once per inference. Real plans over the vEUs of an H100 cut to 12 SMs (Rammer's of
 small_cnn and LSTM-TC, IOS's of Inception-v3), six inferences in a row under the three ways of
 waiting (``runtime.cuda_model.PROGRAM_SYNC``), with the runtime's own encoding of the plan
 (``program_entries``, ``wait_entries``) and of the step counters where the way of waiting
@@ -47,15 +47,16 @@ static _Thread_local dim1 blockIdx;
 static const dim1 threadIdx = {0}, blockDim = {1};
 static inline void __syncthreads(void) {}
 static inline void __threadfence(void) { atomic_thread_fence(memory_order_seq_cst); }
-static inline void __nanosleep(unsigned ns) { (void)ns; sched_yield(); }
+static inline void __nanosleep(unsigned ns) { (void)ns; }
 static inline void em_publish(unsigned long long *at, unsigned long long v) {
   atomic_store_explicit((_Atomic unsigned long long *)at, v, memory_order_release);
 }
 static inline unsigned long long em_observe(const unsigned long long *at) {
-  sched_yield();   /* 264 vEUs on a few cores: a poll gives the others a turn */
+  sched_yield();   /* more vEUs than cores: a poll gives the others a turn */
   return atomic_load_explicit((_Atomic unsigned long long *)at, memory_order_acquire);
 }
 static inline unsigned long long em_globaltimer(void) { return 0; }
+static inline void em_prefetch(const void *at) { (void)at; }
 char em_smem[16];
 /* the rKernels: program kernel k is operator OP[k]; a block of it may run once every block
    the plan gives the operators OP[k] depends on has run */
@@ -173,8 +174,13 @@ def _program_input(name: str, policy: str, tmp: Path, strides: list[int]) -> Pat
 @pytest.mark.skipif(CC is None, reason="no C compiler")
 @pytest.mark.parametrize("name,policy", [("small_cnn", "rammer"), ("inception_v3", "ios"),
                                          ("lstm_tc", "rammer")])
-def test_the_program_runs_a_plan_in_dependency_order(name: str, policy: str,
-                                                     tmp_path: Path) -> None:
+def test_the_program_runs_a_plan_in_dependency_order(name: str, policy: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # an H100 of 12 SMs: plans over 24 vEUs (as many threads as a few cores switch between
+    # quickly), of the same kernels' blocks
+    (tmp_path / "gpu.json").write_text('{"units": 12}')
+    monkeypatch.setenv("EMBER_GPU", "H100")
+    monkeypatch.setenv("EMBER_DEVICE_SPEC", str(tmp_path / "gpu.json"))
     program = re.sub(r'extern "C" ', "", PERSISTENT_PROGRAM).replace("%(BT)d", "1").replace(
         "%(PER_SM)d", "1").replace("%(W)d", "1")
     src = tmp_path / "program.c"
@@ -184,6 +190,7 @@ def test_the_program_runs_a_plan_in_dependency_order(name: str, policy: str,
                    capture_output=True, text=True)
     syncs = [PROGRAM_SYNC[m] for m in ("lean", "fenced", "spin", "lean", "fenced", "fenced")]
     data = _program_input(name, policy, tmp_path, [s for s, _, _ in syncs])
+    assert int(np.fromfile(data, np.int64, 1)[0]) == 24          # vEUs: 12 SMs x 2
     modes = [",".join(str(x) for x in sync) for sync in syncs]
     r = subprocess.run([str(exe), str(data), *modes], capture_output=True, text=True,
                        timeout=60)
