@@ -130,7 +130,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     rec["auto"] = cm.meta.get("schedule", {})
     if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
         rec["gpu_topk"] = cm.meta["gpu_topk"]
-    chosen = (cm.mode, cm.cuda_graph, cm.graph_order)
+    chosen = (cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync)
     ref = _ort(model, feeds)
     rec["ember_rel_err"] = _rel_err(cm, feeds, ref)
     mod = OnnxTorch(model).cuda().eval()
@@ -153,7 +153,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     for _ in range(rounds):
         for k, eng in engines.items():
             times[k] += eng()
-    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = (*chosen, "lean")
+    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = chosen
     for k, v in times.items():
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     rec.update(_kernel_profile(cm, feeds))
@@ -166,7 +166,7 @@ def _ember_engines(cm: Any, feeds: dict[str, np.ndarray], runs: int, ref: list[n
     ``auto`` chose, the launches one by one (RammerBase), in a CUDA graph chained, of their
     data dependencies and of IOS's stages, and the persistent program under each way of
     waiting (whose results, against ``ref``, go in ``rec``)."""
-    chosen = (cm.mode, cm.cuda_graph, cm.graph_order)
+    chosen = (cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync)
 
     def ember_in(mode: str, graph: bool, order: str = "chain", sync: str = "lean") -> Any:
         def go() -> list[float]:
@@ -187,7 +187,7 @@ def _ember_engines(cm: Any, feeds: dict[str, np.ndarray], runs: int, ref: list[n
             engines[key] = ember_in("persistent", True, sync=sync)
             cm.mode, cm.program_sync = "persistent", sync
             rec[f"{key}_rel_err"] = _rel_err(cm, feeds, ref)
-    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = (*chosen, "lean")
+    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = chosen
     return engines
 
 

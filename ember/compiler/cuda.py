@@ -22,7 +22,7 @@ from ember.errors import EmberError
 from ember.ir.graph import Graph, Value
 from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, scratch_offsets
 from ember.passes.memplan import MemoryPlan, kernel_dependencies
-from ember.runtime.cuda_model import CudaModel
+from ember.runtime.cuda_model import PROGRAM_SYNC, CudaModel
 from ember.runtime.cuda_toolchain import compile_cuda
 from ember.sched import sequential
 from ember.support import log, options
@@ -250,27 +250,37 @@ def _fastest(launches: CudaModel, models: list[CudaModel], feeds: dict[str, Any]
              ) -> CudaModel:
     """Time ``launches``' kernels launched one by one (in a CUDA graph of their branches, one
     of IOS's stages, one of the launches chained in order, and without a graph) and each
-    of ``models``' persistent programs on the GPU on ``feeds``; the fastest, its mode set and
-    the measurements recorded (``meta["schedule"]``)."""
+    of ``models``' persistent programs (under each way of waiting, ``PROGRAM_SYNC``) on the
+    GPU on ``feeds``; the fastest, its mode set and the measurements recorded
+    (``meta["schedule"]``, and the program's way of waiting in ``meta["program_sync"]``)."""
     timed = {}
-    runs = [(launches, "branches+graph", "launches", True, "data"),
-            (launches, "ios+graph", "launches", True, "ios"),
-            (launches, "sequential+graph", "launches", True, "chain"),
-            (launches, "sequential", "launches", False, "chain")] + [
-        (cm, cm.meta["persistent"]["policy"], "persistent", True, "chain") for cm in models]
-    for cm, label, mode, graph, order in runs:
-        cm.mode, cm.cuda_graph, cm.graph_order = mode, graph, order
+    runs = [(launches, "branches+graph", "launches", True, "data", "lean"),
+            (launches, "ios+graph", "launches", True, "ios", "lean"),
+            (launches, "sequential+graph", "launches", True, "chain", "lean"),
+            (launches, "sequential", "launches", False, "chain", "lean")] + [
+        (cm, _program_label(cm, sync), "persistent", True, "chain", sync)
+        for cm in models for sync in PROGRAM_SYNC]
+    for cm, label, mode, graph, order, sync in runs:
+        cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = mode, graph, order, sync
         try:
             times = cm.time_ms(feeds, 20)
         except EmberError as e:
             LOG.info("schedule %s: %s", label, e)
             continue
-        timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph, order)
+        timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph, order, sync)
     best = min(timed, key=lambda k: timed[k][0])
-    _, cm, mode, graph, order = timed[best]
-    cm.mode, cm.cuda_graph, cm.graph_order = mode, graph, order
+    _, cm, mode, graph, order, sync = timed[best]
+    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = mode, graph, order, sync
     cm.annotate("schedule", {"chosen": best, "measured_ms": {k: v[0] for k, v in timed.items()}})
+    cm.annotate("program_sync", sync)
     return cm
+
+
+def _program_label(cm: CudaModel, sync: str) -> str:
+    """A persistent program's name among ``auto``'s candidates: its policy, and its way of
+    waiting where not the default ("rammer", "rammer[spin]")."""
+    policy = cm.meta["persistent"]["policy"]
+    return policy if sync == "lean" else f"{policy}[{sync}]"
 
 
 def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:

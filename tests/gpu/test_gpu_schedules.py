@@ -310,3 +310,45 @@ def test_ranked_kernels_are_the_models_next_tiles() -> None:
             assert a.schedule != b.schedule and a.modeled_us <= b.modeled_us
         else:
             assert a.schedule == b.schedule
+
+
+class _Timed:
+    """A compiled model as ``auto`` sees it: its time depends on how it is run."""
+
+    def __init__(self, ms: dict[tuple, float], persistent: str | None = None) -> None:
+        self.ms, self.notes = ms, {}
+        self.mode, self.cuda_graph, self.graph_order, self.program_sync = "", True, "", ""
+        self.meta = {"persistent": {"policy": persistent}} if persistent else {}
+
+    def time_ms(self, feeds: dict, runs: int) -> list[float]:
+        key = (self.mode, self.cuda_graph, self.graph_order, self.program_sync)
+        if key not in self.ms:
+            raise ember.EmberError("cannot run so")
+        return [self.ms[key]] * runs
+
+    def annotate(self, key: str, value: object) -> None:
+        self.notes[key] = value
+
+
+def test_auto_times_each_way_of_waiting_of_a_program() -> None:
+    """``schedule="auto"`` on a GPU: the persistent programs are timed under each way of
+    waiting too; the fastest candidate's way is set and recorded (``meta["program_sync"]``),
+    and a candidate that cannot run is left out."""
+    from ember.compiler.cuda import _fastest
+
+    launches = _Timed({("launches", True, "data", "lean"): 1.0,
+                       ("launches", True, "chain", "lean"): 1.1,
+                       ("launches", False, "chain", "lean"): 1.5})
+    program = _Timed({("persistent", True, "chain", "lean"): 0.9,
+                      ("persistent", True, "chain", "fenced"): 1.2,
+                      ("persistent", True, "chain", "spin"): 0.8}, "rammer")
+    best = _fastest(launches, [program], {})          # type: ignore[list-item,arg-type]
+    assert best is program and (best.mode, best.program_sync) == ("persistent", "spin")
+    sched = program.notes["schedule"]
+    assert sched["chosen"] == "rammer[spin]" and program.notes["program_sync"] == "spin"
+    assert set(sched["measured_ms"]) == {"branches+graph", "sequential+graph", "sequential",
+                                         "rammer", "rammer[fenced]", "rammer[spin]"}
+    launches.ms[("launches", True, "data", "lean")] = 0.5
+    best = _fastest(launches, [program], {})          # type: ignore[list-item,arg-type]
+    assert best is launches and launches.notes["program_sync"] == "lean"
+    assert (best.mode, best.graph_order) == ("launches", "data")
