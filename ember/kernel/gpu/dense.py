@@ -49,15 +49,22 @@ from ember.loops.ir import (
 )
 from ember.loops.transform import simplify
 
+# the tensors' types a product takes (operands, output and the group's output alike), and the
+# TensorCore precision a narrower one always runs in: its products are exact in float32, so
+# they lose nothing to the option's fp32 (FFMA on the widened values gives the same sums)
+DTYPES = ("float32", "float16", "bfloat16")
+NARROW = {"float16": "fp16", "bfloat16": "bf16"}
+
 
 def applicable(body: Graph) -> bool:
     m = body.nodes[0]
-    if any(v.type.dtype.name != "float32" for v in (m.output, body.outputs[0])):
+    dt = m.output.type.dtype.name
+    if dt not in DTYPES or body.outputs[0].type.dtype.name != dt:
         return False
     if any(v is not None and v.type.is_static and v.type.numel == 0 for v in m.inputs):
         return False     # K = 0 (nothing to sum; no tile to copy): the generic kernel's zeros
     ins = [v for v in m.inputs]
-    if any(v is None or v.type.dtype.name != "float32" for v in ins):
+    if any(v is None or v.type.dtype.name != dt for v in ins):
         return False
     if m.op == "ConvNHWC":
         w = m.inputs[1]
@@ -90,6 +97,7 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     256 threads per SM), past ``budget``; ``rank``: Roller's ``rank``-th best tile (0: its
     choice; past the last, the last), a candidate to time on a GPU."""
     m, gm, epi, flops, doc = operands(name, body, aligned)
+    precision = product_precision(body, precision)
     if precision != "fp32":
         shape = mma.SHAPES[precision]
         tc_budget = max(budget, gemm_gpu.TC_BUDGET) if wide else budget
@@ -114,6 +122,12 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     return GpuKernel(name, stmt, blocks, t.threads, gm.args, flops=flops, doc=doc,
                      schedule=f"tiled GEMM, {t} (Roller: {t.time_us:.1f} us modeled)",
                      modeled_us=t.time_us, split=t.split)
+
+
+def product_precision(body: Graph, precision: str) -> str:
+    """What the group's product computes in: ``precision`` for float32 tensors, the
+    TensorCores of their own type for float16/bfloat16 ones (``NARROW``)."""
+    return NARROW.get(body.nodes[0].output.type.dtype.name, precision)
 
 
 def _gemm(name: str, gm: Gemm, t: GemmTile,

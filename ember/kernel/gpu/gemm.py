@@ -48,6 +48,7 @@ from ember.loops.ir import (
     If,
     Let,
     Load,
+    Select,
     Stmt,
     Store,
     Var,
@@ -122,8 +123,9 @@ def _conv(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     sh, sw = m.attrs["strides"]
     dh, dw = m.attrs["dilations"]
     pt, pl, _, _ = conv_pads(m.attrs)
-    x_buf = Buffer(f"{name}_x", n_ * h * wd * c)
-    w_buf = Buffer(f"{name}_w", int(w.const.size))
+    dt = x.type.dtype.name
+    x_buf = Buffer(f"{name}_x", n_ * h * wd * c, dt)
+    w_buf = Buffer(f"{name}_w", int(w.const.size), dt)
     args: list = [(x_buf, body.inputs.index(x)), (w_buf, w.const)]
 
     def a_at(g: Expr, p: Expr, k: Expr) -> tuple[Expr, Expr | None]:
@@ -148,9 +150,11 @@ def _conv(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
         return Bin("+", Bin("*", k, Const(oc)), Bin("+", Bin("*", g, Const(ocg)), n)), None
 
     # four k share a tap (one pixel's channels) when a group's channels come in fours
-    a_vec = icg % 4 == 0 and c % 4 == 0 and body.inputs.index(x) in aligned
+    # (16 bytes: four float32; a narrower storage type's elements go one at a time)
+    wide = dt == "float32"
+    a_vec = wide and icg % 4 == 0 and c % 4 == 0 and body.inputs.index(x) in aligned
     return Gemm(n_ * oh * ow, ocg, kh * kw * icg, groups, x_buf, w_buf, a_at, b_at,
-                lambda g, p: p, args, a_vec=a_vec, b_vec=ocg % 4 == 0 and oc % 4 == 0,
+                lambda g, p: p, args, a_vec=a_vec, b_vec=wide and ocg % 4 == 0 and oc % 4 == 0,
                 b_const=w.const.reshape(kh * kw * icg, groups, ocg).transpose(1, 0, 2))
 
 
@@ -161,11 +165,14 @@ def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     bsh = [int(d) for d in static_shape(b.type)]
     osh = [int(d) for d in static_shape(m.output.type)]
     k, n = bsh[-2], bsh[-1]
-    a_buf, b_buf = Buffer(f"{name}_a", math.prod(ash)), Buffer(f"{name}_b", math.prod(bsh))
+    dt = a.type.dtype.name
+    a_buf = Buffer(f"{name}_a", math.prod(ash), dt)
+    b_buf = Buffer(f"{name}_b", math.prod(bsh), dt)
     args: list = [(a_buf, body.inputs.index(a))]
     args.append((b_buf, b.const) if b.is_const else (b_buf, body.inputs.index(b)))
-    a_vec = k % 4 == 0 and body.inputs.index(a) in aligned
-    b_vec = n % 4 == 0 and (b.is_const or body.inputs.index(b) in aligned)
+    wide = dt == "float32"     # 16 bytes: four float32 (narrower elements one at a time)
+    a_vec = wide and k % 4 == 0 and body.inputs.index(a) in aligned
+    b_vec = wide and n % 4 == 0 and (b.is_const or body.inputs.index(b) in aligned)
     if b.is_const and len(bsh) == 2:   # the rows of every batch of A are one M
         rows = math.prod(ash[:-1])
         return Gemm(rows, n, k, 1, a_buf, b_buf,
@@ -216,7 +223,7 @@ def _epilogue(name: str, body: Graph, m: Node, gm: Gemm) -> Callable[[Expr, Expr
     pixels, chans = math.prod(oshape[:-1]), oshape[-1]
     phases = phase_store.phase_output(body)
     out_buf = Buffer(f"{name}_out", math.prod(static_shape(body.outputs[0].type)) if phases
-                     else pixels * chans)
+                     else pixels * chans, body.outputs[0].type.dtype.name)
     gm.args.insert(0, (out_buf, OUTPUT))
     stmt, pv, cv = element_epilogue(core, m, out_buf, gm.a_buf, gm.args)
     if not isinstance(stmt, Store) or stmt.buf is not out_buf:
@@ -397,6 +404,10 @@ class Block:
             r, c = Bin("//", ev, Const(per_row)), Bin("*", Bin("%", ev, Const(per_row)),
                                                        Const(w))
             idx, ok = src(r, c, k)
+            if buf.dtype != dst.dtype:   # cp.async moves whole words: a narrower element is
+                v: Expr = Load(buf, idx)  # loaded, widened and stored (before the barrier)
+                return Store(dst, at(r, c), v if ok is None else
+                             Select(ok, v, Const(0.0, "float32")))
             return cp(dst, at(r, c), buf, idx, Const(1) if ok is None else ok)
         return self.copy(rows * per_row, fill)
 

@@ -22,8 +22,10 @@ from ember.kernel.roller.hal import DeviceSpec
 def build_gpu_kernel(name: str, fused: Node, spec: DeviceSpec, topk: int = 1,
                      precision: str = "fp32", aligned: Collection[int] = (),
                      split: bool = True, rank: int = 0, wgmma: bool = False) -> GpuKernel:
-    """``precision``: what the dense products compute in (fp32 FFMA, or TensorCores in tf32,
-    fp16, bf16 with float32 accumulation); every other kernel computes in float32.
+    """``precision``: what the dense products of float32 tensors compute in (fp32 FFMA, or
+    TensorCores in tf32, fp16, bf16 with float32 accumulation; float16 / bfloat16 tensors'
+    on TensorCores of their type: ``dense.product_precision``); every other kernel computes
+    in float32.
     ``aligned``: the positions of ``fused``'s inputs whose storage begins 16-byte aligned;
     ``split``: whether a dense product may split K among blocks; ``rank``: a dense product's
     ``rank``-th best tile by Roller's model (the other kernels have one schedule);

@@ -116,6 +116,7 @@ def build_dense(name: str, body: Graph, spec: DeviceSpec, topk: int = 1,
     with constant weights on wgmma (Roller's ``rank``-th best warpgroup tile of its ``topk``;
     ``split``: whether K may be split among blocks)."""
     b = body.nodes[0].inputs[1]
+    precision = dense.product_precision(body, precision)
     if precision == "fp32" or b is None or not b.is_const:
         return dense.build_dense(name, body, spec, topk, precision=precision, aligned=aligned,
                                  split=split, rank=rank)

@@ -1,0 +1,133 @@
+"""Models whose tensors are float16 or bfloat16 (the usual form of a model deployed on a GPU):
+their products (MatMul with constant or run-time B, Conv with its element-wise epilogue) run
+as TensorCore GEMMs of their own type whatever ``precision`` says (the products of two such
+values are exact in float32, so nothing is lost), not as the generic one-point-per-thread
+kernel. In cuda-sim against the same model in float32 on onnxruntime (the narrow inputs and
+weights widened exactly), its output rounded to the narrow type: within a unit in the last
+place of the output plus float32's accumulation error."""
+
+from __future__ import annotations
+
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from tests.modelkit import run_ort
+
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+ONNX = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16, "float32":
+        TensorProto.FLOAT}
+EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}     # a unit in the last place, relative
+
+
+def _tensor(name: str, x: np.ndarray, dtype: str) -> object:
+    if dtype == "bfloat16":      # onnx rounds the floats given to bfloat16 (exact: they are)
+        return helper.make_tensor(name, TensorProto.BFLOAT16, x.shape,
+                                  x.astype(ml_dtypes.bfloat16).astype(np.float32).ravel().tolist())
+    return numpy_helper.from_array(x.astype(np.float32 if dtype == "float32" else NP[dtype]),
+                                   name)
+
+
+def _model(dtype: str, nodes: list, inputs: dict[str, tuple], out: tuple,
+           consts: dict[str, np.ndarray]) -> object:
+    g = helper.make_graph(
+        nodes, "narrow",
+        [helper.make_tensor_value_info(k, ONNX[dtype], s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info("y", ONNX[dtype], out)],
+        [_tensor(k, v, dtype) for k, v in consts.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _check(dtype: str, nodes: list, inputs: dict[str, np.ndarray], out: tuple,
+           consts: dict[str, np.ndarray], k: int) -> object:
+    """The model in ``dtype`` on cuda-sim against its float32 twin on onnxruntime; the CUDA
+    model of it (its kernels' schedules are asserted by the caller)."""
+    narrow = {n: v.astype(NP[dtype]) for n, v in inputs.items()}
+    consts = {n: v.astype(NP[dtype]).astype(np.float32) for n, v in consts.items()}
+    shapes = {n: v.shape for n, v in inputs.items()}
+    m = _model(dtype, nodes, shapes, out, consts)
+    got = ember.compile(m, target="cuda-sim").run(narrow)["y"]
+    assert got.dtype == NP[dtype]
+    twin = _model("float32", nodes, shapes, out, consts)
+    want = run_ort(twin, {n: v.astype(np.float32) for n, v in narrow.items()})[0]
+    scale = max(float(np.abs(v.astype(np.float32)).max()) for v in narrow.values()) * \
+        max([1.0] + [float(np.abs(c).max()) for c in consts.values()])
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=EPS[dtype],
+                               atol=k * scale * 2.0 ** -22)
+    return ember.compile(m, target="cuda")
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.data())
+def test_narrow_matmuls_are_tensorcore_gemms(data: st.DataObject) -> None:
+    dtype = data.draw(st.sampled_from(["float16", "bfloat16"]))
+    m, k, n = (data.draw(st.integers(1, 70)) for _ in range(3))
+    runtime_b = data.draw(st.booleans())
+    rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+    a = rng.standard_normal((2, m, k))
+    b = rng.standard_normal((2, k, n) if runtime_b else (k, n))
+    inputs, consts = ({"a": a, "b": b}, {}) if runtime_b else ({"a": a}, {"b": b})
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    cm = _check(dtype, nodes, inputs, (2, m, n), consts, k)
+    prec = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    assert all(f"TensorCore GEMM ({prec} mma.sync" in kc["schedule"]
+               for kc in cm.meta["kernels_cuda"])   # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_narrow_conv_with_its_bias_and_relu_is_one_tensorcore_kernel(dtype: str) -> None:
+    rng = np.random.default_rng(7)
+    x, w, bias = rng.standard_normal((1, 12, 9, 9)), rng.standard_normal((20, 12, 3, 3)), \
+        rng.standard_normal(20)
+    nodes = [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    cm = _check(dtype, nodes, {"x": x}, (1, 20, 9, 9), {"w": w, "bias": bias}, 12 * 9)
+    dense = [kc for kc in cm.meta["kernels_cuda"] if "TensorCore GEMM" in kc["schedule"]]
+    assert len(dense) == 1       # the conv, its bias and Relu in its epilogue
+
+
+def test_narrow_products_keep_nan_and_inf() -> None:
+    a = np.ones((4, 8))
+    a[1, 3], a[2, 0] = np.nan, np.inf
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    m = _model("float16", nodes, {"a": (4, 8)}, (4, 5), {"b": np.ones((8, 5))})
+    got = ember.compile(m, target="cuda-sim").run({"a": a.astype(np.float16)})["y"]
+    assert np.isnan(got[1]).all() and np.isposinf(got[2]).all() and (got[[0, 3]] == 8).all()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_narrow_products_build_for_sm90_without_spills(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_CUDA_ARCH", "sm_90")
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    m = _model("float16", nodes, {"a": (256, 512)}, (256, 384),
+               {"b": rng.standard_normal((512, 384))})
+    cm = ember.compile(m, target="cuda")
+    res = cm.resources["sm_90"]
+    assert res and all(r["spill_stores"] == 0 for r in res.values())
+    assert "em_mma_fp16(" in cm.source
+    assert "TensorCore GEMM (fp16" in cm.meta["kernels_cuda"][0]["schedule"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_narrow_products_on_wgmma(dtype: str) -> None:
+    """With ``tensorcore="wgmma"`` a narrow product with constant weights runs on Hopper's
+    warpgroup MMA of its type (cuda-sim)."""
+    from ember.support.options import Options
+
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((70, 96)), rng.standard_normal((96, 80))
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    m = _model(dtype, nodes, {"a": a.shape}, (70, 80), {"b": b})
+    cm = ember.compile(m, target="cuda-sim", options=Options(tensorcore="wgmma",
+                                                             model_cache=False))
+    assert "wgmma" in cm.source
+    an, bn = a.astype(NP[dtype]).astype(np.float64), b.astype(NP[dtype]).astype(np.float64)
+    got = cm.run({"a": a.astype(NP[dtype])})["y"].astype(np.float64)
+    np.testing.assert_allclose(got, an @ bn, rtol=EPS[dtype], atol=96 * 2.0 ** -20)
