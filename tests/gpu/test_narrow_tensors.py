@@ -8,6 +8,7 @@ place of the output plus float32's accumulation error."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import ml_dtypes
@@ -24,6 +25,11 @@ NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 ONNX = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16, "float32":
         TensorProto.FLOAT}
 EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}     # a unit in the last place, relative
+
+
+def _as_it_lies(source: str) -> bool:
+    """Does a kernel copy A's tile 16 bytes as it lies (a call, not the helper's text)?"""
+    return re.search(r"em_cp_async_w32x4z\(L\d+_As", source) is not None
 
 
 def _tensor(name: str, x: np.ndarray, dtype: str) -> object:
@@ -80,16 +86,21 @@ def test_narrow_matmuls_are_tensorcore_gemms(data: st.DataObject) -> None:
                for kc in cm.meta["kernels_cuda"])   # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_a_narrow_conv_with_its_bias_and_relu_is_one_tensorcore_kernel(dtype: str) -> None:
+@pytest.mark.parametrize("dtype,chans", [("float16", 12), ("bfloat16", 12), ("float16", 16),
+                                         ("bfloat16", 24)])
+def test_a_narrow_conv_with_its_bias_and_relu_is_one_tensorcore_kernel(dtype: str,
+                                                                        chans: int) -> None:
+    """Channels in eights: the input's taps copied 16 bytes as they lie (padding zero-filled);
+    else element by element."""
     rng = np.random.default_rng(7)
-    x, w, bias = rng.standard_normal((1, 12, 9, 9)), rng.standard_normal((20, 12, 3, 3)), \
-        rng.standard_normal(20)
+    x, w, bias = rng.standard_normal((1, chans, 9, 9)), \
+        rng.standard_normal((20, chans, 3, 3)), rng.standard_normal(20)
     nodes = [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
-    cm = _check(dtype, nodes, {"x": x}, (1, 20, 9, 9), {"w": w, "bias": bias}, 12 * 9)
+    cm = _check(dtype, nodes, {"x": x}, (1, 20, 9, 9), {"w": w, "bias": bias}, chans * 9)
     dense = [kc for kc in cm.meta["kernels_cuda"] if "TensorCore GEMM" in kc["schedule"]]
     assert len(dense) == 1       # the conv, its bias and Relu in its epilogue
+    assert _as_it_lies(cm.source) == (chans % 8 == 0)
 
 
 def test_narrow_products_keep_nan_and_inf() -> None:
@@ -111,7 +122,7 @@ def test_narrow_products_build_for_sm90_without_spills(monkeypatch: pytest.Monke
     cm = ember.compile(m, target="cuda")
     res = cm.resources["sm_90"]
     assert res and all(r["spill_stores"] == 0 for r in res.values())
-    assert "em_mma_fp16(" in cm.source
+    assert "em_mma_fp16(" in cm.source and _as_it_lies(cm.source)
     assert "TensorCore GEMM (fp16" in cm.meta["kernels_cuda"][0]["schedule"]
 
 
@@ -127,7 +138,7 @@ def test_narrow_products_on_wgmma(dtype: str) -> None:
     m = _model(dtype, nodes, {"a": a.shape}, (70, 80), {"b": b})
     cm = ember.compile(m, target="cuda-sim", options=Options(tensorcore="wgmma",
                                                              model_cache=False))
-    assert "wgmma" in cm.source
+    assert "wgmma" in cm.source and _as_it_lies(cm.source)
     an, bn = a.astype(NP[dtype]).astype(np.float64), b.astype(NP[dtype]).astype(np.float64)
     got = cm.run({"a": a.astype(NP[dtype])})["y"].astype(np.float64)
     np.testing.assert_allclose(got, an @ bn, rtol=EPS[dtype], atol=96 * 2.0 ** -20)

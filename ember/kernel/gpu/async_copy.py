@@ -13,6 +13,8 @@ latency hiding; Ampere's ``cp.async``). Four ``Eval`` statements:
   kernel builder proves both: ``gemm.Gemm.a_vec`` / ``b_vec``);
 - ``copy_words4(dst, di, src, si)``: ``copy4`` of four 32-bit words of any type (a prepared
   operand, ``mma.prepare_b``), always inside it;
+- ``copy_words4z(dst, di, src, si, ok)``: the same, zero-filled where not ``ok`` (eight
+  float16/bfloat16 elements of an operand as they lie, all inside it or all outside);
 - ``commit()``: close the group of copies issued since the last one;
 - ``wait_prior(n)``: wait until at most ``n`` of this thread's groups are still in flight
   (then a barrier makes every thread's copies visible to the block).
@@ -31,6 +33,7 @@ from __future__ import annotations
 from ember.loops.ir import Buffer, Const, Eval, Expr
 
 COPY, COPY4, COPY4W = "em_cp_async_f32", "em_cp_async_f32x4", "em_cp_async_w32x4"
+COPY4WZ = "em_cp_async_w32x4z"
 COMMIT, WAIT = "em_cp_commit", "em_cp_wait_prior"
 
 CUDA = r"""/* cp.async (sm_80+): a float from global to shared, zero-filled where !ok */
@@ -73,6 +76,23 @@ static __device__ __forceinline__ void em_cp_async_w32x4(void *dst, long long di
   *(uint4 *)((uint32_t *)dst + di) = *(const uint4 *)((const uint32_t *)src + si);
 #endif
 }
+/* the same, zero-filled where !ok (nothing read then) */
+static __device__ __forceinline__ void em_cp_async_w32x4z(void *dst, long long di,
+                                                          const void *src, long long si,
+                                                          int ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared((uint32_t *)dst + di);
+  const uint32_t *g = (const uint32_t *)src + (ok ? si : 0);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(g),
+               "r"(ok ? 16 : 0) : "memory");
+#else
+  if (ok) {
+    *(uint4 *)((uint32_t *)dst + di) = *(const uint4 *)((const uint32_t *)src + si);
+  } else {
+    *(uint4 *)((uint32_t *)dst + di) = make_uint4(0u, 0u, 0u, 0u);
+  }
+#endif
+}
 static __device__ __forceinline__ void em_cp_commit(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -85,7 +105,7 @@ static __device__ __forceinline__ void em_cp_commit(void) {
 #endif
 """
 
-CALLS = (COPY, COPY4, COPY4W, COMMIT, WAIT)
+CALLS = (COPY, COPY4, COPY4W, COPY4WZ, COMMIT, WAIT)
 QUEUE, FLUSH = "em_cpq", "em_cp_flush"
 POISON = 0x7fc07fc0
 MAX_THREADS = 1024
@@ -122,6 +142,9 @@ static void em_cpq_land(em_cpq_t *q, int upto) {   /* groups before ``upto``, in
     COPY4W: "static inline void em_cp_async_w32x4(void *dst, int64_t di, const void *src, "
             "int64_t si, int64_t t) { em_cpq_push(t, (uint32_t *)dst + di, "
             "(const uint32_t *)src + si, 16); }",
+    COPY4WZ: "static inline void em_cp_async_w32x4z(void *dst, int64_t di, const void *src, "
+             "int64_t si, int ok, int64_t t) { em_cpq_push(t, (uint32_t *)dst + di, "
+             "ok ? (const uint32_t *)src + si : 0, 16); }",
     COMMIT: "static inline void em_cp_commit(int64_t t) { em_cpq[t].open++; }",
     WAIT: "static inline void em_cp_wait_prior(int n, int64_t t) "
           "{ em_cpq_land(&em_cpq[t], em_cpq[t].open - n); }",
@@ -143,6 +166,10 @@ def copy4(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
 
 def copy_words4(dst: Buffer, di: Expr, src: Buffer, si: Expr) -> Eval:
     return Eval(COPY4W, (dst, di, src, si))
+
+
+def copy_words4z(dst: Buffer, di: Expr, src: Buffer, si: Expr, ok: Expr) -> Eval:
+    return Eval(COPY4WZ, (dst, di, src, si, ok))
 
 
 def commit() -> Eval:

@@ -78,6 +78,7 @@ class Gemm:
     a_vec: bool = False   # A's k in fours: adjacent, 16-byte aligned, valid together
     b_vec: bool = False   # B's n in fours, likewise
     b_const: np.ndarray | None = None   # a constant B as [batch, K, N] (a view)
+    a_words: bool = False   # A of a 2-byte type, its k in eights likewise (16 bytes)
 
 
 def operands(name: str, body: Graph, aligned: Collection[int]
@@ -151,11 +152,12 @@ def _conv(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
 
     # four k share a tap (one pixel's channels) when a group's channels come in fours
     # (16 bytes: four float32; a narrower storage type's elements go one at a time)
-    wide = dt == "float32"
-    a_vec = wide and icg % 4 == 0 and c % 4 == 0 and body.inputs.index(x) in aligned
+    wide, at = dt == "float32", body.inputs.index(x) in aligned
+    a_vec = wide and icg % 4 == 0 and c % 4 == 0 and at
     return Gemm(n_ * oh * ow, ocg, kh * kw * icg, groups, x_buf, w_buf, a_at, b_at,
                 lambda g, p: p, args, a_vec=a_vec, b_vec=wide and ocg % 4 == 0 and oc % 4 == 0,
-                b_const=w.const.reshape(kh * kw * icg, groups, ocg).transpose(1, 0, 2))
+                b_const=w.const.reshape(kh * kw * icg, groups, ocg).transpose(1, 0, 2),
+                a_words=not wide and icg % 8 == 0 and c % 8 == 0 and at)
 
 
 def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
@@ -170,15 +172,16 @@ def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     b_buf = Buffer(f"{name}_b", math.prod(bsh), dt)
     args: list = [(a_buf, body.inputs.index(a))]
     args.append((b_buf, b.const) if b.is_const else (b_buf, body.inputs.index(b)))
-    wide = dt == "float32"     # 16 bytes: four float32 (narrower elements one at a time)
+    wide = dt == "float32"     # 16 bytes: four float32, or eight of a 2-byte A
     a_vec = wide and k % 4 == 0 and body.inputs.index(a) in aligned
     b_vec = wide and n % 4 == 0 and (b.is_const or body.inputs.index(b) in aligned)
+    a_words = not wide and k % 8 == 0 and body.inputs.index(a) in aligned
     if b.is_const and len(bsh) == 2:   # the rows of every batch of A are one M
         rows = math.prod(ash[:-1])
         return Gemm(rows, n, k, 1, a_buf, b_buf,
                     lambda _b, r, kk: (Bin("+", Bin("*", r, Const(k)), kk), None),
                     lambda _b, kk, nn: (Bin("+", Bin("*", kk, Const(n)), nn), None),
-                    lambda _b, r: r, args, a_vec, b_vec, b.const.reshape(1, k, n))
+                    lambda _b, r: r, args, a_vec, b_vec, b.const.reshape(1, k, n), a_words)
     rows = ash[-2]
     bshape = osh[:-2]
     batch = math.prod(bshape)
@@ -207,7 +210,7 @@ def _matmul(name: str, body: Graph, m: Node, aligned: Collection[int]) -> Gemm:
     b_const = b.const.reshape(batch, k, n) if b.is_const else None
     return Gemm(rows, n, k, batch, a_buf, b_buf, a_at, b_at,
                 lambda bi, r: Bin("+", Bin("*", bi, Const(rows)), r), args, a_vec, b_vec,
-                b_const)
+                b_const, a_words)
 
 
 # ------------------------------------------------------------------ the epilogue

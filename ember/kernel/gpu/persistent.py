@@ -125,7 +125,8 @@ def pack_blocks(gk: GpuKernel, block: int, smem_limit: int) -> GpuKernel:
 
 
 # calls that may take shared buffers: each buffer argument followed by an index into it
-SHARED_CALLS = (async_copy.COPY, async_copy.COPY4, async_copy.COPY4W, split_k.ARRIVE,
+SHARED_CALLS = (async_copy.COPY, async_copy.COPY4, async_copy.COPY4W, async_copy.COPY4WZ,
+                split_k.ARRIVE,
                 mma.LDS2, mma.STS2)
 
 

@@ -54,7 +54,7 @@ def gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
     g, tq, wm0, wn0, ks = Var("g"), Var("tq"), Var("wm0"), Var("wn0"), Var("ks")
 
     def issue(k: Expr, st: Expr, regs: int) -> Stmt:
-        return seq(copy_a(k, regs), copy_b(k, st))
+        return seq(copy_a(k, st, regs), copy_b(k, st))
 
     def compute(st: Expr) -> Stmt:
         offs = (Bin("*", st, Const(a_size)), Bin("*", st, Const(b_size)))
@@ -97,19 +97,25 @@ def gemm_tc(name: str, gm: Gemm, t: gemm_gpu.TcTile,
 def tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: Block,
               layout: tuple[int, Callable[[Expr, Expr], Expr]] | None = None,
               stages: int = TC_STAGES
-              ) -> tuple[Buffer, int, Callable[[Expr, int], Stmt], Callable[[Expr, int], Stmt],
-                         list[Buffer]]:
-    """The shared A tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, set)``,
+              ) -> tuple[Buffer, int, Callable[[Expr, Expr, int], Stmt],
+                         Callable[[Expr, int], Stmt], list[Buffer]]:
+    """The shared A tile of a TensorCore GEMM: (buffer, stage size, ``copy(k, stage, set)``,
     ``land(stage, set)``, the two register sets staging it). ``[BM][lda]`` words in the
     precision (tf32: a k each; fp16/bf16: two) per stage; a K step's floats are loaded into a
     register set (16 bytes at a time where A's k come in aligned fours) two steps ahead, and
     rounded and stored into shared memory a step later (``land``): each element rounded
     once per block, not once per warp reading it (fp16/bf16: half the shared reads too).
-    ``layout``: (a stage's words, ``(row, word) -> its place``) other than ``lda`` rows."""
+    An A already in the precision (float16 / bfloat16 tensors) whose k come in aligned eights
+    (``Gemm.a_words``) is copied as it lies, 16 bytes by ``cp.async`` into ``stage``, with
+    no register set and nothing to land. ``layout``: (a stage's words, ``(row, word) -> its
+    place``) other than ``lda`` rows."""
     p = shape.pair
     a_size, place = layout or (t.BM * t.lda, lambda r, wd: Bin("+", Bin("*", r, Const(t.lda)),
                                                                 wd))
     As = Buffer("As", stages * a_size, "uint32", Scope.SHARED)
+    if gm.a_words and p == 2 and t.BK % 8 == 0:
+        return As, a_size, _a_as_it_lies(gm, t, blk, As, a_size, place, layout is not None), \
+            lambda st, regs: seq(), []
     w = 4 if gm.a_vec and t.BK % 4 == 0 else 2       # floats a thread copies at once
     per_row, n = t.BK // w, t.BM * t.BK // w
     rounds = -(-n // t.threads)
@@ -124,7 +130,7 @@ def tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: Block,
             st = If(Bin("<", ev, Const(n)), st)
         return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
 
-    def copy(k: Expr, regs: int) -> Stmt:
+    def copy(k: Expr, _st: Expr, regs: int) -> Stmt:
         sa = sets[regs]
 
         def load(r: Expr, c: Expr) -> Stmt:
@@ -154,6 +160,26 @@ def tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: Block,
                          for q in range(0, len(words), 2)))
         return each(store)
     return As, a_size, copy, land, sets
+
+
+def _a_as_it_lies(gm: Gemm, t: gemm_gpu.TcTile, blk: Block, As: Buffer, a_size: int,
+                  place: Callable[[Expr, Expr], Expr], cores: bool
+                  ) -> Callable[[Expr, Expr, int], Stmt]:
+    """``copy(k, stage, set)`` of a 2-byte A as it lies: a thread's chunks of eight k of a row
+    (four words, one core matrix row in ``wgmma``'s layout), each one ``cp.async`` of 16
+    bytes, zero-filled outside the operator (``Gemm.a_words``: the eight are inside it or
+    outside together, and begin 16-byte aligned)."""
+    per_row = t.BK // 8
+
+    def copy(k: Expr, st: Expr, _regs: int) -> Stmt:
+        def fill(ev: Expr) -> Stmt:
+            r, c = _chunk(ev, per_row, 8, cores)
+            idx, ok = blk.a_src(r, c, k)
+            dst = Bin("+", Bin("*", st, Const(a_size)), place(r, Bin("//", c, Const(2))))
+            return async_copy.copy_words4z(As, dst, gm.a_buf, Bin("//", idx, Const(2)),
+                                           Const(1) if ok is None else ok)
+        return blk.copy(t.BM * per_row, fill)
+    return copy
 
 
 def _chunk(ev: Expr, per_row: int, w: int, cores: bool) -> tuple[Expr, Expr]:

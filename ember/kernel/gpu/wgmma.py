@@ -150,7 +150,7 @@ def build(name: str, gm: Gemm, t: WgTile, store: Callable[[Expr, Expr, Expr, Exp
     fn = op_name(shape.precision, t.BN, words)
 
     def issue(k: Expr, st: Expr, regs: int) -> Stmt:
-        return seq(copy_a(k, regs), copy_b(k, st))
+        return seq(copy_a(k, st, regs), copy_b(k, st))
 
     def compute(st: Expr) -> Stmt:
         return WarpOp(fn, (acc, As, Bin("*", st, Const(a_size)), Bs,
