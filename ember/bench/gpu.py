@@ -232,19 +232,32 @@ def model_check(prof: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> di
     return out
 
 
-def gemm_model(n: int) -> tuple[Any, np.ndarray, np.ndarray]:
-    """``a @ b`` with ``b`` a constant: (model, a, b), random unit-scale operands."""
+def gemm_model(n: int, dtype: str = "float32") -> tuple[Any, np.ndarray, np.ndarray]:
+    """``a @ b`` with ``b`` a constant, its tensors of ``dtype`` (float32, float16,
+    bfloat16): (model, a, b), random unit-scale operands (``a`` of ``dtype``, ``b`` its
+    values as float32)."""
+    import ml_dtypes
     import onnx
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n)).astype(np.float32)
-    b = rng.standard_normal((n, n)).astype(np.float32)
+    kind = {"float32": (np.float32, onnx.TensorProto.FLOAT),
+            "float16": (np.float16, onnx.TensorProto.FLOAT16),
+            "bfloat16": (ml_dtypes.bfloat16, onnx.TensorProto.BFLOAT16)}
+    np_t, onnx_t = kind[dtype]
+    a = rng.standard_normal((n, n)).astype(np_t)
+    b = rng.standard_normal((n, n)).astype(np_t).astype(np.float32)
+    init = (helper.make_tensor("b", onnx_t, [n, n], b.ravel().tolist()) if dtype == "bfloat16"
+            else numpy_helper.from_array(b.astype(np_t), "b"))
     g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
-                          [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [n, n])],
-                          [helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [n, n])],
-                          [numpy_helper.from_array(b, "b")])
+                          [helper.make_tensor_value_info("a", onnx_t, [n, n])],
+                          [helper.make_tensor_value_info("c", onnx_t, [n, n])], [init])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), a, b
+
+
+# a bench GEMM precision of the form "fp16t" (or "bf16t"): its tensors in that type, not
+# float32 ones computed on TensorCores of it
+TENSORS = {"fp16t": "float16", "bf16t": "bfloat16"}
 
 
 def chain_model(n: int, width: int = 256) -> tuple[Any, np.ndarray]:
@@ -296,18 +309,23 @@ def bench_chain(n: int, runs: int, rounds: int = 3) -> dict[str, Any]:
 
 
 def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
+    """ember's ``n``-cubed GEMM in ``precision`` (a bench precision: "fp16", "fp16+wgmma",
+    or "fp16t" for float16 tensors, ``TENSORS``) against ``torch.matmul`` of its peer."""
     import torch
 
-    m, a, b = gemm_model(n)
     prec, opts = engine(precision)
-    cm = ember.compile(m, target="cuda", precision=prec, options=opts)
-    out = cm.run({"a": a})["c"]
-    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    dtype = TENSORS.get(prec, "float32")
+    m, a, b = gemm_model(n, dtype)
+    cm = ember.compile(m, target="cuda", precision=prec if dtype == "float32" else "fp32",
+                       options=opts)
+    out = cm.run({"a": a})["c"].astype(np.float32)
+    ta = torch.from_numpy(a.astype(np.float32)).cuda()
+    tb = torch.from_numpy(b).cuda()
     ref = (ta.double() @ tb.double()).cpu().numpy()
     rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
     e = statistics.median(cm.time_ms({"a": a}, runs))
     peer = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
-            "bf16": torch.bfloat16}[prec]
+            "bf16": torch.bfloat16, "fp16t": torch.float16, "bf16t": torch.bfloat16}[prec]
     with _TorchPrecision(precision):
         tt = statistics.median(_torch_time(torch.matmul, [ta.to(peer), tb.to(peer)], runs))
     flop = 2.0 * n ** 3
@@ -367,9 +385,10 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
             ember.compile(chain_model(chain)[0], target="cuda", schedule=policy)
     for spec in precisions if gemm else []:
         prec, opts = engine(spec)
+        dtype = TENSORS.get(prec, "float32")
         for policy in ("sequential", "rammer") if opts is None else ("sequential",):
-            ember.compile(gemm_model(gemm)[0], target="cuda", precision=prec, schedule=policy,
-                          options=opts)
+            ember.compile(gemm_model(gemm, dtype)[0], target="cuda", schedule=policy,
+                          precision=prec if dtype == "float32" else "fp32", options=opts)
         print(f"GEMM {gemm} {spec}: done", flush=True)
 
 
@@ -419,8 +438,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--chain", type=int, default=64,
                     help="kernels of the dependent chain that times a step (0: none)")
     ap.add_argument("--gemm-precisions",
-                    default="fp32,tf32,fp16,bf16,fp16+wgmma,bf16+wgmma,tf32+wgmma",
-                    help="+wgmma: on Hopper's warpgroup MMA (sm_90a)")
+                    default="fp32,tf32,fp16,bf16,fp16t,fp16+wgmma,bf16+wgmma,tf32+wgmma,"
+                            "fp16t+wgmma",
+                    help="+wgmma: on Hopper's warpgroup MMA (sm_90a); fp16t, bf16t: the "
+                         "tensors in that type (as torch's), not float32 ones")
     ap.add_argument("--model-precisions", default="fp32",
                     help="the precisions the models run in (ember's dense products and "
                          "PyTorch's peer of them), e.g. fp32,fp16,fp16+wgmma")

@@ -142,3 +142,19 @@ def test_narrow_products_on_wgmma(dtype: str) -> None:
     an, bn = a.astype(NP[dtype]).astype(np.float64), b.astype(NP[dtype]).astype(np.float64)
     got = cm.run({"a": a.astype(NP[dtype])})["y"].astype(np.float64)
     np.testing.assert_allclose(got, an @ bn, rtol=EPS[dtype], atol=96 * 2.0 ** -20)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_bench_gemm_of_narrow_tensors(dtype: str) -> None:
+    """``bench/gpu``'s GEMM with its tensors in the narrow type (``fp16t``, ``bf16t``: as
+    ``torch.matmul``'s operands are), its A copied as it lies."""
+    from ember.bench.gpu import TENSORS, engine, gemm_model
+
+    assert TENSORS[engine("fp16t+wgmma")[0]] == "float16"
+    m, a, b = gemm_model(48, dtype)
+    assert a.dtype == NP[dtype] and b.dtype == np.float32
+    cm = ember.compile(m, target="cuda-sim")
+    got = cm.run({"a": a})["c"].astype(np.float64)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=EPS[dtype],
+                               atol=48 * 2.0 ** -20)
+    assert _as_it_lies(cm.source)
