@@ -116,18 +116,26 @@ class Operands:
         return val
 
 
+DTYPES = ("float32", "float16", "bfloat16")
+
+
 def operands(name: str, body: Graph) -> Operands:
     n = body.nodes[0]
     x_v = n.inputs[0]
     assert x_v is not None
-    if x_v.type.dtype.name != "float32":
-        raise CompileError(f"LayerNormalization kernel handles float32, got {x_v.type}")
+    dt = x_v.type.dtype.name
+    if dt not in DTYPES or n.output.type.dtype.name != dt:
+        raise CompileError(f"LayerNormalization kernel handles {', '.join(DTYPES)}, got "
+                           f"{x_v.type}")
     shape = static_shape(x_v.type)
     axis = int(n.attrs.get("axis", -1)) % len(shape)
     inner = shape[axis:]
     k = int(np.prod(inner))       # the normalized row is static; the row count may be symbolic
     rows = numel(shape[:axis])
-    x, y = Buffer(f"{name}_x", mul_extent(rows, k)), Buffer(f"{name}_y", mul_extent(rows, k))
+    # a narrower row is read widened and stored rounded: the statistics in float32 (the op's
+    # default stash_type)
+    x, y = Buffer(f"{name}_x", mul_extent(rows, k), dt), Buffer(f"{name}_y", mul_extent(rows, k),
+                                                                dt)
     args: list = [(y, OUTPUT), (x, body.inputs.index(x_v))]
     scale = param_buffer(f"{name}_scale", n.inputs[1], inner, body, args)
     bias = param_buffer(f"{name}_bias", n.inputs[2] if len(n.inputs) > 2 else None, inner,

@@ -10,7 +10,8 @@ and sum, as FlashAttention), and stores the context in the layout its reader wan
 Pre: shapes known, constants folded. Post: every match below is one ``ScaledDotAttention``
 whose output is the value the chain produced; the replaced nodes go (``dce``).
 
-The match, from a ``Softmax`` over the last axis of a 4-D float32 static tensor:
+The match, from a ``Softmax`` over the last axis of a 4-D static tensor (float32, float16 or
+bfloat16, one type throughout; the kernel computes in float32 and rounds what it stores):
 ``MatMul(Qh, Kt)`` -> [``Div`` or ``Mul`` by a scalar constant] -> [``Add`` of a bias that
 broadcasts to the scores] -> ``Softmax`` -> ``MatMul(P, Vh)``, each value read only by the
 next (and none a graph output), ``Qh`` [B, H, S, D], ``Kt`` [B, H, D, Skv], ``Vh`` [B, H,
@@ -52,9 +53,13 @@ def _only_reader(v: Value, users: dict[Value, list[Node]], outs: set[int]) -> No
     return rs[0] if len(rs) == 1 and v.uid not in outs else None
 
 
+# the tensors' types the kernel reads and writes (it computes in float32 whatever they are)
+DTYPES = ("float32", "float16", "bfloat16")
+
+
 def _static4(v: Value | None) -> bool:
     return (v is not None and v.type.rank == 4 and v.type.is_static
-            and v.type.dtype.name == "float32")
+            and v.type.dtype.name in DTYPES)
 
 
 def _scores(x: Value, users: dict[Value, list[Node]], outs: set[int]
@@ -67,12 +72,12 @@ def _scores(x: Value, users: dict[Value, list[Node]], outs: set[int]
         if a is None or b is None or _only_reader(a, users, outs) is not n:
             return None
         bias, n = b, a.producer
-        if b.type.dtype.name != "float32" or not b.type.is_static or b.type.rank > 4:
+        if b.type.dtype.name not in DTYPES or not b.type.is_static or b.type.rank > 4:
             return None
     if n is not None and n.op in ("Div", "Mul") and len(n.inputs) == 2:
         a, c = n.inputs
         if a is None or c is None or c.const is None or c.type.numel != 1 \
-                or c.type.dtype.name != "float32" or _only_reader(a, users, outs) is not n:
+                or c.type.dtype.name not in DTYPES or _only_reader(a, users, outs) is not n:
             return None
         value = float(np.asarray(c.const).reshape(-1)[0])
         if n.op == "Div" and value == 0.0:
@@ -127,6 +132,8 @@ def _match(sm: Node, users: dict[Value, list[Node]], outs: set[int]
     attrs = {"scale": scale, "q_perm": q_perm, "k_perm": k_perm, "v_perm": v_perm,
              "o_perm": o_perm}
     ins = [q, k, v] + ([bias] if bias is not None else [])
+    if any(u.type.dtype != x.type.dtype for u in (*ins, out)):
+        return None                     # of one type throughout (a Cast on the way: apart)
     old = out.producer
     assert old is not None
     try:

@@ -6,7 +6,7 @@ the half taken of x first). x feeds two of them, so the chain cannot join the pr
 computes x (a fused group grows along single-consumer edges) and ran as a pass of its own
 over the product's output; one ``Gelu`` is a unary op that the dense kernel applies in
 registers. The values agree with the five ops' to the rounding of ``x / √2`` (one ulp of the
-erf argument).
+erf argument; for float16 / bfloat16 constants, the rounding of √2 itself).
 
 Pre: constant-folded graph. Post: no such five-node pattern whose inner values have no
 other use remains; the replaced nodes are left for ``dce``.
@@ -41,9 +41,15 @@ def run(g: Graph) -> Graph:
     return g
 
 
-def _scalar(v: Value | None, want: float, rel: float = 1e-6) -> bool:
+# how near a constant of each type is to the value it stands for: float32's 1e-6, half an ulp
+# of a narrower type's (√2 is 1.4140625 in float16)
+_REL = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+
+
+def _scalar(v: Value | None, want: float) -> bool:
     if v is None or not v.is_const or v.const is None or v.const.size != 1:
         return False
+    rel = max(1e-6, _REL.get(v.type.dtype.name, 0.0))
     return abs(float(np.asarray(v.const).reshape(-1)[0]) - want) <= rel * abs(want)
 
 

@@ -6,8 +6,9 @@ the SMs at batch 1. Stacked, they are one MatMul by ``[G, K, N]`` weights (the d
 weights per batch), one bias Add of ``[G, 1, N]``, and each projection a Slice of the
 ``[G, M, N]`` result that is one contiguous range of it: a view, no copy.
 
-Pre: shapes known, constants folded. Post: no two MatMuls of one float32 input whose batch
-dims are all 1 (or absent), by constant float32 rank-2 weights of one shape, remain apart;
+Pre: shapes known, constants folded. Post: no two MatMuls of one input (float32, float16 or
+bfloat16) whose batch dims are all 1 (or absent), by constant rank-2 weights of its type and
+one shape, remain apart;
 where every one of them has a bias Add of a constant ``[N]`` as its only reader, the biases
 are stacked too. The replaced nodes are dropped; the projections' values keep their
 identities (now produced by the Slices, or by Reshapes of them where the input was rank 2).
@@ -38,6 +39,9 @@ def run(g: Graph) -> Graph:
     return g
 
 
+DTYPES = ("float32", "float16", "bfloat16")    # the dense GPU kernels' (kernel/gpu/dense.py)
+
+
 def _projection_input(n: Node) -> Value | None:
     """The activation ``n`` projects, if ``n`` is a MatMul that may be stacked."""
     if n.op != "MatMul" or len(n.inputs) != 2 or len(n.outputs) != 1:
@@ -47,7 +51,8 @@ def _projection_input(n: Node) -> Value | None:
         return None
     if not (a.type.is_static and n.output.type.is_static) or a.type.rank < 2:
         return None
-    if any(v.type.dtype.name != "float32" for v in (a, b, n.output)):
+    if a.type.dtype.name not in DTYPES or any(v.type.dtype != a.type.dtype
+                                               for v in (b, n.output)):
         return None
     if math.prod(int(d) for d in a.type.shape[:-2]) != 1:   # its slices would not be views
         return None
@@ -66,10 +71,10 @@ def _bias(m: Node, users: dict[Value, list[Node]], outputs: set[int]
     if len(others) != 1 or others[0] is None or others[0].const is None:
         return None
     c = others[0]
-    if c.type.dtype.name != "float32" or c.type.numel != n or int(c.type.shape[-1]) != n \
+    if c.type.dtype != m.output.type.dtype or c.type.numel != n or int(c.type.shape[-1]) != n \
             or add.output.type.shape != m.output.type.shape:
         return None
-    return add, np.asarray(c.const, np.float32).reshape(1, n)
+    return add, np.asarray(c.const).reshape(1, n)
 
 
 def _stack(g: Graph, ms: list[Node], users: dict[Value, list[Node]],
@@ -82,7 +87,7 @@ def _stack(g: Graph, ms: list[Node], users: dict[Value, list[Node]],
     a = ms[0].inputs[0]
     assert a is not None
     name = ms[0].name + "_stacked"
-    w = Value.constant(np.stack([np.asarray(m.inputs[1].const, np.float32)  # type: ignore[union-attr]
+    w = Value.constant(np.stack([np.asarray(m.inputs[1].const)  # type: ignore[union-attr]
                                  for m in ms]), name + "_w")
     new = [typed_node("MatMul", [a, w], {}, name)]
     if adds[0] is not None:

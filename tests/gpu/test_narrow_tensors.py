@@ -158,3 +158,53 @@ def test_the_bench_gemm_of_narrow_tensors(dtype: str) -> None:
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=EPS[dtype],
                                atol=48 * 2.0 ** -20)
     assert _as_it_lies(cm.source)
+
+
+def as_narrow(model: object, dtype: str) -> object:
+    """``model`` with its float32 tensors (inputs, outputs, weights, Constant nodes, Casts to
+    float) in ``dtype``, as a float16 export is."""
+    import onnx
+
+    m = onnx.ModelProto.FromString(model.SerializeToString())   # type: ignore[attr-defined]
+    g, to = m.graph, ONNX[dtype]
+    for v in list(g.input) + list(g.output):
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = to
+    del g.value_info[:]
+    for i, t in enumerate(g.initializer):
+        if t.data_type == TensorProto.FLOAT:
+            g.initializer[i].CopyFrom(_tensor(t.name, numpy_helper.to_array(t), dtype))
+    for n in g.node:
+        for at in n.attribute:
+            if n.op_type == "Cast" and at.name == "to" and at.i == TensorProto.FLOAT:
+                at.i = to
+            if at.type == onnx.AttributeProto.TENSOR and at.t.data_type == TensorProto.FLOAT:
+                at.t.CopyFrom(_tensor(at.t.name, numpy_helper.to_array(at.t), dtype))
+    return m
+
+
+def test_a_float16_transformer_runs_as_the_float32_one() -> None:
+    """Two BERT layers in float16: the same kernels as in float32 (stacked Q/K/V, fused
+    attention, GELU in the FFN's epilogue, LayerNorm rows: nothing on the generic kernel
+    but the embeddings' gather), and in cuda-sim the float32 model's outputs (onnxruntime)
+    to float16's rounding through two layers."""
+    from ember import zoo
+    from ember.zoo.bert import bert
+
+    m32 = bert(layers=2, hidden=128, heads=4, ffn=256, seq=32, vocab=300)
+    m16 = as_narrow(m32, "float16")
+    feeds = zoo.random_inputs("bert_base")
+    feeds = {k: v[:, :32] % 300 for k, v in feeds.items()}
+    k16 = ember.compile(m16, target="cuda").meta["kernels_cuda"]
+    k32 = ember.compile(m32, target="cuda").meta["kernels_cuda"]
+    def kinds(ks: list) -> list[str]:     # a GEMM whether on TensorCores or FFMA
+        return ["GEMM" if "GEMM" in k["schedule"] else k["schedule"][:16] for k in ks]
+
+    assert kinds(k16) == kinds(k32) and all("TensorCore" in k["schedule"]
+                                            for k in k16 if "GEMM" in k["schedule"])
+    assert sum(k["schedule"].startswith("one output point") for k in k16) == 1
+    got = ember.compile(m16, target="cuda-sim").run(feeds)
+    want = run_ort(m32, feeds)
+    for y, w in zip(got.values(), want):
+        err = np.abs(y.astype(np.float32) - w).max() / np.abs(w).max()
+        assert y.dtype == np.float16 and err < 2e-2

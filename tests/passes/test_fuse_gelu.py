@@ -90,3 +90,24 @@ def test_a_product_and_its_gelu_are_one_kernel() -> None:
     assert len(docs) == 1 and "MatMul_Add_Gelu" in docs[0] and "epilogue in registers" in docs[0]
     got = ember.compile(model, num_threads=2)(x=x)
     np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,root2,fused", [("float16", 1.4140625, True),
+                                               ("float32", 1.4140625, False),
+                                               ("float16", 1.416, False)])
+def test_a_narrow_gelu_matches_its_rounded_constants(dtype: str, root2: float,
+                                                     fused: bool) -> None:
+    """A float16 model's GELU writes √2 as float16 rounds it (1.4140625): matched there, as
+    within half an ulp of the type; the same constant in float32, or one an ulp off, is not."""
+    np_t = np.dtype(dtype)
+    x = Value(TensorType((3, 7), dtype), "x")
+    g = Graph([x])
+
+    def k(v: float) -> Value:
+        return Value.constant(np.array(v, np_t))
+
+    arg = g.add("Div", [x, k(root2)]).output
+    term = g.add("Add", [k(1.0), g.add("Erf", [arg]).output]).output
+    g.outputs = [g.add("Mul", [k(0.5), g.add("Mul", [term, x]).output]).output]
+    dce.run(fuse_gelu.run(g))
+    assert (structure(g) == ["Gelu(%in0)"]) == fused

@@ -347,8 +347,10 @@ def _batch_norm_training(ctx: Ctx, ins: list[Value | None], attrs: Attrs) -> lis
 
 @converter("LayerNormalization", since=17)
 def layer_norm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
-    """Y by the ``LayerNormalization`` op (one row kernel); the optional Mean / InvStdDev
-    outputs, and Y for non-float32 inputs, by ReduceMean / Sub / Mul / Sqrt primitives."""
+    """Y by the ``LayerNormalization`` op (one row kernel: float32, float16 and bfloat16
+    rows, the statistics in float32 as the op's default ``stash_type`` says); the optional
+    Mean / InvStdDev outputs, and Y for other types, by ReduceMean / Sub / Mul / Sqrt
+    primitives."""
     x, scale, bias = ctx.inputs(ins, 3, 2)
     assert x is not None and scale is not None
     rank = x.type.rank
@@ -364,7 +366,7 @@ def layer_norm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         scale, bias = [v if v is None or v.type.shape == inner
                        else ctx.add1("Expand", [v], {"shape": list(inner)}) for v in (scale, bias)]
     want_stats = ctx.output_used(1) or ctx.output_used(2)
-    fast = x.type.dtype.name == "float32"
+    fast = x.type.dtype.name in ("float32", "float16", "bfloat16")   # the row kernel's
     if fast:
         y = ctx.add1("LayerNormalization", [x, scale, bias], {"axis": axis, "epsilon": eps})
         if not want_stats:

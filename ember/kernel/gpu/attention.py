@@ -17,7 +17,8 @@ whose scores are all -inf is NaN (0 / 0); a -inf score among finite ones contrib
 the running max is still -inf the exponent is taken against 0, so a row whose first keys are
 masked out is not poisoned by ``exp(-inf - -inf)``.
 
-Pre: a fused group that is one ``ScaledDotAttention`` with static float32 operands, head
+Pre: a fused group that is one ``ScaledDotAttention`` with static operands of one type (float32,
+float16, bfloat16: loads widen, the store rounds), head
 dims at most ``MAX_HEAD_DIM``. Post: a ``GpuKernel`` of ``B · H · ceil(Sq / BQ)`` blocks of
 128 threads.
 """
@@ -70,7 +71,9 @@ def applicable(body: Graph) -> bool:
         return False
     n = body.nodes[0]
     vals = [v for v in n.inputs if v is not None] + [n.output]
-    return all(v.type.is_static and v.type.dtype.name == "float32" for v in vals)
+    dt = n.output.type.dtype.name
+    return dt in ("float32", "float16", "bfloat16") and all(
+        v.type.is_static and v.type.dtype.name == dt for v in vals)
 
 
 def _at(shape: tuple[int, ...], perm: list[int]) -> tuple[int, ...]:
@@ -108,8 +111,9 @@ class _Attn:
         out_shape = tuple(int(d) for d in n.output.type.shape)   # type: ignore[arg-type]
         inv = [po.index(i) for i in range(4)]
         self.o_st = _at(out_shape, inv)
-        self.out = Buffer(f"{name}_out", math.prod(out_shape))
-        self.bufs = [Buffer(f"{name}_{c}", math.prod(s)) for c, s in zip("qkv", shp)]
+        dt = n.output.type.dtype.name      # loads widen to float32, the store rounds
+        self.out = Buffer(f"{name}_out", math.prod(out_shape), dt)
+        self.bufs = [Buffer(f"{name}_{c}", math.prod(s), dt) for c, s in zip("qkv", shp)]
         self.args: list = [(self.out, OUTPUT)] + [(b, _source(body, x))
                                                   for b, x in zip(self.bufs, (q, k, v))]
         self.bias, self.b_st = None, (0, 0, 0, 0)
@@ -118,7 +122,8 @@ class _Attn:
             full = (1,) * (4 - len(bshape)) + bshape
             st = strides(full)
             self.b_st = tuple(0 if d == 1 else s for d, s in zip(full, st))
-            self.bias = Buffer(f"{name}_bias", max(1, math.prod(bshape)))
+            self.bias = Buffer(f"{name}_bias", max(1, math.prod(bshape)),
+                               "float32" if bias.is_const else dt)
             self.args.append((self.bias, _source(body, bias)))
 
 
