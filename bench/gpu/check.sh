@@ -14,14 +14,15 @@
 #     --models resnet18,bert_base --gemm 0
 #   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     python bench/gpu/bench.py --prepare --models resnet50,bert_base --gemm 0 \
-#     --model-precisions fp16,fp16+wgmma
+#     --model-precisions fp16,fp16t,fp16+wgmma
 #   EMBER_CACHE_DIR=.gpu-cache EMBER_GPU=H200 EMBER_CUDA_ARCH=sm_90 EMBER_MODEL_CACHE=0 \
 #     EMBER_TOPK=4 python bench/gpu/bench.py --prepare --models resnet50,bert_base --gemm 0
 # Knobs: TESTS (pytest node ids, default tests/gpu), TEST_S, BENCH_S, BUDGET_S, BENCH_ARGS,
 # GANTT (models whose Rammer plan to draw, or none), GANTT_S, TOPK, TOPK_MODELS, TOPK_S,
 # COMPILE_S and COMPILE_ARGS (a torch.compile run of its own), SPLIT_AB, AB_S, AB_MODELS;
 # PREC (the models' TensorCore runs: a list of fp16, bf16, tf32, each optionally +wgmma
-# (Hopper's warpgroup MMA), or none), PREC_MODELS, PREC_S.
+# (Hopper's warpgroup MMA), or fp16t / bf16t (the model's float16 / bfloat16 export against
+# the PyTorch module in that type), or none), PREC_MODELS, PREC_S.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ember-gpu}
@@ -85,10 +86,11 @@ if [ "${SPLIT_AB:-0}" = 1 ]; then
 fi
 t0=$(date +%s)
 # the models in TensorCore precisions against PyTorch's peer of them (autocast fp16/bf16, or
-# TF32), eager only; fp16+wgmma: the same products on Hopper's warpgroup MMA (launches only)
-PREC=${PREC:-fp16,fp16+wgmma}
+# TF32), eager only; fp16+wgmma: the same products on Hopper's warpgroup MMA (launches only);
+# fp16t: the model's float16 export against the module in float16
+PREC=${PREC:-fp16,fp16t,fp16+wgmma}
 if [ "$PREC" != none ]; then
-  timeout ${PREC_S:-100} $PY bench/gpu/bench.py --out "$RES/prec" --gemm 0 --chain 0 --modes "" \
+  timeout ${PREC_S:-120} $PY bench/gpu/bench.py --out "$RES/prec" --gemm 0 --chain 0 --modes "" \
     --models ${PREC_MODELS:-resnet50,bert_base} --model-precisions "$PREC" \
     > "$RES/bench_prec.log" 2>&1
   echo "bench in $PREC: exit $? in $(( $(date +%s) - t0 )) s"
@@ -99,7 +101,7 @@ t0=$(date +%s)
 # EMBER_TOPK=$TOPK against the model's own tiles above (TOPK=1 skips)
 TOPK=${TOPK:-4}
 if [ "$TOPK" -gt 1 ]; then
-  EMBER_TOPK=$TOPK timeout ${TOPK_S:-60} $PY bench/gpu/bench.py --out "$RES/topk" --gemm 0 --chain 0 \
+  EMBER_TOPK=$TOPK timeout ${TOPK_S:-50} $PY bench/gpu/bench.py --out "$RES/topk" --gemm 0 --chain 0 \
     --modes "" --models ${TOPK_MODELS:-resnet50,bert_base} > "$RES/bench_topk.log" 2>&1
   echo "bench with Roller's top-$TOPK timed: exit $? in $(( $(date +%s) - t0 )) s"
   pack

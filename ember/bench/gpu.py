@@ -116,25 +116,18 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     kernels launched one by one (RammerBase) and as a CUDA graph, and the persistent program.
     ``precision``: ember's dense products' (its ``rel_err`` then meets that precision's
     bound, not fp32's), PyTorch's peer of it (``_TorchPrecision``)."""
-    import torch
-
-    from ember.bench.onnx_torch import OnnxTorch
-
-    model = zoo.build(name)
-    feeds = zoo.random_inputs(name)
     rec: dict[str, Any] = {"model": name, "precision": precision}
     t = time.perf_counter()
     prec, opts = engine(precision)
-    cm = ember.compile(model, target="cuda", precision=prec, options=opts)
+    model, feeds, ref, mod, args = _model_feeds(name, prec)
+    cm = ember.compile(model, target="cuda", options=opts,
+                       precision="fp32" if prec in TENSORS else prec)
     rec["ember_compile_s"] = round(time.perf_counter() - t, 2)
     rec["auto"] = cm.meta.get("schedule", {})
     if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
         rec["gpu_topk"] = cm.meta["gpu_topk"]
     chosen = (cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync)
-    ref = _ort(model, feeds)
     rec["ember_rel_err"] = _rel_err(cm, feeds, ref)
-    mod = OnnxTorch(model).cuda().eval()
-    args = [torch.from_numpy(feeds[k]).cuda() for k in cm.input_names]
 
     def in_precision(fn: Any) -> Any:
         def go(*a: Any) -> Any:
@@ -158,6 +151,33 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     rec.update(_kernel_profile(cm, feeds))
     return rec
+
+
+def _model_feeds(name: str, prec: str) -> tuple[Any, dict[str, np.ndarray], list[np.ndarray],
+                                                Any, list[Any]]:
+    """Zoo model ``name`` as ember compiles it (in ``TENSORS``' precisions, its float16 /
+    bfloat16 export, ``zoo.narrow``), its inputs, the reference outputs (the float32 model
+    on onnxruntime, on the same input values), and PyTorch's module and arguments (the
+    module in the narrow type too, there)."""
+    import torch
+
+    from ember.bench.onnx_torch import OnnxTorch
+    from ember.zoo.narrow import narrow, narrow_inputs
+
+    model32, feeds32 = zoo.build(name), zoo.random_inputs(name)
+    dtype = TENSORS.get(prec)
+    model = model32 if dtype is None else narrow(model32, dtype)
+    feeds = feeds32 if dtype is None else narrow_inputs(feeds32, dtype)
+    wide = {k: v.astype(np.float32) if feeds32[k].dtype == np.float32 else v
+            for k, v in feeds.items()}      # the values ember gets, as float32 takes them
+    ref = _ort(model32, wide)
+    mod = OnnxTorch(model32).cuda().eval()
+    to = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype or "")
+    args = [torch.from_numpy(wide[k]).cuda() for k in feeds32]
+    if to is not None:
+        mod = mod.to(to)
+        args = [a.to(to) if a.is_floating_point() else a for a in args]
+    return model, feeds, ref, mod, args
 
 
 def _ember_engines(cm: Any, feeds: dict[str, np.ndarray], runs: int, ref: list[np.ndarray],
@@ -369,14 +389,18 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
     without compiling, but for the programs planned again on its measured costs. With a GPU,
     ``schedule="auto"`` builds the Rammer program first: it is among those compiled here;
     ``topk`` > 1: also the candidates a GPU times (``compiler.cuda.tune_tiles``)."""
+    from ember.zoo.narrow import narrow
+
     for spec in model_precisions:
         prec, opts = engine(spec)
+        dtype = TENSORS.get(prec)
         for name in models:
             t = time.perf_counter()
+            model = zoo.build(name) if dtype is None else narrow(zoo.build(name), dtype)
             for policy in ("sequential", "rammer", "ios") if opts is None else ("sequential",):
-                ember.compile(zoo.build(name), target="cuda", schedule=policy, precision=prec,
-                              options=opts)
-            if topk > 1 and opts is None:
+                ember.compile(model, target="cuda", schedule=policy, options=opts,
+                              precision=prec if dtype is None else "fp32")
+            if topk > 1 and opts is None and dtype is None:
                 _prepare_candidates(name, prec, topk)
             print(f"{name} ({spec}): CUDA images in {time.perf_counter() - t:.1f} s",
                   flush=True)

@@ -16,14 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import ember
+from ember.zoo.narrow import ONNX, tensor
 from tests.modelkit import run_ort
 
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-ONNX = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16, "float32":
-        TensorProto.FLOAT}
 EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}     # a unit in the last place, relative
 
 
@@ -32,21 +31,13 @@ def _as_it_lies(source: str) -> bool:
     return re.search(r"em_cp_async_w32x4z\(L\d+_As", source) is not None
 
 
-def _tensor(name: str, x: np.ndarray, dtype: str) -> object:
-    if dtype == "bfloat16":      # onnx rounds the floats given to bfloat16 (exact: they are)
-        return helper.make_tensor(name, TensorProto.BFLOAT16, x.shape,
-                                  x.astype(ml_dtypes.bfloat16).astype(np.float32).ravel().tolist())
-    return numpy_helper.from_array(x.astype(np.float32 if dtype == "float32" else NP[dtype]),
-                                   name)
-
-
 def _model(dtype: str, nodes: list, inputs: dict[str, tuple], out: tuple,
            consts: dict[str, np.ndarray]) -> object:
     g = helper.make_graph(
         nodes, "narrow",
         [helper.make_tensor_value_info(k, ONNX[dtype], s) for k, s in inputs.items()],
         [helper.make_tensor_value_info("y", ONNX[dtype], out)],
-        [_tensor(k, v, dtype) for k, v in consts.items()])
+        [tensor(k, v, dtype) for k, v in consts.items()])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -160,29 +151,6 @@ def test_the_bench_gemm_of_narrow_tensors(dtype: str) -> None:
     assert _as_it_lies(cm.source)
 
 
-def as_narrow(model: object, dtype: str) -> object:
-    """``model`` with its float32 tensors (inputs, outputs, weights, Constant nodes, Casts to
-    float) in ``dtype``, as a float16 export is."""
-    import onnx
-
-    m = onnx.ModelProto.FromString(model.SerializeToString())   # type: ignore[attr-defined]
-    g, to = m.graph, ONNX[dtype]
-    for v in list(g.input) + list(g.output):
-        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
-            v.type.tensor_type.elem_type = to
-    del g.value_info[:]
-    for i, t in enumerate(g.initializer):
-        if t.data_type == TensorProto.FLOAT:
-            g.initializer[i].CopyFrom(_tensor(t.name, numpy_helper.to_array(t), dtype))
-    for n in g.node:
-        for at in n.attribute:
-            if n.op_type == "Cast" and at.name == "to" and at.i == TensorProto.FLOAT:
-                at.i = to
-            if at.type == onnx.AttributeProto.TENSOR and at.t.data_type == TensorProto.FLOAT:
-                at.t.CopyFrom(_tensor(at.t.name, numpy_helper.to_array(at.t), dtype))
-    return m
-
-
 def test_a_float16_transformer_runs_as_the_float32_one() -> None:
     """Two BERT layers in float16: the same kernels as in float32 (stacked Q/K/V, fused
     attention, GELU in the FFN's epilogue, LayerNorm rows: nothing on the generic kernel
@@ -190,9 +158,10 @@ def test_a_float16_transformer_runs_as_the_float32_one() -> None:
     to float16's rounding through two layers."""
     from ember import zoo
     from ember.zoo.bert import bert
+    from ember.zoo.narrow import narrow
 
     m32 = bert(layers=2, hidden=128, heads=4, ffn=256, seq=32, vocab=300)
-    m16 = as_narrow(m32, "float16")
+    m16 = narrow(m32, "float16")
     feeds = zoo.random_inputs("bert_base")
     feeds = {k: v[:, :32] % 300 for k, v in feeds.items()}
     k16 = ember.compile(m16, target="cuda").meta["kernels_cuda"]
@@ -208,3 +177,26 @@ def test_a_float16_transformer_runs_as_the_float32_one() -> None:
     for y, w in zip(got.values(), want):
         err = np.abs(y.astype(np.float32) - w).max() / np.abs(w).max()
         assert y.dtype == np.float16 and err < 2e-2
+
+
+def test_the_bench_runs_a_zoo_model_as_its_float16_export(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """``bench/gpu``'s model precision ``fp16t``: ember compiles the float16 export
+    (``zoo.narrow``), PyTorch runs the module in float16, both on the same input values as
+    the float32 reference. (Here without a GPU: ``.cuda()`` left out.)"""
+    torch = pytest.importorskip("torch")
+    from ember.bench import gpu as bench
+
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *a, **k: self)
+    monkeypatch.setattr(torch.nn.Module, "cuda", lambda self, *a, **k: self)
+    model, feeds, ref, mod, args = bench._model_feeds("small_cnn", "fp16t")
+    assert model.graph.input[0].type.tensor_type.elem_type == ONNX["float16"]
+    assert all(v.dtype == np.float16 for v in feeds.values())
+    assert all(a.dtype == torch.float16 for a in args)
+    cm = ember.compile(model, target="cuda-sim")
+    assert bench._rel_err(cm, feeds, ref) < 5e-3
+    with torch.inference_mode():
+        y = mod(*args)
+    y = y[0] if isinstance(y, (list, tuple)) else y
+    assert y.dtype == torch.float16                       # the module runs in float16
+    assert float((y.float().numpy() - ref[0]).__abs__().max()) < 5e-2 * float(abs(ref[0]).max())
