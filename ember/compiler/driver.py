@@ -240,7 +240,9 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     t = time.perf_counter()
     verify_each = verify_each or options.current().verify_each
     gpu_passes = pipeline.GPU if comp.target != "cpu" else []
-    g = pipeline.run(g, pipeline.OPTIMIZE + gpu_passes + pipeline.FUSE, verify_each=verify_each,
+    cpu_passes = pipeline.CPU if comp.target == "cpu" else []
+    g = pipeline.run(g, cpu_passes + pipeline.OPTIMIZE + gpu_passes + pipeline.FUSE,
+                     verify_each=verify_each,
                      dump=dump)
     # after shape analysis: the symbols that remain, the checks they still need
     table = _symbol_table(g, dim_hints or {})

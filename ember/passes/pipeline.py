@@ -23,6 +23,7 @@ from ember.passes import (
     shape_analysis,
     stack_projections,
     subpixel_convt,
+    widen_narrow,
 )
 
 Pass = tuple[str, Callable[[Graph], Graph]]
@@ -50,6 +51,8 @@ OPTIMIZE: list[Pass] = [
 GPU: list[Pass] = [("stack_projections", stack_projections.run),
                    ("fuse_attention", fuse_attention.run),
                    ("lstm_wavefront", lstm_wavefront.run)]
+# the CPU target only, before OPTIMIZE: its tiled dense kernels are float32 ones
+CPU: list[Pass] = [("widen_narrow", widen_narrow.run)]
 FUSE: list[Pass] = [("fuse", fuse.run)]
 PLAN: list[Pass] = [("memplan", memplan.run)]
 # GPU targets: kernels may run concurrently (a CUDA graph's branches, Rammer's and IOS's plans),
