@@ -113,9 +113,22 @@ def tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: Block,
     a_size, place = layout or (t.BM * t.lda, lambda r, wd: Bin("+", Bin("*", r, Const(t.lda)),
                                                                 wd))
     As = Buffer("As", stages * a_size, "uint32", Scope.SHARED)
+    cores = layout is not None
     if gm.a_words and p == 2 and t.BK % 8 == 0:
-        return As, a_size, _a_as_it_lies(gm, t, blk, As, a_size, place, layout is not None), \
+        return As, a_size, _a_as_it_lies(gm, t, blk, As, a_size, place, cores), \
             lambda st, regs: seq(), []
+    copy, land, sets = _a_staged(gm, t, shape, blk, As, a_size, place, cores)
+    return As, a_size, copy, land, sets
+
+
+def _a_staged(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: Block, As: Buffer,
+              a_size: int, place: Callable[[Expr, Expr], Expr], cores: bool
+              ) -> tuple[Callable[[Expr, Expr, int], Stmt], Callable[[Expr, int], Stmt],
+                         list[Buffer]]:
+    """``tc_a_tile``'s A through registers: (``copy(k, stage, set)`` loading a K step's
+    floats into register set ``set``, ``land(stage, set)`` rounding and storing them, the two
+    sets)."""
+    p = shape.pair
     w = 4 if gm.a_vec and t.BK % 4 == 0 else 2       # floats a thread copies at once
     per_row, n = t.BK // w, t.BM * t.BK // w
     rounds = -(-n // t.threads)
@@ -125,7 +138,7 @@ def tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: Block,
 
     def each(body: Callable[[Expr, Expr], Stmt]) -> Stmt:
         """``body(row, k)`` of this thread's chunks (unrolled: ``sa`` stays in registers)."""
-        st = body(*_chunk(ev, per_row, w, layout is not None))
+        st = body(*_chunk(ev, per_row, w, cores))
         if n % t.threads:
             st = If(Bin("<", ev, Const(n)), st)
         return For(e, Const(0), Const(rounds), st, ForKind.UNROLLED)
@@ -159,7 +172,7 @@ def tc_a_tile(gm: Gemm, t: gemm_gpu.TcTile, shape: mma.MmaShape, blk: Block,
             return seq(*(mma.store_words2(As, Bin("+", at, Const(q)), words[q], words[q + 1])
                          for q in range(0, len(words), 2)))
         return each(store)
-    return As, a_size, copy, land, sets
+    return copy, land, sets
 
 
 def _a_as_it_lies(gm: Gemm, t: gemm_gpu.TcTile, blk: Block, As: Buffer, a_size: int,
