@@ -32,7 +32,7 @@ import numpy as np
 
 import ember
 from ember import zoo
-from ember.support import options
+from ember.support import dtypes, options
 
 # the ones not measured yet first (a time box cuts the tail)
 DEFAULT_MODELS = ["small_cnn", "lstm_tc", "bert_base", "resnet18", "resnet50", "mobilenet_v2",
@@ -120,8 +120,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     t = time.perf_counter()
     prec, opts = engine(precision)
     model, feeds, ref, mod, args = _model_feeds(name, prec)
-    cm = ember.compile(model, target="cuda", options=opts,
-                       precision="fp32" if prec in TENSORS else prec)
+    cm = ember.compile(model, target="cuda", options=opts, precision=compiled_as(prec)[0])
     rec["ember_compile_s"] = round(time.perf_counter() - t, 2)
     rec["auto"] = cm.meta.get("schedule", {})
     if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
@@ -186,6 +185,8 @@ def _ember_engines(cm: Any, feeds: dict[str, np.ndarray], runs: int, ref: list[n
     ``auto`` chose, the launches one by one (RammerBase), in a CUDA graph chained, of their
     data dependencies and of IOS's stages, and the persistent program under each way of
     waiting (whose results, against ``ref``, go in ``rec``)."""
+    from ember.runtime.cuda_model import PROGRAM_SYNC, program_label
+
     chosen = (cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync)
 
     def ember_in(mode: str, graph: bool, order: str = "chain", sync: str = "lean") -> Any:
@@ -201,9 +202,8 @@ def _ember_engines(cm: Any, feeds: dict[str, np.ndarray], runs: int, ref: list[n
     if "ios_stages" in cm.meta:
         engines["ios_graph"] = ember_in("launches", True, "ios")
     if "persistent" in cm.meta:
-        policy = cm.meta["persistent"]["policy"]
-        for sync in ("lean", "fenced", "spin"):   # the ways of waiting (PROGRAM_SYNC)
-            key = policy if sync == "lean" else f"{policy}[{sync}]"
+        for sync in PROGRAM_SYNC:     # the program in each way of waiting
+            key = program_label(cm.meta["persistent"]["policy"], sync)
             engines[key] = ember_in("persistent", True, sync=sync)
             cm.mode, cm.program_sync = "persistent", sync
             rec[f"{key}_rel_err"] = _rel_err(cm, feeds, ref)
@@ -256,22 +256,19 @@ def gemm_model(n: int, dtype: str = "float32") -> tuple[Any, np.ndarray, np.ndar
     """``a @ b`` with ``b`` a constant, its tensors of ``dtype`` (float32, float16,
     bfloat16): (model, a, b), random unit-scale operands (``a`` of ``dtype``, ``b`` its
     values as float32)."""
-    import ml_dtypes
-    import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
+
+    from ember.zoo.narrow import tensor
 
     rng = np.random.default_rng(0)
-    kind = {"float32": (np.float32, onnx.TensorProto.FLOAT),
-            "float16": (np.float16, onnx.TensorProto.FLOAT16),
-            "bfloat16": (ml_dtypes.bfloat16, onnx.TensorProto.BFLOAT16)}
-    np_t, onnx_t = kind[dtype]
-    a = rng.standard_normal((n, n)).astype(np_t)
-    b = rng.standard_normal((n, n)).astype(np_t).astype(np.float32)
-    init = (helper.make_tensor("b", onnx_t, [n, n], b.ravel().tolist()) if dtype == "bfloat16"
-            else numpy_helper.from_array(b.astype(np_t), "b"))
+    dt = dtypes.BY_NAME[dtype]
+    onnx_t = dt.onnx
+    a = rng.standard_normal((n, n)).astype(dt.np)
+    b = rng.standard_normal((n, n)).astype(dt.np).astype(np.float32)
     g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
                           [helper.make_tensor_value_info("a", onnx_t, [n, n])],
-                          [helper.make_tensor_value_info("c", onnx_t, [n, n])], [init])
+                          [helper.make_tensor_value_info("c", onnx_t, [n, n])],
+                          [tensor("b", b, dtype)])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), a, b
 
 
@@ -280,23 +277,34 @@ def gemm_model(n: int, dtype: str = "float32") -> tuple[Any, np.ndarray, np.ndar
 TENSORS = {"fp16t": "float16", "bf16t": "bfloat16"}
 
 
-def chain_model(n: int, width: int = 256) -> tuple[Any, np.ndarray]:
+def compiled_as(prec: str) -> tuple[str, str]:
+    """(ember's ``precision``, the tensors' type) of bench precision ``prec`` (as ``engine``
+    gives it): float16 tensors' products run on TensorCores of their type whatever
+    ``precision`` says, so theirs is the default."""
+    dtype = TENSORS.get(prec, "float32")
+    return (prec if dtype == "float32" else "fp32"), dtype
+
+
+def chain_model(n: int, width: int = 256) -> tuple[Any, np.ndarray, np.ndarray]:
     """``n`` products of a ``[1, width]`` row by ``width x width`` constants one after
-    another (each its own kernel, almost no work): (model, input)."""
+    another (each its own kernel, almost no work): (model, input, its output in float64)."""
     import onnx
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    ws = [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width))
-                                  .astype(np.float32), f"w{i}") for i in range(n)]
+    ws = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+          for _ in range(n)]
     nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"w{i}"],
                               [f"h{i}" if i < n - 1 else "y"]) for i in range(n)]
     g = helper.make_graph(nodes, "chain",
                           [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, width])],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, width])],
-                          ws)
+                          [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(ws)])
     x = rng.standard_normal((1, width)).astype(np.float32)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x
+    y = x.astype(np.float64)
+    for w in ws:
+        y = y @ w
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x, y
 
 
 def bench_chain(n: int, runs: int, rounds: int = 3) -> dict[str, Any]:
@@ -305,11 +313,8 @@ def bench_chain(n: int, runs: int, rounds: int = 3) -> dict[str, Any]:
     way of waiting (``runtime.cuda_model.PROGRAM_SYNC``); median us per kernel."""
     from ember.runtime.cuda_model import PROGRAM_SYNC
 
-    m, x = chain_model(n)
+    m, x, ref = chain_model(n)
     cm = ember.compile(m, target="cuda", schedule="rammer")
-    ref = x.astype(np.float64)
-    for init in m.graph.initializer:
-        ref = ref @ np.frombuffer(init.raw_data, np.float32).reshape(init.dims[0], init.dims[1])
     feeds = {"x": x}
     got = cm.run(feeds)["y"]
     ways = {"launches": ("launches", False, "lean"), "graph": ("launches", True, "lean"),
@@ -334,10 +339,9 @@ def bench_gemm(n: int, runs: int, precision: str = "fp32") -> dict[str, Any]:
     import torch
 
     prec, opts = engine(precision)
-    dtype = TENSORS.get(prec, "float32")
+    ember_prec, dtype = compiled_as(prec)
     m, a, b = gemm_model(n, dtype)
-    cm = ember.compile(m, target="cuda", precision=prec if dtype == "float32" else "fp32",
-                       options=opts)
+    cm = ember.compile(m, target="cuda", precision=ember_prec, options=opts)
     out = cm.run({"a": a})["c"].astype(np.float32)
     ta = torch.from_numpy(a.astype(np.float32)).cuda()
     tb = torch.from_numpy(b).cuda()
@@ -393,14 +397,14 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
 
     for spec in model_precisions:
         prec, opts = engine(spec)
-        dtype = TENSORS.get(prec)
+        ember_prec, dtype = compiled_as(prec)
         for name in models:
             t = time.perf_counter()
-            model = zoo.build(name) if dtype is None else narrow(zoo.build(name), dtype)
+            model = zoo.build(name) if dtype == "float32" else narrow(zoo.build(name), dtype)
             for policy in ("sequential", "rammer", "ios") if opts is None else ("sequential",):
                 ember.compile(model, target="cuda", schedule=policy, options=opts,
-                              precision=prec if dtype is None else "fp32")
-            if topk > 1 and opts is None and dtype is None:
+                              precision=ember_prec)
+            if topk > 1 and opts is None and dtype == "float32":
                 _prepare_candidates(name, prec, topk)
             print(f"{name} ({spec}): CUDA images in {time.perf_counter() - t:.1f} s",
                   flush=True)
@@ -409,10 +413,10 @@ def prepare(models: list[str], gemm: int, precisions: list[str],
             ember.compile(chain_model(chain)[0], target="cuda", schedule=policy)
     for spec in precisions if gemm else []:
         prec, opts = engine(spec)
-        dtype = TENSORS.get(prec, "float32")
+        ember_prec, dtype = compiled_as(prec)
         for policy in ("sequential", "rammer") if opts is None else ("sequential",):
             ember.compile(gemm_model(gemm, dtype)[0], target="cuda", schedule=policy,
-                          precision=prec if dtype == "float32" else "fp32", options=opts)
+                          precision=ember_prec, options=opts)
         print(f"GEMM {gemm} {spec}: done", flush=True)
 
 

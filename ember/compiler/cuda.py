@@ -22,7 +22,7 @@ from ember.errors import EmberError
 from ember.ir.graph import Graph, Value
 from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, scratch_offsets
 from ember.passes.memplan import MemoryPlan, kernel_dependencies
-from ember.runtime.cuda_model import PROGRAM_SYNC, CudaModel
+from ember.runtime.cuda_model import PROGRAM_SYNC, CudaModel, program_label
 from ember.runtime.cuda_toolchain import compile_cuda
 from ember.sched import sequential
 from ember.support import log, options
@@ -258,7 +258,8 @@ def _fastest(launches: CudaModel, models: list[CudaModel], feeds: dict[str, Any]
             (launches, "ios+graph", "launches", True, "ios", "lean"),
             (launches, "sequential+graph", "launches", True, "chain", "lean"),
             (launches, "sequential", "launches", False, "chain", "lean")] + [
-        (cm, _program_label(cm, sync), "persistent", True, "chain", sync)
+        (cm, program_label(cm.meta["persistent"]["policy"], sync), "persistent", True,
+         "chain", sync)
         for cm in models for sync in PROGRAM_SYNC]
     for cm, label, mode, graph, order, sync in runs:
         cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = mode, graph, order, sync
@@ -274,13 +275,6 @@ def _fastest(launches: CudaModel, models: list[CudaModel], feeds: dict[str, Any]
     cm.annotate("schedule", {"chosen": best, "measured_ms": {k: v[0] for k, v in timed.items()}})
     cm.annotate("program_sync", sync)
     return cm
-
-
-def _program_label(cm: CudaModel, sync: str) -> str:
-    """A persistent program's name among ``auto``'s candidates: its policy, and its way of
-    waiting where not the default ("rammer", "rammer[spin]")."""
-    policy = cm.meta["persistent"]["policy"]
-    return policy if sync == "lean" else f"{policy}[{sync}]"
 
 
 def to_cuda_model(comp: driver.Compilation, attempt: int = 0) -> CudaModel:

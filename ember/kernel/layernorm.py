@@ -37,6 +37,7 @@ from ember.loops.ir import (
 )
 from ember.loops.transform import format_stmt, substitute
 from ember.lower.computes import static_shape
+from ember.support import dtypes
 
 LANES = 16
 
@@ -116,17 +117,14 @@ class Operands:
         return val
 
 
-DTYPES = ("float32", "float16", "bfloat16")
-
-
 def operands(name: str, body: Graph) -> Operands:
     n = body.nodes[0]
     x_v = n.inputs[0]
     assert x_v is not None
     dt = x_v.type.dtype.name
-    if dt not in DTYPES or n.output.type.dtype.name != dt:
-        raise CompileError(f"LayerNormalization kernel handles {', '.join(DTYPES)}, got "
-                           f"{x_v.type}")
+    if dt not in dtypes.KERNEL_FLOATS or n.output.type.dtype.name != dt:
+        raise CompileError(f"LayerNormalization kernel handles "
+                           f"{', '.join(dtypes.KERNEL_FLOATS)}, got {x_v.type}")
     shape = static_shape(x_v.type)
     axis = int(n.attrs.get("axis", -1)) % len(shape)
     inner = shape[axis:]

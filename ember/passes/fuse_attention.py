@@ -29,6 +29,7 @@ from ember.errors import TypeInferenceError
 from ember.ir.graph import Graph, Node, Value, typed_node
 from ember.ir.ops.attention import MAX_HEAD_DIM
 from ember.passes import dce
+from ember.support import dtypes
 
 IDENTITY = [0, 1, 2, 3]
 
@@ -53,13 +54,9 @@ def _only_reader(v: Value, users: dict[Value, list[Node]], outs: set[int]) -> No
     return rs[0] if len(rs) == 1 and v.uid not in outs else None
 
 
-# the tensors' types the kernel reads and writes (it computes in float32 whatever they are)
-DTYPES = ("float32", "float16", "bfloat16")
-
-
 def _static4(v: Value | None) -> bool:
     return (v is not None and v.type.rank == 4 and v.type.is_static
-            and v.type.dtype.name in DTYPES)
+            and v.type.dtype.name in dtypes.KERNEL_FLOATS)
 
 
 def _scores(x: Value, users: dict[Value, list[Node]], outs: set[int]
@@ -72,12 +69,14 @@ def _scores(x: Value, users: dict[Value, list[Node]], outs: set[int]
         if a is None or b is None or _only_reader(a, users, outs) is not n:
             return None
         bias, n = b, a.producer
-        if b.type.dtype.name not in DTYPES or not b.type.is_static or b.type.rank > 4:
+        if b.type.dtype.name not in dtypes.KERNEL_FLOATS or not b.type.is_static \
+                or b.type.rank > 4:
             return None
     if n is not None and n.op in ("Div", "Mul") and len(n.inputs) == 2:
         a, c = n.inputs
         if a is None or c is None or c.const is None or c.type.numel != 1 \
-                or c.type.dtype.name not in DTYPES or _only_reader(a, users, outs) is not n:
+                or c.type.dtype.name not in dtypes.KERNEL_FLOATS \
+                or _only_reader(a, users, outs) is not n:
             return None
         value = float(np.asarray(c.const).reshape(-1)[0])
         if n.op == "Div" and value == 0.0:

@@ -41,15 +41,13 @@ def run(g: Graph) -> Graph:
     return g
 
 
-# how near a constant of each type is to the value it stands for: float32's 1e-6, half an ulp
-# of a narrower type's (√2 is 1.4140625 in float16)
-_REL = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-
-
 def _scalar(v: Value | None, want: float) -> bool:
+    """Is ``v`` a constant scalar standing for ``want``: within 1e-6 of it, or within half an
+    ulp of its type where that is wider (√2 is 1.4140625 in float16)?"""
     if v is None or not v.is_const or v.const is None or v.const.size != 1:
         return False
-    rel = max(1e-6, _REL.get(v.type.dtype.name, 0.0))
+    dt = v.type.dtype
+    rel = max(1e-6, dt.eps / 2 if dt.is_float else 0.0)
     return abs(float(np.asarray(v.const).reshape(-1)[0]) - want) <= rel * abs(want)
 
 

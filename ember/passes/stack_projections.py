@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from ember.ir.graph import Graph, Node, Value, typed_node
+from ember.support import dtypes
 
 MIN_STACK = 2
 
@@ -39,9 +40,6 @@ def run(g: Graph) -> Graph:
     return g
 
 
-DTYPES = ("float32", "float16", "bfloat16")    # the dense GPU kernels' (kernel/gpu/dense.py)
-
-
 def _projection_input(n: Node) -> Value | None:
     """The activation ``n`` projects, if ``n`` is a MatMul that may be stacked."""
     if n.op != "MatMul" or len(n.inputs) != 2 or len(n.outputs) != 1:
@@ -51,7 +49,7 @@ def _projection_input(n: Node) -> Value | None:
         return None
     if not (a.type.is_static and n.output.type.is_static) or a.type.rank < 2:
         return None
-    if a.type.dtype.name not in DTYPES or any(v.type.dtype != a.type.dtype
+    if a.type.dtype.name not in dtypes.KERNEL_FLOATS or any(v.type.dtype != a.type.dtype
                                                for v in (b, n.output)):
         return None
     if math.prod(int(d) for d in a.type.shape[:-2]) != 1:   # its slices would not be views

@@ -16,9 +16,9 @@ float16 or bfloat16 operand or output; every value keeps its identity and type.
 from __future__ import annotations
 
 from ember.ir.graph import Graph, Node, Value, typed_node
+from ember.support import dtypes
 
 OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
-NARROW = ("float16", "bfloat16")
 
 
 def run(g: Graph) -> Graph:
@@ -49,7 +49,7 @@ def _narrow_type(n: Node) -> str | None:
     if n.op not in OPS or len(n.outputs) != 1:
         return None
     dt = n.outputs[0].type.dtype.name
-    if dt not in NARROW:
+    if dt not in dtypes.HALF:
         return None
     if any(v is not None and v.type.dtype.name != dt for v in n.inputs):
         return None

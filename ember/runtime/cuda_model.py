@@ -351,6 +351,12 @@ INPUT_ALIGN = 16
 PROGRAM_SYNC = {"lean": (16, 0, 256), "fenced": (1, 1, 1024), "spin": (16, 0, 0)}
 
 
+def program_label(policy: str, sync: str) -> str:
+    """A persistent program's name in the timings: its policy, and its way of waiting where
+    not the default ("rammer", "rammer[spin]")."""
+    return policy if sync == "lean" else f"{policy}[{sync}]"
+
+
 def _device_input(spec: Any, value: Any) -> int:
     cai = value.__cuda_array_interface__
     shape = tuple(int(d) for d in cai["shape"])
@@ -587,6 +593,7 @@ class _Persistent:
                  ctypes.c_uint64(self.steps.ptr), ctypes.c_uint64(self.arrays["nsteps"].ptr)]
         self.stride, self.fence, self.sleep_hi = (ctypes.c_longlong(0), ctypes.c_int(0),
                                                   ctypes.c_uint(0))
+        self.sync: str | None = None     # the way of waiting the arguments hold
         self.cells = [*cells, self.epoch, self.prof, self.stride, self.fence, self.sleep_hi]
         self.argv = (ctypes.c_void_p * len(self.cells))(
             *[ctypes.cast(ctypes.byref(c), ctypes.c_void_p) for c in self.cells])
@@ -602,8 +609,8 @@ class _Persistent:
         cu.call("cuMemcpyHtoD_v2", self.args.ptr, self.table.ctypes.data, self.table.nbytes)
 
     def launch(self, dev: _DeviceState, sync: str = "lean") -> None:
-        if sync not in PROGRAM_SYNC:
-            raise EmberError(f"program_sync {sync!r}: use one of {', '.join(PROGRAM_SYNC)}")
+        if sync != self.sync:
+            self._wait_as(dev, sync)
         if self.resident < self.veus:
             raise EmberError(
                 f"the persistent program's {self.veus} vEUs ({self.block} threads, "
@@ -611,17 +618,24 @@ class _Persistent:
                 f"{self.resident}): its plan was made for another GPU; compile it here (or "
                 "with EMBER_GPU naming this one), or run the kernels one by one "
                 "(cm.mode = 'launches')")
-        stride, fence, sleep_hi = PROGRAM_SYNC[sync]
-        if stride != self.stride.value:
-            # the counters move to this stride's words as the last run left them: vEU u's at
-            # epoch * (its rTasks a run), where a wait of this run may count on them
-            self.moved = step_counters(self.nsteps, self.epoch.value, stride)
-            cu.call("cuMemcpyHtoDAsync_v2", self.steps.ptr, self.moved.ctypes.data,
-                    self.moved.nbytes, dev.stream.handle)
-        self.stride.value, self.fence.value, self.sleep_hi.value = stride, fence, sleep_hi
         cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
                 self.smem, dev.stream.handle, self.argv)
         self.epoch.value += 1
+
+    def _wait_as(self, dev: _DeviceState, sync: str) -> None:
+        """The launch arguments of way of waiting ``sync`` (``PROGRAM_SYNC``), set when it
+        changes; where its stride does, the counters move to its words as the last run left
+        them (vEU u's at epoch times its rTasks a run: a wait of the next run may count on
+        them), a copy queued on the stream (the host array is staged before it returns)."""
+        if sync not in PROGRAM_SYNC:
+            raise EmberError(f"program_sync {sync!r}: use one of {', '.join(PROGRAM_SYNC)}")
+        stride, fence, sleep_hi = PROGRAM_SYNC[sync]
+        if stride != self.stride.value:
+            moved = step_counters(self.nsteps, self.epoch.value, stride)
+            cu.call("cuMemcpyHtoDAsync_v2", self.steps.ptr, moved.ctypes.data, moved.nbytes,
+                    dev.stream.handle)
+        self.stride.value, self.fence.value, self.sleep_hi.value = stride, fence, sleep_hi
+        self.sync = sync
 
     def profile(self, dev: _DeviceState, sync: str = "lean") -> np.ndarray:
         """One run with timing on: (start, end) ns of every plan entry (0 for waits)."""

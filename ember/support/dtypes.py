@@ -45,6 +45,11 @@ class DType:
         return self.name in NARROW
 
     @property
+    def eps(self) -> float:
+        """The distance from 1 to the next value of a floating-point type."""
+        return float((ml_dtypes.finfo if ml_dtypes else np.finfo)(self.np).eps)
+
+    @property
     def lowest(self) -> float:
         """The lowest finite value of a floating-point type (``ml_dtypes.finfo`` also knows
         bfloat16 and the narrow floats)."""
@@ -89,6 +94,10 @@ NARROW = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", 
                     "float8e8m0", "float4e2m1", "int4", "uint4", "int2", "uint2"})
 FLOAT8 = frozenset({"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
 SMALL_INT_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
+# the 16-bit floats: a product of two is exact in float32, so kernels read them widened, compute
+# in float32 and round what they store; and the float types the row and product kernels take
+HALF = ("float16", "bfloat16")
+KERNEL_FLOATS = ("float32", *HALF)
 
 BY_NAME = {d.name: d for d in _TABLE}
 BY_ONNX = {d.onnx: d for d in _TABLE}

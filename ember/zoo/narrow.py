@@ -9,31 +9,29 @@ type inference (``value_info`` is dropped).
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-NUMPY = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
-ONNX = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
-        "float32": TensorProto.FLOAT}
+from ember.support import dtypes
 
 
 def tensor(name: str, x: np.ndarray, dtype: str) -> onnx.TensorProto:
     """``x`` rounded to ``dtype`` as an initializer (onnx keeps bfloat16 as its bits: the
     rounded values are given as floats, which it converts exactly)."""
+    dt = dtypes.BY_NAME[dtype]
     if dtype == "bfloat16":
-        return helper.make_tensor(name, TensorProto.BFLOAT16, x.shape,
-                                  x.astype(ml_dtypes.bfloat16).astype(np.float32).ravel().tolist())
-    return numpy_helper.from_array(np.asarray(x).astype(NUMPY[dtype]), name)
+        return helper.make_tensor(name, dt.onnx, x.shape,
+                                  x.astype(dt.np).astype(np.float32).ravel().tolist())
+    return numpy_helper.from_array(np.asarray(x).astype(dt.np), name)
 
 
 def narrow(model: onnx.ModelProto, dtype: str = "float16") -> onnx.ModelProto:
     """``model`` with its float32 tensors in ``dtype`` (float16 or bfloat16)."""
-    if dtype not in ("float16", "bfloat16"):
+    if dtype not in dtypes.HALF:
         raise ValueError(f"narrow to float16 or bfloat16, not {dtype!r}")
     m = onnx.ModelProto.FromString(model.SerializeToString())
-    g, to = m.graph, ONNX[dtype]
+    g, to = m.graph, dtypes.BY_NAME[dtype].onnx
     for v in list(g.input) + list(g.output):
         if v.type.tensor_type.elem_type == TensorProto.FLOAT:
             v.type.tensor_type.elem_type = to
@@ -52,4 +50,5 @@ def narrow(model: onnx.ModelProto, dtype: str = "float16") -> onnx.ModelProto:
 
 def narrow_inputs(feeds: dict[str, np.ndarray], dtype: str = "float16") -> dict[str, np.ndarray]:
     """``feeds`` with their float32 arrays rounded to ``dtype`` (the narrowed model's)."""
-    return {k: v.astype(NUMPY[dtype]) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    return {k: v.astype(dtypes.BY_NAME[dtype].np) if v.dtype == np.float32 else v
+            for k, v in feeds.items()}

@@ -323,11 +323,12 @@ def test_the_bench_chain_is_one_kernel_a_product(capsys: pytest.CaptureFixture[s
     products; the table prints its us per kernel."""
     from ember.bench.gpu import _table, chain_model
 
-    m, x = chain_model(6, width=64)
+    m, x, y = chain_model(6, width=64)
     cm = ember.compile(m, target="cuda-sim", schedule="rammer")
     want = x.astype(np.float64)
     for init in m.graph.initializer:
         want = want @ np.frombuffer(init.raw_data, np.float32).reshape(64, 64)
+    np.testing.assert_allclose(y, want, rtol=1e-12)      # the reference the bench uses
     np.testing.assert_allclose(cm.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
     launches = ember.compile(m, target="cuda", schedule="sequential").meta["launches"]
     assert len(launches) == 6 and all(i - 1 in e["after"] for i, e in enumerate(launches) if i)

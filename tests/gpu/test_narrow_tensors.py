@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import shutil
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,10 +18,12 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import ember
-from ember.zoo.narrow import ONNX, tensor
+from ember.support import dtypes
+from ember.zoo.narrow import tensor
 from tests.modelkit import run_ort
 
-NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+NP = {d: dtypes.BY_NAME[d].np for d in dtypes.HALF}
+ONNX = {d: dtypes.BY_NAME[d].onnx for d in dtypes.KERNEL_FLOATS}
 EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}     # a unit in the last place, relative
 
 

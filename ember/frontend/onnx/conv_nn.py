@@ -21,6 +21,7 @@ import numpy as np
 from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.ir.graph import Value
+from ember.support import dtypes
 
 
 def _static_spatial(x: Value, why: str) -> list[int]:
@@ -366,7 +367,7 @@ def layer_norm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         scale, bias = [v if v is None or v.type.shape == inner
                        else ctx.add1("Expand", [v], {"shape": list(inner)}) for v in (scale, bias)]
     want_stats = ctx.output_used(1) or ctx.output_used(2)
-    fast = x.type.dtype.name in ("float32", "float16", "bfloat16")   # the row kernel's
+    fast = x.type.dtype.name in dtypes.KERNEL_FLOATS   # the row kernel's
     if fast:
         y = ctx.add1("LayerNormalization", [x, scale, bias], {"axis": axis, "epsilon": eps})
         if not want_stats:

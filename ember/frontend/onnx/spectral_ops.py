@@ -45,7 +45,6 @@ from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_d
 from ember.ir.graph import Value
 from ember.support import dtypes
 
-_HALF = ("float16", "bfloat16")
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 _MAX_DET = 32  # largest M whose unrolled elimination ember builds
 _MAX_MATRIX = 1 << 26  # elements of the largest DFT matrix ember builds (256 MiB in float32)
@@ -57,7 +56,7 @@ def _compute(ctx: Ctx, x: Value, what: str) -> tuple[Value, str]:
     dt = x.type.dtype.name
     if dt not in _FLOATS:
         raise ModelError(f"{ctx.op_type} {what} must be a float tensor, got {x.type}")
-    if dt in _HALF:
+    if dt in dtypes.HALF:
         return ctx.add1("Cast", [x], {"to": "float32"}), dt
     return x, dt
 

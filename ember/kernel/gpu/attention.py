@@ -58,6 +58,7 @@ from ember.loops.ir import (
     seq,
 )
 from ember.loops.transform import simplify
+from ember.support import dtypes
 
 BKV, THREADS = 32, 128
 TY, TX = 8, 16                 # threads along the rows and the columns of a tile
@@ -72,7 +73,7 @@ def applicable(body: Graph) -> bool:
     n = body.nodes[0]
     vals = [v for v in n.inputs if v is not None] + [n.output]
     dt = n.output.type.dtype.name
-    return dt in ("float32", "float16", "bfloat16") and all(
+    return dt in dtypes.KERNEL_FLOATS and all(
         v.type.is_static and v.type.dtype.name == dt for v in vals)
 
 

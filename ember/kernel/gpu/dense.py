@@ -48,18 +48,18 @@ from ember.loops.ir import (
     seq,
 )
 from ember.loops.transform import simplify
+from ember.support import dtypes
 
-# the tensors' types a product takes (operands, output and the group's output alike), and the
-# TensorCore precision a narrower one always runs in: its products are exact in float32, so
-# they lose nothing to the option's fp32 (FFMA on the widened values gives the same sums)
-DTYPES = ("float32", "float16", "bfloat16")
-NARROW = {"float16": "fp16", "bfloat16": "bf16"}
+# the TensorCore precision a product of 16-bit float tensors (``dtypes.HALF``) always runs in:
+# its products are exact in float32, so they lose nothing to the option's fp32 (FFMA on the
+# widened values gives the same sums)
+NARROW = dict(zip(dtypes.HALF, ("fp16", "bf16")))
 
 
 def applicable(body: Graph) -> bool:
     m = body.nodes[0]
     dt = m.output.type.dtype.name
-    if dt not in DTYPES or body.outputs[0].type.dtype.name != dt:
+    if dt not in dtypes.KERNEL_FLOATS or body.outputs[0].type.dtype.name != dt:
         return False
     if any(v is not None and v.type.is_static and v.type.numel == 0 for v in m.inputs):
         return False     # K = 0 (nothing to sum; no tile to copy): the generic kernel's zeros
