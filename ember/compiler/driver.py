@@ -45,7 +45,7 @@ from ember.passes import pipeline
 from ember.passes.memplan import MemoryPlan, kernel_dependencies, output_views
 from ember.runtime.compiled import CompiledModel
 from ember.runtime.host import isa_features, physical_memory
-from ember.runtime.toolchain import compile_shared
+from ember.runtime.toolchain import compile_shared, sim_flags
 from ember.runtime.units import compile_units
 from ember.sched import sequential
 from ember.sched.plan import ExecutionPlan
@@ -466,9 +466,10 @@ def _require_static_shapes(g: Graph) -> None:
 def library(comp: Compilation) -> Path:
     """The shared library of ``comp``: its units compiled apart and linked (each unit cached
     by its text), or its one source where it has no units."""
+    flags = sim_flags() if comp.target == "cuda-sim" else None
     if comp.units is None:
-        return compile_shared(comp.source)
-    return compile_units(comp.units.program, comp.units.kernels, header=HEADER)
+        return compile_shared(comp.source, flags=flags)
+    return compile_units(comp.units.program, comp.units.kernels, header=HEADER, flags=flags)
 
 
 def to_model(comp: Compilation) -> CompiledModel:

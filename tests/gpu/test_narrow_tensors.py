@@ -95,6 +95,18 @@ def test_a_narrow_conv_with_its_bias_and_relu_is_one_tensorcore_kernel(dtype: st
     assert _as_it_lies(cm.source) == (chans % 8 == 0)
 
 
+@pytest.mark.parametrize("m,n", [(3, 3), (3, 8), (16, 16)])
+def test_a_narrow_product_of_one_k_with_a_run_time_b(m: int, n: int) -> None:
+    """K = 1, B computed at run time (found by fuzzing, seed 3103): GCC 12.2 at -O3
+    miscompiled cuda-sim's serial thread loop filling B's tile (rows of it never stored, the
+    product read stale stack, NaN or garbage in whole columns); cuda-sim programs are built at
+    -O2 (``toolchain.sim_flags``)."""
+    rng = np.random.default_rng(m * n)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    _check("float16", nodes, {"a": rng.standard_normal((m, 1)),
+                              "b": rng.standard_normal((1, n))}, (m, n), {}, 1)
+
+
 def test_narrow_products_keep_nan_and_inf() -> None:
     a = np.ones((4, 8))
     a[1, 3], a[2, 0] = np.nan, np.inf
