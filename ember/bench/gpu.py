@@ -125,7 +125,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     rec["auto"] = cm.meta.get("schedule", {})
     if "gpu_topk" in cm.meta:   # Roller's top-K timed on the GPU: every candidate's time
         rec["gpu_topk"] = cm.meta["gpu_topk"]
-    chosen = (cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync)
+    chosen = cm.way
     rec["ember_rel_err"] = _rel_err(cm, feeds, ref)
 
     def in_precision(fn: Any) -> Any:
@@ -145,7 +145,7 @@ def bench_model(name: str, runs: int, rounds: int, deadline: float,
     for _ in range(rounds):
         for k, eng in engines.items():
             times[k] += eng()
-    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = chosen
+    cm.way = chosen
     for k, v in times.items():
         rec[f"{k}_ms"] = round(statistics.median(v), 4)
     rec.update(_kernel_profile(cm, feeds))
@@ -185,29 +185,34 @@ def _ember_engines(cm: Any, feeds: dict[str, np.ndarray], runs: int, ref: list[n
     ``auto`` chose, the launches one by one (RammerBase), in a CUDA graph chained, of their
     data dependencies and of IOS's stages, and the persistent program under each way of
     waiting (whose results, against ``ref``, go in ``rec``)."""
-    from ember.runtime.cuda_model import PROGRAM_SYNC, program_label
+    from ember.runtime.cuda_model import PROGRAM_SYNC, Way, program_label
 
-    chosen = (cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync)
+    chosen = cm.way
 
-    def ember_in(mode: str, graph: bool, order: str = "chain", sync: str = "lean") -> Any:
+    def ember_in(way: Way) -> Any:
         def go() -> list[float]:
-            cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = mode, graph, order, sync
+            cm.way = way
             return cm.time_ms(feeds, runs)
         return go
 
-    engines: dict[str, Any] = {"ember": ember_in(*chosen),
-                               "rammerbase": ember_in("launches", False),
-                               "graph": ember_in("launches", True),
-                               "branches": ember_in("launches", True, "data")}
+    engines: dict[str, Any] = {"ember": ember_in(chosen),
+                               "rammerbase": ember_in(Way("launches", False)),
+                               "graph": ember_in(Way("launches", True)),
+                               "branches": ember_in(Way("launches", True, "data"))}
+    if cm.dependent_launches():    # chained as programmatic dependent launches (sm_90 on)
+        engines["graph_pdl"] = ember_in(Way("launches", True, pdl=True))
+        engines["rammerbase_pdl"] = ember_in(Way("launches", False, pdl=True))
+        cm.way = Way("launches", True, pdl=True)
+        rec["graph_pdl_rel_err"] = _rel_err(cm, feeds, ref)
     if "ios_stages" in cm.meta:
-        engines["ios_graph"] = ember_in("launches", True, "ios")
+        engines["ios_graph"] = ember_in(Way("launches", True, "ios"))
     if "persistent" in cm.meta:
         for sync in PROGRAM_SYNC:     # the program in each way of waiting
             key = program_label(cm.meta["persistent"]["policy"], sync)
-            engines[key] = ember_in("persistent", True, sync=sync)
-            cm.mode, cm.program_sync = "persistent", sync
+            engines[key] = ember_in(Way("persistent", sync=sync))
+            cm.way = Way("persistent", sync=sync)
             rec[f"{key}_rel_err"] = _rel_err(cm, feeds, ref)
-    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = chosen
+    cm.way = chosen
     return engines
 
 
@@ -309,25 +314,33 @@ def chain_model(n: int, width: int = 256) -> tuple[Any, np.ndarray, np.ndarray]:
 
 def bench_chain(n: int, runs: int, rounds: int = 3) -> dict[str, Any]:
     """What a dependent step costs (``chain_model``: n kernels, each waiting for the one
-    before): the launches one by one and in a CUDA graph, and the Rammer program under each
-    way of waiting (``runtime.cuda_model.PROGRAM_SYNC``); median us per kernel."""
-    from ember.runtime.cuda_model import PROGRAM_SYNC
+    before): the launches one by one and in a CUDA graph (each also as programmatic
+    dependent launches where the GPU has them), and the Rammer program under each way of
+    waiting (``runtime.cuda_model.PROGRAM_SYNC``); median us per kernel, and each way's
+    error against the float64 product."""
+    from ember.runtime.cuda_model import PROGRAM_SYNC, Way
 
     m, x, ref = chain_model(n)
     cm = ember.compile(m, target="cuda", schedule="rammer")
     feeds = {"x": x}
-    got = cm.run(feeds)["y"]
-    ways = {"launches": ("launches", False, "lean"), "graph": ("launches", True, "lean"),
-            **{f"program[{s}]": ("persistent", True, s) for s in PROGRAM_SYNC}}
+    ways = {"launches": Way("launches", False), "graph": Way("launches", True)}
+    if cm.dependent_launches():
+        ways.update({"launches+pdl": Way("launches", False, pdl=True),
+                     "graph+pdl": Way("launches", True, pdl=True)})
+    ways.update({f"program[{s}]": Way("persistent", sync=s) for s in PROGRAM_SYNC})
+    rec: dict[str, Any] = {"chain": n, "kernels": len(cm.meta["launches"])}
+    for k, way in ways.items():
+        cm.way = way
+        got = cm.run(feeds)["y"]
+        rec[f"{k}_rel_err"] = float(np.abs(got - ref).max() / np.abs(ref).max())
+    rec["rel_err"] = max(rec[f"{k}_rel_err"] for k in ways)
     times: dict[str, list[float]] = {k: [] for k in ways}
     for r in range(rounds + 1):      # round 0 warms up
-        for k, (mode, graph, sync) in ways.items():
-            cm.mode, cm.cuda_graph, cm.program_sync = mode, graph, sync
+        for k, way in ways.items():
+            cm.way = way
             t = cm.time_ms(feeds, runs)
             if r:
                 times[k] += t
-    rec: dict[str, Any] = {"chain": n, "kernels": len(cm.meta["launches"]),
-                           "rel_err": float(np.abs(got - ref).max() / np.abs(ref).max())}
     for k, v in times.items():
         rec[f"{k}_us_per_kernel"] = round(1e3 * statistics.median(v) / rec["kernels"], 3)
     return rec
@@ -587,10 +600,11 @@ def _table(result: dict[str, Any]) -> None:
     print(f"\n{result['device']} ({result['arch']}), torch {result['torch']}, fp32 unless "
           "named (torch: autocast / TF32 as the precision), batch 1, device ms (median); "
           "ember = what schedule='auto' chose; base: the launches one by one, graph: chained "
-          "in a CUDA graph, branch: a CUDA graph of their branches")
+          "in a CUDA graph, g+pdl: that graph of dependent launches, branch: a CUDA graph of "
+          "their branches")
     print(f"{'model':17} {'err':>7} {'chosen':>13} {'ember':>8} {'base':>8} {'graph':>8} "
-          f"{'branch':>8} {'rammer':>8} {'ios':>8} {'eager':>8} {'c.def':>8} {'c.max':>8} "
-          f"{'e/eager':>7} {'e/best':>7}")
+          f"{'g+pdl':>8} {'branch':>8} {'rammer':>8} {'ios':>8} {'eager':>8} {'c.def':>8} "
+          f"{'c.max':>8} {'e/eager':>7} {'e/best':>7}")
 
     def f(x: Any, w: int = 8) -> str:
         return f"{x:{w}.3f}" if isinstance(x, float) else f"{'-':>{w}}"
@@ -608,7 +622,8 @@ def _table(result: dict[str, Any]) -> None:
         ios_ = r.get("ios_ms", auto.get("ios"))
         print(f"{name:17} {r['ember_rel_err']:7.1e} "
               f"{str(r.get('auto', {}).get('chosen', '-'))[:13]:>13} {f(e)} "
-              f"{f(r.get('rammerbase_ms'))} {f(r.get('graph_ms'))} {f(r.get('branches_ms'))} "
+              f"{f(r.get('rammerbase_ms'))} {f(r.get('graph_ms'))} {f(r.get('graph_pdl_ms'))} "
+              f"{f(r.get('branches_ms'))} "
               f"{f(ram)} {f(ios_)} {f(ea)} "
               f"{f(cd)} {f(cx)} {f(e / ea if e and ea else None, 7)} "
               f"{f(e / best if e and best else None, 7)}")

@@ -89,6 +89,16 @@ typedef unsigned long long uint64_t;
 #endif
 #define EM_SEL2(a, b, cmp) ((a) cmp (b) ? (a) : (b))
 #define memcpy __builtin_memcpy
+/* Every kernel begins here. Launched as a programmatic dependent launch (sm_90 on), it may
+   start while the kernel before it on the stream still runs: it waits until that one has
+   finished and its writes are visible, then lets the next one launch. Without one (or
+   before sm_90) the wait returns at once. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define EM_PDL_ENTER() do { asm volatile("griddepcontrol.wait;" ::: "memory"); \
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); } while (0)
+#else
+#define EM_PDL_ENTER() do { } while (0)
+#endif
 """ + _device(MATH_C) + _FAULT + _device(CHECKS_C)
 
 CUDA_TYPES = {**C_TYPES, "float16": "__half"}
@@ -229,6 +239,7 @@ def render_kernel(gk: GpuKernel) -> CudaKernelText:
     body = TextBuffer()
     if dynamic:
         body.line("extern __shared__ __align__(16) char em_smem[];")
+    body.line("EM_PDL_ENTER();   /* before anything is read: the kernel before may still run */")
     _assume_aligned(params, written, body)
     em.stmt(gk.body, body)
     # at most REGISTERS per thread (the budget Roller's tiles are built for; a kernel's own,

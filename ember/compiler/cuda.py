@@ -22,7 +22,7 @@ from ember.errors import EmberError
 from ember.ir.graph import Graph, Value
 from ember.kernel.base import COUNTERS, OUTPUT, SCRATCH, scratch_offsets
 from ember.passes.memplan import MemoryPlan, kernel_dependencies
-from ember.runtime.cuda_model import PROGRAM_SYNC, CudaModel, program_label
+from ember.runtime.cuda_model import PROGRAM_SYNC, CudaModel, Way, program_label
 from ember.runtime.cuda_toolchain import compile_cuda
 from ember.sched import sequential
 from ember.support import log, options
@@ -249,31 +249,34 @@ def _with_costs(infos: list[Any], measured: dict[int, float]) -> list[Any]:
 def _fastest(launches: CudaModel, models: list[CudaModel], feeds: dict[str, Any]
              ) -> CudaModel:
     """Time ``launches``' kernels launched one by one (in a CUDA graph of their branches, one
-    of IOS's stages, one of the launches chained in order, and without a graph) and each
-    of ``models``' persistent programs (under each way of waiting, ``PROGRAM_SYNC``) on the
-    GPU on ``feeds``; the fastest, its mode set and the measurements recorded
-    (``meta["schedule"]``, and the program's way of waiting in ``meta["program_sync"]``)."""
-    timed = {}
-    runs = [(launches, "branches+graph", "launches", True, "data", "lean"),
-            (launches, "ios+graph", "launches", True, "ios", "lean"),
-            (launches, "sequential+graph", "launches", True, "chain", "lean"),
-            (launches, "sequential", "launches", False, "chain", "lean")] + [
-        (cm, program_label(cm.meta["persistent"]["policy"], sync), "persistent", True,
-         "chain", sync)
-        for cm in models for sync in PROGRAM_SYNC]
-    for cm, label, mode, graph, order, sync in runs:
-        cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = mode, graph, order, sync
+    of IOS's stages, one of the launches chained in order, and without a graph; chained also
+    as dependent launches where the GPU has them) and each of ``models``' persistent programs
+    (under each way of waiting, ``PROGRAM_SYNC``) on the GPU on ``feeds``; the fastest, its
+    ``Way`` set and the measurements recorded (``meta["schedule"]``, and the program's way of
+    waiting in ``meta["program_sync"]``)."""
+    runs = [(launches, "branches+graph", Way("launches", True, "data")),
+            (launches, "ios+graph", Way("launches", True, "ios")),
+            (launches, "sequential+graph", Way("launches", True, "chain")),
+            (launches, "sequential", Way("launches", False, "chain"))]
+    if launches.dependent_launches():
+        runs += [(launches, "sequential+graph+pdl", Way("launches", True, "chain", pdl=True)),
+                 (launches, "sequential+pdl", Way("launches", False, "chain", pdl=True))]
+    runs += [(cm, program_label(cm.meta["persistent"]["policy"], sync),
+              Way("persistent", sync=sync)) for cm in models for sync in PROGRAM_SYNC]
+    timed: dict[str, tuple[float, CudaModel, Way]] = {}
+    for cm, label, way in runs:
+        cm.way = way
         try:
             times = cm.time_ms(feeds, 20)
         except EmberError as e:
             LOG.info("schedule %s: %s", label, e)
             continue
-        timed[label] = (sorted(times)[len(times) // 2], cm, mode, graph, order, sync)
+        timed[label] = (sorted(times)[len(times) // 2], cm, way)
     best = min(timed, key=lambda k: timed[k][0])
-    _, cm, mode, graph, order, sync = timed[best]
-    cm.mode, cm.cuda_graph, cm.graph_order, cm.program_sync = mode, graph, order, sync
+    _, cm, way = timed[best]
+    cm.way = way
     cm.annotate("schedule", {"chosen": best, "measured_ms": {k: v[0] for k, v in timed.items()}})
-    cm.annotate("program_sync", sync)
+    cm.annotate("program_sync", way.sync)
     return cm
 
 

@@ -63,6 +63,9 @@ def driver() -> ctypes.CDLL:
                                    c_uint, c_void_p, c_void_p, c_void_p]
     lib.cuLaunchCooperativeKernel.argtypes = [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint,
                                               c_uint, c_uint, c_void_p, c_void_p]
+    if hasattr(lib, "cuLaunchKernelEx"):     # CUDA 12 drivers on
+        lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), c_void_p, c_void_p,
+                                         c_void_p]
     for fn in ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2"):
         getattr(lib, fn).argtypes = [CUdeviceptr, c_void_p, c_size_t] + (
             [c_void_p] if fn.endswith("Async_v2") else [])
@@ -211,6 +214,50 @@ class Graph:
 
 
 STATIC_SMEM = 48 << 10   # shared memory a launch gets without opting in
+
+
+class LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``: an attribute's id, padded to 8 bytes, and its 64-byte value."""
+
+    _fields_ = [("id", c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_ubyte * 64)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig``, what ``cuLaunchKernelEx`` takes (a test checks the layout against
+    the toolkit's ``cuda.h``)."""
+
+    _fields_ = [("gridDimX", c_uint), ("gridDimY", c_uint), ("gridDimZ", c_uint),
+                ("blockDimX", c_uint), ("blockDimY", c_uint), ("blockDimZ", c_uint),
+                ("sharedMemBytes", c_uint), ("hStream", c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", c_uint)]
+
+
+PROGRAMMATIC_STREAM_SERIALIZATION = 6   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+class DependentLaunch:
+    """A kernel's launch as a programmatic dependent launch (Hopper on): it may begin while
+    the kernel before it on its stream still runs, once every block of that one has issued
+    ``griddepcontrol.launch_dependents``; its blocks then wait in ``griddepcontrol.wait``
+    until that kernel has finished and its writes are visible (``codegen.cuda``'s
+    ``EM_PDL_ENTER``, the first statement of every kernel). What it saves is the launch's
+    latency between two dependent kernels; the order of their work is unchanged."""
+
+    def __init__(self, fn: c_void_p, grid: int, block: int, smem: int, argv: Any) -> None:
+        self.attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
+        self.attr.value[0] = 1     # programmaticStreamSerializationAllowed (an int, LE)
+        self.config = LaunchConfig(grid, 1, 1, block, 1, 1, smem, None,
+                                   ctypes.pointer(self.attr), 1)
+        self.fn, self.argv = fn, argv
+
+    def launch(self, stream: Stream) -> None:
+        self.config.hStream = stream.handle
+        call("cuLaunchKernelEx", ctypes.byref(self.config), self.fn, self.argv, None)
+
+
+def dependent_launches() -> bool:
+    """Can this driver launch kernels as programmatic dependent launches?"""
+    return hasattr(driver(), "cuLaunchKernelEx")
 
 
 def allow_smem(fn: c_void_p, nbytes: int) -> None:

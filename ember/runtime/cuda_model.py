@@ -22,6 +22,7 @@ import copy
 import ctypes
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,23 @@ class CudaModel(ModelSpecs):
                                                else "launches")
         # how the persistent program's vEUs wait for each other (``PROGRAM_SYNC``)
         self.program_sync = str(self._meta.get("program_sync", "lean"))
+        # launches one after another (no graph, or a chained one) as programmatic dependent
+        # launches, where the GPU has them (sm_90 on) and runs this model's own cubin
+        self.pdl = bool(self._meta.get("pdl", False))
+
+    @property
+    def way(self) -> Way:
+        """How an inference runs (``Way``): mode, graph, its order, waits, dependent launches."""
+        return Way(self.mode, self.cuda_graph, self.graph_order, self.program_sync, self.pdl)
+
+    @way.setter
+    def way(self, w: Way) -> None:
+        self.mode, self.cuda_graph, self.graph_order = w.mode, w.graph, w.order
+        self.program_sync, self.pdl = w.sync, w.pdl
+
+    def dependent_launches(self) -> bool:
+        """Would ``pdl`` take effect here (a GPU of sm_90 on, running this model's cubin)?"""
+        return self._device().pdl_ok
 
     # ------------------------------------------------------------------ description
     @property
@@ -224,7 +242,10 @@ class CudaModel(ModelSpecs):
                                  "schedule='rammer' or 'ios'")
             dev.launch_persistent(self.program_sync)
         elif self.mode == "launches":
-            dev.launch_all(self.cuda_graph, self.graph_order, self._graph_deps)
+            # dependent launches where the launches are one chain on the model's stream
+            chained = not self.cuda_graph or self.graph_order == "chain"
+            dev.launch_all(self.cuda_graph, self.graph_order, self._graph_deps,
+                           pdl=self.pdl and chained)
         else:
             raise EmberError(f"mode {self.mode!r}: use 'persistent' or 'launches'")
 
@@ -322,7 +343,8 @@ class CudaModel(ModelSpecs):
 
     def save(self, path: Any) -> Any:
         meta = {**self._meta, "mode": self.mode, "cuda_graph": self.cuda_graph,
-                "graph_order": self.graph_order}
+                "graph_order": self.graph_order, "program_sync": self.program_sync,
+                "pdl": self.pdl}
         members = {"params.bin": self._params.tobytes(), **self._images.to_members()}
         if self._source is not None:
             members["source.cu"] = self._source.encode()
@@ -349,6 +371,21 @@ INPUT_ALIGN = 16
 # drops the fences the release/acquire pair makes redundant, keeps each counter on a line of
 # its own and sleeps at most 256 ns; "spin" polls without sleeping
 PROGRAM_SYNC = {"lean": (16, 0, 256), "fenced": (1, 1, 1024), "spin": (16, 0, 0)}
+
+
+@dataclass(frozen=True)
+class Way:
+    """How a ``CudaModel`` runs an inference: ``mode`` ("launches": the kernels one by one;
+    "persistent": the plan's program), whether the launches are a CUDA graph and in which
+    ``order`` ("data", "ios", "chain"), how the program's vEUs wait (``sync``,
+    ``PROGRAM_SYNC``), and whether chained launches are programmatic dependent launches
+    (``pdl``)."""
+
+    mode: str
+    graph: bool = True
+    order: str = "chain"
+    sync: str = "lean"
+    pdl: bool = False
 
 
 def program_label(policy: str, sync: str) -> str:
@@ -396,6 +433,10 @@ class _DeviceState:
                              f"alone (tensorcore='wgmma'), and GPU {info.name!r} is "
                              f"{info.arch}: compile it again with tensorcore='mma'")
         self.module = cu.Module(image if image is not None else images.ptx + b"\0")
+        # the kernels wait for the one before them (EM_PDL_ENTER) where compiled for sm_90 on
+        # (the PTX is an older arch's, compiled without)
+        self.pdl_ok = image is not None and int(info.arch[3:5]) >= 90 and \
+            cu.dependent_launches()
         self.stream = cu.Stream()
         self.params = cu.DeviceBuffer(params.nbytes)
         cu.call("cuMemcpyHtoD_v2", self.params.ptr, params.ctypes.data, params.nbytes)
@@ -412,6 +453,7 @@ class _DeviceState:
         self.fault_value_ptr, _ = self.module.global_ptr("g_fault_value")
         self.fault_bound_ptr, _ = self.module.global_ptr("g_fault_bound")
         self.launches = []
+        self.dependent: dict[int, cu.DependentLaunch] = {}   # launch i's, made when first used
         self.meta_launches = meta["launches"]
         self.input_cells: list[list[tuple[ctypes.c_uint64, int]]] = [[] for _ in inputs]
         fns: dict[str, ctypes.c_void_p] = {}
@@ -468,31 +510,45 @@ class _DeviceState:
         if self.persistent is not None:
             self.persistent.set_inputs(self, ptrs)
 
-    def launch_one(self, i: int, stream: cu.Stream | None = None) -> None:
+    def launch_one(self, i: int, stream: cu.Stream | None = None, pdl: bool = False) -> None:
+        """Launch ``i`` on ``stream`` (the model's by default); with ``pdl`` (and
+        ``pdl_ok``) as a programmatic dependent launch."""
         fn, grid, block, _, argv, smem = self.launches[i]
+        if pdl and self.pdl_ok:
+            if i not in self.dependent:
+                self.dependent[i] = cu.DependentLaunch(fn, grid, block, smem, argv)
+            self.dependent[i].launch(stream or self.stream)
+            return
         cu.call("cuLaunchKernel", fn, grid, 1, 1, block, 1, 1, smem,
                 (stream or self.stream).handle, argv, None)
 
     def launch_all(self, graph: bool, order: str = "chain",
-                   deps: Callable[[], tuple[list[list[int]], list[int]] | None] | None = None
-                   ) -> None:
-        """The launches; in a CUDA graph captured once per ``order``, ordered by what
-        ``deps()`` gives (each launch's dependencies and the capture order; asked only when
-        capturing), else chained."""
+                   deps: Callable[[], tuple[list[list[int]], list[int]] | None] | None = None,
+                   pdl: bool = False) -> None:
+        """The launches; in a CUDA graph captured once per (``order``, ``pdl``), ordered by
+        what ``deps()`` gives (each launch's dependencies and the capture order; asked only
+        when capturing), else chained; ``pdl``: chained ones as dependent launches."""
         if not graph:
             for i in range(len(self.launches)):
-                self.launch_one(i)
+                self.launch_one(i, pdl=pdl)
             return
-        if order not in self.graphs:
-            self.graphs[order] = self._capture(deps() if deps is not None else None)
-        self.graphs[order].launch(self.stream)
+        key = f"{order}+pdl" if pdl else order
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(deps() if deps is not None else None, pdl)
+        self.graphs[key].launch(self.stream)
 
-    def _capture(self, deps: tuple[list[list[int]], list[int]] | None) -> cu.Graph:
-        def chain() -> None:
+    def _capture(self, deps: tuple[list[list[int]], list[int]] | None,
+                 pdl: bool = False) -> cu.Graph:
+        def chain(dependent: bool) -> None:
             for i in range(len(self.launches)):
-                self.launch_one(i)
+                self.launch_one(i, pdl=dependent)
         if deps is None:
-            return cu.Graph(self.stream, chain)
+            if pdl and self.pdl_ok:
+                try:
+                    return cu.Graph(self.stream, lambda: chain(True))
+                except cu.CudaError as e:     # a driver that cannot capture them
+                    LOG.warning("dependent launches not captured (%s): chained plainly", e)
+            return cu.Graph(self.stream, lambda: chain(False))
         try:
             plan = stream_plan(deps[0], order=deps[1])
         except ValueError as e:     # stages out of the launches' order: the model is broken
@@ -501,7 +557,7 @@ class _DeviceState:
             return cu.Graph(self.stream, lambda: self._record_branches(plan))
         except cu.CudaError as e:     # never seen; the launches in order still run
             LOG.warning("the launches' branches were not captured (%s): chained in order", e)
-            return cu.Graph(self.stream, chain)
+            return cu.Graph(self.stream, lambda: chain(False))
 
     def _record_branches(self, plan: StreamPlan) -> None:
         """The launches on the stream plan's streams (``runtime.branches``): forked from the

@@ -32,6 +32,7 @@ from ember.loops.ir import (
     Store,
     seq,
 )
+from ember.runtime.cuda_model import Way
 from ember.runtime.module import NativeModule, aligned_empty
 from ember.runtime.toolchain import compile_shared
 from ember.sched.plan import Barrier as Wait
@@ -313,18 +314,21 @@ def test_ranked_kernels_are_the_models_next_tiles() -> None:
 
 
 class _Timed:
-    """A compiled model as ``auto`` sees it: its time depends on how it is run."""
+    """A compiled model as ``auto`` sees it: its time depends on how it is run (its ``Way``)."""
 
-    def __init__(self, ms: dict[tuple, float], persistent: str | None = None) -> None:
-        self.ms, self.notes = ms, {}
-        self.mode, self.cuda_graph, self.graph_order, self.program_sync = "", True, "", ""
+    def __init__(self, ms: dict[Way, float], persistent: str | None = None,
+                 pdl: bool = False) -> None:
+        self.ms, self.notes, self.pdl = ms, {}, pdl
+        self.way = Way("")
         self.meta = {"persistent": {"policy": persistent}} if persistent else {}
 
+    def dependent_launches(self) -> bool:
+        return self.pdl
+
     def time_ms(self, feeds: dict, runs: int) -> list[float]:
-        key = (self.mode, self.cuda_graph, self.graph_order, self.program_sync)
-        if key not in self.ms:
+        if self.way not in self.ms:
             raise ember.EmberError("cannot run so")
-        return [self.ms[key]] * runs
+        return [self.ms[self.way]] * runs
 
     def annotate(self, key: str, value: object) -> None:
         self.notes[key] = value
@@ -336,19 +340,39 @@ def test_auto_times_each_way_of_waiting_of_a_program() -> None:
     and a candidate that cannot run is left out."""
     from ember.compiler.cuda import _fastest
 
-    launches = _Timed({("launches", True, "data", "lean"): 1.0,
-                       ("launches", True, "chain", "lean"): 1.1,
-                       ("launches", False, "chain", "lean"): 1.5})
-    program = _Timed({("persistent", True, "chain", "lean"): 0.9,
-                      ("persistent", True, "chain", "fenced"): 1.2,
-                      ("persistent", True, "chain", "spin"): 0.8}, "rammer")
+    launches = _Timed({Way("launches", True, "data"): 1.0,
+                       Way("launches", True, "chain"): 1.1,
+                       Way("launches", False, "chain"): 1.5})
+    program = _Timed({Way("persistent", sync="lean"): 0.9,
+                      Way("persistent", sync="fenced"): 1.2,
+                      Way("persistent", sync="spin"): 0.8}, "rammer")
     best = _fastest(launches, [program], {})          # type: ignore[list-item,arg-type]
-    assert best is program and (best.mode, best.program_sync) == ("persistent", "spin")
+    assert best is program and best.way == Way("persistent", sync="spin")
     sched = program.notes["schedule"]
     assert sched["chosen"] == "rammer[spin]" and program.notes["program_sync"] == "spin"
     assert set(sched["measured_ms"]) == {"branches+graph", "sequential+graph", "sequential",
                                          "rammer", "rammer[fenced]", "rammer[spin]"}
-    launches.ms[("launches", True, "data", "lean")] = 0.5
+    launches.ms[Way("launches", True, "data")] = 0.5
     best = _fastest(launches, [program], {})          # type: ignore[list-item,arg-type]
     assert best is launches and launches.notes["program_sync"] == "lean"
-    assert (best.mode, best.graph_order) == ("launches", "data")
+    assert best.way == Way("launches", True, "data")
+
+
+def test_auto_times_the_chain_as_dependent_launches_where_the_gpu_has_them() -> None:
+    """On a GPU with programmatic dependent launch the chained launches (graph or not) are
+    timed with it too, and kept where fastest; without, they are not tried."""
+    from ember.compiler.cuda import _fastest
+
+    ms = {Way("launches", True, "data"): 1.0, Way("launches", True, "chain"): 1.1,
+          Way("launches", True, "chain", pdl=True): 0.7,
+          Way("launches", False, "chain", pdl=True): 0.8}
+    launches = _Timed(dict(ms), pdl=True)
+    best = _fastest(launches, [], {})          # type: ignore[list-item,arg-type]
+    assert best.way == Way("launches", True, "chain", pdl=True)
+    assert launches.notes["schedule"]["chosen"] == "sequential+graph+pdl"
+    assert {"sequential+graph+pdl", "sequential+pdl"} <= set(
+        launches.notes["schedule"]["measured_ms"])
+    older = _Timed(dict(ms), pdl=False)
+    best = _fastest(older, [], {})             # type: ignore[list-item,arg-type]
+    assert best.way == Way("launches", True, "data") and not best.way.pdl
+    assert not any("pdl" in k for k in older.notes["schedule"]["measured_ms"])
