@@ -69,12 +69,14 @@ def resize_axes(attrs: Attrs, in_shape: tuple[Any, ...], out_shape: tuple[Any, .
                 ) -> list[tuple[int, float, tuple[float, float] | None]]:
     """The axes a Resize changes, in the order it resizes them: (axis, the scale of its
     coordinate map, its roi (start, end) under tf_crop_and_resize, else None). An axis of the
-    same length at scale 1 (and roi [0, 1]) is left as it is, in every mode, as onnxruntime and
-    onnx's reference do."""
+    same length at scale 1 (and roi [0, 1]) is left as it is, as onnx's reference does, except
+    where onnxruntime's joint kernels interpolate it (``_joint_axes``): there its neighbours
+    enter with weight 0, so a NaN or Inf beside a value makes it NaN, as in onnxruntime (the
+    values are otherwise the same)."""
     scales, sizes = attrs.get("scales"), attrs.get("sizes")
     roi = attrs.get("roi") if attrs.get("coordinate_transformation_mode") == CROP else None
     r = len(in_shape)
-    out = []
+    out, same = [], []
     for a, (n_out, n_in) in enumerate(zip(out_shape, in_shape, strict=True)):
         win = None if roi is None else (float(roi[a]), float(roi[a + r]))
         whole = win in (None, (0.0, 1.0))
@@ -82,9 +84,41 @@ def resize_axes(attrs: Attrs, in_shape: tuple[Any, ...], out_shape: tuple[Any, .
             continue        # a (symbolic) dim the op leaves as it is
         sc = float(scales[a]) if scales is not None and scales[a] is not None else n_out / n_in
         if n_out == n_in and sc == 1.0 and whole:
+            same.append(a)
             continue
         out.append((a, sc, win))
+    joint = _joint_axes(attrs, r, set(same))
+    if out and all(a in joint for a, _, _ in out):
+        extra = [(a, 1.0, None) for a in same if a in joint and isinstance(in_shape[a], int)
+                 and in_shape[a] > 1]
+        out = sorted(out + extra, key=lambda t: t[0])
     return out
+
+
+def _joint_axes(attrs: Attrs, rank: int, same: set[int]) -> set[int]:
+    """The axes onnxruntime's linear / cubic kernels interpolate together, a same-length axis
+    among them included (measured on onnxruntime 1.2x, a NaN beside each axis in turn):
+    linear over both axes of a 2-D input, all three of a 3-D one, H and W of a 4-D input whose
+    N and C keep their length (or H and W of an NHWC one, N and C kept), the last three of a
+    5-D one (N and C kept); cubic over both axes of a 2-D input and H and W of an NCHW one.
+    Not with antialias or tf_crop_and_resize (kernels of their own), nor tf_half_pixel_for_nn:
+    onnxruntime maps a kept axis's index to itself, which that mode's coordinates (i + 0.5)
+    would not do (in the others they are i)."""
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("linear", "cubic") or attrs.get("antialias", 0) or \
+            attrs.get("coordinate_transformation_mode") in (CROP, "tf_half_pixel_for_nn"):
+        return set()
+    if rank == 2:
+        return {0, 1}
+    if mode == "linear" and rank == 3:
+        return {0, 1, 2}
+    if rank == 4 and {0, 1} <= same:
+        return {2, 3}
+    if mode == "linear" and rank == 4 and {0, 3} <= same:
+        return {1, 2}
+    if mode == "linear" and rank == 5 and {0, 1} <= same:
+        return {2, 3, 4}
+    return set()
 
 
 def crop_terms(in_len: int, scale: float, roi: tuple[float, float]) -> tuple[float, ...]:
