@@ -536,6 +536,14 @@ REFERENCE = Explained(
     "INT_MAX, which onnxruntime reads as 'to the start'; integer linear/cubic Resize, which "
     "onnxruntime truncates and the reference rounds half to even (the reference's Resize "
     "saturates float results: ±inf compared as the dtype's extremes)", lambda ctx: True)
+EMPTY_CONVT = Explained(
+    "convtranspose-empty-input", "onnxruntime refused a ConvTranspose over an input with an "
+    "empty spatial axis only where its own consistency check (the input length it derives "
+    "back from the output, with output_padding) rounds to 1; elsewhere it returns the "
+    "output the ONNX shape formula gives, the bias alone, as ember does for every such input",
+    lambda ctx: True)
+_EMPTY_CONVT = re.compile(r"ConvTranspose.*output_padding .* Expected input size \d+ but got 0",
+                          re.DOTALL)
 DEAD_NODE = Explained(
     "dead-node", "onnxruntime refused the inputs in a node whose values no graph output "
     "depends on (dead code, only its shape is taken, or they reach the outputs only through "
@@ -655,6 +663,8 @@ def classify(case: Case, died: str | None, stage: str | None, ember: dict[str, A
                     f"valid inputs: {ort_note}"}
         if _in_dead_node(case, ort_note):
             return {"outcome": "explained", "message": msg, "explained": DEAD_NODE.name}
+        if _EMPTY_CONVT.search(ort_note):
+            return {"outcome": "explained", "message": msg, "explained": EMPTY_CONVT.name}
         return {"outcome": "mismatch", "message": msg, "ort_message": ort_note}
     diff = compare(ember["outputs"], ort["outputs"], ort["names"])
     if diff is None:

@@ -303,3 +303,26 @@ def test_reference_answers_per_output_where_the_whole_model_fails() -> None:
     ref = runner.run_reference(case)
     assert ref["status"] == "ok" and "g" not in ref["outputs"], ref
     np.testing.assert_array_equal(ref["outputs"]["y"], x)
+
+
+def test_judge_explains_onnxruntimes_check_on_an_empty_transposed_convolution() -> None:
+    """Seed 3104, case 1439: a ConvTranspose over an empty spatial axis. onnxruntime returns
+    the bias where its own check passes and refuses where it derives an input length of 1
+    back from the output (output_padding); ember returns the bias always. That refusal is
+    explained; another refusal of the same node is not."""
+    from onnx import helper
+    convt = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convtranspose_5",
+                             strides=[2], output_padding=[1])
+    c = _case([convt], {"x": np.zeros((1, 1, 0), np.float32)},
+              {"w": np.ones((1, 1, 2), np.float32)}, ["y"], "resize-symbol")
+    out = {"status": "ok", "outputs": {"y": np.zeros((1, 1, 1), np.float32)}}
+    says = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while " \
+        "running ConvTranspose node. Name:'convtranspose_5' Status Message: Computed output " \
+        "shape is inconsistent with input spatial dimensions. output_padding (1) may be too " \
+        "large for stride (2). Expected input size 1 but got 0."
+    rec = judge.classify(c, None, None, out, {"status": "reject", "stage": "run",
+                                               "message": says})
+    assert rec["outcome"] == "explained" and rec["explained"] == "convtranspose-empty-input"
+    other = says.replace("but got 0", "but got 3")
+    assert judge.classify(c, None, None, out, {"status": "reject", "stage": "run",
+                                               "message": other})["outcome"] == "mismatch"

@@ -393,3 +393,23 @@ def test_an_arg_reduction_over_an_empty_axis_with_no_output_element(op: str,
     assert got.shape == want.shape and got.dtype == want.dtype
     with pytest.raises(ember.EmberError, match="the_arg.*empty axis"):
         ember.compile(model([2, 0, 3]))
+
+
+@pytest.mark.parametrize("mode", ["edge", "wrap"])
+def test_pad_copying_from_an_empty_axis_is_refused(mode: str) -> None:
+    """Pad edge / wrap of an axis of length 0 (found by the fuzzer, seed 3104, case 619: a
+    symbolic dim fed 0) returned zeros where there is nothing to copy (wrap's index modulo
+    the length 0 killed the process with SIGFPE); onnxruntime refuses.
+    Now an InputError naming the node and the dim; the same axis unpadded, or another axis
+    padded while this one is empty, still runs."""
+    pads = numpy_helper.from_array(np.array([0, 2, 0, 1], np.int64), "p")
+    m = graph_model([helper.make_node("Pad", ["x", "p"], ["y"], mode=mode, name="the_pad")],
+                    [_vi("x", TensorProto.FLOAT, ["n", "k"])],
+                    [_vi("y", TensorProto.FLOAT, None)], [pads], opset=19)
+    cm = ember.compile(m)
+    with pytest.raises(InputError, match=f"'the_pad'.*Pad {mode} on dim 1.*must not be empty"):
+        cm.run({"x": np.ones((3, 0), np.float32)})
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(cm.run({"x": x})["y"], run_ort(m, {"x": x})[0])
+    empty_rows = np.ones((0, 2), np.float32)      # dim 0 is empty but not padded
+    assert cm.run({"x": empty_rows})["y"].shape == (0, 5)

@@ -454,12 +454,16 @@ def _pad_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
                 raise TypeInferenceError(f"pads {pads} crop dim {i} below zero")
         else:
             require("at_least", (d + extra, 0), f"pads {pads} crop dim {i} below zero")
-        if attrs.get("mode", "constant") == "reflect":   # a reflection repeats no border
-            kept = d + min(pads[i], 0) + min(pads[i + x.rank], 0)   # after the crops
+        mode = attrs.get("mode", "constant")
+        kept = d + min(pads[i], 0) + min(pads[i + x.rank], 0)   # after the crops
+        if mode == "reflect":   # a reflection repeats no border
             for p in (pads[i], pads[i + x.rank]):
                 if p > 0:
                     require("at_least", (kept - 1, p), f"Pad reflect by {p} on dim {i} of {x} "
                             "needs the (cropped) dim to be larger than the pad")
+        elif mode in ("edge", "wrap") and max(pads[i], pads[i + x.rank]) > 0:
+            require("at_least", (kept, 1), f"Pad {mode} on dim {i} of {x} copies its values: "
+                    "the (cropped) dim must not be empty")
         shape.append(d + extra)
     return [TensorType(tuple(shape), x.dtype)]
 
