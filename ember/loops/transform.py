@@ -132,11 +132,29 @@ def _fold(op: str, a: Const, b: Const) -> Expr | None:
     return Const(v, a.dtype)
 
 
+_COMPARE_FOLD = {"<": lambda x, y: x < y, "<=": lambda x, y: x <= y, ">": lambda x, y: x > y,
+                 ">=": lambda x, y: x >= y, "==": lambda x, y: x == y, "!=": lambda x, y: x != y}
+
+
+def _logic(op: str, a: Expr, b: Expr) -> Expr | None:
+    """``&&`` / ``||`` with a constant operand: its value or the other operand."""
+    for c, other in ((a, b), (b, a)):
+        if isinstance(c, Const) and c.dtype == "bool":
+            if op == "&&":
+                return other if c.value else Const(False, "bool")
+            return Const(True, "bool") if c.value else other
+    return None
+
+
 def _simp(e: Expr) -> Expr | None:
     if not isinstance(e, Bin):
         return None
     a, b, op = e.a, e.b, e.op
+    if op in ("&&", "||"):
+        return _logic(op, a, b)
     if isinstance(a, Const) and isinstance(b, Const) and a.dtype == "int64":
+        if op in _COMPARE_FOLD and b.dtype == "int64":
+            return Const(bool(_COMPARE_FOLD[op](a.value, b.value)), "bool")
         return _fold(op, a, b)
     if a.dtype != "int64":
         return None
@@ -190,13 +208,33 @@ def same_expr(a: Expr, b: Expr) -> bool:
 
 
 def simplify(node: Expr | Stmt) -> Expr | Stmt:
-    """Constant folding and algebraic identities on integer index arithmetic."""
+    """Constant folding and algebraic identities on integer index arithmetic; a branch whose
+    condition folds to a constant is replaced by the side taken (a pipeline's stage for a K
+    step that does not exist, ``if (1 < 1)``, is not emitted)."""
     def fe(e: Expr) -> Expr:
         return map_expr(e, _simp)
 
     if isinstance(node, Expr):
         return fe(node)
-    return map_stmt(node, fe)
+    return _prune(map_stmt(node, fe))
+
+
+def _prune(s: Stmt) -> Stmt:
+    """``s`` with every ``If`` on a constant condition replaced by the side it takes."""
+    if isinstance(s, If):
+        if isinstance(s.cond, Const):
+            taken = s.then if s.cond.value else s.orelse
+            return _prune(taken) if taken is not None else Seq([])
+        return If(s.cond, _prune(s.then), _prune(s.orelse) if s.orelse is not None else None)
+    if isinstance(s, Seq):
+        return Seq([_prune(x) for x in s.body])
+    if isinstance(s, For):
+        return For(s.var, s.begin, s.extent, _prune(s.body), s.kind)
+    if isinstance(s, Alloc):
+        return Alloc(s.buf, _prune(s.body))
+    if isinstance(s, Let):
+        return Let(s.var, s.value, _prune(s.body))
+    return s
 
 
 def free_vars(e: Expr) -> set[Var]:
