@@ -380,7 +380,7 @@ def slice_len(d: Dim, start: int, end: int, step: int) -> Dim:
                 return sym_min(d - rest, d)
         return sym_max(floordiv(stop - first + (step - 1), step), 0)
     first, stop = _bound(d, start, 0, d - 1), _bound(d, end, -1, d - 1)
-    if first == d - 1 and stop == -1:
+    if first == d - 1 and stop == -1 and step == -1:    # the whole axis reversed
         return d
     return sym_max(floordiv(first - stop + (-step - 1), -step), 0)
 
