@@ -326,3 +326,26 @@ def test_judge_explains_onnxruntimes_check_on_an_empty_transposed_convolution() 
     other = says.replace("but got 0", "but got 3")
     assert judge.classify(c, None, None, out, {"status": "reject", "stage": "run",
                                                "message": other})["outcome"] == "mismatch"
+
+
+def test_judge_explains_a_refusal_in_a_node_whose_outputs_ember_found_empty() -> None:
+    """Seed 3108, case 122: LayerNormalization over an axis fed 0 (a symbolic dim, which
+    shape inference cannot see): onnxruntime refuses, ember returns the empty output. Where
+    the node reaches a graph output with elements, it stays a mismatch."""
+    from onnx import helper
+    ln = helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln_26")
+    # (declared [3] here, so that static shape inference sees no empty value: only ember's
+    # result can say the output is empty)
+    c = _case([ln], {"x": np.zeros((3,), np.float32)}, {"s": np.ones(3, np.float32)}, ["y"],
+              "resize-symbol")
+    says = {"status": "reject", "stage": "run", "message": "Non-zero status code returned "
+            "while running LayerNormalization node. Name:'ln_26' Status Message: Size of "
+            "X.shape[axis:] must be at least 1, got 0"}
+    empty = {"status": "ok", "outputs": {"y": np.zeros(0, np.float32)}}
+    rec = judge.classify(c, None, None, empty, says)
+    assert rec["outcome"] == "explained" and rec["explained"] == "dead-node"
+    some = {"status": "ok", "outputs": {"y": np.zeros(3, np.float32)}}
+    assert judge.classify(c, None, None, some, says)["outcome"] == "mismatch"
+    limited = {"status": "reject", "stage": "run", "message": "ScalesValidation 'Cubic' mode "
+               "only supports: 2-D inputs ('Bicubic') or 4-D inputs"}
+    assert judge.classify(c, None, None, some, limited)["outcome"] == "ort-rejects"

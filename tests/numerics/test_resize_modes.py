@@ -286,3 +286,9 @@ def test_a_kept_axis_spreads_nan_as_onnxruntime_does(target: str) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         ran += 1
     assert ran == 28
+    # no length changes (a scale of 1.5 on an axis of 1, seed 3108 case 1382): onnxruntime
+    # copies the input, and so nothing spreads
+    x = np.array([[[1.0], [2.0], [3.0]], [[np.nan], [5.0], [6.0]]], F32)
+    m = make_model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")],
+                   {"x": x}, {"s": np.array([1.0, 1.0, 1.5], F32)}, ["y"], opset=18)
+    np.testing.assert_array_equal(ember.compile(m, target=target).run({"x": x})["y"], x)

@@ -462,3 +462,19 @@ def test_slices_of_a_symbolic_axis_clamp_as_onnx() -> None:
                          ({"st": [-1], "en": [-2 ** 31], "sp": [-2]}, [1])):
         got = ember.compile(_slice_model(["a", "b"], bounds)).run({"x": x})["y"]
         np.testing.assert_array_equal(got, x[:, cols])
+
+
+def test_resizing_an_empty_axis_to_a_non_empty_one_is_refused() -> None:
+    """Resize by sizes of an axis fed 0 (seed 3108, case 644): a raw ZeroDivisionError when
+    the model was compiled for that shape; onnxruntime refuses ("Input dim is zero but required
+    output dim is non-zero"). Now an error naming the node; an empty axis resized to 0, or
+    another axis empty, still runs."""
+    sizes = numpy_helper.from_array(np.array([2, 4], np.int64), "sz")
+    m = graph_model([helper.make_node("Resize", ["x", "", "", "sz"], ["y"], name="the_resize")],
+                    [_vi("x", TensorProto.FLOAT, ["n", 2])], [_vi("y", TensorProto.FLOAT, None)],
+                    [sizes], opset=18)
+    with pytest.raises(ember.EmberError, match="'the_resize'.*empty axis"):
+        ember.compile(m).run({"x": np.ones((0, 2), np.float32)})
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    np.testing.assert_allclose(ember.compile(m).run({"x": x})["y"], run_ort(m, {"x": x})[0],
+                               rtol=1e-6)

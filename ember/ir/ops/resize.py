@@ -17,7 +17,7 @@ import numpy as np
 from ember.errors import TypeInferenceError
 from ember.ir.ops.registry import Pattern, defop
 from ember.ir.symdims import Sym
-from ember.ir.types import Dim, TensorType
+from ember.ir.types import Dim, TensorType, require
 from ember.support.dtypes import is_float_name
 
 Attrs = dict[str, Any]
@@ -55,8 +55,13 @@ def _resize_sizes(attrs: Attrs, shape: tuple[Dim, ...]) -> list[Dim]:
                                  f"{2 * len(shape)} entries (starts, then ends), got {roi}")
     if attrs.get("antialias", 0) not in (0, 1):
         raise TypeInferenceError(f"Resize antialias must be 0 or 1, got {attrs['antialias']}")
-    return [d if s is None else s if isinstance(s, Sym) else int(s)
-            for s, d in zip(sizes, shape, strict=True)]
+    out = [d if s is None else s if isinstance(s, Sym) else int(s)
+           for s, d in zip(sizes, shape, strict=True)]
+    for i, (n_out, d) in enumerate(zip(out, shape, strict=True)):
+        if isinstance(n_out, int) and n_out > 0:
+            require("at_least", (d, 1), f"Resize of dim {i} ({d}) to {n_out}: an empty axis "
+                    "has no values to resize")
+    return out
 
 
 def _resize_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
@@ -88,7 +93,9 @@ def resize_axes(attrs: Attrs, in_shape: tuple[Any, ...], out_shape: tuple[Any, .
             continue
         out.append((a, sc, win))
     joint = _joint_axes(attrs, r, set(same))
-    if out and all(a in joint for a, _, _ in out):
+    # (where no length changes, onnxruntime copies the input whatever the scales)
+    if any(out_shape[a] != in_shape[a] for a, _, _ in out) and \
+            all(a in joint for a, _, _ in out):
         extra = [(a, 1.0, None) for a in same if a in joint and isinstance(in_shape[a], int)
                  and in_shape[a] > 1]
         out = sorted(out + extra, key=lambda t: t[0])
