@@ -166,8 +166,14 @@ def _onehot(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Ten
 def _tile(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
     x = ins[0]
 
+    def axis(i: Expr, d: Any) -> Expr:
+        if isinstance(d, int):
+            return i % d if d > 1 else Const(0)
+        # a symbolic extent: never a modulo by 0 (an empty axis leaves no output to read for)
+        return i % Bin("max", as_expr(d), Const(1))
+
     def body(*i: Expr) -> Expr:
-        return x[tuple(i[k] % d if d > 1 else Const(0) for k, d in enumerate(x.shape))]
+        return x[tuple(axis(i[k], d) for k, d in enumerate(x.shape))]
 
     return [te.compute(static_shape(outs[0]), body, name="tile")]
 
