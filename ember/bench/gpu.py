@@ -316,8 +316,9 @@ def bench_chain(n: int, runs: int, rounds: int = 3) -> dict[str, Any]:
     """What a dependent step costs (``chain_model``: n kernels, each waiting for the one
     before): the launches one by one and in a CUDA graph (each also as programmatic
     dependent launches where the GPU has them), and the Rammer program under each way of
-    waiting (``runtime.cuda_model.PROGRAM_SYNC``); median us per kernel, and each way's
-    error against the float64 product."""
+    waiting (``runtime.cuda_model.PROGRAM_SYNC``; replayed from a CUDA graph, and once
+    launched directly); median us per kernel, and each way's error against the float64
+    product."""
     from ember.runtime.cuda_model import PROGRAM_SYNC, Way
 
     m, x, ref = chain_model(n)
@@ -328,6 +329,7 @@ def bench_chain(n: int, runs: int, rounds: int = 3) -> dict[str, Any]:
         ways.update({"launches+pdl": Way("launches", False, pdl=True),
                      "graph+pdl": Way("launches", True, pdl=True)})
     ways.update({f"program[{s}]": Way("persistent", sync=s) for s in PROGRAM_SYNC})
+    ways["program[lean,launch]"] = Way("persistent", False)   # no CUDA graph of the launch
     rec: dict[str, Any] = {"chain": n, "kernels": len(cm.meta["launches"])}
     for k, way in ways.items():
         cm.way = way

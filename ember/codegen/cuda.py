@@ -288,7 +288,9 @@ PERSISTENT = r"""
    pattern of CUTLASS's grid barriers); `fence` adds a __threadfence on both sides (the
    program as first measured, 2026-11-28). With `prof` set, thread 0 records each rTask's
    start and end (the GPU's globaltimer, ns) at prof[2 i], prof[2 i + 1] for plan entry i:
-   the costs Rammer and IOS plan with. */
+   the costs Rammer and IOS plan with. The run's epoch is runs[0] (the runs before it), read
+   from memory rather than passed, so that one launch replayed from a CUDA graph serves every
+   run: the last vEU to end (runs[1] counts them) sets it for the next. */
 static __device__ __forceinline__ void em_publish(unsigned long long *at, unsigned long long v) {
   asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(at), "l"(v) : "memory");
 }
@@ -311,12 +313,13 @@ static __device__ __forceinline__ void em_prefetch(const void *at) {
 PERSISTENT_PROGRAM = r"""extern "C" __global__ void
 __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
     const unsigned long long *args, const longlong2 *plan, const long long *plan_at,
-    const long long *wl, unsigned long long *steps, const long long *nsteps, long long epoch,
+    const long long *wl, unsigned long long *steps, const long long *nsteps, long long *runs,
     unsigned long long *prof, long long stride, int fence, unsigned sleep_hi) {
   /* plan entry i: rTask (kernel, its function, first block, end block) or wait (-1, first
      wait, end wait, 0), two 16-byte words */
   extern __shared__ __align__(16) char em_smem[];
   const int v = blockIdx.x;
+  const long long epoch = runs[0];
   const long long end = plan_at[v + 1];
   const unsigned long long base = (unsigned long long)epoch * nsteps[v];
   unsigned long long step = 0;
@@ -368,6 +371,14 @@ __launch_bounds__(%(BT)d, %(PER_SM)d) em_program(
     b = nb;
     na = nna;
     nb = nnb;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {    /* the last vEU to end counts the run (every vEU read epoch) */
+    __threadfence();
+    if (atomicAdd((unsigned long long *)(runs + 1), 1ull) == (unsigned long long)gridDim.x - 1) {
+      runs[1] = 0;
+      runs[0] = epoch + 1;
+    }
   }
 }
 """

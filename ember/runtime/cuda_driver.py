@@ -233,19 +233,23 @@ class LaunchConfig(ctypes.Structure):
 
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+COOPERATIVE = 2                         # CU_LAUNCH_ATTRIBUTE_COOPERATIVE (launches, graph nodes)
 
 
-class DependentLaunch:
-    """A kernel's launch as a programmatic dependent launch (Hopper on): it may begin while
-    the kernel before it on its stream still runs, once every block of that one has issued
-    ``griddepcontrol.launch_dependents``; its blocks then wait in ``griddepcontrol.wait``
-    until that kernel has finished and its writes are visible (``codegen.cuda``'s
-    ``EM_PDL_ENTER``, the first statement of every kernel). What it saves is the launch's
-    latency between two dependent kernels; the order of their work is unchanged."""
+class AttributedLaunch:
+    """A kernel's launch through ``cuLaunchKernelEx`` with one launch attribute set to 1:
+    ``PROGRAMMATIC_STREAM_SERIALIZATION``, a programmatic dependent launch (Hopper on: it
+    may begin while the kernel before it on its stream still runs, once every block of that
+    one has issued ``griddepcontrol.launch_dependents``; its blocks then wait in
+    ``griddepcontrol.wait`` until that kernel has finished and its writes are visible,
+    ``codegen.cuda``'s ``EM_PDL_ENTER``: the launch's latency is hidden, the order of the work
+    unchanged); or ``COOPERATIVE``, every block resident at once (what
+    ``cuLaunchCooperativeKernel`` does, but capturable in a CUDA graph)."""
 
-    def __init__(self, fn: c_void_p, grid: int, block: int, smem: int, argv: Any) -> None:
-        self.attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
-        self.attr.value[0] = 1     # programmaticStreamSerializationAllowed (an int, LE)
+    def __init__(self, fn: c_void_p, grid: int, block: int, smem: int, argv: Any,
+                 attribute: int = PROGRAMMATIC_STREAM_SERIALIZATION) -> None:
+        self.attr = LaunchAttribute(id=attribute)
+        self.attr.value[0] = 1     # the attribute's int value (little-endian)
         self.config = LaunchConfig(grid, 1, 1, block, 1, 1, smem, None,
                                    ctypes.pointer(self.attr), 1)
         self.fn, self.argv = fn, argv
@@ -256,7 +260,8 @@ class DependentLaunch:
 
 
 def dependent_launches() -> bool:
-    """Can this driver launch kernels as programmatic dependent launches?"""
+    """Can this driver launch kernels with attributes (programmatic dependent launches,
+    cooperative launches in CUDA graphs)?"""
     return hasattr(driver(), "cuLaunchKernelEx")
 
 

@@ -240,7 +240,7 @@ class CudaModel(ModelSpecs):
             if dev.persistent is None:
                 raise EmberError("this model has no persistent program: compile it with "
                                  "schedule='rammer' or 'ios'")
-            dev.launch_persistent(self.program_sync)
+            dev.launch_persistent(self.program_sync, self.cuda_graph)
         elif self.mode == "launches":
             # dependent launches where the launches are one chain on the model's stream
             chained = not self.cuda_graph or self.graph_order == "chain"
@@ -376,8 +376,9 @@ PROGRAM_SYNC = {"lean": (16, 0, 256), "fenced": (1, 1, 1024), "spin": (16, 0, 0)
 @dataclass(frozen=True)
 class Way:
     """How a ``CudaModel`` runs an inference: ``mode`` ("launches": the kernels one by one;
-    "persistent": the plan's program), whether the launches are a CUDA graph and in which
-    ``order`` ("data", "ios", "chain"), how the program's vEUs wait (``sync``,
+    "persistent": the plan's program), whether the launches (or the program's one launch)
+    are a CUDA graph and in which ``order`` ("data", "ios", "chain"), how the program's vEUs
+    wait (``sync``,
     ``PROGRAM_SYNC``), and whether chained launches are programmatic dependent launches
     (``pdl``)."""
 
@@ -453,7 +454,7 @@ class _DeviceState:
         self.fault_value_ptr, _ = self.module.global_ptr("g_fault_value")
         self.fault_bound_ptr, _ = self.module.global_ptr("g_fault_bound")
         self.launches = []
-        self.dependent: dict[int, cu.DependentLaunch] = {}   # launch i's, made when first used
+        self.dependent: dict[int, cu.AttributedLaunch] = {}   # launch i's, made when first used
         self.meta_launches = meta["launches"]
         self.input_cells: list[list[tuple[ctypes.c_uint64, int]]] = [[] for _ in inputs]
         fns: dict[str, ctypes.c_void_p] = {}
@@ -484,9 +485,9 @@ class _DeviceState:
         self.persistent = _Persistent(self, meta["persistent"]) if "persistent" in meta \
             else None
 
-    def launch_persistent(self, sync: str = "lean") -> None:
+    def launch_persistent(self, sync: str = "lean", graph: bool = False) -> None:
         assert self.persistent is not None
-        self.persistent.launch(self, sync)
+        self.persistent.launch(self, sync, graph)
 
     def _base(self, kind: str, index: int) -> int:
         if kind == "ws":
@@ -516,7 +517,7 @@ class _DeviceState:
         fn, grid, block, _, argv, smem = self.launches[i]
         if pdl and self.pdl_ok:
             if i not in self.dependent:
-                self.dependent[i] = cu.DependentLaunch(fn, grid, block, smem, argv)
+                self.dependent[i] = cu.AttributedLaunch(fn, grid, block, smem, argv)
             self.dependent[i].launch(stream or self.stream)
             return
         cu.call("cuLaunchKernel", fn, grid, 1, 1, block, 1, 1, smem,
@@ -612,8 +613,10 @@ class _DeviceState:
 
 class _Persistent:
     """The persistent program's device arrays and its cooperative launch: the plan (uploaded
-    once), the vEUs' step counters (zeroed once; they only grow, run after run: the epoch
-    argument says which run this is), the input and output pointer tables."""
+    once), the vEUs' step counters (zeroed once; they only grow, run after run: the epoch,
+    which the program keeps in device memory, says which run this is), the input and output
+    pointer tables; the launch replayed from a CUDA graph per way of waiting where asked
+    (its arguments do not change between runs)."""
 
     def __init__(self, dev: _DeviceState, p: dict[str, Any]) -> None:
         self.fn = dev.module.function("em_program")
@@ -641,7 +644,10 @@ class _Persistent:
         self.table = np.zeros((len(self.rows), width), np.uint64)
         self._fill(dev, [b.ptr for b in dev.inputs])
         self.args = _upload(self.table)
-        self.epoch = ctypes.c_longlong(0)
+        self.epoch = 0                     # the runs launched (the program counts them too)
+        self.runs = cu.DeviceBuffer(16)    # the program's (epoch, vEUs that ended this run)
+        cu.call("cuMemsetD8Async", self.runs.ptr, 0, 16, dev.stream.handle)
+        self.graphs: dict[str, cu.Graph | None] = {}   # way of waiting -> its captured launch
         self.prof = ctypes.c_uint64(0)     # a device buffer of 2 per plan entry, or 0
         self.entries = len(p["plan"]) // 3
         cells = [ctypes.c_uint64(self.args.ptr),
@@ -650,7 +656,8 @@ class _Persistent:
         self.stride, self.fence, self.sleep_hi = (ctypes.c_longlong(0), ctypes.c_int(0),
                                                   ctypes.c_uint(0))
         self.sync: str | None = None     # the way of waiting the arguments hold
-        self.cells = [*cells, self.epoch, self.prof, self.stride, self.fence, self.sleep_hi]
+        self.cells = [*cells, ctypes.c_uint64(self.runs.ptr), self.prof, self.stride,
+                      self.fence, self.sleep_hi]
         self.argv = (ctypes.c_void_p * len(self.cells))(
             *[ctypes.cast(ctypes.byref(c), ctypes.c_void_p) for c in self.cells])
 
@@ -664,7 +671,10 @@ class _Persistent:
         self._fill(dev, ptrs)
         cu.call("cuMemcpyHtoD_v2", self.args.ptr, self.table.ctypes.data, self.table.nbytes)
 
-    def launch(self, dev: _DeviceState, sync: str = "lean") -> None:
+    def launch(self, dev: _DeviceState, sync: str = "lean", graph: bool = False) -> None:
+        """One run, waiting as ``sync`` says; with ``graph``, replayed from a CUDA graph of
+        the cooperative launch (captured once per way of waiting; launched directly where
+        the driver cannot capture it, or while profiling)."""
         if sync != self.sync:
             self._wait_as(dev, sync)
         if self.resident < self.veus:
@@ -674,9 +684,30 @@ class _Persistent:
                 f"{self.resident}): its plan was made for another GPU; compile it here (or "
                 "with EMBER_GPU naming this one), or run the kernels one by one "
                 "(cm.mode = 'launches')")
-        cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
-                self.smem, dev.stream.handle, self.argv)
-        self.epoch.value += 1
+        g = self._graph(dev, sync) if graph and not self.prof.value else None
+        if g is not None:
+            g.launch(dev.stream)
+        else:
+            cu.call("cuLaunchCooperativeKernel", self.fn, self.veus, 1, 1, self.block, 1, 1,
+                    self.smem, dev.stream.handle, self.argv)
+        self.epoch += 1
+
+    def _graph(self, dev: _DeviceState, sync: str) -> cu.Graph | None:
+        """The CUDA graph of the cooperative launch with ``sync``'s arguments (as set now),
+        or None where it cannot be captured (said once)."""
+        if sync not in self.graphs:
+            if not cu.dependent_launches():
+                self.graphs[sync] = None
+                return None
+            coop = cu.AttributedLaunch(self.fn, self.veus, self.block, self.smem, self.argv,
+                                       cu.COOPERATIVE)
+            try:
+                self.graphs[sync] = cu.Graph(dev.stream, lambda: coop.launch(dev.stream))
+            except cu.CudaError as e:
+                LOG.warning("the persistent program's launch was not captured in a CUDA "
+                            "graph (%s): launched directly", e)
+                self.graphs[sync] = None
+        return self.graphs[sync]
 
     def _wait_as(self, dev: _DeviceState, sync: str) -> None:
         """The launch arguments of way of waiting ``sync`` (``PROGRAM_SYNC``), set when it
@@ -687,7 +718,7 @@ class _Persistent:
             raise EmberError(f"program_sync {sync!r}: use one of {', '.join(PROGRAM_SYNC)}")
         stride, fence, sleep_hi = PROGRAM_SYNC[sync]
         if stride != self.stride.value:
-            moved = step_counters(self.nsteps, self.epoch.value, stride)
+            moved = step_counters(self.nsteps, self.epoch, stride)
             cu.call("cuMemcpyHtoDAsync_v2", self.steps.ptr, moved.ctypes.data, moved.nbytes,
                     dev.stream.handle)
         self.stride.value, self.fence.value, self.sleep_hi.value = stride, fence, sleep_hi

@@ -40,7 +40,8 @@ def _no_model_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_nvcc
 def test_launch_structures_match_the_toolkits_cuda_h(tmp_path: Path) -> None:
     """``LaunchConfig`` / ``LaunchAttribute`` lie as ``CUlaunchConfig`` / ``CUlaunchAttribute``
-    do, and the attribute's id is the header's (a wrong offset would hand the driver garbage)."""
+    do, and the attributes' ids (programmatic serialization, cooperative) are the header's (a
+    wrong offset would hand the driver garbage)."""
     src = tmp_path / "layout.cpp"
     src.write_text(
         "#include <cuda.h>\n#include <stdio.h>\n#include <stddef.h>\n"
@@ -49,7 +50,8 @@ def test_launch_structures_match_the_toolkits_cuda_h(tmp_path: Path) -> None:
         " offsetof(CUlaunchConfig, hStream), offsetof(CUlaunchConfig, attrs),"
         " offsetof(CUlaunchConfig, numAttrs), sizeof(CUlaunchAttribute),"
         " offsetof(CUlaunchAttribute, value),"
-        " (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION); return 0; }\n")
+        " (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);"
+        " printf(\"%d\\n\", (int)CU_LAUNCH_ATTRIBUTE_COOPERATIVE); return 0; }\n")
     exe = tmp_path / "layout"
     subprocess.run(["nvcc", str(src), "-o", str(exe)], check=True, capture_output=True,
                    timeout=300)
@@ -58,7 +60,8 @@ def test_launch_structures_match_the_toolkits_cuda_h(tmp_path: Path) -> None:
     cfg, attr = cu.LaunchConfig, cu.LaunchAttribute
     assert got == [ctypes.sizeof(cfg), cfg.blockDimX.offset, cfg.sharedMemBytes.offset,
                    cfg.hStream.offset, cfg.attrs.offset, cfg.numAttrs.offset,
-                   ctypes.sizeof(attr), attr.value.offset, cu.PROGRAMMATIC_STREAM_SERIALIZATION]
+                   ctypes.sizeof(attr), attr.value.offset, cu.PROGRAMMATIC_STREAM_SERIALIZATION,
+                   cu.COOPERATIVE]
 
 
 def _entries(ptx: str) -> dict[str, str]:
@@ -160,3 +163,21 @@ def test_zoo_models_match_with_dependent_launches(name: str) -> None:
         for o, w in zip(cm.output_names, want):
             np.testing.assert_allclose(got[o], w, rtol=1e-4,
                                        atol=1e-5 * max(1.0, float(np.abs(w).max())))
+
+
+@pytest.mark.gpu
+@on_gpu
+def test_the_persistent_program_replays_from_a_cuda_graph() -> None:
+    """The program's cooperative launch captured in a CUDA graph (one per way of waiting; the
+    program keeps its run count in device memory, so the replayed launch needs no new
+    argument): runs back to back alternating graph and direct launches and ways of waiting,
+    each against float64 (a wrong epoch would make a wait pass early, or hang)."""
+    m, feeds, ref = _chain_feeds(64)
+    cm = ember.compile(m, target="cuda", schedule="rammer")
+    for graph, sync in ((True, "lean"), (False, "lean"), (True, "spin"), (True, "lean"),
+                        (False, "fenced"), (True, "fenced")):
+        cm.way = Way("persistent", graph, sync=sync)
+        for _ in range(3):
+            got = cm.run(feeds)["y"]
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    assert cm._device().persistent.epoch == 18

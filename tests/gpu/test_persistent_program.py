@@ -6,7 +6,8 @@ on, and once per inference. Real plans over the vEUs of an H100 cut to 12 SMs (R
 small_cnn and LSTM-TC, IOS's of Inception-v3), six inferences in a row under the three ways of
 waiting (``runtime.cuda_model.PROGRAM_SYNC``), with the runtime's own encoding of the plan
 (``program_entries``, ``wait_entries``) and of the step counters where the way of waiting
-moves them (``step_counters``)."""
+moves them (``step_counters``). The program counts its runs itself (the last vEU to end sets
+the next run's epoch: a launch replayed from a CUDA graph takes no argument of its own)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,11 @@ static inline longlong2 make_longlong2(long long x, long long y) {
 }
 typedef struct { int x; } dim1;
 static _Thread_local dim1 blockIdx;
+static dim1 gridDim;
 static const dim1 threadIdx = {0}, blockDim = {1};
+static inline unsigned long long atomicAdd(unsigned long long *at, unsigned long long v) {
+  return atomic_fetch_add((_Atomic unsigned long long *)at, v);
+}
 static inline void __syncthreads(void) {}
 static inline void __threadfence(void) { atomic_thread_fence(memory_order_seq_cst); }
 static inline void __nanosleep(unsigned ns) { (void)ns; }
@@ -80,10 +85,10 @@ static void em_dispatch(int f, long long t, char *smem, const unsigned long long
 MAIN = r"""
 static long long *PLAN, *PLAN_AT, *WL, *NSTEPS, NV;
 static unsigned long long *STEPS;
-static long long EPOCH, STRIDE; static int FENCE; static unsigned SLEEP;
+static long long RUNS[2], STRIDE; static int FENCE; static unsigned SLEEP;
 static void *veu(void *arg) {
   blockIdx.x = (int)(long long)arg;
-  em_program(ARGS, (const longlong2 *)PLAN, PLAN_AT, WL, STEPS, NSTEPS, EPOCH, 0, STRIDE,
+  em_program(ARGS, (const longlong2 *)PLAN, PLAN_AT, WL, STEPS, NSTEPS, RUNS, 0, STRIDE,
              FENCE, SLEEP);
   return 0;
 }
@@ -110,10 +115,10 @@ int main(int argc, char **argv) {
   ARGS = calloc(NK, 8);
   DONE = calloc(NOPS, sizeof(*DONE)); RAN = calloc((size_t)NK * 4096, sizeof(*RAN));
   STEPS = calloc(16 * NV, 8);
+  gridDim.x = (int)NV;
   pthread_t *th = malloc(sizeof(pthread_t) * NV);
   for (int run = 0; run + 2 < argc; ++run) {     /* argv: stride,fence,sleep per inference */
     if (sscanf(argv[run + 2], "%lld,%d,%u", &STRIDE, &FENCE, &SLEEP) != 3) return 3;
-    EPOCH = run;
     long long moved;     /* the counters the runtime writes before this run, if any */
     if (fread(&moved, 8, 1, f) != 1) return 3;
     if (moved && fread(STEPS, 8, moved, f) != (size_t)moved) return 3;
@@ -126,6 +131,11 @@ int main(int argc, char **argv) {
                                                     k, t, (long long)RAN[k * 4096 + t]);
                                              return 1; }
     if (BAD) { printf("inference %d: a block ran before its dependencies\n", run); return 1; }
+    if (RUNS[0] != run + 1 || RUNS[1] != 0) {   /* the last vEU counted the run, once */
+      printf("after inference %d the program counts %lld runs, %lld vEUs ended\n", run,
+             RUNS[0], RUNS[1]);
+      return 1;
+    }
   }
   printf("ok\n");
   return 0;
