@@ -243,11 +243,14 @@ def _plan_axis(attrs: dict[str, Any], axis: int, out_len: int, in_len: int, scal
     return _table_axis(axis, idx.T, w.T, crop)
 
 
+TABLE_MAX = 1 << 24    # the longest axis whose taps are tabulated (a table per output index)
+
+
 def _tabulated(ax: _Axis, out_len: int | Expr) -> _Axis | None:
     """``ax`` with its taps and crop test read from tables of every output index, each the
     value of the axis's own expression there (``loops.evaluate``: the same arithmetic, so the
     same values); None where the length is symbolic or the expression is not tabulable."""
-    if not isinstance(out_len, int):
+    if not isinstance(out_len, int) or out_len > TABLE_MAX:
         return None
     o = Var("o")
     env = {o: np.arange(out_len, dtype=np.int64)}

@@ -478,3 +478,28 @@ def test_resizing_an_empty_axis_to_a_non_empty_one_is_refused() -> None:
     x = np.arange(4, dtype=np.float32).reshape(2, 2)
     np.testing.assert_allclose(ember.compile(m).run({"x": x})["y"], run_ort(m, {"x": x})[0],
                                rtol=1e-6)
+
+
+def test_an_input_of_no_onnx_element_type_is_a_model_error() -> None:
+    """A damaged model (seed 3112, case 303: bytes flipped) declared an input of element type
+    117, which onnx does not define: a raw ValueError from protobuf's enum; now a ModelError
+    naming the input."""
+    m = graph_model([helper.make_node("Identity", ["x"], ["y"])],
+                    [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, None)])
+    m.graph.input[0].type.tensor_type.elem_type = 117
+    with pytest.raises(ModelError, match="input 'x'.*117 is not an ONNX data type"):
+        ember.compile(m)
+
+
+def test_a_resize_to_an_absurd_length_is_refused_by_its_size() -> None:
+    """Resize by sizes of 2**62 along the innermost axis (seed 3112, case 1304: a mutated
+    constant; a symbolic input, so the model is compiled for the shape it meets): tabulating
+    its taps raised numpy's raw 'array is too big'; now no table is built for such an axis,
+    and the program is refused for its memory, naming the node."""
+    sizes = numpy_helper.from_array(np.array([1, 2, 2 ** 62], np.int64), "sz")
+    m = graph_model([helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="cubic",
+                                      name="the_resize")],
+                    [_vi("x", TensorProto.FLOAT, [1, "n", 3])], [_vi("y", TensorProto.FLOAT, None)],
+                    [sizes], opset=18)
+    with pytest.raises(ModelError, match="GiB.*the_resize"):
+        ember.compile(m).run({"x": np.ones((1, 2, 3), np.float32)})

@@ -196,7 +196,10 @@ def onnx_dtype(code: int | str) -> dtypes.DType:
     try:
         return dtypes.BY_ONNX[int(code)]
     except KeyError:
-        name = onnx.TensorProto.DataType.Name(int(code))
+        try:
+            name = onnx.TensorProto.DataType.Name(int(code))
+        except ValueError:   # no such type (a damaged model)
+            raise ModelError(f"element type {code} is not an ONNX data type") from None
         raise UnsupportedOpError(
             f"ONNX element type {name} is not supported; supported: "
             f"{sorted(d.name for d in dtypes.BY_ONNX.values())}") from None

@@ -399,8 +399,8 @@ def _inputs(g: onnx.GraphProto, env: Scope,
                       for d in shapes[vi.name])
         try:
             dt = onnx_dtype(vi.type.tensor_type.elem_type)
-        except UnsupportedOpError as e:
-            raise UnsupportedOpError(f"input {vi.name!r}: {e}") from None
+        except (UnsupportedOpError, ModelError) as e:
+            raise type(e)(f"input {vi.name!r}: {e}") from None
         out.append(Value(TensorType(shape, dt), vi.name))
     return out
 
