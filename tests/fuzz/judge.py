@@ -536,14 +536,15 @@ REFERENCE = Explained(
     "INT_MAX, which onnxruntime reads as 'to the start'; integer linear/cubic Resize, which "
     "onnxruntime truncates and the reference rounds half to even (the reference's Resize "
     "saturates float results: ±inf compared as the dtype's extremes)", lambda ctx: True)
-EMPTY_CONVT = Explained(
-    "convtranspose-empty-input", "onnxruntime refused a ConvTranspose over an input with an "
-    "empty spatial axis only where its own consistency check (the input length it derives "
-    "back from the output, with output_padding) rounds to 1; elsewhere it returns the "
-    "output the ONNX shape formula gives, the bias alone, as ember does for every such input",
-    lambda ctx: True)
-_EMPTY_CONVT = re.compile(r"ConvTranspose.*output_padding .* Expected input size \d+ but got 0",
-                          re.DOTALL)
+CONVT_CHECK = Explained(
+    "convtranspose-shape-check", "onnxruntime's ConvTranspose derives its input length back "
+    "from the output length and refuses where that differs: an empty spatial axis (its check "
+    "rounds to 1), or output_padding at least the stride but below the dilation, which the "
+    "spec allows (it reads the limit as the stride alone); ember refuses an output_padding "
+    "the spec forbids and otherwise computes the spec's output (the bias alone where the "
+    "input is empty)", lambda ctx: True)
+_CONVT_CHECK = re.compile(r"ConvTranspose.*output_padding .* may be too large for stride .*"
+                          r"Expected input size \d+ but got \d+", re.DOTALL)
 DEAD_NODE = Explained(
     "dead-node", "onnxruntime refused the inputs in a node whose values no graph output "
     "depends on (dead code, only its shape is taken, or they reach the outputs only through "
@@ -663,8 +664,8 @@ def classify(case: Case, died: str | None, stage: str | None, ember: dict[str, A
                     f"valid inputs: {ort_note}"}
         if _in_dead_node(case, ort_note) or _feeds_only_empty(case, ort_note, ember["outputs"]):
             return {"outcome": "explained", "message": msg, "explained": DEAD_NODE.name}
-        if _EMPTY_CONVT.search(ort_note):
-            return {"outcome": "explained", "message": msg, "explained": EMPTY_CONVT.name}
+        if _CONVT_CHECK.search(ort_note):
+            return {"outcome": "explained", "message": msg, "explained": CONVT_CHECK.name}
         return {"outcome": "mismatch", "message": msg, "ort_message": ort_note}
     diff = compare(ember["outputs"], ort["outputs"], ort["names"])
     if diff is None:

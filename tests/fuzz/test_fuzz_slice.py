@@ -308,8 +308,10 @@ def test_reference_answers_per_output_where_the_whole_model_fails() -> None:
 def test_judge_explains_onnxruntimes_check_on_an_empty_transposed_convolution() -> None:
     """Seed 3104, case 1439: a ConvTranspose over an empty spatial axis. onnxruntime returns
     the bias where its own check passes and refuses where it derives an input length of 1
-    back from the output (output_padding); ember returns the bias always. That refusal is
-    explained; another refusal of the same node is not."""
+    back from the output (output_padding); ember returns the bias always. Seed 3113, case
+    1305: output_padding 1 with stride 1 and dilation 2, which the spec allows (below the
+    dilation) and onnxruntime's same check refuses. Those refusals are explained; another
+    refusal of the node is not."""
     from onnx import helper
     convt = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convtranspose_5",
                              strides=[2], output_padding=[1])
@@ -322,8 +324,14 @@ def test_judge_explains_onnxruntimes_check_on_an_empty_transposed_convolution() 
         "large for stride (2). Expected input size 1 but got 0."
     rec = judge.classify(c, None, None, out, {"status": "reject", "stage": "run",
                                                "message": says})
-    assert rec["outcome"] == "explained" and rec["explained"] == "convtranspose-empty-input"
-    other = says.replace("but got 0", "but got 3")
+    assert rec["outcome"] == "explained" and rec["explained"] == "convtranspose-shape-check"
+    dilated = says.replace("(2)", "(1)").replace("size 1 but got 0", "size 8 but got 7")
+    rec = judge.classify(c, None, None, out, {"status": "reject", "stage": "run",
+                                               "message": dilated})
+    assert rec["explained"] == "convtranspose-shape-check"
+    other = says.replace("Computed output shape is inconsistent with input spatial "
+                         "dimensions. output_padding (1) may be too large for stride (2). "
+                         "Expected input size 1 but got 0.", "Invalid input shape: {1,1,0}")
     assert judge.classify(c, None, None, out, {"status": "reject", "stage": "run",
                                                "message": other})["outcome"] == "mismatch"
 

@@ -503,3 +503,32 @@ def test_a_resize_to_an_absurd_length_is_refused_by_its_size() -> None:
                     [sizes], opset=18)
     with pytest.raises(ModelError, match="GiB.*the_resize"):
         ember.compile(m).run({"x": np.ones((1, 2, 3), np.float32)})
+
+
+@pytest.mark.parametrize("opad,strides,dilations,ok", [(1, 1, 1, False), (2, 2, 1, False),
+                                                       (1, 2, 1, True), (1, 1, 2, True),
+                                                       (-1, 2, 1, False)])
+def test_convtranspose_output_padding_must_be_below_the_stride_or_dilation(
+        opad: int, strides: int, dilations: int, ok: bool) -> None:
+    """ONNX: each output_padding is less than its axis's stride or dilation. Ember computed
+    any (a trailing element of bias alone); now a model outside that is refused by name.
+    Inside it (1 below a dilation of 2, seed 3113 case 1305) it runs, as the spec's formula
+    gives, where onnxruntime's own check reads the limit as the stride alone."""
+    w = numpy_helper.from_array(np.ones((1, 1, 2), np.float32), "w")
+    m = graph_model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="the_convt",
+                                      output_padding=[opad], strides=[strides],
+                                      dilations=[dilations])],
+                    [_vi("x", TensorProto.FLOAT, [1, 1, 5])], [_vi("y", TensorProto.FLOAT, None)],
+                    [w])
+    x = np.arange(5, dtype=np.float32).reshape(1, 1, 5)
+    if not ok:
+        with pytest.raises(ModelError, match="'the_convt'.*output_padding"):
+            ember.compile(m)
+        return
+    y = ember.compile(m).run({"x": x})["y"]
+    n = strides * 4 + opad + dilations + 1
+    want = np.zeros(n, np.float32)
+    for i in range(5):
+        for k in range(2):
+            want[i * strides + k * dilations] += x[0, 0, i]
+    np.testing.assert_allclose(y.ravel(), want)

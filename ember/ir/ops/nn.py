@@ -181,6 +181,10 @@ def _convt_attrs(attrs: Attrs, w_shape: tuple, nd: int) -> tuple[list[int], ...]
     opad = [int(p) for p in attrs.get("output_padding") or [0] * nd]
     if len(opad) != nd:
         raise TypeInferenceError(f"output_padding {opad} does not match {nd} spatial dims")
+    for p, s, d in zip(opad, strides, dilations, strict=True):
+        if not 0 <= p < max(s, d):   # ONNX: less than the axis's stride or dilation
+            raise TypeInferenceError(f"output_padding {opad} must be below each axis's stride "
+                                     f"{strides} or dilation {dilations} (and not negative)")
     return kernel, strides, dilations, pads, opad
 
 
