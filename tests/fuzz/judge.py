@@ -135,6 +135,23 @@ def _cast_out_of_range(ctx: Context) -> bool:
     return False
 
 
+def _fp16_cast_elided(ctx: Context) -> bool:
+    """A Cast to float16 on the path of finite values beyond float16's range (they become
+    inf): onnxruntime's CPU runs float16 products in float32 and drops such a Cast before
+    them, so the values reach the product unrounded."""
+    for n in ctx.path:
+        if n.op_type != "Cast" or n.input[0] not in ctx.values:
+            continue
+        to = next((a.i for a in n.attribute if a.name == "to"), None)
+        src = ctx.values[n.input[0]]
+        if to != onnx.TensorProto.FLOAT16 or src.dtype.kind != "f":
+            continue
+        with np.errstate(invalid="ignore"):
+            if np.any(np.isfinite(src) & (np.abs(src.astype(np.float64)) > 65504.0)):
+                return True
+    return False
+
+
 def _int_overflow(ctx: Context) -> bool:
     """An integer op on the path whose exact result leaves its type: Add/Sub/Mul computed in
     Python integers, Neg/Abs of INT_MIN, Div/Mod of INT_MIN by -1, or a sum of products over
@@ -469,6 +486,10 @@ EXPLAINED: tuple[Explained, ...] = (
     Explained("cast-out-of-range", "Cast from a float that is NaN, Inf or outside the target "
               "integer range is undefined in the ONNX spec (and in C); onnxruntime returns what "
               "x86's cvttss2si gives", _cast_out_of_range),
+    Explained("float16-cast-elided", "a Cast to float16 of finite values beyond its range "
+              "(they become inf, as the spec says): onnxruntime's CPU runs float16 products in "
+              "float32 and drops the Cast before them, so they reach the product unrounded",
+              _fp16_cast_elided),
     Explained("integer-overflow", "integer arithmetic that overflows its type: the spec does "
               "not define the result (C's signed overflow is undefined; onnxruntime wraps)",
               _int_overflow),

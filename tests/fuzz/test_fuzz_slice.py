@@ -357,3 +357,23 @@ def test_judge_explains_a_refusal_in_a_node_whose_outputs_ember_found_empty() ->
     limited = {"status": "reject", "stage": "run", "message": "ScalesValidation 'Cubic' mode "
                "only supports: 2-D inputs ('Bicubic') or 4-D inputs"}
     assert judge.classify(c, None, None, some, limited)["outcome"] == "ort-rejects"
+
+
+def test_judge_explains_a_float16_cast_onnxruntime_drops_before_a_product() -> None:
+    """Seed 3115, case 1010: Cast of float32 values beyond 65504 to float16, then a float16
+    Conv: onnxruntime runs the Conv in float32 without the Cast (finite outputs near 4e37),
+    ember rounds to inf as the Cast says (-inf / NaN). Explained only where a Cast to float16
+    on the path meets such values."""
+    from onnx import helper
+    w = np.ones((1, 1, 1), np.float16)
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=10),
+             helper.make_node("Conv", ["h", "w"], ["c"]),
+             helper.make_node("Cast", ["c"], ["y"], to=1)]
+    ort_out = {"status": "ok", "names": ["y"],
+               "outputs": {"y": np.full((1, 1, 2), 1e5, np.float32)}}
+    got = {"status": "ok", "outputs": {"y": np.full((1, 1, 2), np.inf, np.float32)}}
+    big = _case(nodes, {"x": np.full((1, 1, 2), 1e5, np.float32)}, {"w": w}, ["y"])
+    rec = judge.classify(big, None, None, got, ort_out)
+    assert rec["outcome"] == "explained" and rec["explained"] == "float16-cast-elided", rec
+    small = _case(nodes, {"x": np.full((1, 1, 2), 1e3, np.float32)}, {"w": w}, ["y"])
+    assert judge.classify(small, None, None, got, ort_out)["outcome"] == "mismatch"
