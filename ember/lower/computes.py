@@ -396,16 +396,13 @@ def _slice_params(attrs: dict[str, Any], shape: tuple[Any, ...]) -> tuple[list[A
 
 def _symbolic_start(dim: Expr, s0: int, step: int) -> Expr:
     """ONNX's clamp of a start on an axis of extent ``dim``: into [0, dim] stepping forward,
-    [0, dim - 1] stepping back (unlike Python, whose ``x[-n - 1::-1]`` is empty: ONNX reads
-    index 0, and ``dim + s0`` below 0 was read as it was, out of bounds)."""
-    if step > 0:
-        if s0 >= 0:
-            return as_expr(s0)          # s0 >= dim: empty output
-        v = dim + s0
-        return Select(v < 0, as_expr(0), v)
+    [0, dim - 1] stepping back. A negative start counts from the end and clamps to 0 either
+    way (unlike Python, whose ``x[-n - 1::-1]`` is empty: ONNX reads index 0)."""
     if s0 < 0:
         v = dim + s0                    # above dim - 1 only for an empty axis: nothing read
         return Select(v < 0, as_expr(0), v)
+    if step > 0:
+        return as_expr(s0)              # s0 >= dim: empty output
     return Select(as_expr(s0) > dim - 1, dim - 1, as_expr(s0))
 
 

@@ -106,6 +106,11 @@ class DeviceInfo:
     memory: int
     smem_optin: int = 48 << 10   # shared memory a block may opt in to (dynamic)
 
+    @property
+    def cc(self) -> int:
+        """The compute capability as a number: 90 for sm_90, 100 for sm_100."""
+        return int(self.arch.removeprefix("sm_"))
+
 
 @functools.lru_cache(maxsize=8)
 def device_info(ordinal: int = 0) -> DeviceInfo:
@@ -259,7 +264,7 @@ class AttributedLaunch:
         call("cuLaunchKernelEx", ctypes.byref(self.config), self.fn, self.argv, None)
 
 
-def dependent_launches() -> bool:
+def attributed_launches() -> bool:
     """Can this driver launch kernels with attributes (programmatic dependent launches,
     cooperative launches in CUDA graphs)?"""
     return hasattr(driver(), "cuLaunchKernelEx")

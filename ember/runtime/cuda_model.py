@@ -378,9 +378,8 @@ class Way:
     """How a ``CudaModel`` runs an inference: ``mode`` ("launches": the kernels one by one;
     "persistent": the plan's program), whether the launches (or the program's one launch)
     are a CUDA graph and in which ``order`` ("data", "ios", "chain"), how the program's vEUs
-    wait (``sync``,
-    ``PROGRAM_SYNC``), and whether chained launches are programmatic dependent launches
-    (``pdl``)."""
+    wait (``sync``, ``PROGRAM_SYNC``), and whether chained launches are programmatic
+    dependent launches (``pdl``)."""
 
     mode: str
     graph: bool = True
@@ -436,8 +435,7 @@ class _DeviceState:
         self.module = cu.Module(image if image is not None else images.ptx + b"\0")
         # the kernels wait for the one before them (EM_PDL_ENTER) where compiled for sm_90 on
         # (the PTX is an older arch's, compiled without)
-        self.pdl_ok = image is not None and int(info.arch[3:5]) >= 90 and \
-            cu.dependent_launches()
+        self.pdl_ok = image is not None and info.cc >= 90 and cu.attributed_launches()
         self.stream = cu.Stream()
         self.params = cu.DeviceBuffer(params.nbytes)
         cu.call("cuMemcpyHtoD_v2", self.params.ptr, params.ctypes.data, params.nbytes)
@@ -528,7 +526,9 @@ class _DeviceState:
                    pdl: bool = False) -> None:
         """The launches; in a CUDA graph captured once per (``order``, ``pdl``), ordered by
         what ``deps()`` gives (each launch's dependencies and the capture order; asked only
-        when capturing), else chained; ``pdl``: chained ones as dependent launches."""
+        when capturing), else chained; ``pdl``: chained ones as dependent launches (where the
+        GPU has them)."""
+        pdl = pdl and self.pdl_ok
         if not graph:
             for i in range(len(self.launches)):
                 self.launch_one(i, pdl=pdl)
@@ -544,7 +544,7 @@ class _DeviceState:
             for i in range(len(self.launches)):
                 self.launch_one(i, pdl=dependent)
         if deps is None:
-            if pdl and self.pdl_ok:
+            if pdl:
                 try:
                     return cu.Graph(self.stream, lambda: chain(True))
                 except cu.CudaError as e:     # a driver that cannot capture them
@@ -696,7 +696,7 @@ class _Persistent:
         """The CUDA graph of the cooperative launch with ``sync``'s arguments (as set now),
         or None where it cannot be captured (said once)."""
         if sync not in self.graphs:
-            if not cu.dependent_launches():
+            if not cu.attributed_launches():
                 self.graphs[sync] = None
                 return None
             coop = cu.AttributedLaunch(self.fn, self.veus, self.block, self.smem, self.argv,

@@ -709,26 +709,34 @@ def _saturated(a: np.ndarray) -> np.ndarray:
     return np.clip(a, -big, big)
 
 
-def _in_dead_node(case: Case, message: str) -> bool:
-    """Whether onnxruntime's run-time error names a node no graph output depends on."""
+def _refused_node(case: Case, message: str) -> tuple[onnx.ModelProto, str] | None:
+    """The model and the node onnxruntime's run-time error names, if it names one."""
     model = case.proto()
     m = re.search(r"Name:'([^']*)'", message)
     if model is None or m is None or not m.group(1):
+        return None
+    return model, m.group(1)
+
+
+def _in_dead_node(case: Case, message: str) -> bool:
+    """Whether onnxruntime's run-time error names a node no graph output depends on."""
+    found = _refused_node(case, message)
+    if found is None:
         return False
-    return m.group(1) in {n.name for n in model.graph.node} and \
-        m.group(1) not in _value_live(model)
+    model, name = found
+    return name in {n.name for n in model.graph.node} and name not in _value_live(model)
 
 
 def _feeds_only_empty(case: Case, message: str, outputs: dict[str, np.ndarray]) -> bool:
     """Whether every graph output that the node onnxruntime's error names reaches has no
     elements in ember's results (symbolic dims fed 0, which shape inference cannot see): no
     value of that node is computed, so none is checked."""
-    model = case.proto()
-    m = re.search(r"Name:'([^']*)'", message)
-    if model is None or m is None or not m.group(1):
+    found = _refused_node(case, message)
+    if found is None:
         return False
+    model, name = found
     reached = [o.name for o in model.graph.output
-               if m.group(1) in {n.name for n in path_nodes(model, o.name)}]
+               if name in {n.name for n in path_nodes(model, o.name)}]
     return bool(reached) and all(o in outputs and np.asarray(outputs[o]).size == 0
                                  for o in reached)
 
