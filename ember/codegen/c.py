@@ -76,6 +76,18 @@ def widen(dtype: str, stored: str) -> str:
     return stored
 
 
+# integer types narrower than C's int: arithmetic on them runs in int (the usual promotions),
+# so a result is converted back to the type where it is made, not only where it is stored
+# (an Add of uint8 read by a Cast to float gave 400 for 200 + 200; ~26 gave -27 for 229)
+PROMOTED = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t"}
+
+
+def wrap_promoted(dtype: str, value: str) -> str:
+    """``value``, an int-promoted result of ``dtype`` arithmetic, back in ``dtype``."""
+    t = PROMOTED.get(dtype)
+    return f"(({t}){value})" if t else value
+
+
 def narrow(dtype: str, value: str, saturate: bool = True, store: bool = False) -> str:
     """C expression of compute value ``value`` as the stored bits of narrow ``dtype``: with
     ``store``, the conversion of a store, exact for every value of the type (inf and NaN
@@ -222,9 +234,9 @@ class CEmitter:
             return bitcast(e.dtype, args[0], e.args[0].dtype)
         table = _FN.get(e.dtype)
         if table is None and e.fn == "abs":  # integers: no libm call (abs() is int-only)
-            return f"({args[0]} < 0 ? -({args[0]}) : {args[0]})"
+            return wrap_promoted(e.dtype, f"({args[0]} < 0 ? -({args[0]}) : {args[0]})")
         fn = table.get(e.fn, e.fn) if table else e.fn
-        return f"{fn}({', '.join(args)})"
+        return wrap_promoted(e.dtype, f"{fn}({', '.join(args)})")
 
     def _bin(self, e: Bin) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
@@ -236,7 +248,7 @@ class CEmitter:
         op = {"//": "/"}.get(e.op, e.op)  # index arithmetic is non-negative
         if e.op == "%" and is_float_name(e.a.dtype):
             return f"{_FN[e.a.dtype]['fmod']}({a}, {b})"
-        return f"({a} {op} {b})"
+        return wrap_promoted(e.dtype, f"({a} {op} {b})")
 
     # ------------------------------------------------------------ statements
     def local_name(self, buf: Buffer) -> str:

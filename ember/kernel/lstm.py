@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.errors import CompileError
-from ember.ir.graph import Graph
+from ember.ir.graph import Graph, Value
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
 from ember.loops.ir import Bin, Buffer, Eval, For, ForKind, Var
 from ember.loops.transform import format_stmt
@@ -101,6 +101,17 @@ static void {fn}(int64_t q, float *out, const float *h, const float *c, const fl
 """
 
 
+def _source_of(body: Graph, v: Value) -> int | np.ndarray:
+    """Where the kernel reads ``v``: the group's input position, or the constant itself (an
+    initial state the model leaves out is a constant of zeros)."""
+    if v in body.inputs:
+        return body.inputs.index(v)
+    if v.const is None:
+        raise CompileError(f"{body.name}: LSTMStep operand {v} is neither an input of the "
+                           "group nor a constant")
+    return np.ascontiguousarray(v.const, np.float32).reshape(-1)
+
+
 def build_lstm_step(name: str, body: Graph) -> Kernel:
     m = body.nodes[0]
     h_v, c_v, x_v, w_v = m.inputs[:4]
@@ -114,8 +125,8 @@ def build_lstm_step(name: str, body: Graph) -> Kernel:
     bufs = {nm: Buffer(f"{name}_{nm}", size) for nm, size in
             (("out", 2 * batch * hidden), ("h", batch * k), ("c", batch * hidden),
              ("x", batch * 4 * hidden), ("w", packed.size))}
-    args: list = [(bufs["out"], OUTPUT), (bufs["h"], body.inputs.index(h_v)),
-                  (bufs["c"], body.inputs.index(c_v)), (bufs["x"], body.inputs.index(x_v)),
+    args: list = [(bufs["out"], OUTPUT), (bufs["h"], _source_of(body, h_v)),
+                  (bufs["c"], _source_of(body, c_v)), (bufs["x"], _source_of(body, x_v)),
                   (bufs["w"], packed)]
     task = Var("task")
     call = Eval(fn, (task, bufs["out"], bufs["h"], bufs["c"], bufs["x"], bufs["w"]))

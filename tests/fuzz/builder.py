@@ -19,11 +19,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 F32, F16, I32, I64, U8, BOOL = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32,
                                 TensorProto.INT64, TensorProto.UINT8, TensorProto.BOOL)
+I8 = TensorProto.INT8       # quantized tensors only: no rule but the quantization ops takes it
 FLOATS = (F32, F16)
 INTS = (I32, I64)
 NUMERIC = (F32, F16, I32, I64, U8)
 ALL = (F32, F16, I32, I64, U8, BOOL)
-NAMES = {F32: "f32", F16: "f16", I32: "i32", I64: "i64", U8: "u8", BOOL: "bool"}
+NAMES = {F32: "f32", F16: "f16", I32: "i32", I64: "i64", U8: "u8", I8: "i8", BOOL: "bool"}
 IR_VERSION = 8
 # ops whose output dims come from a window arithmetic onnx's inference does not bound below
 WINDOWED = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Resize"}
@@ -229,8 +230,10 @@ class Builder:
             inputs = [helper.make_tensor_value_info(s.name, s.dtype, s.shape)
                       for s in self.inputs]
         graph = helper.make_graph(self.nodes, "fuzz", list(inputs), list(outputs), self.inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
-                                 ir_version=IR_VERSION, producer_name="ember-fuzz")
+        opsets = [helper.make_opsetid("", self.opset)]
+        ir = max(IR_VERSION, helper.find_min_ir_version_for(opsets))   # opset 21 on: IR 10+
+        return helper.make_model(graph, opset_imports=opsets, ir_version=ir,
+                                 producer_name="ember-fuzz")
 
     def mark(self) -> tuple[int, int, int, int, int]:
         return len(self.nodes), len(self.inputs), len(self.inits), len(self.pool), self._n

@@ -15,13 +15,14 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from tests.fuzz import ops_control, ops_math, ops_nn, ops_tensor
+from tests.fuzz import ops_control, ops_extra, ops_math, ops_nn, ops_signal, ops_tensor
 from tests.fuzz.builder import NAMES, Builder, InputSpec, Reject
 
 RULES: dict[str, tuple[float, Callable[[Builder], None]]] = {
-    **ops_math.RULES, **ops_nn.RULES, **ops_tensor.RULES, **ops_control.RULES}
-OPSETS = (13, 17, 18)
-OPSET_WEIGHTS = (0.15, 0.6, 0.25)
+    **ops_math.RULES, **ops_nn.RULES, **ops_tensor.RULES, **ops_control.RULES,
+    **ops_extra.RULES, **ops_signal.RULES}
+OPSETS = (13, 17, 18, 21, 23, 26)
+OPSET_WEIGHTS = (0.12, 0.45, 0.18, 0.1, 0.08, 0.07)
 MAX_OUTPUTS = 4
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from tests.fuzz import ops_math
+from tests.fuzz import explain_ops, ops_math
 from tests.fuzz.cases import Case
 
 RTOL, ATOL = 1e-3, 1e-4
@@ -224,7 +224,7 @@ def _huge_cancellation(ctx: Context) -> bool:
 
 # the sums whose output says where a window (reduced slice) holds a value when run over an
 # indicator of it (non-negative: > 0 exactly where one is there)
-WINDOW_SUMS = ("AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum")
+WINDOW_SUMS = ("AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "LRN", "LpPool")
 
 
 def _huge_in_window(ctx: Context) -> bool:
@@ -244,7 +244,8 @@ def _huge_in_window(ctx: Context) -> bool:
     huge = np.abs(x.astype(np.float64)) > 1e30          # infinities too, not NaN
     if not huge.any():
         return False
-    held = _over_indicator(ctx, model, node, huge.astype(x.dtype))
+    held = explain_ops.lrn_windows(node, huge) if node.op_type == "LRN" else \
+        _over_indicator(ctx, model, node, huge.astype(x.dtype))
     _, _, differ = d
     return bool(differ.any() and (held > 0)[differ].all())
 
@@ -486,6 +487,7 @@ EXPLAINED: tuple[Explained, ...] = (
     Explained("cast-out-of-range", "Cast from a float that is NaN, Inf or outside the target "
               "integer range is undefined in the ONNX spec (and in C); onnxruntime returns what "
               "x86's cvttss2si gives", _cast_out_of_range),
+    *(Explained(name, reason, fn) for name, reason, fn in explain_ops.EXPLAINED),
     Explained("float16-cast-elided", "a Cast to float16 of finite values beyond its range "
               "(they become inf, as the spec says): onnxruntime's CPU runs float16 products in "
               "float32 and drops the Cast before them, so they reach the product unrounded",

@@ -11,6 +11,8 @@
   ``MatMulInteger`` / ``ConvInteger`` (+ int32 bias), scaled by ``a_scale * b_scale / y_scale``
   (computed in the scales' type, as the reference) in float64, plus the output zero point,
   rounded half to even and saturated to the output type's range (``quant_ops.INT_RANGES``).
+  B may be quantized per column (1-D ``b_scale`` / ``b_zero_point`` of B's columns), a
+  convolution's weight per output channel; the other scales and zero points are one element.
 - ``DynamicQuantizeLinear`` (11): uint8 scale and zero point from min/max of x (both widened
   to include 0), then ``QuantizeLinear``'s own decomposition (``quant_ops.quantize``).
 - ``BitCast`` (26): the ``BitCast`` op (``ember/ir/ops/misc.py``).
@@ -68,14 +70,16 @@ def _window_size(ctx: Ctx, ins: Inputs) -> int:
 
 def _window(ctx: Ctx, ins: Inputs, attrs: Attrs, terms: list[float]) -> list[Value]:
     """``sum_k terms[k] * cos(2 pi k n / N)`` (alternating signs are in ``terms``), with
-    ``N = size`` when periodic, else ``size - 1``."""
+    ``N = size`` when periodic, else ``size - 1``. A symmetric window of one element divides
+    0 by 0: NaN, as the spec's formula, onnx's reference and onnxruntime give."""
     n = _window_size(ctx, ins)
     span = n if int(attrs.get("periodic", 1)) else n - 1
     out = onnx_dtype(int(attrs.get("output_datatype", 1)))
     ni = np.arange(n, dtype=np.float64)
     w = np.zeros(n, np.float64)
-    for k, a in enumerate(terms):
-        w += a * np.cos(2.0 * np.pi * k * ni / span) if span else a
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for k, a in enumerate(terms):
+            w += a * np.cos(2.0 * np.pi * k * ni / span)
     return [ctx.const(dtypes.cast_array(w.astype(np.float32), out))]
 
 
@@ -203,11 +207,26 @@ def qlinear_matmul(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     a, sa, za, b, sb, zb, sy, zy = ctx.inputs(ins, 8, 8)
     assert a is not None and b is not None and sa is not None and sb is not None
     assert sy is not None and zy is not None
-    for v, what in ((sa, "a_scale"), (sb, "b_scale"), (sy, "y_scale"), (za, "a_zero_point"),
-                    (zb, "b_zero_point"), (zy, "y_zero_point")):
+    for v, what in ((sa, "a_scale"), (sy, "y_scale"), (za, "a_zero_point"),
+                    (zy, "y_zero_point")):
         _per_tensor(ctx, v, what)  # type: ignore[arg-type]
+    per_column = _per_column(ctx, b, sb, zb)
     acc = matmul_integer(ctx, [a, b, za, zb], {})[0]
-    return _requantize(ctx, acc, [sa, sb], sy, zy, zy.type.dtype.name, None)
+    return _requantize(ctx, acc, [sa, sb], sy, zy, zy.type.dtype.name,
+                       acc.type.rank - 1 if per_column else None)
+
+
+def _per_column(ctx: Ctx, b: Value, scale: Value, zp: Value | None) -> bool:
+    """Is B quantized per column (b_scale and b_zero_point one element each, or 1-D with one
+    per column of B, as the spec allows)?"""
+    cols = b.type.shape[-1] if b.type.rank >= 2 else 1
+    for v, what in ((scale, "b_scale"), (zp, "b_zero_point")):
+        if v is None or (v.type.rank == 0 or (v.type.is_static and v.type.numel == 1)):
+            continue
+        if v.type.rank != 1 or v.type.shape[0] != cols:
+            raise ModelError(f"{ctx.op_type}: {what} {v.type} must be one element or one per "
+                             f"column of B {b.type}")
+    return scale.type.rank == 1 and scale.type.shape[0] != 1
 
 
 @converter("QLinearConv", since=10)
