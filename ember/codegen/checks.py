@@ -10,7 +10,8 @@
 - ``em_idx(k, n)``: a data index into an axis of ``n``: negative counts from the end; outside
   ``[-n, n)`` it fails with ``INDEX`` and gives 0, so the read that follows stays inside.
   ``em_idx_w(k, n)`` gives -1 instead, for a write the caller skips (scatters);
-  ``em_idx_nn(k, n)`` takes no negative index (a class target).
+  ``em_idx_nn(k, n)`` takes no negative index (a class target, RoiAlign's batch index) and
+  fails with ``INDEX_NN``.
 - ``em_div_<t>(a, b)`` / ``em_mod_<t>(a, b)`` / ``em_fmod_<t>(a, b)`` for every integer
   type: a zero divisor fails with ``DIV_ZERO`` and gives 0; ``b == -1`` gives ``-a`` (and 0)
   with two's-complement wrap, where C's ``INT_MIN / -1`` traps (SIGFPE). ``em_mod`` is ONNX
@@ -29,6 +30,7 @@ INT_TYPES = {"int8": ("int8_t", "uint8_t"), "int16": ("int16_t", "uint16_t"),
 _CORE = r"""/* run-time faults: the first one of a run, with the kernel that met it */
 #define EM_E_DIV %(DIV)d
 #define EM_E_INDEX %(INDEX)d
+#define EM_E_INDEX_NN %(INDEX_NN)d
 #define EM_E_DEADLOCK %(DEADLOCK)d
 #define EM_E_NOMEM %(NO_MEMORY)d
 EM_HIDDEN void em_fail(int kind, int64_t value, int64_t bound) __attribute__((noinline, cold));
@@ -40,7 +42,7 @@ static inline int64_t em_idx(int64_t k, int64_t n) {
   return w;
 }
 static inline int64_t em_idx_nn(int64_t k, int64_t n) {
-  if (__builtin_expect((uint64_t)k >= (uint64_t)n, 0)) { em_fail(EM_E_INDEX, k, n); return 0; }
+  if (__builtin_expect((uint64_t)k >= (uint64_t)n, 0)) { em_fail(EM_E_INDEX_NN, k, n); return 0; }
   return k;
 }
 static inline int64_t em_idx_w(int64_t k, int64_t n) {
@@ -97,6 +99,7 @@ static inline %(T)s em_fmod_%(N)s(%(T)s a, %(T)s b) {
 
 def _checks_c() -> str:
     parts = [_CORE % {"DIV": faults.DIV_ZERO, "INDEX": faults.INDEX,
+                      "INDEX_NN": faults.INDEX_NN,
                       "DEADLOCK": faults.DEADLOCK,
                       "NO_MEMORY": faults.NO_MEMORY}]
     for name, (ct, ut) in INT_TYPES.items():

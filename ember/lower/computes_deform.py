@@ -11,9 +11,10 @@ order), and the mask multiplies the sample.
 RoiAlignBins and RoiAlignGrid compute the tables' entries op by op as the reference, in the
 rois' type (stored widened to float64; the window start in float64, clamped before it becomes
 an integer). RoiAlignPool reduces over the (height, width) sample slots of a bin: the tables'
-taps become indices clamped into the image (the batch index too), the weights are the tables'
-(zero for dropped samples); ``max`` masks the slots without a sample with -inf and an
-epilogue adds the zero candidate of samples outside the slots and the empty bin's 0;
+taps become indices clamped into the image, the batch index is checked (outside [0, N) the
+run fails naming the node), the weights are the tables' (zero for dropped samples); ``max``
+masks the slots without a sample with -inf and an epilogue adds the zero candidate of samples
+outside the slots and the empty bin's 0;
 ``avg``'s epilogue divides by max(g_h * g_w, 1).
 """
 
@@ -32,7 +33,7 @@ from ember.ir.ops.deform import (
     roi_slots,
 )
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, as_expr
 from ember.lower.computes import clamp, register, static_shape
 from ember.lower.computes import exact_const as _c
 from ember.lower.computes_sampling import axis_tap_exprs, pad_coord
@@ -224,6 +225,11 @@ def _index(v: Expr, hi: int) -> Expr:
     return Cast(clamp(v, _c(0.0, F64), _c(float(hi), F64)), I64)
 
 
+def _keep(value: Expr, check: Expr) -> Expr:
+    """``value``, with the checked index ``check`` evaluated even where no tap reads it."""
+    return Call("em_keep", (value, check), value.dtype)
+
+
 @register("RoiAlignPool")
 def _roi_align_pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
                     ) -> list[Tensor]:
@@ -239,7 +245,8 @@ def _roi_align_pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
     zero = _c(0.0, F64)
 
     def body(r: Expr, ch: Expr, ph: Expr, pw: Expr) -> Expr:
-        b = clamp(Cast(bidx[(r,)], I64), 0, n - 1)
+        # outside [0, N) the run fails naming the node (no index counts from the end here)
+        b = Call("em_idx_nn", (Cast(bidx[(r,)], I64), as_expr(n)), I64)
 
         def ty(k: int) -> Expr:
             return gy[(r, ph, rt.var, Const(k))]
@@ -247,15 +254,19 @@ def _roi_align_pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
         def tx(k: int) -> Expr:
             return gx[(r, pw, ru.var, Const(k))]
 
-        terms = [(Cast(ty(2 + a), dt) * Cast(tx(2 + c), dt))
-                 * x[(b, ch, _index(ty(a), h - 1), _index(tx(c), w - 1))]
-                 for a in (0, 1) for c in (0, 1)]
+        weights = [Cast(ty(2 + a), dt) * Cast(tx(2 + c), dt) for a in (0, 1) for c in (0, 1)]
+        terms = [wt * x[(b, ch, _index(ty(a), h - 1), _index(tx(c), w - 1))]
+                 for wt, (a, c) in zip(weights, ((0, 0), (0, 1), (1, 0), (1, 1)), strict=True)]
         ok = Bin("&&", ty(4) > zero, tx(4) > zero)     # the slot holds a sample: read
         if mode == "avg":
             total = ((terms[0] + terms[1]) + terms[2]) + terms[3]
-            return te.Reduce("sum", Select(ok, total, _c(0.0, dt)), (rt, ru))
-        best = Bin("max", Bin("max", Bin("max", terms[0], terms[1]), terms[2]), terms[3])
-        return te.Reduce("max", Select(ok, best, _c(-np.inf, dt)), (rt, ru))
+            return te.Reduce("sum", _keep(Select(ok, total, _c(0.0, dt)), b), (rt, ru))
+        # a tap of weight 0 is no candidate: 0 x inf would make the max NaN where onnx's
+        # reference and onnxruntime give the infinity the other taps weigh
+        cand = [Select(wt > _c(0.0, dt), t, _c(0.0, dt)) for wt, t in zip(weights, terms,
+                                                                          strict=True)]
+        best = Bin("max", Bin("max", Bin("max", cand[0], cand[1]), cand[2]), cand[3])
+        return te.Reduce("max", _keep(Select(ok, best, _c(-np.inf, dt)), b), (rt, ru))
 
     red = te.compute(shape, body, name="roi_align")
 

@@ -17,12 +17,14 @@ DIV_ZERO = 1        # an integer Div or Mod whose divisor is 0
 INDEX = 2           # a data index outside [-n, n) of its axis (value, n)
 DEADLOCK = 3        # the execution plan's vEUs wait on each other (an interleaved run)
 NO_MEMORY = 4       # a kernel's scratch buffer could not be allocated (bytes asked, 0)
+INDEX_NN = 5        # an index outside [0, n) where none counts from the end (value, n)
 
 # the ops that can raise each fault: the node named in the error is one of them
 OPS: dict[int, tuple[str, ...]] = {
     DIV_ZERO: ("Div", "Mod"),
     INDEX: ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter",
             "NllLoss", "NllWeight"),
+    INDEX_NN: ("NllLoss", "NllWeight", "RoiAlignPool"),
 }
 
 
@@ -37,6 +39,10 @@ def describe(kind: int, kernel: int, value: int, bound: int,
     if kind == INDEX:
         return (f"{where}: index {value} is out of range for an axis of size {bound} (valid: "
                 f"{-bound} to {bound - 1}); check the index inputs (token ids, positions)")
+    if kind == INDEX_NN:
+        return (f"{where}: index {value} is out of range for an axis of size {bound} (valid: "
+                f"0 to {bound - 1}; no index counts from the end here); check the index inputs "
+                "(class targets, batch indices)")
     if kind == NO_MEMORY:
         return (f"{where}: out of memory: a scratch buffer of {value} bytes could not be "
                 "allocated; the outputs are not valid (free memory, or run smaller inputs)")

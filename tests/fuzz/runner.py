@@ -38,7 +38,10 @@ PRELOAD = ["tests.fuzz.runner", "ember", "ember.compiler.api", "onnxruntime", "o
 
 def _short(text: str) -> str:
     text = " ".join(line.strip() for line in str(text).strip().splitlines() if line.strip())
-    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+    if len(text) <= MESSAGE_CHARS:
+        return text
+    head = MESSAGE_CHARS // 2   # onnxruntime's reason comes last, after its source path
+    return text[:head] + " ... " + text[-(MESSAGE_CHARS - head - 5):]
 
 
 # --------------------------------------------------------------------------- in the child

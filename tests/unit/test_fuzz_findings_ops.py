@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
+from ember.errors import DataError
 from tests.modelkit import graph_model, run_ort
 
 NARROW = [(TensorProto.UINT8, np.uint8), (TensorProto.INT8, np.int8),
@@ -93,3 +94,29 @@ def test_qlinear_matmul_with_b_quantized_per_column(b_type: int, zp_per_column: 
                     [_vi("y", TensorProto.UINT8, None)], inits)
     feeds = {"a": rng.integers(0, 256, (m_, k)).astype(np.uint8)}
     np.testing.assert_array_equal(ember.compile(m).run(feeds)["y"], run_ort(m, feeds)[0])
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
+@pytest.mark.parametrize("index,const", [(-2 ** 63, True), (2, True), (-1, True), (5, False),
+                                         (-1, False)])
+def test_roi_align_checks_its_batch_indices(index: int, const: bool, target: str) -> None:
+    """A batch index outside [0, N) was clamped into range: RoiAlign pooled another image
+    (a mutated model's INT64_MIN, seed 3202 case 428); onnxruntime refuses it. Now the run
+    fails naming the node, whether the index is a constant or an input."""
+    rois = numpy_helper.from_array(np.array([[0, 0, 2, 2], [1, 1, 3, 3]], np.float32), "rois")
+    bi = np.array([0, index], np.int64)
+    inits = [rois] + ([numpy_helper.from_array(bi, "bi")] if const else [])
+    inputs = [_vi("x", TensorProto.FLOAT, [2, 3, 4, 4])] + \
+        ([] if const else [_vi("bi", TensorProto.INT64, [2])])
+    node = helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"], output_height=2,
+                            output_width=2, name="the_roi_align")
+    m = graph_model([node], inputs, [_vi("y", TensorProto.FLOAT, None)], inits)
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 3, 4, 4)).astype(np.float32)}
+    if not const:
+        feeds["bi"] = bi
+    cm = ember.compile(m, target=target)
+    with pytest.raises(DataError, match=rf"the_roi_align.*index {index} .*valid: 0 to 1"):
+        cm.run(feeds)
+    good = dict(feeds, bi=np.array([1, 0], np.int64)) if not const else None
+    if good is not None:
+        np.testing.assert_allclose(cm.run(good)["y"], run_ort(m, good)[0], rtol=1e-5, atol=1e-6)

@@ -39,7 +39,9 @@ entries 0 and 2), in the rois' type:
 - ``RoiAlignPool`` (X, batch_indices, height table, width table -> [R, C, oh, ow]): ``avg``
   sums the four weighted taps of every sample (the weights products of the axes' weights, as
   the reference's) and divides by max(g_h * g_w, 1); ``max`` takes the greatest of the four
-  weighted taps of each sample, the greatest over the samples, 0 for a bin without any.
+  weighted taps of each sample (a tap of weight 0 is a candidate of 0: its 0 x inf would be
+  NaN where the reference and onnxruntime keep the infinity), the greatest over the
+  samples, 0 for a bin without any.
 
 Patterns: ``DeformIm2Col`` reads its input at computed indices (INJECTIVE, as ``Gather``);
 ``RoiAlignPool`` reduces over the samples (REDUCTION). The coordinate ops are OPAQUE only so
@@ -317,7 +319,10 @@ def roi_align_pool(attrs: Attrs, x: np.ndarray, bidx: np.ndarray, gy: np.ndarray
     r, oh, ow = gy.shape[0], gy.shape[1], gx.shape[1]
     if x.size == 0 or r == 0:
         return [np.zeros((r, c, oh, ow), x.dtype)]
-    b = np.clip(bidx.astype(np.int64), 0, n - 1)
+    b = bidx.astype(np.int64)
+    if np.any((b < 0) | (b >= n)):    # as the kernel: no index counts from the end here
+        raise IndexError(f"RoiAlign batch index out of range [0, {n}) (got "
+                         f"{b.ravel().tolist()[:8]})")
     ridx = b.reshape(r, 1, 1, 1, 1)
     ry = [np.clip(gy[..., k].astype(np.int64), 0, h - 1)[:, :, :, None, None] for k in (0, 1)]
     rx = [np.clip(gx[..., k].astype(np.int64), 0, w - 1)[:, None, None] for k in (0, 1)]
@@ -332,7 +337,9 @@ def roi_align_pool(attrs: Attrs, x: np.ndarray, bidx: np.ndarray, gy: np.ndarray
         total = s.sum(axis=(2, 4))                                     # [R, oh, ow, C]
         count = np.maximum(gh * gw, 1.0).astype(x.dtype).reshape(r, 1, 1, 1)
         return [(total / count).transpose(0, 3, 1, 2).astype(x.dtype)]
-    val = np.maximum(np.maximum(np.maximum(terms[0], terms[1]), terms[2]), terms[3])
+    weights = [wy[a] * wx[bb] for a in (0, 1) for bb in (0, 1)]
+    cand = [np.where(wt > 0, t, x.dtype.type(0)) for wt, t in zip(weights, terms, strict=True)]
+    val = np.maximum(np.maximum(np.maximum(cand[0], cand[1]), cand[2]), cand[3])
     ok = (gy[..., 4][:, :, :, None, None, None] > 0) & (gx[..., 4][:, None, None, :, :, None]
                                                          > 0)
     m = np.where(ok, val, -np.inf).max(axis=(2, 4))                    # [R, oh, ow, C]
