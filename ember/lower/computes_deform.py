@@ -260,7 +260,11 @@ def _roi_align_pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
         ok = Bin("&&", ty(4) > zero, tx(4) > zero)     # the slot holds a sample: read
         if mode == "avg":
             total = ((terms[0] + terms[1]) + terms[2]) + terms[3]
-            return te.Reduce("sum", _keep(Select(ok, total, _c(0.0, dt)), b), (rt, ru))
+            # a sample dropped outside the image (its weights all 0 on an axis) adds 0, not
+            # 0 x whatever pixel its clamped taps read (NaN for a non-finite one)
+            live = Bin("&&", ty(2) + ty(3) > zero, tx(2) + tx(3) > zero)
+            return te.Reduce("sum", _keep(Select(Bin("&&", ok, live), total, _c(0.0, dt)), b),
+                             (rt, ru))
         # a tap of weight 0 is no candidate: 0 x inf would make the max NaN where onnx's
         # reference and onnxruntime give the infinity the other taps weigh
         cand = [Select(wt > _c(0.0, dt), t, _c(0.0, dt)) for wt, t in zip(weights, terms,

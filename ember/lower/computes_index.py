@@ -6,8 +6,8 @@ Index arithmetic mirrors the references in ``ember.ir.ops.indexing``. A data-dep
 (gathers, TensorScatter's write position, ReverseSequence's lengths) is wrapped once if
 negative; a gather's index outside its axis fails the run with an error that names the node
 (``checked_index``: one compare per index, the read stays inside), as onnxruntime's
-INVALID_ARGUMENT does; TensorScatter's write position and ReverseSequence's lengths are clamped
-into their axis (the spec leaves them open).
+INVALID_ARGUMENT does; a ReverseSequence length outside [0, steps] fails it too (``em_idx_nn``);
+TensorScatter's write position is clamped into its axis (the spec leaves it open).
 
 The scatters, the scans and TopK's selection write data-dependent positions or carry state
 along an axis: they are dedicated kernels (``ember.kernel.scatter``), not computes.
@@ -20,7 +20,7 @@ from typing import Any
 from ember.errors import CompileError
 from ember.ir.ops.indexing import einsum_extents, einsum_terms
 from ember.ir.types import TensorType
-from ember.loops.ir import Bin, Cast, Const, Expr, Select, as_expr
+from ember.loops.ir import Bin, Call, Cast, Const, Expr, Select, as_expr
 from ember.lower.computes import (
     checked_index,
     clamp,
@@ -228,7 +228,7 @@ def _space_to_depth(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> 
 
 @register("ReverseSequence")
 def _reverse_sequence(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
-    """Along ``time_axis``, positions t < L (L = sequence_lens[batch], clamped into
+    """Along ``time_axis``, positions t < L (L = sequence_lens[batch], checked to lie in
     [0, steps]) read L - 1 - t; the rest are copied."""
     x, lens = ins
     ba = int(attrs.get("batch_axis", 1)) % x.ndim
@@ -236,13 +236,28 @@ def _reverse_sequence(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -
     steps = x.shape[ta]
 
     def body(*i: Expr) -> Expr:
-        n = clamp(Cast(lens[i[ba]], "int64"), 0, steps)
+        # outside [0, steps] the run fails naming the node, as onnxruntime refuses it
+        n = Call("em_idx_nn", (Cast(lens[i[ba]], "int64"), as_expr(steps) + 1), "int64")
         t = i[ta]
         src = list(i)
         src[ta] = Select(t < n, n - 1 - t, t)
         return x[tuple(src)]
 
     return [te.compute(x.shape, body, name="reverse_sequence")]
+
+
+@register("IndexInRange")
+def _index_in_range(attrs: Attrs, ins: list[Tensor], outs: list[TensorType]) -> list[Tensor]:
+    """Each value, checked to lie in [0, limit) (``em_idx_nn``: outside, the run fails naming
+    the node and the value reads 0)."""
+    (x,) = ins
+    limit = Const(int(attrs["limit"]), "int64")
+
+    def body(*i: Expr) -> Expr:
+        v = Call("em_idx_nn", (Cast(x[i], "int64"), limit), "int64")
+        return v if x.dtype == "int64" else Cast(v, x.dtype)
+
+    return [te.compute(x.shape, body, name="index_in_range", dtype=x.dtype)]
 
 
 # --------------------------------------------------------------------------- Einsum

@@ -8,7 +8,8 @@ The VM runs them Nimble's ways:
   element is zero when all its bits but the sign are (-0.0 is zero, NaN is not); any other
   element when all its bytes are.
 * Unique, upper-bound: the VM allocates every output for n distinct items, the kernel
-  (``unique``: a stable merge sort of the items, typed lexicographic comparison) writes the
+  (``unique``: a stable merge sort of the items, typed lexicographic comparison, NaN after
+  every number and one group as numpy's ``unique``) writes the
   k distinct ones in their final layout at the start of each buffer and returns k, and the VM
   views the first k. NonMaxSuppression likewise: room for batches x classes x min(M, boxes)
   rows (M read on the host), the kernel writes the selected ones and returns their count.
@@ -45,8 +46,13 @@ static int nonzero_at(const uint8_t *p, int kind, int64_t elem) {
 
 static int cmp_elem(const uint8_t *a, const uint8_t *b, int kind, int64_t elem) {
     switch (kind) {
-    case 2: { float u = *(const float *)a, v = *(const float *)b; return (u > v) - (u < v); }
+    /* floats: NaN after every number and equal to NaN (numpy's unique), so that the order
+       is total; a NaN compared as equal to everything broke the merge sort */
+    case 2: { float u = *(const float *)a, v = *(const float *)b;
+              if (u != u || v != v) return (u != u) - (v != v);
+              return (u > v) - (u < v); }
     case 3: { double u = *(const double *)a, v = *(const double *)b;
+              if (u != u || v != v) return (u != u) - (v != v);
               return (u > v) - (u < v); }
     case 0:
         switch (elem) {

@@ -24,7 +24,7 @@ OPS: dict[int, tuple[str, ...]] = {
     DIV_ZERO: ("Div", "Mod"),
     INDEX: ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter",
             "NllLoss", "NllWeight"),
-    INDEX_NN: ("NllLoss", "NllWeight", "RoiAlignPool"),
+    INDEX_NN: ("NllLoss", "NllWeight", "RoiAlignPool", "ReverseSequence", "IndexInRange"),
 }
 
 
@@ -42,7 +42,7 @@ def describe(kind: int, kernel: int, value: int, bound: int,
     if kind == INDEX_NN:
         return (f"{where}: index {value} is out of range for an axis of size {bound} (valid: "
                 f"0 to {bound - 1}; no index counts from the end here); check the index inputs "
-                "(class targets, batch indices)")
+                "(class targets, batch indices, sequence lengths)")
     if kind == NO_MEMORY:
         return (f"{where}: out of memory: a scratch buffer of {value} bytes could not be "
                 "allocated; the outputs are not valid (free memory, or run smaller inputs)")

@@ -120,3 +120,81 @@ def test_roi_align_checks_its_batch_indices(index: int, const: bool, target: str
     good = dict(feeds, bi=np.array([1, 0], np.int64)) if not const else None
     if good is not None:
         np.testing.assert_allclose(cm.run(good)["y"], run_ort(m, good)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_affine_grid_takes_a_theta_of_symbolic_dims() -> None:
+    """A theta declared [N, a, b] was refused (its dims compared as if static); the dims are
+    now checked when the model runs."""
+    size = numpy_helper.from_array(np.array([1, 2, 4, 5], np.int64), "size")
+    m = graph_model([helper.make_node("AffineGrid", ["theta", "size"], ["grid"])],
+                    [_vi("theta", TensorProto.FLOAT, ["N", "a", "b"])],
+                    [_vi("grid", TensorProto.FLOAT, None)], [size], opset=20)
+    cm = ember.compile(m)
+    theta = np.random.default_rng(2).standard_normal((1, 2, 3)).astype(np.float32)
+    np.testing.assert_allclose(cm.run({"theta": theta})["grid"],
+                               run_ort(m, {"theta": theta})[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ember.EmberError, match="theta"):
+        cm.run({"theta": theta.reshape(1, 3, 2)})
+
+
+@pytest.mark.parametrize("sorted_", [0, 1])
+def test_unique_orders_nan_after_every_number(sorted_: int) -> None:
+    """The merge sort compared NaN as equal to every number: the distinct values came out
+    unsorted ([1, 3, 2]), -inf vanished and the counts were wrong (seed 3203 case 1338, a
+    shape of 40 where onnxruntime has 41). NaN now sorts last, all NaNs one group, as
+    numpy's unique (onnxruntime merges a NaN into a neighbour's group: ONNX does not say)."""
+    x = np.array([3, 1, np.nan, 1, np.nan, -np.inf, -np.inf, 2, -0.0, 0.0], np.float32)
+    m = graph_model([helper.make_node("Unique", ["x"], ["y", "i", "inv", "c"],
+                                      sorted=sorted_)],
+                    [_vi("x", TensorProto.FLOAT, [x.size])],
+                    [_vi("y", TensorProto.FLOAT, None)] + [_vi(n, TensorProto.INT64, None)
+                                                           for n in ("i", "inv", "c")])
+    got = ember.compile(m).run({"x": x})
+    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                          return_counts=True)
+    if not sorted_:
+        order = np.argsort(first, kind="stable")
+        y, first, counts, inverse = y[order], first[order], counts[order], \
+            np.argsort(order)[inverse]
+    for name, want in zip(("y", "i", "inv", "c"), (y, first, inverse, counts), strict=True):
+        np.testing.assert_array_equal(got[name], want)
+    finite = x[np.isfinite(x)]   # without NaN onnxruntime agrees
+    m2 = graph_model(m.graph.node, [_vi("x", TensorProto.FLOAT, [finite.size])],
+                     m.graph.output)
+    for g, w in zip(ember.compile(m2).run({"x": finite}).values(), run_ort(m2, {"x": finite}),
+                    strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("op", ["ReverseSequence", "LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("lens", [[4, 1], [-1, 1], [2, -2 ** 31]])
+def test_sequence_lengths_outside_the_steps_are_refused(op: str, lens: list) -> None:
+    """sequence_lens beyond the steps (or negative) were clamped: ReverseSequence reversed
+    the whole axis and the recurrences ran every step, where onnxruntime refuses them
+    (seed 3203, eight cases). Now the run fails naming the node; [0, steps] still runs."""
+    rng = np.random.default_rng(5)
+    steps, batch, feat, hidden = 3, 2, 3, 2
+    if op == "ReverseSequence":
+        node = helper.make_node(op, ["x", "lens"], ["y"], batch_axis=1, time_axis=0,
+                                name="the_op")
+        inits = []
+    else:
+        gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+        inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+                 for n, s in (("W", (1, gates * hidden, feat)),
+                              ("R", (1, gates * hidden, hidden)))]
+        node = helper.make_node(op, ["x", "W", "R", "", "lens"], ["y"], hidden_size=hidden,
+                                name="the_op")
+    elem, np_t = (TensorProto.INT64, np.int64) if op == "ReverseSequence" else \
+        (TensorProto.INT32, np.int32)
+    m = graph_model([node], [_vi("x", TensorProto.FLOAT, [steps, batch, feat]),
+                             _vi("lens", elem, [batch])],
+                    [_vi("y", TensorProto.FLOAT, None)], inits, opset=14)
+    cm = ember.compile(m)
+    x = rng.standard_normal((steps, batch, feat)).astype(np.float32)
+    with pytest.raises(DataError, match="the_op"):
+        cm.run({"x": x, "lens": np.array(lens, np_t)})
+    for good in ([0, 3], [3, 2]):
+        feeds = {"x": x, "lens": np.array(good, np_t)}
+        np.testing.assert_allclose(cm.run(feeds)["y"], run_ort(m, feeds)[0], rtol=1e-5,
+                                   atol=1e-6)

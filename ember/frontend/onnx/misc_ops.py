@@ -26,6 +26,7 @@ from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.conv_nn import conv_integer, matmul_integer
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
 from ember.frontend.onnx.quant_ops import INT_RANGES, quantize
+from ember.frontend.onnx.symbolic import require
 from ember.ir.graph import Value
 from ember.ir.ops.misc import bit_width
 from ember.support import dtypes
@@ -152,11 +153,15 @@ def affine_grid(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     assert theta is not None
     size = ctx.const_list(s, "size") or []
     nd = len(size) - 2
-    if nd not in (2, 3) or theta.type.rank != 3 or tuple(theta.type.shape[1:]) != (nd, nd + 1):
+    want = (size[0] if size else 0, nd, nd + 1)
+    if nd not in (2, 3) or theta.type.rank != 3 or any(
+            isinstance(d, int) and d != w for d, w in zip(theta.type.shape, want)):
         raise ModelError(f"AffineGrid: theta {theta.type} and size {size} must be "
-                         f"[N, 2, 3] with (N, C, H, W) or [N, 3, 4] with (N, C, D, H, W)")
-    if theta.type.shape[0] != size[0]:
-        raise ModelError(f"AffineGrid: theta {theta.type} has batch != size[0] = {size[0]}")
+                         f"[N, 2, 3] with (N, C, H, W) or [N, 3, 4] with (N, C, D, H, W), "
+                         "N = size[0]")
+    for d, w in zip(theta.type.shape, want):     # symbolic dims: checked at run time
+        require(ctx, "equal", (d, w), f"AffineGrid: theta {theta.type} must be "
+                f"[{want[0]}, {nd}, {nd + 1}] for size {size}")
     spatial = size[2:]
     grid = base_grid(spatial, bool(attrs.get("align_corners", 0)))
     dt = theta.type.dtype.name

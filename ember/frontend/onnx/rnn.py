@@ -94,8 +94,11 @@ def _sequence_shape(op: str, x: Value) -> tuple[Dim, int, int]:
     return seq, int(rest[0]), int(rest[1])
 
 
-def _sequence_lens(op: str, lens: Value | None, seq: Dim, batch: int) -> Value | None:
-    """``sequence_lens`` when some entry may be shorter than ``seq``; None when all are full."""
+def _sequence_lens(ctx: Ctx, op: str, lens: Value | None, seq: Dim, batch: int
+                   ) -> Value | None:
+    """``sequence_lens`` when some entry may be shorter than ``seq``; None when all are full.
+    A run-time one is checked to lie in [0, seq] when the model runs (``IndexInRange``), as
+    onnxruntime refuses other lengths."""
     if lens is None:
         return None
     if not isinstance(seq, int):
@@ -108,7 +111,7 @@ def _sequence_lens(op: str, lens: Value | None, seq: Dim, batch: int) -> Value |
                          f"batch size {batch}")
     arr = lens.const
     if arr is None:
-        return lens
+        return ctx.add1("IndexInRange", [lens], {"limit": seq + 1})
     if np.any(arr < 0) or np.any(arr > seq):
         raise ModelError(f"{op} sequence_lens {arr.tolist()} must lie in [0, {seq}] (the "
                          "sequence length)")
@@ -167,7 +170,7 @@ def _prepare(ctx: Ctx, op: str, ins: list[Value | None], n_states: int, attrs: A
     rows = seq * batch if isinstance(seq, int) else -1
     x2 = ctx.add1("Reshape", [x, ctx.const(np.array([rows, in_size], np.int64))])
     rec = Recurrence(op, x2, seq, batch, hidden, reverse, layout,
-                     _sequence_lens(op, lens, seq, batch), x)
+                     _sequence_lens(ctx, op, lens, seq, batch), x)
     return rec, states
 
 

@@ -38,7 +38,9 @@ entries 0 and 2), in the rois' type:
   contribute zero (``avg``) or a zero candidate (``max``: the outside flag).
 - ``RoiAlignPool`` (X, batch_indices, height table, width table -> [R, C, oh, ow]): ``avg``
   sums the four weighted taps of every sample (the weights products of the axes' weights, as
-  the reference's) and divides by max(g_h * g_w, 1); ``max`` takes the greatest of the four
+  the reference's; a sample dropped outside the image adds 0, where the reference adds 0
+  times pixel (0, 0): they differ only when that pixel is not finite) and divides by
+  max(g_h * g_w, 1); ``max`` takes the greatest of the four
   weighted taps of each sample (a tap of weight 0 is a candidate of 0: its 0 x inf would be
   NaN where the reference and onnxruntime keep the infinity), the greatest over the
   samples, 0 for a bin without any.
@@ -334,6 +336,8 @@ def roi_align_pool(attrs: Attrs, x: np.ndarray, bidx: np.ndarray, gy: np.ndarray
     gh, gw = gy[:, 0, 0, 5], gx[:, 0, 0, 5]
     if attrs.get("mode", "avg") == "avg":
         s = ((terms[0] + terms[1]) + terms[2]) + terms[3]
+        live = ((wy[0] + wy[1]) > 0) & ((wx[0] + wx[1]) > 0)     # a dropped sample adds 0
+        s = np.where(live, s, x.dtype.type(0))
         total = s.sum(axis=(2, 4))                                     # [R, oh, ow, C]
         count = np.maximum(gh * gw, 1.0).astype(x.dtype).reshape(r, 1, 1, 1)
         return [(total / count).transpose(0, 3, 1, 2).astype(x.dtype)]

@@ -459,6 +459,24 @@ def space_to_depth(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
     return [y.reshape(n, c * b * b, h // b, w // b)]
 
 
+# --------------------------------------------------------------------------- IndexInRange
+def _in_range_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
+    t = _index_type(ts[0], "IndexInRange input")
+    if int(attrs["limit"]) < 1:
+        raise TypeInferenceError(f"IndexInRange limit must be >= 1, got {attrs['limit']}")
+    return [t]
+
+
+@defop("IndexInRange", INJ, _in_range_infer)
+def index_in_range(attrs: Attrs, x: np.ndarray) -> list[np.ndarray]:
+    """``x`` itself, every value checked to lie in ``[0, limit)`` (internal: a recurrence's
+    ``sequence_lens`` against its steps + 1; outside, the run fails naming the node)."""
+    limit = int(attrs["limit"])
+    if np.any((x < 0) | (x >= limit)):
+        raise IndexError(f"value outside [0, {limit}) (got {np.ravel(x).tolist()[:8]})")
+    return [x.copy()]
+
+
 # --------------------------------------------------------------------------- ReverseSequence
 def _revseq_infer(attrs: Attrs, ts: Types, cs: list) -> list[TensorType]:
     x, lens = ts[0], _index_type(ts[1], "ReverseSequence sequence_lens")
