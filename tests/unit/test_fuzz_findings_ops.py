@@ -198,3 +198,16 @@ def test_sequence_lengths_outside_the_steps_are_refused(op: str, lens: list) -> 
         feeds = {"x": x, "lens": np.array(good, np_t)}
         np.testing.assert_allclose(cm.run(feeds)["y"], run_ort(m, feeds)[0], rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_a_dft_over_a_symbolic_last_dim_is_compiled_per_shape() -> None:
+    """A DFT input of symbolic last dim (real or complex, unknown) was refused as a model
+    error; it is now compiled for each shape it is run with."""
+    m = graph_model([helper.make_node("DFT", ["x"], ["y"])],
+                    [_vi("x", TensorProto.FLOAT, ["a", 8, "c"])],
+                    [_vi("y", TensorProto.FLOAT, None)])
+    cm = ember.compile(m)
+    for c in (1, 2):
+        x = np.random.default_rng(c).standard_normal((2, 8, c)).astype(np.float32)
+        np.testing.assert_allclose(cm.run({"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-4,
+                                   atol=1e-5)

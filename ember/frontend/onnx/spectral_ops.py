@@ -90,6 +90,9 @@ def _reshape(ctx: Ctx, x: Value, dims: list[int]) -> Value:
 
 def _complex_dim(ctx: Ctx, x: Value, what: str) -> int:
     c = x.type.shape[-1] if x.type.rank else None
+    if c is not None and not isinstance(c, int):   # real or complex decides the graph
+        raise NoSymbolicKernelError(f"{ctx.op_type} {what} {x.type}: its last dim (1: real, "
+                                    "2: complex) must be known; it is compiled per shape")
     if c not in (1, 2):
         raise ModelError(f"{ctx.op_type} {what} {x.type} must end in a dim of 1 (real) or 2 "
                          "(real, imaginary)")
