@@ -255,22 +255,27 @@ def _roi_align_pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
             return gx[(r, pw, ru.var, Const(k))]
 
         weights = [Cast(ty(2 + a), dt) * Cast(tx(2 + c), dt) for a in (0, 1) for c in (0, 1)]
+        # avg: a sample dropped outside the image (its weights all 0 on an axis) adds 0 times
+        # pixel (0, 0), as the reference and onnxruntime compute it (not 0 times the pixels
+        # its clamped taps read: NaN next to a non-finite one where theirs is not)
+        live = Bin("&&", ty(2) + ty(3) > zero, tx(2) + tx(3) > zero)
+        dropped = _c(0.0, dt) * x[(b, ch, Const(0), Const(0))]
         terms = [wt * x[(b, ch, _index(ty(a), h - 1), _index(tx(c), w - 1))]
                  for wt, (a, c) in zip(weights, ((0, 0), (0, 1), (1, 0), (1, 1)), strict=True)]
         ok = Bin("&&", ty(4) > zero, tx(4) > zero)     # the slot holds a sample: read
         if mode == "avg":
             total = ((terms[0] + terms[1]) + terms[2]) + terms[3]
-            # a sample dropped outside the image (its weights all 0 on an axis) adds 0, not
-            # 0 x whatever pixel its clamped taps read (NaN for a non-finite one)
-            live = Bin("&&", ty(2) + ty(3) > zero, tx(2) + tx(3) > zero)
-            return te.Reduce("sum", _keep(Select(Bin("&&", ok, live), total, _c(0.0, dt)), b),
-                             (rt, ru))
+            return te.Reduce("sum", _keep(Select(ok, Select(live, total, dropped),
+                                                 _c(0.0, dt)), b), (rt, ru))
         # a tap of weight 0 is no candidate: 0 x inf would make the max NaN where onnx's
         # reference and onnxruntime give the infinity the other taps weigh
         cand = [Select(wt > _c(0.0, dt), t, _c(0.0, dt)) for wt, t in zip(weights, terms,
                                                                           strict=True)]
         best = Bin("max", Bin("max", Bin("max", cand[0], cand[1]), cand[2]), cand[3])
-        return te.Reduce("max", _keep(Select(ok, best, _c(-np.inf, dt)), b), (rt, ru))
+        # max: a dropped sample is a candidate of 0 (0 x a finite pixel (0, 0), as theirs;
+        # for a non-finite one their std::max keeps the NaN only when that sample is first)
+        return te.Reduce("max", _keep(Select(ok, Select(live, best, _c(0.0, dt)),
+                                             _c(-np.inf, dt)), b), (rt, ru))
 
     red = te.compute(shape, body, name="roi_align")
 

@@ -257,7 +257,7 @@ def _huge_in_window(ctx: Context) -> bool:
 
 
 def _nan_order(ctx: Context) -> bool:
-    ops = {"TopK", "ArgMax", "ArgMin", "Hardmax", "Unique"}
+    ops = {"TopK", "ArgMax", "ArgMin", "Hardmax", "Unique", "NonMaxSuppression"}
     if ctx.got is not None and ctx.got.dtype.kind in "iu":
         ops.add("MaxPool")   # its Indices output
     return any(_has_nan(a) for a in ctx.inputs_of(ops))
@@ -513,10 +513,11 @@ EXPLAINED: tuple[Explained, ...] = (
               "beyond 1e30 or an infinity in their window: the order of the additions, which "
               "ONNX leaves open, decides what the huge terms absorb and whether they "
               "overflow (finite on one side, inf or NaN on the other)", _huge_in_window),
-    Explained("nan-order", "TopK/ArgMax/ArgMin/Hardmax/Unique (and MaxPool's Indices) over "
-              "NaN: ONNX does not order NaN against numbers; onnxruntime's choice depends on "
-              "where the NaN is (its Unique merges a NaN into a neighbouring number's group; "
-              "ember's, as numpy's, makes the NaNs one group after every number)", _nan_order),
+    Explained("nan-order", "TopK/ArgMax/ArgMin/Hardmax/Unique/NonMaxSuppression (and "
+              "MaxPool's Indices) over NaN: ONNX does not order NaN against numbers; "
+              "onnxruntime's choice depends on where the NaN is (its Unique merges a NaN "
+              "into a neighbouring number's group; ember's, as numpy's, makes the NaNs one "
+              "group after every number)", _nan_order),
     Explained("nan-skipped-by-onnxruntime", "onnxruntime 1.32's MaxPool/GlobalMaxPool and "
               "its min/max scatter reductions skip "
               "NaN and start from -FLT_MAX (a window of -inf and padding gives -3.4e38 or "

@@ -38,8 +38,8 @@ entries 0 and 2), in the rois' type:
   contribute zero (``avg``) or a zero candidate (``max``: the outside flag).
 - ``RoiAlignPool`` (X, batch_indices, height table, width table -> [R, C, oh, ow]): ``avg``
   sums the four weighted taps of every sample (the weights products of the axes' weights, as
-  the reference's; a sample dropped outside the image adds 0, where the reference adds 0
-  times pixel (0, 0): they differ only when that pixel is not finite) and divides by
+  the reference's; a sample dropped outside the image adds 0 times pixel (0, 0), as the
+  reference, not 0 times the pixels its clamped taps point at) and divides by
   max(g_h * g_w, 1); ``max`` takes the greatest of the four
   weighted taps of each sample (a tap of weight 0 is a candidate of 0: its 0 x inf would be
   NaN where the reference and onnxruntime keep the infinity), the greatest over the
@@ -334,16 +334,18 @@ def roi_align_pool(attrs: Attrs, x: np.ndarray, bidx: np.ndarray, gy: np.ndarray
     terms = [(wy[a] * wx[bb]) * x[ridx, :, ry[a], rx[bb]]
              for a in (0, 1) for bb in (0, 1)]
     gh, gw = gy[:, 0, 0, 5], gx[:, 0, 0, 5]
+    live = ((wy[0] + wy[1]) > 0) & ((wx[0] + wx[1]) > 0)   # dropped samples: 0 x pixel 0
+    dropped = x.dtype.type(0) * x[ridx, :, 0, 0][:, :, :, None, None, :]
     if attrs.get("mode", "avg") == "avg":
         s = ((terms[0] + terms[1]) + terms[2]) + terms[3]
-        live = ((wy[0] + wy[1]) > 0) & ((wx[0] + wx[1]) > 0)     # a dropped sample adds 0
-        s = np.where(live, s, x.dtype.type(0))
+        s = np.where(live, s, dropped)
         total = s.sum(axis=(2, 4))                                     # [R, oh, ow, C]
         count = np.maximum(gh * gw, 1.0).astype(x.dtype).reshape(r, 1, 1, 1)
         return [(total / count).transpose(0, 3, 1, 2).astype(x.dtype)]
     weights = [wy[a] * wx[bb] for a in (0, 1) for bb in (0, 1)]
     cand = [np.where(wt > 0, t, x.dtype.type(0)) for wt, t in zip(weights, terms, strict=True)]
-    val = np.maximum(np.maximum(np.maximum(cand[0], cand[1]), cand[2]), cand[3])
+    val = np.where(live, np.maximum(np.maximum(np.maximum(cand[0], cand[1]), cand[2]),
+                                    cand[3]), x.dtype.type(0))
     ok = (gy[..., 4][:, :, :, None, None, None] > 0) & (gx[..., 4][:, None, None, :, :, None]
                                                          > 0)
     m = np.where(ok, val, -np.inf).max(axis=(2, 4))                    # [R, oh, ow, C]
