@@ -404,7 +404,7 @@ def _same_pad_dilated(ctx: Context) -> bool:
     """The mismatched output is a pool's with auto_pad SAME_* and a dilation > 1 (or follows
     from one through element-wise ops), and ember's spatial dims are the spec's
     ceil(in / stride) (onnxruntime's are not)."""
-    pools = ("MaxPool", "AveragePool")
+    pools = ("MaxPool", "AveragePool", "LpPool")
 
     def producer(name: str) -> onnx.NodeProto | None:
         return next((n for n in ctx.path if name in n.output), None)
@@ -536,7 +536,8 @@ EXPLAINED: tuple[Explained, ...] = (
               "clamps as the spec says; onnxruntime reads an end of INT_MAX as 'to the start' "
               "and onnx's reference turns a clamped end of -1 into Python's 'last element'",
               _slice_by_spec),
-    Explained("same-pad-dilated", "MaxPool/AveragePool with auto_pad SAME_* and a dilation: "
+    Explained("same-pad-dilated", "MaxPool/AveragePool/LpPool with auto_pad SAME_* and a "
+              "dilation: "
               "the spec's output is ceil(in / stride); onnxruntime computes another size",
               _same_pad_dilated),
     Explained("sign-of-nan-or-float16", "Sign of NaN (ONNX defines only > 0, < 0 and 0; "
