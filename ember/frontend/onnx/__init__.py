@@ -15,6 +15,7 @@ from ember.frontend.onnx import (  # noqa: F401
     index_ops,
     math_ops,
     misc_ops,
+    ms_quant_ops,
     norm_ops,
     optional_ops,
     quant_ops,

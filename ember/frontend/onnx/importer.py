@@ -39,7 +39,7 @@ from ember.errors import (
     RuntimeOperandError,
     UnsupportedOpError,
 )
-from ember.frontend.onnx import specialize, symbolic
+from ember.frontend.onnx import ms_quant_ops, specialize, symbolic
 from ember.frontend.onnx.converters import (
     Ctx,
     empty_constant,
@@ -54,7 +54,8 @@ from ember.ir.types import Dim, Sym, TensorType, dim_atoms
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # ops of other domains ember converts (registered by op type like the default-domain ones)
-OTHER_DOMAIN_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
+OTHER_DOMAIN_OPS = frozenset({("ai.onnx.preview", "FlexAttention"),
+                              *((ms_quant_ops.DOMAIN, op) for op in ms_quant_ops.OPS)})
 ShapeSpec = Sequence[int | str | None]
 
 
@@ -428,8 +429,9 @@ def _unsupported(node: onnx.NodeProto, name: str, opset: int) -> UnsupportedOpEr
     if node.domain not in DEFAULT_DOMAINS:
         return UnsupportedOpError(
             f"op {node.op_type!r} of domain {node.domain!r} (node {name!r}, default opset "
-            f"{opset}) is not supported: ember converts default-domain ONNX ops only; "
-            f"supported op types: {ops}")
+            f"{opset}) is not supported: ember converts default-domain ONNX ops, and of "
+            f"other domains only {', '.join(sorted(f'{d}:{o}' for d, o in OTHER_DOMAIN_OPS))}"
+            f"; supported op types: {ops}")
     since = first_opset(node.op_type)
     why = "" if since is None else f" (ember converts it from opset {since} on)"
     return UnsupportedOpError(
