@@ -258,3 +258,13 @@ def _broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
 
 def broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
     return _broadcast(a, b)
+
+
+def from_opset(first: int, op: str, rule: Callable[[Builder], None]
+               ) -> Callable[[Builder], None]:
+    """``rule``, rejected in a graph whose opset is below ``first`` (the op's first)."""
+    def guarded(b: Builder) -> None:
+        if b.opset < first:
+            raise Reject(f"{op} needs opset {first}")
+        rule(b)
+    return guarded

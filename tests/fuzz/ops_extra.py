@@ -16,7 +16,20 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tests.fuzz.builder import ALL, BOOL, F16, F32, I8, I32, I64, U8, Builder, Reject, Val
+from tests.fuzz.builder import (
+    ALL,
+    BOOL,
+    F16,
+    F32,
+    I8,
+    I32,
+    I64,
+    U8,
+    Builder,
+    Reject,
+    Val,
+    from_opset,
+)
 
 SINCE: dict[str, int] = {
     "Gelu": 20, "Mish": 18, "Swish": 24, "BitwiseAnd": 18, "BitwiseOr": 18, "BitwiseXor": 18,
@@ -28,14 +41,7 @@ _UNARY_F32 = ("Acos", "Asin", "Atan", "Acosh", "Asinh", "Atanh", "Cosh", "Sinh",
 
 
 def since(op: str, rule: Callable[[Builder], None]) -> Callable[[Builder], None]:
-    """``rule``, rejected below the op's first opset."""
-    first = SINCE.get(op, 1)
-
-    def guarded(b: Builder) -> None:
-        if b.opset < first:
-            raise Reject(f"{op} needs opset {first}")
-        rule(b)
-    return guarded
+    return from_opset(SINCE.get(op, 1), op, rule)
 
 
 # ------------------------------------------------------------------ element-wise

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from onnx import helper
 
-from tests.fuzz.builder import ALL, F32, I32, I64, Builder, Reject, Val
+from tests.fuzz.builder import ALL, F32, I32, I64, Builder, Reject, Val, from_opset
 
 SINCE: dict[str, int] = {
     "DFT": 17, "STFT": 17, "HannWindow": 17, "HammingWindow": 17, "BlackmanWindow": 17,
@@ -28,13 +28,7 @@ SINCE: dict[str, int] = {
 
 
 def since(op: str, rule: Callable[[Builder], None]) -> Callable[[Builder], None]:
-    first = SINCE.get(op, 1)
-
-    def guarded(b: Builder) -> None:
-        if b.opset < first:
-            raise Reject(f"{op} needs opset {first}")
-        rule(b)
-    return guarded
+    return from_opset(SINCE.get(op, 1), op, rule)
 
 
 # ------------------------------------------------------------------ recurrent
