@@ -20,6 +20,7 @@ import numpy as np
 
 from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
+from ember.frontend.onnx.int_conv import exact_float_conv
 from ember.ir.graph import Value
 from ember.support import dtypes
 
@@ -143,13 +144,18 @@ def _conv3d(ctx: Ctx, x: Value, w: Value, b: Value | None, norm: Attrs) -> Value
 
 @converter("ConvInteger", since=10)
 def conv_integer(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
-    """Convolution of (x - x_zero_point) by (w - w_zero_point) in int32, exact: im2col (one
-    strided slice per kernel tap) and one batched int32 product per group."""
+    """Convolution of (x - x_zero_point) by (w - w_zero_point) in int32, exact: on the float
+    convolution kernels where the weight is a constant (``int_conv``: runs of input channels
+    whose float32 sums are exact), else im2col (one strided slice per kernel tap) and one
+    batched int32 product per group."""
     x, w, zx, zw = ctx.inputs(ins, 4, 2)
     assert x is not None and w is not None
     if any(v.type.dtype.name not in ("int8", "uint8") for v in (x, w)):
         raise ModelError(f"ConvInteger takes int8 / uint8 operands, got {x.type} and {w.type}")
     norm = window_attrs(ctx, attrs, x, _kernel(ctx, attrs, w))
+    fast = exact_float_conv(ctx, x, w, zx, zw, norm, int(attrs.get("group", 1)))
+    if fast is not None:    # constant weight: the float kernels, bit for bit the int32 sums
+        return [fast]
     x, w = (ctx.add1("Cast", [v], {"to": "int32"}) for v in (x, w))
     if zx is not None:
         x = ctx.add1("Sub", [x, ctx.add1("Cast", [zx], {"to": "int32"})])
