@@ -77,3 +77,30 @@ def test_channel_runs_keep_every_sum_below_two_to_the_24() -> None:
     assert all(9 * 255 * 255 * (c1 - c0) < 2 ** 24 for c0, c1 in runs)
     assert [r[0] for r in runs[1:]] == [r[1] for r in runs[:-1]]
     assert channel_runs(255, np.full((1, 1, 300, 1), 255, np.int64)) is None
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_matmul_integer_is_exact(case: int) -> None:
+    """MatMulInteger of a constant B on the float product kernels (runs of K), bit for bit
+    the int32 product: batched and 1-D A, per-row a_zero_point, per-column b_zero_point."""
+    rng = np.random.default_rng(200 + case)
+    at = TensorProto.UINT8 if case % 2 else TensorProto.INT8
+    bt = TensorProto.INT8 if case % 3 else TensorProto.UINT8
+    k = 3000 if case >= 6 else int(rng.integers(1, 300))        # 3000: several runs
+    m, n = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    a_shape = [k] if case == 5 else ([2, m, k] if case == 4 else [m, k])
+    blo, bhi = (0, 256) if bt == TensorProto.UINT8 else (-128, 128)
+    alo, ahi = (0, 256) if at == TensorProto.UINT8 else (-128, 128)
+    b = rng.integers(blo, bhi, (k, n)).astype(TYPES[bt])
+    za = rng.integers(alo, ahi, m if case in (1, 3) else ()).astype(TYPES[at])
+    zb = rng.integers(blo, bhi, n if case % 2 == 0 else ()).astype(TYPES[bt])
+    inits = [numpy_helper.from_array(v, name) for name, v in (("b", b), ("za", za),
+                                                              ("zb", zb))]
+    node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+    m_ = graph_model([node], [helper.make_tensor_value_info("a", at, a_shape)],
+                     [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits,
+                     opset=13)
+    a = rng.integers(alo, ahi, a_shape).astype(TYPES[at])
+    ai = a.astype(np.int64) - (za.astype(np.int64)[:, None] if za.ndim else int(za))
+    want = ai @ (b.astype(np.int64) - zb.astype(np.int64))
+    np.testing.assert_array_equal(ember.compile(m_).run({"a": a})["y"], want)

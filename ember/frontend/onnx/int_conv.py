@@ -27,6 +27,11 @@ EXACT = float(2 ** 24)         # float32 represents every integer below this exa
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
+def exact_range(x: Value) -> tuple[int, int]:
+    """The value range of int8 / uint8 ``x``."""
+    return RANGES[x.type.dtype.name]
+
+
 def _const(v: Value | None, default: int) -> np.ndarray | None:
     if v is None:
         return np.array(default, np.int64)
