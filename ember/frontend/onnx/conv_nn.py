@@ -20,7 +20,7 @@ import numpy as np
 
 from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
-from ember.frontend.onnx.int_conv import channel_runs, exact_float_conv, exact_range
+from ember.frontend.onnx.int_conv import exact_float_conv, exact_float_matmul
 from ember.ir.graph import Value
 from ember.support import dtypes
 
@@ -274,12 +274,12 @@ def matmul(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 def matmul_integer(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     """(A - a_zero_point) · (B - b_zero_point) in int32, exact: a 1-D a_zero_point is per row
     of A, a 1-D b_zero_point per column of B. A constant 2-D B runs on the float kernels in
-    runs of K whose float32 sums are exact (``_exact_float_matmul``)."""
+    runs of K whose float32 sums are exact (``int_conv``)."""
     a, b, za, zb = ctx.inputs(ins, 4, 2)
     assert a is not None and b is not None
     if any(v.type.dtype.name not in ("int8", "uint8") for v in (a, b)):
         raise ModelError(f"MatMulInteger takes int8 / uint8 operands, got {a.type} and {b.type}")
-    fast = _exact_float_matmul(ctx, a, b, za, zb)
+    fast = exact_float_matmul(ctx, a, b, za, zb)
     if fast is not None:    # constant B: the float kernels, bit for bit the int32 sums
         return [fast]
     a, b = (ctx.add1("Cast", [v], {"to": "int32"}) for v in (a, b))
@@ -291,42 +291,6 @@ def matmul_integer(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     if zb is not None:
         b = ctx.add1("Sub", [b, ctx.add1("Cast", [zb], {"to": "int32"})])
     return [_matmul(ctx, a, b)]
-
-
-def _exact_float_matmul(ctx: Ctx, a: Value, b: Value, za: Value | None,
-                        zb: Value | None) -> Value | None:
-    """MatMulInteger of a constant 2-D B on the float product kernels, exactly, as
-    ``int_conv.exact_float_conv`` does for convolutions: runs of K whose float32 sums hold
-    every integer (each column's ``sum |b - zb|`` times A's largest ``|a - za|``); None where
-    B or a zero point is not a constant."""
-    if b.const is None or b.type.rank != 2 or a.type.rank < 1:
-        return None
-    zas = [np.zeros(1, np.int64)] if za is None else \
-        [None if za.const is None else np.asarray(za.const).astype(np.int64).reshape(-1)]
-    zbs = np.zeros(1, np.int64) if zb is None else \
-        None if zb.const is None else np.asarray(zb.const).astype(np.int64).reshape(-1)
-    if zas[0] is None or zbs is None:
-        return None
-    lo, hi = exact_range(a)
-    span = int(max(max(z - lo, hi - z) for z in zas[0]))
-    bd = np.asarray(b.const).astype(np.int64) - zbs            # [K, N], zb per column
-    runs = channel_runs(span, bd.T[:, :, None])
-    if runs is None:
-        return None
-    af = ctx.add1("Cast", [a], {"to": "float32"})
-    if za is not None:
-        z = ctx.add1("Cast", [za], {"to": "float32"})
-        if za.type.rank == 1 and a.type.rank >= 2:
-            z = ctx.add1("Unsqueeze", [z], {"axes": [1]})           # [M, 1]: per row
-        af = ctx.add1("Sub", [af, z])
-    acc: Value | None = None
-    for k0, k1 in runs:
-        part_a = af if len(runs) == 1 else ctx.add1("Slice", [af], {
-            "starts": [k0], "ends": [k1], "axes": [a.type.rank - 1]})
-        part_b = ctx.const(np.ascontiguousarray(bd[k0:k1]).astype(np.float32))
-        part = ctx.add1("Cast", [_matmul(ctx, part_a, part_b)], {"to": "int32"})
-        acc = part if acc is None else ctx.add1("Add", [acc, part])
-    return acc
 
 
 def _matmul(ctx: Ctx, a: Value, b: Value) -> Value:

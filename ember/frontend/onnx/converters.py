@@ -144,6 +144,25 @@ class Ctx:
     def add1(self, op: str, inputs: Sequence[Value | None], attrs: Attrs | None = None) -> Value:
         return self.add(op, inputs, attrs)[0]
 
+    def convert_as(self, op_type: str, ins: Sequence[Value | None], attrs: Attrs | None = None,
+                   n_out: int = 1, opset: int | None = None) -> list[Value]:
+        """The default-domain ONNX operator ``op_type``'s converter (at ``opset``, the model's
+        by default) on ``ins``, run as if the current node were that op: a converter built on
+        another op's semantics (onnxruntime's QLinearAdd is Add between dequantize and
+        quantize; the torch frontend's ATen ops are ONNX ops)."""
+        at = self.opset if opset is None else opset
+        fn = lookup(op_type, at)
+        if fn is None:
+            raise UnsupportedOpError(f"{self.op_type}: no converter of {op_type} at opset {at}")
+        saved = self.node, self.opset
+        names = [f"in{i}" if v is not None else "" for i, v in enumerate(ins)]
+        self.node = onnx.helper.make_node(op_type, names, [f"out{i}" for i in range(n_out)])
+        self.opset = at
+        try:
+            return list(fn(self, list(ins), {} if attrs is None else attrs))
+        finally:
+            self.node, self.opset = saved
+
     def const(self, array: np.ndarray | float | int, dtype: Any = None) -> Value:
         arr = np.asarray(array, dtype=dtype)
         try:

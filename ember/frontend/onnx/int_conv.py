@@ -1,4 +1,5 @@
-"""``ConvInteger`` (and so ``QLinearConv``) on the float convolution kernels, exactly.
+"""``ConvInteger`` / ``MatMulInteger`` (and so ``QLinearConv`` / ``QLinearMatMul``) on the
+float kernels, exactly.
 
 ``(x - x_zero_point) * (w - w_zero_point)`` summed in float32 is the int32 result bit for bit
 whenever every partial sum stays below 2**24 in magnitude, whatever the kernel's order of the
@@ -8,34 +9,38 @@ constant weight and zero points that bound is known at compile time: ``|x - zx|`
 ``max(zx - lo, hi - zx)`` over x's type range, and per output channel the weight side is
 ``sum |w - zw|`` over the input channels and taps. The input channels are cut into the fewest
 runs (in order) whose bound stays below 2**24; each run is one float ``Conv`` of the channel
-slice, its result cast to int32 exactly, and the runs are added in int32.
+slice, its result cast to int32 exactly, and the runs are added in int32. A constant 2-D B of
+``MatMulInteger`` is cut the same way along K.
 
-Pre: the ConvInteger operands (x int8 / uint8, w int8 / uint8), its normalized window
-attributes. Post: the int32 convolution, or None when the weight or a zero point is not a
-constant (or a grouped convolution needs more than one run): the caller's generic int32 path
-then computes it.
+Pre: the operands (int8 / uint8), and a convolution's normalized window attributes. Post: the
+int32 result, or None when the weight or a zero point is not a constant (or a grouped
+convolution needs more than one run): the caller's generic int32 path then computes it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from ember.frontend.onnx.converters import Attrs, Ctx, lookup
+from ember.frontend.onnx.converters import Attrs, Ctx
+from ember.frontend.onnx.quant_ops import INT_RANGES
 from ember.ir.graph import Value
 
 EXACT = float(2 ** 24)         # float32 represents every integer below this exactly
-RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
-def exact_range(x: Value) -> tuple[int, int]:
-    """The value range of int8 / uint8 ``x``."""
-    return RANGES[x.type.dtype.name]
-
-
-def _const(v: Value | None, default: int) -> np.ndarray | None:
+def _ints(v: Value | None) -> np.ndarray | None:
+    """A constant's (or an absent zero point's: 0) values as flat int64; None at run time."""
     if v is None:
-        return np.array(default, np.int64)
-    return None if v.const is None else np.asarray(v.const).astype(np.int64)
+        return np.zeros(1, np.int64)
+    return None if v.const is None else np.asarray(v.const).astype(np.int64).reshape(-1)
+
+
+def _span(x: Value, zx: np.ndarray) -> int:
+    """The largest ``|x - zx|`` over x's type range, for every zero point in ``zx``."""
+    lo, hi = INT_RANGES[x.type.dtype.name]
+    return int(max(max(z - lo, hi - z) for z in zx))
 
 
 def channel_runs(x_span: int, wd: np.ndarray) -> list[tuple[int, int]] | None:
@@ -55,32 +60,63 @@ def channel_runs(x_span: int, wd: np.ndarray) -> list[tuple[int, int]] | None:
     return runs
 
 
-def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
-                     norm: Attrs, group: int) -> Value | None:
-    """The int32 ``ConvInteger`` through float ``Conv`` runs (see the module), or None."""
-    w_arr, zx_arr, zw_arr = (None if w.const is None else np.asarray(w.const).astype(np.int64),
-                             _const(zx, 0), _const(zw, 0))
-    if w_arr is None or zx_arr is None or zw_arr is None or zx_arr.size != 1:
-        return None
-    if zw_arr.ndim == 1:                                   # per output channel
-        zw_arr = zw_arr.reshape(-1, *([1] * (w_arr.ndim - 1)))
-    wd = w_arr - zw_arr
-    lo, hi = RANGES[x.type.dtype.name]
-    z = int(zx_arr.reshape(-1)[0])
-    runs = channel_runs(max(z - lo, hi - z), wd)
-    if runs is None or (group > 1 and len(runs) > 1):
-        return None
+def _in_runs(ctx: Ctx, x: Value, zx: Value | None, axis: int, runs: list[tuple[int, int]],
+             product: Callable[[Value, int, int], Value]) -> Value:
+    """``x - zx`` in float32 (``zx`` shaped to broadcast, or None), cut along ``axis`` into
+    ``runs``, each run's float ``product(slice, c0, c1)`` cast to int32 (exact) and the runs
+    added in int32."""
     xf = ctx.add1("Cast", [x], {"to": "float32"})
-    if z:
-        xf = ctx.add1("Sub", [xf, ctx.const(np.float32(z))])
-    conv = lookup("Conv", ctx.opset)
-    assert conv is not None
-    attrs = {**norm, "group": group}
+    if zx is not None:
+        xf = ctx.add1("Sub", [xf, ctx.add1("Cast", [zx], {"to": "float32"})])
     acc: Value | None = None
     for c0, c1 in runs:
         xs = xf if len(runs) == 1 else ctx.add1("Slice", [xf], {"starts": [c0], "ends": [c1],
-                                                                "axes": [1]})
-        ws = ctx.const(np.ascontiguousarray(wd[:, c0:c1]).astype(np.float32))
-        part = ctx.add1("Cast", [conv(ctx, [xs, ws], attrs)[0]], {"to": "int32"})
+                                                                "axes": [axis]})
+        part = ctx.add1("Cast", [product(xs, c0, c1)], {"to": "int32"})
         acc = part if acc is None else ctx.add1("Add", [acc, part])
+    assert acc is not None
     return acc
+
+
+def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
+                     norm: Attrs, group: int) -> Value | None:
+    """The int32 ``ConvInteger`` through float ``Conv`` runs (see the module), or None."""
+    w_arr, zx_arr, zw_arr = _ints(w), _ints(zx), _ints(zw)
+    if w_arr is None or zx_arr is None or zw_arr is None or zx_arr.size != 1:
+        return None
+    shape = tuple(int(d) for d in w.type.shape)  # type: ignore[arg-type]
+    zw_col = zw_arr.reshape(-1, *([1] * (len(shape) - 1)))       # one, or per output channel
+    wd = w_arr.reshape(shape) - zw_col
+    runs = channel_runs(_span(x, zx_arr), wd)
+    if runs is None or (group > 1 and len(runs) > 1):
+        return None
+    attrs = {**norm, "group": group}
+
+    def conv(xs: Value, c0: int, c1: int) -> Value:
+        ws = ctx.const(np.ascontiguousarray(wd[:, c0:c1]).astype(np.float32))
+        return ctx.convert_as("Conv", [xs, ws], dict(attrs))[0]
+
+    return _in_runs(ctx, x, zx if zx_arr[0] else None, 1, runs, conv)
+
+
+def exact_float_matmul(ctx: Ctx, a: Value, b: Value, za: Value | None,
+                       zb: Value | None) -> Value | None:
+    """``MatMulInteger`` of a constant 2-D B through float ``MatMul`` runs of K (as the
+    convolution's runs of input channels: each column's ``sum |b - zb|`` times A's largest
+    ``|a - za|``), or None where B or a zero point is not a constant."""
+    b_arr, za_arr, zb_arr = _ints(b), _ints(za), _ints(zb)
+    if b_arr is None or za_arr is None or zb_arr is None or b.type.rank != 2 or \
+            a.type.rank < 1:
+        return None
+    bd = b_arr.reshape(int(b.type.shape[0]), -1) - zb_arr            # [K, N], zb per column
+    runs = channel_runs(_span(a, za_arr), bd.T[:, :, None])
+    if runs is None:
+        return None
+    if za is not None and za.type.rank == 1 and a.type.rank >= 2:
+        za = ctx.add1("Unsqueeze", [za], {"axes": [1]})               # [M, 1]: per row
+
+    def matmul(part: Value, k0: int, k1: int) -> Value:
+        bs = ctx.const(np.ascontiguousarray(bd[k0:k1]).astype(np.float32))
+        return ctx.convert_as("MatMul", [part, bs])[0]
+
+    return _in_runs(ctx, a, za, a.type.rank - 1, runs, matmul)

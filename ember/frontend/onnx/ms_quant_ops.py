@@ -9,19 +9,16 @@ Each is its float op between ``DequantizeLinear`` and ``QuantizeLinear`` (the co
 zero_point)``), which is how onnxruntime's reference kernels define them; its MLAS kernels
 compute some in fixed point, so a value may differ by one step of the output's scale (a
 rounding tie). The float op is the default-domain converter of the same op at the model's
-opset (``QLinearSoftmax``: at its ``opset`` attribute), so its attributes and checks are the
-ONNX ones. ``channels_last`` pools transpose NHWC to NCHW and back. ``QGemm``'s bias is int32
-at scale ``a_scale * b_scale`` and zero point 0; without ``y_scale`` its output is float32.
+opset (``Ctx.convert_as``; ``QLinearSoftmax``: at its ``opset`` attribute), so its attributes
+and checks are the ONNX ones. ``channels_last`` pools transpose NHWC to NCHW and back.
+``QGemm``'s bias is int32 at scale ``a_scale * b_scale`` and zero point 0; without
+``y_scale`` its output is float32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import onnx
-
-from ember.errors import ModelError, UnsupportedOpError
-from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, lookup
+from ember.errors import ModelError
+from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter
 from ember.frontend.onnx.quant_ops import dequantize, quantize
 from ember.ir.graph import Value
 
@@ -29,25 +26,6 @@ DOMAIN = "com.microsoft"
 OPS = ("QLinearAdd", "QLinearMul", "QLinearLeakyRelu", "QLinearSigmoid",
        "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat", "QLinearSoftmax",
        "QGemm")
-
-
-def _float_op(ctx: Ctx, op: str, ins: Sequence[Value | None], attrs: Attrs,
-              opset: int | None = None) -> Value:
-    """The default-domain ``op``'s converter on ``ins`` (its first output), run as if the
-    node were that op."""
-    at = opset or ctx.opset
-    fn = lookup(op, at)
-    if fn is None:
-        raise UnsupportedOpError(f"{ctx.op_type}: no converter of {op} at opset {at}")
-    node, inner = ctx.node, onnx.NodeProto()
-    inner.CopyFrom(node)
-    inner.op_type, inner.domain = op, ""
-    del inner.output[1:]
-    ctx.node = inner
-    try:
-        return fn(ctx, list(ins), attrs)[0]
-    finally:
-        ctx.node = node
 
 
 def _dq(ctx: Ctx, x: Value | None, scale: Value | None, zp: Value | None,
@@ -61,26 +39,16 @@ def _q(ctx: Ctx, y: Value, scale: Value | None, zp: Value | None, like: Value) -
     """``y`` quantized; without a zero point, into ``like``'s type (the input's)."""
     if scale is None:
         raise ModelError(f"{ctx.op_type}: the output scale is required")
-    attrs: Attrs = {}
-    if zp is None:
-        attrs["output_dtype"] = _onnx_type(like)
+    attrs = {} if zp is not None else {"output_dtype": like.type.dtype.onnx}
     return quantize(ctx, [y, scale, zp], attrs)[0]
-
-
-def _onnx_type(v: Value) -> int:
-    code = {"uint8": onnx.TensorProto.UINT8, "int8": onnx.TensorProto.INT8}.get(
-        v.type.dtype.name)
-    if code is None:
-        raise ModelError(f"quantized tensors are uint8 or int8, got {v.type}")
-    return code
 
 
 @converter("QLinearAdd", "QLinearMul", since=1)
 def qlinear_binary(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     a, sa, za, b, sb, zb, sc, zc = ctx.inputs(ins, 8, 7)
     assert a is not None and b is not None
-    y = _float_op(ctx, ctx.op_type[len("QLinear"):], [_dq(ctx, a, sa, za),
-                                                      _dq(ctx, b, sb, zb)], {})
+    y = ctx.convert_as(ctx.op_type[len("QLinear"):], [_dq(ctx, a, sa, za),
+                                                      _dq(ctx, b, sb, zb)])[0]
     return [_q(ctx, y, sc, zc, a)]
 
 
@@ -90,7 +58,7 @@ def qlinear_unary(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     assert x is not None
     op = ctx.op_type[len("QLinear"):]
     keep = {"alpha": attrs.get("alpha", 0.01)} if op == "LeakyRelu" else {}
-    return [_q(ctx, _float_op(ctx, op, [_dq(ctx, x, sx, zx)], keep), sy, zy, x)]
+    return [_q(ctx, ctx.convert_as(op, [_dq(ctx, x, sx, zx)], keep)[0], sy, zy, x)]
 
 
 def _channels_first(ctx: Ctx, x: Value, last: bool) -> Value:
@@ -114,7 +82,7 @@ def qlinear_pool(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     last = bool(attrs.get("channels_last", 0))
     op = ctx.op_type[len("QLinear"):]
     pool = {k: v for k, v in attrs.items() if k != "channels_last"}
-    y = _float_op(ctx, op, [_channels_first(ctx, _dq(ctx, x, sx, zx), last)], pool)
+    y = ctx.convert_as(op, [_channels_first(ctx, _dq(ctx, x, sx, zx), last)], pool)[0]
     return [_q(ctx, _channels_back(ctx, y, last), sy, zy, x)]
 
 
@@ -127,7 +95,7 @@ def qlinear_concat(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     xs = [_dq(ctx, ins[i], ins[i + 1], ins[i + 2]) for i in range(2, len(ins), 3)]
     first = ins[2]
     assert first is not None
-    y = _float_op(ctx, "Concat", xs, {"axis": int(attrs.get("axis", 0))})
+    y = ctx.convert_as("Concat", xs, {"axis": int(attrs.get("axis", 0))})[0]
     return [_q(ctx, y, sy, zy, first)]
 
 
@@ -136,8 +104,8 @@ def qlinear_softmax(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x, sx, zx, sy, zy = ctx.inputs(ins, 5, 4)
     assert x is not None
     at = int(attrs.get("opset", ctx.opset))
-    y = _float_op(ctx, "Softmax", [_dq(ctx, x, sx, zx)], {"axis": int(attrs.get("axis", -1))},
-                  opset=at)
+    y = ctx.convert_as("Softmax", [_dq(ctx, x, sx, zx)], {"axis": int(attrs.get("axis", -1))},
+                       opset=at)[0]
     return [_q(ctx, y, sy, zy, x)]
 
 
@@ -154,5 +122,5 @@ def qgemm(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
         terms.append(ctx.add1("Mul", [ctx.add1("Cast", [c], {"to": "float32"}), bias_scale]))
     gemm = {"alpha": float(attrs.get("alpha", 1.0)), "beta": 1.0,
             "transA": int(attrs.get("transA", 0)), "transB": trans_b}
-    y = _float_op(ctx, "Gemm", terms, gemm)
+    y = ctx.convert_as("Gemm", terms, gemm)[0]
     return [y if sy is None else _q(ctx, y, sy, zy, a)]

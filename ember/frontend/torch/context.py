@@ -84,24 +84,19 @@ class TorchCtx(Ctx):
     def op(self, op_type: str, ins: Sequence[Value | None], attrs: dict[str, Any] | None = None,
            n_out: int = 1) -> list[Value]:
         """``op_type``'s semantics (the ONNX operator at opset ``OPSET``) on ``ins``."""
-        fn = lookup(op_type, self.opset)
-        if fn is None:
+        if lookup(op_type, self.opset) is None:
             raise KeyError(f"no lowering of {op_type}")
         attrs = dict(attrs or {})
-        saved = self.node
-        names = [f"in{i}" if v is not None else "" for i, v in enumerate(ins)]
-        self.node = onnx.helper.make_node(op_type, names, [f"out{i}" for i in range(n_out)])
         first = len(self.graph.nodes)
         try:
-            try:
-                outs = list(fn(self, list(ins), attrs))
-            except RuntimeOperandError as e:   # a data-dependent operand: the VM specializes
-                del self.graph.nodes[first:]
-                node = onnx.helper.make_node(op_type, names, self.node.output, **attrs)
-                outs = specialize.specialize_node(self, node, list(ins), attrs, e)
-            return symbolic.propagate(self, op_type, list(ins), attrs, outs, first)
-        finally:
-            self.node = saved
+            outs = self.convert_as(op_type, ins, attrs, n_out)
+        except RuntimeOperandError as e:   # a data-dependent operand: the VM specializes
+            del self.graph.nodes[first:]
+            names = [f"in{i}" if v is not None else "" for i, v in enumerate(ins)]
+            node = onnx.helper.make_node(op_type, names, [f"out{i}" for i in range(n_out)],
+                                         **attrs)
+            outs = specialize.specialize_node(self, node, list(ins), attrs, e)
+        return symbolic.propagate(self, op_type, list(ins), attrs, outs, first)
 
     def op1(self, op_type: str, ins: Sequence[Value | None],
             attrs: dict[str, Any] | None = None) -> Value:
