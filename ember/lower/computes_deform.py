@@ -255,16 +255,16 @@ def _roi_align_pool(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorT
             return gx[(r, pw, ru.var, Const(k))]
 
         weights = [Cast(ty(2 + a), dt) * Cast(tx(2 + c), dt) for a in (0, 1) for c in (0, 1)]
-        # avg: a sample dropped outside the image (its weights all 0 on an axis) adds 0 times
-        # pixel (0, 0), as the reference and onnxruntime compute it (not 0 times the pixels
-        # its clamped taps read: NaN next to a non-finite one where theirs is not)
-        live = Bin("&&", ty(2) + ty(3) > zero, tx(2) + tx(3) > zero)
-        dropped = _c(0.0, dt) * x[(b, ch, Const(0), Const(0))]
         terms = [wt * x[(b, ch, _index(ty(a), h - 1), _index(tx(c), w - 1))]
                  for wt, (a, c) in zip(weights, ((0, 0), (0, 1), (1, 0), (1, 1)), strict=True)]
         ok = Bin("&&", ty(4) > zero, tx(4) > zero)     # the slot holds a sample: read
+        live = Bin("&&", ty(2) + ty(3) > zero, tx(2) + tx(3) > zero)   # not dropped outside
         if mode == "avg":
+            # a sample dropped outside the image (its weights all 0 on an axis) adds 0 times
+            # pixel (0, 0), as the reference and onnxruntime compute it (not 0 times the
+            # pixels its clamped taps read: NaN next to a non-finite one where theirs is not)
             total = ((terms[0] + terms[1]) + terms[2]) + terms[3]
+            dropped = _c(0.0, dt) * x[(b, ch, Const(0), Const(0))]
             return te.Reduce("sum", _keep(Select(ok, Select(live, total, dropped),
                                                  _c(0.0, dt)), b), (rt, ru))
         # a tap of weight 0 is no candidate: 0 x inf would make the max NaN where onnx's

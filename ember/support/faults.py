@@ -22,8 +22,7 @@ INDEX_NN = 5        # an index outside [0, n) where none counts from the end (va
 # the ops that can raise each fault: the node named in the error is one of them
 OPS: dict[int, tuple[str, ...]] = {
     DIV_ZERO: ("Div", "Mod"),
-    INDEX: ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter",
-            "NllLoss", "NllWeight"),
+    INDEX: ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter"),
     INDEX_NN: ("NllLoss", "NllWeight", "RoiAlignPool", "ReverseSequence", "IndexInRange"),
 }
 

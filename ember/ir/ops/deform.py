@@ -331,18 +331,18 @@ def roi_align_pool(attrs: Attrs, x: np.ndarray, bidx: np.ndarray, gy: np.ndarray
     wy = [gy[..., k].astype(x.dtype)[:, :, :, None, None, None] for k in (2, 3)]
     wx = [gx[..., k].astype(x.dtype)[:, None, None, :, :, None] for k in (2, 3)]
     # terms[(a, b)]: [R, oh, Ty, ow, Tx, C], the a-th row tap of the b-th column tap
-    terms = [(wy[a] * wx[bb]) * x[ridx, :, ry[a], rx[bb]]
-             for a in (0, 1) for bb in (0, 1)]
+    weights = [wy[a] * wx[bb] for a in (0, 1) for bb in (0, 1)]
+    terms = [wt * x[ridx, :, ry[a], rx[bb]]
+             for wt, (a, bb) in zip(weights, ((0, 0), (0, 1), (1, 0), (1, 1)), strict=True)]
     gh, gw = gy[:, 0, 0, 5], gx[:, 0, 0, 5]
-    live = ((wy[0] + wy[1]) > 0) & ((wx[0] + wx[1]) > 0)   # dropped samples: 0 x pixel 0
-    dropped = x.dtype.type(0) * x[ridx, :, 0, 0][:, :, :, None, None, :]
+    live = ((wy[0] + wy[1]) > 0) & ((wx[0] + wx[1]) > 0)   # not dropped outside the image
     if attrs.get("mode", "avg") == "avg":
         s = ((terms[0] + terms[1]) + terms[2]) + terms[3]
+        dropped = x.dtype.type(0) * x[ridx, :, 0, 0][:, :, :, None, None, :]   # 0 x pixel 0
         s = np.where(live, s, dropped)
         total = s.sum(axis=(2, 4))                                     # [R, oh, ow, C]
         count = np.maximum(gh * gw, 1.0).astype(x.dtype).reshape(r, 1, 1, 1)
         return [(total / count).transpose(0, 3, 1, 2).astype(x.dtype)]
-    weights = [wy[a] * wx[bb] for a in (0, 1) for bb in (0, 1)]
     cand = [np.where(wt > 0, t, x.dtype.type(0)) for wt, t in zip(weights, terms, strict=True)]
     val = np.where(live, np.maximum(np.maximum(np.maximum(cand[0], cand[1]), cand[2]),
                                     cand[3]), x.dtype.type(0))
