@@ -70,19 +70,6 @@ class Explained:
     applies: Callable[[Context], bool]
 
 
-def _nonfinite_or_huge(a: np.ndarray, huge: float = 1e30) -> bool:
-    """Inf, NaN-free or not, or beyond ``huge`` (float16: beyond 6e4)."""
-    if a.dtype.kind != "f":
-        return False
-    limit = min(huge, float(np.finfo(a.dtype).max) / 2)
-    x = a.astype(np.float64)
-    return bool(np.any(np.isinf(x) | (np.abs(x) > limit)))
-
-
-def _has_nan(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" and bool(np.isnan(a).any())
-
-
 def _int_overflow_risk(a: np.ndarray) -> bool:
     if a.dtype.kind not in "iu" or not a.size:
         return False
@@ -197,7 +184,7 @@ def _overflowing_composite(ctx: Context) -> bool:
            "Celu", "Attention", "RMSNormalization", "GroupNormalization", "LpNormalization",
            "MeanVarianceNormalization", "LpPool", "Einsum", "Gelu", "Mish", "Swish",
            "Cosh", "Sinh", "Tan", "CumProd"}
-    if not any(_nonfinite_or_huge(a) for a in ctx.inputs_of(ops)):
+    if not any(explain_ops.inf_or_huge(a) for a in ctx.inputs_of(ops)):
         return False
     d = _float_diff(ctx)
     if d is None:
@@ -260,7 +247,7 @@ def _nan_order(ctx: Context) -> bool:
     ops = {"TopK", "ArgMax", "ArgMin", "Hardmax", "Unique", "NonMaxSuppression"}
     if ctx.got is not None and ctx.got.dtype.kind in "iu":
         ops.add("MaxPool")   # its Indices output
-    return any(_has_nan(a) for a in ctx.inputs_of(ops))
+    return any(explain_ops.has_nan(a) for a in ctx.inputs_of(ops))
 
 
 def _nan_skipped(ctx: Context) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from onnx import numpy_helper
 
 from tests.fuzz.builder import (
     ALL,
@@ -30,6 +31,7 @@ from tests.fuzz.builder import (
     Val,
     from_opset,
 )
+from tests.fuzz.ops_nn import _window
 
 SINCE: dict[str, int] = {
     "Gelu": 20, "Mish": 18, "Swish": 24, "BitwiseAnd": 18, "BitwiseOr": 18, "BitwiseXor": 18,
@@ -89,13 +91,8 @@ def constant_of_shape(b: Builder) -> None:
     attrs = {}
     if b.chance(0.7):
         dt = b.pick([F32, I32, I64, F16, BOOL, U8])
-        attrs["value"] = _tensor(b.random_array((1,), dt))
+        attrs["value"] = numpy_helper.from_array(b.random_array((1,), dt), "value")
     b.add("ConstantOfShape", [shape], **attrs)
-
-
-def _tensor(a: np.ndarray) -> object:
-    from onnx import numpy_helper
-    return numpy_helper.from_array(a, "value")
 
 
 def eye_like(b: Builder) -> None:
@@ -223,7 +220,6 @@ def rms_norm(b: Builder) -> None:
 
 
 def lp_pool(b: Builder) -> None:
-    from tests.fuzz.ops_nn import _window
     x = b.operand((F32,), min_rank=3, max_rank=4)
     attrs = _window(b, x.shape[2:], dilate=b.opset >= 18, pad_lt_kernel=True)
     if b.opset >= 18 and b.chance(0.3):
@@ -295,7 +291,6 @@ def matmul_integer(b: Builder) -> None:
 
 
 def conv_integer(b: Builder) -> None:
-    from tests.fuzz.ops_nn import _window
     c = int(b.rng.integers(1, 4))
     x = _int8_operand(b, (1, c, *b.shape(2, lo=2, hi=6)), U8)
     attrs = _window(b, x.shape[2:], dilate=True)
@@ -319,7 +314,6 @@ def qlinear_matmul(b: Builder) -> None:
 
 
 def qlinear_conv(b: Builder) -> None:
-    from tests.fuzz.ops_nn import _window
     c = int(b.rng.integers(1, 4))
     xt = b.pick([U8, I8])
     x = _int8_operand(b, (1, c, *b.shape(2, lo=2, hi=6)), xt)

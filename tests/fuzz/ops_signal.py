@@ -18,6 +18,7 @@ import numpy as np
 from onnx import helper
 
 from tests.fuzz.builder import ALL, F32, I32, I64, Builder, Reject, Val, from_opset
+from tests.fuzz.ops_nn import _window
 
 SINCE: dict[str, int] = {
     "DFT": 17, "STFT": 17, "HannWindow": 17, "HammingWindow": 17, "BlackmanWindow": 17,
@@ -212,7 +213,6 @@ def center_crop_pad(b: Builder) -> None:
 
 
 def max_unpool(b: Builder) -> None:
-    from tests.fuzz.ops_nn import _window
     x = b.operand((F32,), rank=4)
     attrs = _window(b, x.shape[2:], dilate=False, pad_lt_kernel=True)
     attrs.pop("auto_pad", None)
