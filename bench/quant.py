@@ -2,10 +2,11 @@
 
 Each model is quantized by onnxruntime's static quantizer (per-channel int8 weights, uint8
 activations, four random calibration batches) in both of its formats, QOperator
-(QLinearConv, com.microsoft QLinearAdd / QGemm...) and QDQ, and run by both; prints the median
-latency of each, their ratio, the largest output difference and ember's compile time.
+(QLinearConv, com.microsoft QLinearAdd / QGemm...) and QDQ, and run by both in interleaved
+rounds (``ember.bench.rounds``); prints the median latency of each, their ratio, the largest
+output difference and ember's compile time.
 
-    python bench/quant.py resnet18 mobilenet_v2 [--threads 2] [--runs 20]
+    python bench/quant.py resnet18 mobilenet_v2 [--threads 2] [--min-time 3]
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import argparse
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnxruntime.quantization import (
     CalibrationDataReader,
     QuantFormat,
@@ -29,6 +28,9 @@ from onnxruntime.quantization import (
 
 import ember
 from ember import zoo
+from ember.bench.rounds import interleaved, ort_session
+
+PAUSE = 0.05   # seconds before each engine's turn: onnxruntime's spinning threads go quiet
 
 
 class _Reader(CalibrationDataReader):
@@ -41,17 +43,7 @@ class _Reader(CalibrationDataReader):
         return next(self.data, None)
 
 
-def _median_ms(fn: Callable[[], object], runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e3
-
-
-def bench(name: str, threads: int, runs: int, folder: Path) -> None:
+def bench(name: str, threads: int, min_time: float, folder: Path) -> None:
     model = zoo.build(name)
     inp = model.graph.input[0]
     shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
@@ -63,16 +55,17 @@ def bench(name: str, threads: int, runs: int, folder: Path) -> None:
         quantize_static(src, dst, _Reader(inp.name, shape), quant_format=fmt,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         per_channel=True)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        sess = ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
+        quantized = onnx.load(dst)
+        sess = ort_session(quantized, threads)
         t0 = time.perf_counter()
-        cm = ember.compile(onnx.load(dst), num_threads=threads)
+        cm = ember.compile(quantized, num_threads=threads)
         compile_s = time.perf_counter() - t0
         want = sess.run(None, feeds)[0]
         got = list(cm.run(feeds).values())[0]
-        ours = _median_ms(lambda cm=cm: cm.run(feeds), runs)
-        theirs = _median_ms(lambda sess=sess: sess.run(None, feeds), runs)
+        times = interleaved({"ember": (None, lambda cm=cm: cm.run(feeds)),
+                             "onnxruntime": (None, lambda sess=sess: sess.run(None, feeds))},
+                            min_time=min_time, pause=PAUSE)
+        ours, theirs = (float(np.median(times[k])) * 1e3 for k in ("ember", "onnxruntime"))
         print(f"{name:14s} {fmt.name:9s} ember {ours:8.2f} ms  onnxruntime {theirs:8.2f} ms  "
               f"ratio {ours / theirs:5.2f}  max|diff| {np.abs(got - want).max():.3g} "
               f"(of {np.abs(want).max():.3g})  compile {compile_s:.1f} s")
@@ -82,12 +75,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="+")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--min-time", type=float, default=3.0,
+                   help="seconds of interleaved timing rounds per model and format")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:
-            bench(name, args.threads, args.runs, Path(folder))
+            bench(name, args.threads, args.min_time, Path(folder))
 
 
 if __name__ == "__main__":
