@@ -337,7 +337,8 @@ def partition_selects(s: Stmt) -> Stmt:
     whose body stores ``Select(cond, a, b)`` with ``cond`` free of its variable and of loads
     is unswitched: ``if cond`` runs the loop storing ``a``, else the one storing ``b`` (a
     select evaluates both sides per element: an LSTM cell's output rows h and c each
-    computed both cells' gates)."""
+    computed both cells' gates); so is one whose stored value holds such a select a few
+    levels down (``_invariant_select``: a padded window's tap)."""
     if isinstance(s, For):
         loop = For(s.var, s.begin, s.extent, partition_selects(s.body), s.kind)
         return _split_at_select(loop) or loop
@@ -355,10 +356,14 @@ def _split_at_select(loop: For) -> Stmt | None:
     """``loop`` as the two loops of ``partition_selects``, or None where it does not apply."""
     st, (b, e) = loop.body, (loop.begin, loop.extent)
     v = st.value if isinstance(st, Store) else None
-    if isinstance(v, Select) and _invariant(v.cond, loop.var):
-        assert isinstance(st, Store)
-        return If(v.cond, partition_selects(replace(loop, body=Store(st.buf, st.index, v.a))),
-                  partition_selects(replace(loop, body=Store(st.buf, st.index, v.b))))
+    inner = _invariant_select(v, loop.var, UNSWITCH_DEPTH) if v is not None else None
+    if inner is not None:
+        assert isinstance(st, Store) and v is not None
+
+        def branch(side: Expr) -> Stmt:
+            value = _replaced(v, inner, side)
+            return partition_selects(replace(loop, body=Store(st.buf, st.index, value)))
+        return If(inner.cond, branch(inner.a), branch(inner.b))
     if not (isinstance(v, Select) and isinstance(b, Const) and isinstance(e, Const)):
         return None
     cond, lo = v.cond, int(b.value)
@@ -372,6 +377,35 @@ def _split_at_select(loop: For) -> Stmt | None:
                                       Store(st.buf, st.index, v.a), loop.kind)),
                 partition_selects(For(loop.var, Const(c), Const(hi - c),
                                       Store(st.buf, st.index, v.b), loop.kind))])
+
+
+UNSWITCH_DEPTH = 3
+"""How deep in a stored value an invariant select unswitches its loop (each one doubles the
+loop's text: a padded window's tap condition under the prologue's own selects)."""
+
+
+def _invariant_select(e: Expr, var: Var, depth: int) -> Select | None:
+    """The first ``Select`` (pre-order, at most ``depth`` levels below ``e``) whose condition
+    is the same at every iteration of ``var``'s loop (``_invariant``): a padded window's
+    ``max(acc, select(inside, x, -inf))``, where the select over a value with a conversion
+    kept gcc from vectorizing the loop (it cannot speculate a float-to-int conversion)."""
+    if isinstance(e, Select) and _invariant(e.cond, var):
+        return e
+    if depth == 0:
+        return None
+    for k in children(e):
+        found = _invariant_select(k, var, depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _replaced(e: Expr, node: Expr, by: Expr) -> Expr:
+    """``e`` with the sub-expression ``node`` (by identity) replaced by ``by``."""
+    if e is node:
+        return by
+    kids = children(e)
+    return with_children(e, [_replaced(k, node, by) for k in kids]) if kids else e
 
 
 def _invariant(cond: Expr, var: Var) -> bool:
