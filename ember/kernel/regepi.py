@@ -1,10 +1,11 @@
 """Element-wise epilogues applied to a kernel's accumulators in registers, before the store.
 
 A fused group's ops after its master (a depthwise or dense convolution, a matrix product, a
-planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, Gelu, or Add/Sub/Mul/Div
-by a per-channel constant or (for the dense kernel) by a run-time tensor of the output's shape
-become C expressions over an accumulator vector (``RegEpilogue``): the tile is stored once, final,
-instead of being stored, read back and stored again by a separate pass over it.
+planar window) that are Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, Gelu, Round, or
+Add/Sub/Mul/Div by a per-channel constant or (for the dense kernel) by a run-time tensor of
+the output's shape become C expressions over an accumulator vector (``RegEpilogue``): the
+tile is stored once, final, instead of being stored, read back and stored again by a separate
+pass over it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ LANEWISE = {
     "Sigmoid": ("em_vsigmoid", "1.0f / (1.0f + em_expf(-x))"),
     "Tanh": ("em_vtanh", "em_tanhf(x)"),
     "Gelu": ("em_vgelu", "0.5f * x * (1.0f + em_erff(x * 0.70710678118654752f))"),  # "none"
+    # half to even, as the TE's Round (a requantizing epilogue: vrndscaleps)
+    "Round": ("em_vround", "nearbyintf(x)"),
 }
 
 
@@ -146,9 +149,10 @@ def register_epilogue(body: Graph, m: Node, c: int,
                       channel_const: Callable[[Any, int], np.ndarray | None] | None = None,
                       tensors: bool = False) -> RegEpilogue | None:
     """The group's ops after the master as a ``RegEpilogue``, or None when one of them is not
-    Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, Gelu, or Add/Sub/Mul/Div by a per-channel
-    (or scalar) constant (``channel_const`` extracts one as a (C,) array; default: NHWC's) or, with
-    ``tensors``, by a float32 group input of the output's static shape (a residual)."""
+    Relu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, Gelu, Round, or Add/Sub/Mul/Div by a
+    per-channel (or scalar) constant (``channel_const`` extracts one as a (C,) array;
+    default: NHWC's) or, with ``tensors``, by a float32 group input of the output's static
+    shape (a residual)."""
     epi = RegEpilogue([], [])
     cur = m.output
     for n in body.nodes[1:]:

@@ -34,7 +34,7 @@ def _static_spatial(x: Value, why: str) -> list[int]:
     return [int(d) for d in sp]  # type: ignore[arg-type]
 
 
-def _kernel(ctx: Ctx, attrs: Attrs, w: Value | None) -> list[int]:
+def conv_kernel(ctx: Ctx, attrs: Attrs, w: Value | None) -> list[int]:
     if attrs.get("kernel_shape"):
         return [int(k) for k in attrs["kernel_shape"]]
     if w is None:
@@ -79,7 +79,7 @@ def conv(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     (the only form the code generators take)."""
     x, w, b = ctx.inputs(ins, 3, 2)
     assert x is not None and w is not None
-    norm = window_attrs(ctx, attrs, x, _kernel(ctx, attrs, w))
+    norm = window_attrs(ctx, attrs, x, conv_kernel(ctx, attrs, w))
     norm["group"] = int(attrs.get("group", 1))
     nd = len(norm["kernel_shape"])
     if w.type.rank != nd + 2:
@@ -152,7 +152,7 @@ def conv_integer(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     assert x is not None and w is not None
     if any(v.type.dtype.name not in ("int8", "uint8") for v in (x, w)):
         raise ModelError(f"ConvInteger takes int8 / uint8 operands, got {x.type} and {w.type}")
-    norm = window_attrs(ctx, attrs, x, _kernel(ctx, attrs, w))
+    norm = window_attrs(ctx, attrs, x, conv_kernel(ctx, attrs, w))
     fast = exact_float_conv(ctx, x, w, zx, zw, norm, int(attrs.get("group", 1)))
     if fast is not None:    # constant weight: the float kernels, bit for bit the int32 sums
         return [fast]
@@ -231,7 +231,7 @@ def _convt_pads(ctx: Ctx, attrs: Attrs, x: Value, norm: Attrs, opad: list[int]) 
 def conv_transpose(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
     x, w, b = ctx.inputs(ins, 3, 2)
     assert x is not None
-    kernel = _kernel(ctx, attrs, w)
+    kernel = conv_kernel(ctx, attrs, w)
     nd = len(kernel)
     plain = {k: v for k, v in attrs.items() if k != "auto_pad"}
     norm = window_attrs(ctx, plain, x, kernel)

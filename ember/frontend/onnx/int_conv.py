@@ -78,16 +78,29 @@ def _in_runs(ctx: Ctx, x: Value, zx: Value | None, axis: int, runs: list[tuple[i
     return acc
 
 
-def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
-                     norm: Attrs, group: int) -> Value | None:
-    """The int32 ``ConvInteger`` through float ``Conv`` runs (see the module), or None."""
+def _conv_plan(x: Value, w: Value, zx: Value | None,
+               zw: Value | None) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """A constant weight minus its zero point ``wd`` [M, C, taps...], each output channel's
+    bound ``x_span * sum |wd|`` over its input channels [M, C], and x's largest ``|x - zx|``;
+    None where the weight or a zero point is not a constant (or x's is not one element)."""
     w_arr, zx_arr, zw_arr = _ints(w), _ints(zx), _ints(zw)
     if w_arr is None or zx_arr is None or zw_arr is None or zx_arr.size != 1:
         return None
     shape = tuple(int(d) for d in w.type.shape)  # type: ignore[arg-type]
     zw_col = zw_arr.reshape(-1, *([1] * (len(shape) - 1)))       # one, or per output channel
     wd = w_arr.reshape(shape) - zw_col
-    runs = channel_runs(_span(x, zx_arr), wd)
+    span = _span(x, zx_arr)
+    return wd, np.abs(wd).reshape(shape[0], shape[1], -1).sum(axis=2) * span, span
+
+
+def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
+                     norm: Attrs, group: int) -> Value | None:
+    """The int32 ``ConvInteger`` through float ``Conv`` runs (see the module), or None."""
+    plan = _conv_plan(x, w, zx, zw)
+    if plan is None:
+        return None
+    wd, _, span = plan
+    runs = channel_runs(span, wd)
     if runs is None or (group > 1 and len(runs) > 1):
         return None
     attrs = {**norm, "group": group}
@@ -96,7 +109,47 @@ def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value |
         ws = ctx.const(np.ascontiguousarray(wd[:, c0:c1]).astype(np.float32))
         return ctx.convert_as("Conv", [xs, ws], dict(attrs))[0]
 
-    return _in_runs(ctx, x, zx if zx_arr[0] else None, 1, runs, conv)
+    return _in_runs(ctx, x, zx if zx is not None and _ints(zx)[0] else None, 1, runs, conv)
+
+
+def float_conv_sum(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
+                   norm: Attrs, group: int, bias: np.ndarray | None) -> Value | None:
+    """``QLinearConv``'s int32 sum (plus its int32 ``bias``) as float32 values, each an exact
+    integer: one float ``Conv`` with the bias, where every output channel's bound plus its
+    bias's magnitude stays below 2**24 (then no partial sum of any order rounds). The
+    requantization after it is float32 arithmetic (onnxruntime's), so the whole chain fuses
+    into the convolution's epilogue; None where that bound does not hold (the caller takes
+    ``ConvInteger``'s runs in int32)."""
+    plan = _conv_plan(x, w, zx, zw)
+    if plan is None:
+        return None
+    wd, per_channel, _ = plan
+    b = np.zeros(wd.shape[0], np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
+    if b.size != wd.shape[0] or np.any(per_channel.sum(axis=1) + np.abs(b) >= EXACT):
+        return None
+    xf = ctx.add1("Cast", [x], {"to": "float32"})
+    if zx is not None and _ints(zx)[0]:
+        xf = ctx.add1("Sub", [xf, ctx.add1("Cast", [zx], {"to": "float32"})])
+    ins = [xf, ctx.const(wd.astype(np.float32)), ctx.const(b.astype(np.float32))]
+    return ctx.convert_as("Conv", ins, {**norm, "group": group})[0]
+
+
+def _matmul_plan(a: Value, b: Value, za: Value | None,
+                 zb: Value | None) -> tuple[np.ndarray, int] | None:
+    """A constant 2-D B minus its zero point [K, N] (zb per column) and A's largest
+    ``|a - za|``; None where B or a zero point is not a constant."""
+    b_arr, za_arr, zb_arr = _ints(b), _ints(za), _ints(zb)
+    if b_arr is None or za_arr is None or zb_arr is None or b.type.rank != 2 or \
+            a.type.rank < 1:
+        return None
+    return b_arr.reshape(int(b.type.shape[0]), -1) - zb_arr, _span(a, za_arr)
+
+
+def _per_row(ctx: Ctx, a: Value, za: Value | None) -> Value | None:
+    """A 1-D ``a_zero_point`` of a matrix A as [M, 1], to broadcast per row."""
+    if za is not None and za.type.rank == 1 and a.type.rank >= 2:
+        return ctx.add1("Unsqueeze", [za], {"axes": [1]})
+    return za
 
 
 def exact_float_matmul(ctx: Ctx, a: Value, b: Value, za: Value | None,
@@ -104,19 +157,33 @@ def exact_float_matmul(ctx: Ctx, a: Value, b: Value, za: Value | None,
     """``MatMulInteger`` of a constant 2-D B through float ``MatMul`` runs of K (as the
     convolution's runs of input channels: each column's ``sum |b - zb|`` times A's largest
     ``|a - za|``), or None where B or a zero point is not a constant."""
-    b_arr, za_arr, zb_arr = _ints(b), _ints(za), _ints(zb)
-    if b_arr is None or za_arr is None or zb_arr is None or b.type.rank != 2 or \
-            a.type.rank < 1:
+    plan = _matmul_plan(a, b, za, zb)
+    if plan is None:
         return None
-    bd = b_arr.reshape(int(b.type.shape[0]), -1) - zb_arr            # [K, N], zb per column
-    runs = channel_runs(_span(a, za_arr), bd.T[:, :, None])
+    bd, span = plan
+    runs = channel_runs(span, bd.T[:, :, None])
     if runs is None:
         return None
-    if za is not None and za.type.rank == 1 and a.type.rank >= 2:
-        za = ctx.add1("Unsqueeze", [za], {"axes": [1]})               # [M, 1]: per row
 
     def matmul(part: Value, k0: int, k1: int) -> Value:
         bs = ctx.const(np.ascontiguousarray(bd[k0:k1]).astype(np.float32))
         return ctx.convert_as("MatMul", [part, bs])[0]
 
-    return _in_runs(ctx, a, za, a.type.rank - 1, runs, matmul)
+    return _in_runs(ctx, a, _per_row(ctx, a, za), a.type.rank - 1, runs, matmul)
+
+
+def float_matmul_sum(ctx: Ctx, a: Value, b: Value, za: Value | None,
+                     zb: Value | None) -> Value | None:
+    """``QLinearMatMul``'s int32 product as float32 values, each an exact integer (one float
+    ``MatMul``, as ``float_conv_sum``), or None where a column's bound reaches 2**24."""
+    plan = _matmul_plan(a, b, za, zb)
+    if plan is None:
+        return None
+    bd, span = plan
+    if np.any(np.abs(bd).sum(axis=0) * span >= EXACT):
+        return None
+    af = ctx.add1("Cast", [a], {"to": "float32"})
+    za = _per_row(ctx, a, za)
+    if za is not None:
+        af = ctx.add1("Sub", [af, ctx.add1("Cast", [za], {"to": "float32"})])
+    return ctx.convert_as("MatMul", [af, ctx.const(bd.astype(np.float32))])[0]

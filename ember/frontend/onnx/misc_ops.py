@@ -8,9 +8,10 @@
 - ``AffineGrid`` (20): ``size`` must be a constant; the constant homogeneous base grid (2-D
   ``[H*W, 3]`` or 3-D ``[D*H*W, 4]``, ``align_corners``) times ``theta`` transposed (MatMul).
 - ``QLinearMatMul`` (10, 21) / ``QLinearConv`` (10): the exact int32 product of
-  ``MatMulInteger`` / ``ConvInteger`` (+ int32 bias), scaled by ``a_scale * b_scale / y_scale``
-  (computed in the scales' type, as the reference) in float64, plus the output zero point,
-  rounded half to even and saturated to the output type's range (``quant_ops.INT_RANGES``).
+  ``MatMulInteger`` / ``ConvInteger`` (+ int32 bias), or where its sums stay below 2**24 one
+  float product of exact integers (``int_conv.float_*_sum``), requantized in float32 as
+  onnxruntime: times ``a_scale * b_scale / y_scale``, rounded half to even, plus the output
+  zero point, saturated to the output type's range (``quant_ops.INT_RANGES``).
   B may be quantized per column (1-D ``b_scale`` / ``b_zero_point`` of B's columns), a
   convolution's weight per output channel; the other scales and zero points are one element.
 - ``DynamicQuantizeLinear`` (11): uint8 scale and zero point from min/max of x (both widened
@@ -23,8 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from ember.errors import ModelError, NoSymbolicKernelError, UnsupportedOpError
-from ember.frontend.onnx.conv_nn import conv_integer, matmul_integer
+from ember.frontend.onnx.conv_nn import conv_integer, conv_kernel, matmul_integer, window_attrs
 from ember.frontend.onnx.converters import Attrs, Ctx, Inputs, converter, onnx_dtype
+from ember.frontend.onnx.int_conv import float_conv_sum, float_matmul_sum
 from ember.frontend.onnx.quant_ops import INT_RANGES, quantize
 from ember.frontend.onnx.symbolic import require
 from ember.ir.graph import Value
@@ -175,12 +177,16 @@ def affine_grid(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
 # --------------------------------------------------------------------------- QLinear*
 def _requantize(ctx: Ctx, acc: Value, scales: list[Value], y_scale: Value, zp: Value | None,
                 out: str, channel_axis: int | None) -> list[Value]:
-    """``saturate(round_half_even(acc * (s0 * s1 / y_scale) + zp))`` into ``out``; the factor
-    in the scales' type (as the reference), the rest in float64."""
+    """``saturate(round_half_even(acc * (s0 * s1 / y_scale)) + zp)`` into ``out``, in float32
+    as onnxruntime (MLAS's requantization: the factor in float32, the sum converted to float32
+    and multiplied, rounded to nearest even, the zero point added, clamped). ``acc``: the
+    int32 sum, or float32 values that are its exact integers (``int_conv.float_*_sum``); in
+    float32 throughout, the chain fuses into the product's epilogue."""
     if out not in ("int8", "uint8"):
         raise ModelError(f"{ctx.op_type} output type must be int8 or uint8, got {out}")
     f = ctx.add1("Div", [ctx.add1("Mul", scales), y_scale])
-    f = ctx.add1("Cast", [f], {"to": "float64"})
+    if f.type.dtype.name != "float32":
+        f = ctx.add1("Cast", [f], {"to": "float32"})
     if f.type.rank and int(np.prod(f.type.shape)) > 1:           # per output channel
         if channel_axis is None or f.type.rank != 1:
             raise UnsupportedOpError(f"{ctx.op_type} supports per-tensor scales here, got "
@@ -190,14 +196,16 @@ def _requantize(ctx: Ctx, acc: Value, scales: list[Value], y_scale: Value, zp: V
         f = ctx.add1("Reshape", [f, ctx.const(np.array(shape, np.int64))])
     elif f.type.rank:
         f = ctx.add1("Reshape", [f, ctx.const(np.zeros(0, np.int64))])
-    y = ctx.add1("Mul", [ctx.add1("Cast", [acc], {"to": "float64"}), f])
+    if acc.type.dtype.name != "float32":
+        acc = ctx.add1("Cast", [acc], {"to": "float32"})
+    y = ctx.add1("Round", [ctx.add1("Mul", [acc, f])])
     if zp is not None:
-        z = ctx.add1("Cast", [zp], {"to": "float64"})
+        z = ctx.add1("Cast", [zp], {"to": "float32"})
         if z.type.rank:
             z = ctx.add1("Reshape", [z, ctx.const(np.zeros(0, np.int64))])
         y = ctx.add1("Add", [y, z])
     lo, hi = INT_RANGES[out]
-    y = ctx.add1("Clip", [ctx.add1("Round", [y])], {"min": float(lo), "max": float(hi)})
+    y = ctx.add1("Clip", [y], {"min": float(lo), "max": float(hi)})
     return ctx.add("Cast", [y], {"to": out})
 
 
@@ -216,7 +224,7 @@ def qlinear_matmul(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
                     (zy, "y_zero_point")):
         _per_tensor(ctx, v, what)  # type: ignore[arg-type]
     per_column = _per_column(ctx, b, sb, zb)
-    acc = matmul_integer(ctx, [a, b, za, zb], {})[0]
+    acc = float_matmul_sum(ctx, a, b, za, zb) or matmul_integer(ctx, [a, b, za, zb], {})[0]
     return _requantize(ctx, acc, [sa, sb], sy, zy, zy.type.dtype.name,
                        acc.type.rank - 1 if per_column else None)
 
@@ -244,16 +252,30 @@ def qlinear_conv(ctx: Ctx, ins: Inputs, attrs: Attrs) -> list[Value]:
             _per_tensor(ctx, v, what)
     if zy is not None:
         _per_tensor(ctx, zy, "y_zero_point")
-    acc = conv_integer(ctx, [x, w, zx, zw], attrs)[0]
-    if bias is not None:
-        if bias.type.rank != 1 or bias.type.dtype.name != "int32":
-            raise ModelError(f"QLinearConv bias must be a 1-D int32 tensor, got {bias.type}")
+    if bias is not None and (bias.type.rank != 1 or bias.type.dtype.name != "int32"):
+        raise ModelError(f"QLinearConv bias must be a 1-D int32 tensor, got {bias.type}")
+    acc = _float_conv_sum(ctx, x, w, zx, zw, bias, attrs)
+    if acc is None:
+        acc = conv_integer(ctx, [x, w, zx, zw], attrs)[0]
+    if acc.type.dtype.name == "int32" and bias is not None:
         shape = [1] * acc.type.rank
         shape[1] = -1
         acc = ctx.add1("Add", [acc, ctx.add1("Reshape", [bias, ctx.const(
             np.array(shape, np.int64))])])
     out = zy.type.dtype.name if zy is not None else x.type.dtype.name
     return _requantize(ctx, acc, [sx, sw], sy, zy, out, 1)
+
+
+def _float_conv_sum(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
+                    bias: Value | None, attrs: Attrs) -> Value | None:
+    """``int_conv.float_conv_sum`` for ``QLinearConv``'s operands (a constant bias, or
+    none), or None."""
+    if bias is not None and bias.const is None or \
+            any(v.type.dtype.name not in ("int8", "uint8") for v in (x, w)):
+        return None
+    norm = window_attrs(ctx, attrs, x, conv_kernel(ctx, attrs, w))
+    return float_conv_sum(ctx, x, w, zx, zw, norm, int(attrs.get("group", 1)),
+                          None if bias is None else np.asarray(bias.const))
 
 
 # --------------------------------------------------------------------------- DynamicQuantize
