@@ -241,7 +241,9 @@ def build_graph(g: Graph, *, num_threads: int | None = None,
     verify_each = verify_each or options.current().verify_each
     gpu_passes = pipeline.GPU if comp.target != "cpu" else []
     cpu_passes = pipeline.CPU if comp.target == "cpu" else []
-    g = pipeline.run(g, cpu_passes + pipeline.OPTIMIZE + gpu_passes + pipeline.FUSE,
+    int8_passes = pipeline.INT8 if comp.target == "cpu" and int8_kernels() else []
+    g = pipeline.run(g, cpu_passes + pipeline.OPTIMIZE + gpu_passes + int8_passes
+                     + pipeline.FUSE,
                      verify_each=verify_each,
                      dump=dump)
     # after shape analysis: the symbols that remain, the checks they still need
@@ -424,6 +426,18 @@ def _build_kernel(name: str, n: Node, ctx: Any, symbolic: bool) -> Kernel:
             f"node {n.name!r} ({n.attrs['master']}): no kernel for its symbolic shapes "
             f"({', '.join(str(v.type) for v in n.present_inputs())}) yet ({e}); fix the "
             "input shapes with input_shapes=... to compile a static model") from e
+
+
+VNNI = "avx512_vnni"
+"""The CPU flag of the int8 products' instruction (``vpdpbusd`` on 512-bit vectors)."""
+
+
+def int8_kernels() -> bool:
+    """Do quantized products run on the int8 kernels (``passes/int8_products.py``): the
+    options' ``int8`` "on", or "auto" where this CPU has AVX-512 VNNI (elsewhere they would
+    run a portable int32 loop, slower than the float32 kernels of the exact integers)?"""
+    mode = options.current().int8
+    return mode == "on" or (mode == "auto" and VNNI in isa_features())
 
 
 def default_schedule() -> str:

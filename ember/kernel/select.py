@@ -11,6 +11,7 @@ from ember.kernel import (
     layernorm,
     lstm,
     pool_nhwc,
+    qdense,
     scatter,
     softmax,
     thin,
@@ -49,6 +50,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return depthwise.build_depthwise(name, body, ctx)
     if thin.applicable(body):
         return thin.build_thin(name, body)
+    if qdense.applicable(body):
+        return qdense.build_qdense(name, body, threads)
     if conv.applicable(body):
         return conv.build_dense(name, body, ctx)
     if batched.applicable(body):

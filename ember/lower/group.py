@@ -22,6 +22,7 @@ from ember.lower import (  # noqa: F401  (register)
     computes_misc,
     computes_nn,
     computes_norm,
+    computes_quant,
     computes_rnn,
     computes_sampling,
 )

@@ -16,6 +16,7 @@ from ember.passes import (
     fuse_attention,
     fuse_gelu,
     fuse_lstm,
+    int8_products,
     interleave_late,
     layout_nhwc,
     lstm_wavefront,
@@ -53,6 +54,8 @@ GPU: list[Pass] = [("stack_projections", stack_projections.run),
                    ("lstm_wavefront", lstm_wavefront.run)]
 # the CPU target only, before OPTIMIZE: its tiled dense kernels are float32 ones
 CPU: list[Pass] = [("widen_narrow", widen_narrow.run)]
+# the CPU target where its int8 kernels pay (``support.options``' int8), after OPTIMIZE
+INT8: list[Pass] = [("int8_products", int8_products.run), ("dce", dce.run)]
 FUSE: list[Pass] = [("fuse", fuse.run)]
 PLAN: list[Pass] = [("memplan", memplan.run)]
 # GPU targets: kernels may run concurrently (a CUDA graph's branches, Rammer's and IOS's plans),

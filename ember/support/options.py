@@ -28,6 +28,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 TENSORCORES = ("mma", "wgmma")
 VM_KINDS = ("native", "python")
+INT8 = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Options:
     tensorcore: str = "mma"          # mma (mma.sync, sm_80+) or wgmma (Hopper, sm_90a only)
     vm: str = "native"               # the VM interpreter: native (C), python (the reference)
     steal: bool = True               # idle vEU threads run rTasks other vEUs have begun
+    int8: str = "auto"               # quantized products on int8 kernels: auto (where the
+    #                                  CPU has AVX-512 VNNI), on (everywhere), off
     env_threads: int | None = field(default=None, repr=False)  # OMP_NUM_THREADS, as read
 
     def with_(self, **changes: Any) -> Options:
@@ -178,6 +181,9 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
            "python (the reference, for debugging)"),
     "steal": ("EMBER_STEAL", _flag, "0: every rTask runs on the vEU its plan puts it on "
               "(default 1: a vEU that waits takes rTasks from a vEU still busy)"),
+    "int8": ("EMBER_INT8", _choice(INT8), "quantized convolutions and products on int8 "
+             "kernels: auto (default: where the CPU has AVX-512 VNNI), on, off (float32 "
+             "kernels of the exact integers)"),
     "env_threads": ("OMP_NUM_THREADS", _omp_threads, "caps the default thread count"),
 }
 

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.compiler import driver
+from ember.support.options import Options, using
 from tests.modelkit import graph_model, run_ort
 
 U8, I8 = TensorProto.UINT8, TensorProto.INT8
@@ -56,6 +57,8 @@ def _qlinear_conv(rng: np.random.Generator, xt: int, wt: int, c: int, m: int, k:
     return model, {"x": _ints(rng, xt, (1, c, hw, hw))}
 
 
+INT8 = [Options(int8="on"), Options(int8="off")]   # the int8 kernels, the float32 ones
+
 CONV_CASES = {   # x type, w type, C, M, kernel, group, bias
     "u8s8_3x3_bias": (U8, I8, 16, 24, 3, 1, True),
     "u8s8_1x1": (U8, I8, 40, 8, 1, 1, False),
@@ -66,12 +69,13 @@ CONV_CASES = {   # x type, w type, C, M, kernel, group, bias
 }
 
 
+@pytest.mark.parametrize("opts", INT8, ids=["int8", "float32"])
 @pytest.mark.parametrize("case", list(CONV_CASES))
-def test_qlinear_conv_matches_onnxruntime_exactly(case: str) -> None:
+def test_qlinear_conv_matches_onnxruntime_exactly(case: str, opts: Options) -> None:
     xt, wt, c, m, k, group, bias = CONV_CASES[case]
     rng = np.random.default_rng(len(case) * 31 + c)
     model, feeds = _qlinear_conv(rng, xt, wt, c, m, k, group, bias)
-    got = ember.compile(model, num_threads=2).run(feeds)["y"]
+    got = ember.compile(model, num_threads=2, options=opts).run(feeds)["y"]
     want = run_ort(model, feeds)[0]
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
@@ -84,15 +88,18 @@ def test_the_requantization_runs_in_the_convolutions_register_epilogue() -> None
     float64 chain: a pass over the output of its own, at a third of the conv's speed)."""
     rng = np.random.default_rng(5)
     model, _ = _qlinear_conv(rng, U8, I8, 16, 24, 3, 1, True, hw=20)
-    docs = [kn.doc for kn in driver.build(model, num_threads=2).kernels]
+    with using(Options(int8="off")):
+        docs = [kn.doc for kn in driver.build(model, num_threads=2).kernels]
     conv = [d for d in docs if d.startswith("ConvNHWC")]
     assert len(conv) == 1 and "Round_Add_Clip" in conv[0], docs
     assert "epilogue in registers" in conv[0], docs
 
 
+@pytest.mark.parametrize("opts", INT8, ids=["int8", "float32"])
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("k", [24, 3000])          # 3000 x 255 x 128: int32 runs
-def test_qlinear_matmul_matches_onnxruntime_exactly(k: int, per_column: bool) -> None:
+def test_qlinear_matmul_matches_onnxruntime_exactly(k: int, per_column: bool,
+                                                    opts: Options) -> None:
     rng = np.random.default_rng(k + per_column)
     n = 12
     b = _ints(rng, I8, (k, n))
@@ -110,7 +117,7 @@ def test_qlinear_matmul_matches_onnxruntime_exactly(k: int, per_column: bool) ->
     model = graph_model([node], [helper.make_tensor_value_info("a", U8, [5, k])],
                         [helper.make_tensor_value_info("y", U8, None)], inits, opset=21)
     feeds = {"a": _ints(rng, U8, (5, k))}
-    got = ember.compile(model, num_threads=2).run(feeds)["y"]
+    got = ember.compile(model, num_threads=2, options=opts).run(feeds)["y"]
     want = run_ort(model, feeds)[0]
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 8

@@ -13,6 +13,7 @@ from ember.ir.ops import (  # noqa: F401
     nn,
     norm,
     optional,
+    quant,
     reduce,
     resize,
     rnn,

@@ -1,0 +1,165 @@
+"""Quantized products on int8 kernels (the CPU target, where it has AVX-512 VNNI).
+
+The frontend computes a quantized convolution or product (``QLinearConv``, ``ConvInteger``,
+``QLinearMatMul``, ``MatMulInteger``, onnxruntime's ``QGemm``) as a float32 one of exact
+integers: ``Conv(Cast(x: uint8) - x_zero_point, w - w_zero_point)`` with a constant weight
+(``frontend/onnx/int_conv.py``). Where the weight's integers fit int8 this pass gives the
+product its uint8 operand as it is: ``MatMulU8I8(x, w)`` (``ir/ops/quant.py``) sums ``(x -
+zx) * w`` in int32 (VNNI's ``vpdpbusd`` multiplies 64 byte pairs an instruction, four times
+the float32 FMA's lanes) and converts the sum to float32, so everything after it (the
+requantization: the epilogue) is unchanged, and so are the results: a float32 sum of exact
+integers below 2**24 is the integer, and the frontend builds no other (above it, the int32
+sum converts with one rounding).
+
+A convolution other than 1x1 at stride 1 without padding reads its windows through
+``Im2ColNHWC`` (uint8 taps, the zero point where a tap falls in the padding, so that it adds
+nothing). The pattern, from the product back: an optional ``Pad`` of zeros on H and W (a zero
+after subtracting the zero point is the zero point before it), then ``Transpose`` and
+``Slice`` nodes (``MOVES``, made on the uint8 tensor instead), an optional ``Sub`` of a
+constant scalar zero point in [1, 255], and a ``Cast`` to float32 of a uint8 tensor.
+
+Pre: shape-analysed NHWC graph (after ``layout_nhwc``). Post: such ``ConvNHWC`` (one group,
+no bias input, static shapes) and ``MatMul`` nodes are ``MatMulU8I8`` ones producing the same
+values; the float operands they no longer read are left to ``dce``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node, Value, typed_node
+from ember.ir.ops.layout import conv_pads
+from ember.ir.ops.quant import K_MAX
+
+Source = tuple[Value, int, list[Node], tuple[int, int, int, int]]   # uint8 x, zx, moves, pads
+WINDOW_MIN_CHANNELS = 16
+"""A windowed convolution over fewer input channels keeps the float32 kernel: its im2col
+copies runs of C bytes, and over an image's 3 channels that costs more than the int8 product
+saves (ResNet-18's 7x7 stem: 1.5 ms of im2col for a 0.4 ms product, 1.1 ms in float32)."""
+MOVES = ("Transpose", "Slice")
+"""Ops that move elements without computing on them: between the uint8 tensor and the
+product they are made on the uint8 tensor instead (a ``Transpose`` to NHWC; the ``Slice`` of
+a run of input channels, ``int_conv.exact_float_conv``'s, where one float32 sum could lose an
+integer: each run becomes an int8 product of its own)."""
+
+
+def run(g: Graph) -> Graph:
+    out: list[Node] = []
+    for n in g.nodes:
+        out += _rewrite(n) or [n]
+    g.nodes = out
+    return g
+
+
+def _rewrite(n: Node) -> list[Node] | None:
+    if n.op == "ConvNHWC" and len(n.inputs) == 2 and n.attrs.get("group", 1) == 1:
+        return _conv(n)
+    if n.op == "MatMul" and len(n.inputs) == 2:
+        return _matmul(n)
+    return None
+
+
+def _int8_weight(w: Value | None) -> np.ndarray | None:
+    """A constant float32 weight whose values are integers in [-128, 127], as int8."""
+    if w is None or w.const is None or w.type.dtype.name != "float32":
+        return None
+    arr = np.asarray(w.const)
+    if arr.size == 0 or not np.all((arr == np.round(arr)) & (arr >= -128) & (arr <= 127)):
+        return None
+    return arr.astype(np.int8)
+
+
+def _source(v: Value | None, pads_allowed: bool) -> Source | None:
+    """The uint8 tensor ``v`` is computed from by the pattern of the module, or None."""
+    if v is None:
+        return None
+    pads = (0, 0, 0, 0)
+    p = v.producer
+    if pads_allowed and p is not None and p.op == "Pad" and _zero_pad_hw(p):
+        q = [int(x) for x in p.attrs["pads"]]
+        pads, v = (q[1], q[2], q[5], q[6]), p.inputs[0]  # type: ignore[assignment]
+        p = v.producer if v is not None else None
+    zx, moves = 0, []
+    while p is not None and v is not None:
+        src = p.inputs[0]
+        if p.op in MOVES and len(p.outputs) == 1:
+            moves.append(p)
+        elif p.op == "Sub" and zx == 0 and len(p.inputs) == 2 and _zero_point(p.inputs[1]):
+            zx = _zero_point(p.inputs[1])   # type: ignore[assignment]
+        elif p.op == "Cast" and p.attrs.get("to") in ("float32", 1) and src is not None \
+                and src.type.dtype.name == "uint8":
+            return src, zx, moves[::-1], pads
+        else:
+            return None
+        v, p = src, src.producer if src is not None else None
+    return None
+
+
+def _moved(u: Value, moves: list[Node], name: str) -> tuple[Value, list[Node]]:
+    """``u`` through the ``moves`` (in order), each a copy of the node on the uint8 tensor."""
+    nodes: list[Node] = []
+    for i, n in enumerate(moves):
+        nodes.append(typed_node(n.op, [u, *n.inputs[1:]], dict(n.attrs), f"{name}_u8_{i}"))
+        u = nodes[-1].output
+    return u, nodes
+
+
+def _zero_point(k: Value | None) -> int | None:
+    """A constant scalar zero point in [1, 255] (0: nothing to subtract), else None."""
+    if k is None or k.const is None or np.asarray(k.const).size != 1:
+        return None
+    z = float(np.asarray(k.const).reshape(-1)[0])
+    return int(z) if z == int(z) and 1 <= z <= 255 else None
+
+
+def _zero_pad_hw(p: Node) -> bool:
+    """A constant ``Pad`` of zeros on an NHWC tensor's H and W only (given as attributes)."""
+    pads = p.attrs.get("pads")
+    return (len(p.present_inputs()) == 1 and p.attrs.get("mode", "constant") == "constant"
+            and float(p.attrs.get("value", 0.0)) == 0.0 and pads is not None
+            and len(pads) == 8 and all(int(pads[i]) == 0 for i in (0, 3, 4, 7))
+            and all(int(x) >= 0 for x in pads))
+
+
+def _conv(n: Node) -> list[Node] | None:
+    x, w = n.inputs
+    w8 = _int8_weight(w)
+    if w8 is None or x is None or not (x.type.is_static and n.output.type.is_static):
+        return None
+    kh, kw, c, oc = w8.shape
+    if kh * kw * c > K_MAX or (c < WINDOW_MIN_CHANNELS and (kh, kw) != (1, 1)):
+        return None
+    src = _source(x, pads_allowed=True)
+    if src is None:
+        return None
+    u, zx, moves, extra = src
+    pads = tuple(a + b for a, b in zip(conv_pads(n.attrs), extra, strict=True))
+    u, nodes = _moved(u, moves, n.name)
+    strides = [int(s) for s in n.attrs["strides"]]
+    if (kh, kw) == (1, 1) and strides == [1, 1] and not any(pads):
+        a, kd = u, 1
+    else:
+        attrs = {"kernel": [kh, kw], "strides": strides, "pad_value": zx,
+                 "dilations": [int(d) for d in n.attrs["dilations"]], "pads": list(pads)}
+        nodes.append(typed_node("Im2ColNHWC", [u], attrs, n.name + "_im2col"))
+        a, kd = nodes[-1].output, 3
+    b = Value.constant(np.ascontiguousarray(w8.reshape(kh * kw * c, oc)))
+    nodes.append(typed_node("MatMulU8I8", [a, b], {"zero_point": zx, "k_dims": kd}, n.name,
+                            outputs=n.outputs))
+    return nodes
+
+
+def _matmul(n: Node) -> list[Node] | None:
+    a, b = n.inputs
+    b8 = _int8_weight(b)
+    if b8 is None or b8.ndim != 2 or a is None or a.type.rank < 2 or \
+            not (a.type.is_static and n.output.type.is_static) or b8.shape[0] > K_MAX:
+        return None
+    src = _source(a, pads_allowed=False)
+    if src is None:
+        return None
+    u, zx, moves, _ = src
+    u, nodes = _moved(u, moves, n.name)
+    bc = Value.constant(np.ascontiguousarray(b8))
+    return nodes + [typed_node("MatMulU8I8", [u, bc], {"zero_point": zx, "k_dims": 1},
+                               n.name, outputs=n.outputs)]
