@@ -36,11 +36,11 @@ WINDOW_MIN_CHANNELS = 16
 """A windowed convolution over fewer input channels keeps the float32 kernel: its im2col
 copies runs of C bytes, and over an image's 3 channels that costs more than the int8 product
 saves (ResNet-18's 7x7 stem: 1.5 ms of im2col for a 0.4 ms product, 1.1 ms in float32)."""
-MOVES = ("Transpose", "Slice")
+MOVES = ("Transpose", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 """Ops that move elements without computing on them: between the uint8 tensor and the
 product they are made on the uint8 tensor instead (a ``Transpose`` to NHWC; the ``Slice`` of
 a run of input channels, ``int_conv.exact_float_conv``'s, where one float32 sum could lose an
-integer: each run becomes an int8 product of its own)."""
+integer: each run becomes an int8 product of its own; a classifier's ``Flatten``)."""
 
 
 def run(g: Graph) -> Graph:

@@ -244,3 +244,23 @@ def test_packed_weights_hold_four_k_of_each_column_together() -> None:
     assert p.shape == (1, 2, 16, 4)
     assert list(p[0, 0, 1]) == [1, 4, 7, 10] and list(p[0, 1, 2]) == [14, 0, 0, 0]
     assert not p[0, :, 3:].any()
+
+
+def test_a_classifier_reads_its_flattened_uint8_features() -> None:
+    """Flatten of a uint8 tensor, then QLinearMatMul (a quantized classifier's head): the
+    Flatten is made on the uint8 tensor and the product runs on the int8 kernel."""
+    rng = np.random.default_rng(4)
+    b = rng.integers(-128, 128, (128, 10)).astype(np.int8)
+    inits = [numpy_helper.from_array(v, k) for k, v in {
+        "sa": np.array(0.05, np.float32), "za": np.array(9, np.uint8), "b": b,
+        "sb": np.array(0.01, np.float32), "zb": np.array(0, np.int8),
+        "sy": np.array(0.4, np.float32), "zy": np.array(128, np.uint8)}.items()]
+    nodes = [helper.make_node("Flatten", ["x"], ["f"]),
+             helper.make_node("QLinearMatMul", ["f", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+                              ["y"])]
+    model = graph_model(nodes, [helper.make_tensor_value_info("x", U8, [3, 8, 4, 4])],
+                        [helper.make_tensor_value_info("y", U8, None)], inits, opset=13)
+    assert any("int8 3x128" in d for d in _docs(model)), _docs(model)
+    feeds = {"x": rng.integers(0, 256, (3, 8, 4, 4)).astype(np.uint8)}
+    got = ember.compile(model, num_threads=2, options=ON).run(feeds)["y"]
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])

@@ -39,7 +39,7 @@ from ember.errors import (
     RuntimeOperandError,
     UnsupportedOpError,
 )
-from ember.frontend.onnx import ms_quant_ops, specialize, symbolic
+from ember.frontend.onnx import ms_quant_ops, qdq, specialize, symbolic
 from ember.frontend.onnx.converters import (
     Ctx,
     empty_constant,
@@ -82,7 +82,7 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, ShapeSpec] | Non
         env[v.name] = v
     ctx = Ctx(graph, opset)
     ctx.subgraphs = _Subgraphs(ctx, env)
-    for index, node in enumerate(g.node):
+    for index, node in enumerate(qdq.fused_nodes(g)):
         _convert_node(ctx, node, index, env)
     graph.outputs = _outputs(ctx, g, env)
     return graph
