@@ -60,9 +60,10 @@ typedef int32_t em_v16iu __attribute__((vector_size(64), aligned(1)));
 #define EM_DP4(acc, b, w) ((em_v16i)_mm512_dpbusd_epi32((__m512i)(acc), \
     _mm512_set1_epi32((int)(b)), (__m512i)(w)))
 #else
+typedef uint32_t em_v16u __attribute__((vector_size(64)));
 static inline em_v16i EM_DP4(em_v16i acc, uint32_t b, em_v16i w) {
   for (int j = 0; j < 4; ++j)   /* byte j of each lane, sign-extended; byte j of b */
-    acc += (int32_t)((b >> (8 * j)) & 0xffu) * ((w << (24 - 8 * j)) >> 24);
+    acc += (int32_t)((b >> (8 * j)) & 0xffu) * ((em_v16i)((em_v16u)w << (24 - 8 * j)) >> 24);
   return acc;
 }
 #endif
