@@ -17,8 +17,9 @@ task's tile, computed into a float32 scratch, before it is stored
 products with int32 vector arithmetic (correct everywhere, slower: the pass that introduces
 these products asks for VNNI unless told otherwise).
 
-An rTask is (PT rows, one channel block); consecutive tasks take the blocks of the same rows,
-so a vEU's range reuses its rows of A from its cache.
+A zero point computed at run time (a dynamically quantized input's) scales the column sums
+per task. An rTask is (PT rows, one channel block); consecutive tasks take the blocks of the
+same rows, so a vEU's range reuses its rows of A from its cache.
 """
 
 from __future__ import annotations
@@ -175,12 +176,19 @@ def emit_microkernel(rows: int, vecs: int, epi: RegEpilogue | None,
 
 
 def _tile_fn(fn: str, M: int, N: int, K: int, R: int, V: int, PT: int,
-             epi: RegEpilogue | None, out: str, local: bool) -> str:
+             epi: RegEpilogue | None, out: str, local: bool, run_zp: bool) -> str:
     """The C function of one rTask (rows [p0, p1) of a PT-row block, channel block j): into
-    the output at its place, or (``local``) into the task's [PT][NB] float32 scratch ``c``."""
+    the output at its place, or (``local``) into the task's [PT][NB] float32 scratch ``c``.
+    ``run_zp``: the zero point is read at run time (``zp``), ``comp`` is per unit of it."""
     nb, jb = LANES * V, -(-N // (LANES * V))
     kqt = -(-K // 4)
-    ke = ", const float *ke" if epi is not None and epi.consts else ""
+    ke = (", const float *ke" if epi is not None and epi.consts else "") + \
+        (", const uint8_t *zp" if run_zp else "")
+    scaled = f"""
+  int32_t cz[{nb}] __attribute__((aligned(64)));
+  for (int64_t l = 0; l < {nb}; ++l) cz[l] = comp[j * {nb} + l] * (int32_t)zp[0];
+  const int32_t *cb = cz;""" if run_zp else f"""
+  const int32_t *cb = comp + j * {nb};"""
     at, ldc = ("(p - p0) * " + str(nb), nb) if local else (f"p * {N} + j * {nb}", N)
     cases = "\n".join(
         f"      case {h}: {_uk_name(h, V, epi, out)}(rows, wb, {K // 4}, {K % 4}, cb, "
@@ -193,8 +201,7 @@ static void {fn}(int64_t task, {CTYPES[out]} *c, const uint8_t *a, const int8_t 
   const int64_t j = task % {jb}, p0 = task / {jb} * {PT};
   const int64_t p1 = p0 + {PT} < {M} ? p0 + {PT} : {M};
   const int64_t nvalid = {N} - j * {nb} < {nb} ? {N} - j * {nb} : {nb};
-  const int8_t *wb = w + j * (int64_t){kqt * nb * 4};
-  const int32_t *cb = comp + j * {nb};
+  const int8_t *wb = w + j * (int64_t){kqt * nb * 4};{scaled}
   for (int64_t p = p0; p < p1; p += {R}) {{
     const int64_t nr = p1 - p < {R} ? p1 - p : {R};
     const uint8_t *rows[{R}];
@@ -220,7 +227,7 @@ def _core(body: Graph) -> tuple[Graph, str]:
 
 def build_qdense(name: str, body: Graph, threads: int) -> Kernel:
     m = body.nodes[0]
-    a_v, b_v = m.inputs
+    a_v, b_v = m.inputs[0], m.inputs[1]
     assert a_v is not None and b_v is not None and b_v.const is not None
     M, N, K = shape_of(body)
     R, V = blocking(N)
@@ -228,8 +235,10 @@ def build_qdense(name: str, body: Graph, threads: int) -> Kernel:
     jb = -(-N // nb)
     PT = R * task_tiles(-(-M // R), jb, threads)
     b = np.asarray(b_v.const).astype(np.int8)
-    comp = np.zeros(jb * nb, np.int32)
-    comp[:N] = -int(m.attrs["zero_point"]) * b.astype(np.int64).sum(axis=0)
+    run_zp = m.inputs[2] if len(m.inputs) > 2 else None
+    comp = np.zeros(jb * nb, np.int32)    # -zp x the column sums (per unit of a run-time zp)
+    comp[:N] = -(1 if run_zp is not None else int(m.attrs["zero_point"])) * \
+        b.astype(np.int64).sum(axis=0)
     core, out = _core(body)
     epi = register_epilogue(core, m, N) if len(core.nodes) > 1 else None
     local = len(core.nodes) > 1 and epi is None     # a TE epilogue over the task's tile
@@ -248,9 +257,13 @@ def build_qdense(name: str, body: Graph, threads: int) -> Kernel:
         ke_buf = Buffer(f"{name}_ke", ke.size)
         args.append((ke_buf, np.ascontiguousarray(ke)))
         call.append(ke_buf)
+    if run_zp is not None:
+        z_buf = Buffer(f"{name}_zp", 1, "uint8")
+        args.append((z_buf, body.inputs.index(run_zp)))
+        call.append(z_buf)
     kout = "float32" if local else out
     fn = "em_q8_" + hashlib.sha1(repr((M, N, K, R, V, PT, epi.key if epi else None, kout,
-                                       local)).encode()).hexdigest()[:12]
+                                       local, run_zp is not None)).encode()).hexdigest()[:12]
     task = Var("task")
     stmt: Stmt = Eval(fn, (task, *call))
     if local:
@@ -260,8 +273,9 @@ def build_qdense(name: str, body: Graph, threads: int) -> Kernel:
     support = {"part": PART_HELPERS, "epi": EPI_HELPERS, "q8": Q8_HELPERS}
     for h in range(R, 0, -1):
         support[_uk_name(h, V, epi, kout)] = emit_microkernel(h, V, epi, kout)
-    support[fn] = _tile_fn(fn, M, N, K, R, V, PT, epi, kout, local)
-    doc = (f"{body.name}: int8 {M}x{K} · {K}x{N} (zero point {m.attrs['zero_point']}); "
+    support[fn] = _tile_fn(fn, M, N, K, R, V, PT, epi, kout, local, run_zp is not None)
+    zp = "at run time" if run_zp is not None else m.attrs["zero_point"]
+    doc = (f"{body.name}: int8 {M}x{K} · {K}x{N} (zero point {zp}); "
            f"tile {R}x{nb}, {PT} rows a task"
            + ("; epilogue in registers" if epi is not None and epi.exprs else "")
            + (f"; stores {out}" if out != "float32" else ""))

@@ -24,9 +24,11 @@ from ember.te.tensor import Tensor
 @register("MatMulU8I8")
 def _matmul_u8i8(attrs: dict[str, Any], ins: list[Tensor], outs: list[TensorType]
                  ) -> list[Tensor]:
-    a, b = ins
+    a, b = ins[0], ins[1]
     kd = int(attrs["k_dims"])
-    zp = Const(int(attrs["zero_point"]), "int32")
+    zp: Expr = Const(int(attrs["zero_point"]), "int32")
+    if len(ins) > 2 and ins[2] is not None:          # the zero point computed at run time
+        zp = Cast(ins[2][tuple(Const(0) for _ in ins[2].shape)], "int32")
     raxes = [te.reduce_axis(int(d), "k") for d in a.shape[-kd:]]
     strides = [1] * kd
     for i in range(kd - 2, -1, -1):

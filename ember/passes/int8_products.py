@@ -14,9 +14,10 @@ sum converts with one rounding).
 A convolution other than 1x1 at stride 1 without padding reads its windows through
 ``Im2ColNHWC`` (uint8 taps, the zero point where a tap falls in the padding, so that it adds
 nothing). The pattern, from the product back: an optional ``Pad`` of zeros on H and W (a zero
-after subtracting the zero point is the zero point before it), then ``Transpose`` and
-``Slice`` nodes (``MOVES``, made on the uint8 tensor instead), an optional ``Sub`` of a
-constant scalar zero point in [1, 255], and a ``Cast`` to float32 of a uint8 tensor.
+after subtracting the zero point is the zero point before it), then ``Transpose``, ``Slice``
+and reshaping nodes (``MOVES``, made on the uint8 tensor instead), an optional ``Sub`` of a
+scalar zero point (a constant in [1, 255], or a uint8 computed at run time: a dynamically
+quantized input's), and a ``Cast`` to float32 of a uint8 tensor.
 
 Pre: shape-analysed NHWC graph (after ``layout_nhwc``). Post: such ``ConvNHWC`` (one group,
 no bias input, static shapes) and ``MatMul`` nodes are ``MatMulU8I8`` ones producing the same
@@ -31,7 +32,8 @@ from ember.ir.graph import Graph, Node, Value, typed_node
 from ember.ir.ops.layout import conv_pads
 from ember.ir.ops.quant import K_MAX
 
-Source = tuple[Value, int, list[Node], tuple[int, int, int, int]]   # uint8 x, zx, moves, pads
+# the uint8 x, its zero point (a constant, or a run-time uint8 value), moves, pads
+Source = tuple[Value, "int | Value", list[Node], tuple[int, int, int, int]]
 WINDOW_MIN_CHANNELS = 16
 """A windowed convolution over fewer input channels keeps the float32 kernel: its im2col
 copies runs of C bytes, and over an image's 3 channels that costs more than the int8 product
@@ -84,7 +86,8 @@ def _source(v: Value | None, pads_allowed: bool) -> Source | None:
         src = p.inputs[0]
         if p.op in MOVES and len(p.outputs) == 1:
             moves.append(p)
-        elif p.op == "Sub" and zx == 0 and len(p.inputs) == 2 and _zero_point(p.inputs[1]):
+        elif p.op == "Sub" and isinstance(zx, int) and zx == 0 and len(p.inputs) == 2 \
+                and _zero_point(p.inputs[1]) is not None:
             zx = _zero_point(p.inputs[1])   # type: ignore[assignment]
         elif p.op == "Cast" and p.attrs.get("to") in ("float32", 1) and src is not None \
                 and src.type.dtype.name == "uint8":
@@ -104,12 +107,31 @@ def _moved(u: Value, moves: list[Node], name: str) -> tuple[Value, list[Node]]:
     return u, nodes
 
 
-def _zero_point(k: Value | None) -> int | None:
-    """A constant scalar zero point in [1, 255] (0: nothing to subtract), else None."""
-    if k is None or k.const is None or np.asarray(k.const).size != 1:
+def _zero_point(k: Value | None) -> int | Value | None:
+    """A constant scalar zero point in [1, 255] (0: nothing to subtract), or the uint8 value
+    of one computed at run time (a dynamically quantized input's, read through a Cast to
+    float32), else None."""
+    if k is None or not k.type.is_static or k.type.numel != 1:
         return None
+    if k.const is None:
+        p = k.producer
+        src = p.inputs[0] if p is not None and p.op == "Cast" else None
+        ok = src is not None and src.type.dtype.name == "uint8" and k.type.dtype.name == \
+            "float32"
+        return src if ok else None
     z = float(np.asarray(k.const).reshape(-1)[0])
     return int(z) if z == int(z) and 1 <= z <= 255 else None
+
+
+def _product(a: Value, b: np.ndarray, zx: int | Value, kd: int, n: Node) -> Node:
+    """The MatMulU8I8 node of ``n`` (its outputs): the zero point an attribute, or its
+    third input where it is computed at run time."""
+    bc = Value.constant(np.ascontiguousarray(b))
+    if isinstance(zx, Value):
+        return typed_node("MatMulU8I8", [a, bc, zx], {"zero_point": 0, "k_dims": kd}, n.name,
+                          outputs=n.outputs)
+    return typed_node("MatMulU8I8", [a, bc], {"zero_point": zx, "k_dims": kd}, n.name,
+                      outputs=n.outputs)
 
 
 def _zero_pad_hw(p: Node) -> bool:
@@ -134,6 +156,8 @@ def _conv(n: Node) -> list[Node] | None:
         return None
     u, zx, moves, extra = src
     pads = tuple(a + b for a, b in zip(conv_pads(n.attrs), extra, strict=True))
+    if isinstance(zx, Value) and any(pads):
+        return None          # the border's bytes would be a value known at run time only
     u, nodes = _moved(u, moves, n.name)
     strides = [int(s) for s in n.attrs["strides"]]
     if (kh, kw) == (1, 1) and strides == [1, 1] and not any(pads):
@@ -143,9 +167,7 @@ def _conv(n: Node) -> list[Node] | None:
                  "dilations": [int(d) for d in n.attrs["dilations"]], "pads": list(pads)}
         nodes.append(typed_node("Im2ColNHWC", [u], attrs, n.name + "_im2col"))
         a, kd = nodes[-1].output, 3
-    b = Value.constant(np.ascontiguousarray(w8.reshape(kh * kw * c, oc)))
-    nodes.append(typed_node("MatMulU8I8", [a, b], {"zero_point": zx, "k_dims": kd}, n.name,
-                            outputs=n.outputs))
+    nodes.append(_product(a, w8.reshape(kh * kw * c, oc), zx, kd, n))
     return nodes
 
 
@@ -160,6 +182,4 @@ def _matmul(n: Node) -> list[Node] | None:
         return None
     u, zx, moves, _ = src
     u, nodes = _moved(u, moves, n.name)
-    bc = Value.constant(np.ascontiguousarray(b8))
-    return nodes + [typed_node("MatMulU8I8", [u, bc], {"zero_point": zx, "k_dims": 1},
-                               n.name, outputs=n.outputs)]
+    return nodes + [_product(u, b8, zx, 1, n)]

@@ -264,3 +264,28 @@ def test_a_classifier_reads_its_flattened_uint8_features() -> None:
     feeds = {"x": rng.integers(0, 256, (3, 8, 4, 4)).astype(np.uint8)}
     got = ember.compile(model, num_threads=2, options=ON).run(feeds)["y"]
     np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
+
+
+@pytest.mark.parametrize("k", [64, 3000])         # 3000: runs of K (a bound past 2**24)
+def test_a_dynamically_quantized_product_takes_its_zero_point_at_run_time(k: int) -> None:
+    """onnxruntime's ``quantize_dynamic`` form: DynamicQuantizeLinear of the activations,
+    then MatMulInteger by a constant int8 B with the computed zero point, Cast and scale:
+    the int8 kernel reads the zero point at run time, the int32 sums are onnxruntime's."""
+    rng = np.random.default_rng(k)
+    n = 24
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.int8(0), "zb"),
+             numpy_helper.from_array(np.array(0.01, np.float32), "sb")]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["a"], ["aq", "sa", "za"]),
+             helper.make_node("MatMulInteger", ["aq", "b", "za", "zb"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=F32),
+             helper.make_node("Mul", ["sa", "sb"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y"])]
+    model = graph_model(nodes, [helper.make_tensor_value_info("a", F32, [2, 7, k])],
+                        [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)
+    assert any("zero point at run time" in d for d in _docs(model)), _docs(model)
+    feeds = {"a": (rng.standard_normal((2, 7, k)) + 0.7).astype(np.float32)}
+    got = ember.compile(model, num_threads=2, options=ON).run(feeds)["y"]
+    np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(
+        got, ember.compile(model, num_threads=2, options=OFF).run(feeds)["y"])

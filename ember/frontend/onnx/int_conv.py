@@ -12,8 +12,11 @@ runs (in order) whose bound stays below 2**24; each run is one float ``Conv`` of
 slice, its result cast to int32 exactly, and the runs are added in int32. A constant 2-D B of
 ``MatMulInteger`` is cut the same way along K.
 
+A zero point of the data computed at run time (a dynamically quantized input's) may be
+anywhere in its type's range: the bound takes the range's width for ``|x - zx|``.
+
 Pre: the operands (int8 / uint8), and a convolution's normalized window attributes. Post: the
-int32 result, or None when the weight or a zero point is not a constant (or a grouped
+int32 result, or None when the weight or its zero point is not a constant (or a grouped
 convolution needs more than one run): the caller's generic int32 path then computes it.
 """
 
@@ -41,6 +44,19 @@ def _span(x: Value, zx: np.ndarray) -> int:
     """The largest ``|x - zx|`` over x's type range, for every zero point in ``zx``."""
     lo, hi = INT_RANGES[x.type.dtype.name]
     return int(max(max(z - lo, hi - z) for z in zx))
+
+
+def _data_zero_point(x: Value, zx: Value | None) -> tuple[int, Value | None] | None:
+    """x's largest ``|x - zx|`` and the zero point to subtract (None: nothing to). A
+    constant zero point's span is its own; one computed at run time (a dynamically
+    quantized input's, ``DynamicQuantizeLinear``) may be anywhere in the type's range, so
+    its span is the whole range. None: a run-time zero point of a statically unknown size."""
+    arr = _ints(zx)
+    if arr is not None:
+        return _span(x, arr), (zx if zx is not None and np.any(arr) else None)
+    assert zx is not None
+    lo, hi = INT_RANGES[x.type.dtype.name]
+    return (hi - lo, zx) if zx.type.is_static else None
 
 
 def channel_runs(x_span: int, wd: np.ndarray) -> list[tuple[int, int]] | None:
@@ -83,13 +99,14 @@ def _conv_plan(x: Value, w: Value, zx: Value | None,
     """A constant weight minus its zero point ``wd`` [M, C, taps...], each output channel's
     bound ``x_span * sum |wd|`` over its input channels [M, C], and x's largest ``|x - zx|``;
     None where the weight or a zero point is not a constant (or x's is not one element)."""
-    w_arr, zx_arr, zw_arr = _ints(w), _ints(zx), _ints(zw)
-    if w_arr is None or zx_arr is None or zw_arr is None or zx_arr.size != 1:
+    w_arr, zw_arr, data = _ints(w), _ints(zw), _data_zero_point(x, zx)
+    if w_arr is None or zw_arr is None or data is None or \
+            (zx is not None and zx.type.is_static and zx.type.numel != 1):
         return None
     shape = tuple(int(d) for d in w.type.shape)  # type: ignore[arg-type]
     zw_col = zw_arr.reshape(-1, *([1] * (len(shape) - 1)))       # one, or per output channel
     wd = w_arr.reshape(shape) - zw_col
-    span = _span(x, zx_arr)
+    span = data[0]
     return wd, np.abs(wd).reshape(shape[0], shape[1], -1).sum(axis=2) * span, span
 
 
@@ -109,7 +126,7 @@ def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value |
         ws = ctx.const(np.ascontiguousarray(wd[:, c0:c1]).astype(np.float32))
         return ctx.convert_as("Conv", [xs, ws], dict(attrs))[0]
 
-    return _in_runs(ctx, x, zx if zx is not None and _ints(zx)[0] else None, 1, runs, conv)
+    return _in_runs(ctx, x, _data_zero_point(x, zx)[1], 1, runs, conv)  # type: ignore[index]
 
 
 def float_conv_sum(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
@@ -128,8 +145,9 @@ def float_conv_sum(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | N
     if b.size != wd.shape[0] or np.any(per_channel.sum(axis=1) + np.abs(b) >= EXACT):
         return None
     xf = ctx.add1("Cast", [x], {"to": "float32"})
-    if zx is not None and _ints(zx)[0]:
-        xf = ctx.add1("Sub", [xf, ctx.add1("Cast", [zx], {"to": "float32"})])
+    sub = _data_zero_point(x, zx)[1]  # type: ignore[index]
+    if sub is not None:
+        xf = ctx.add1("Sub", [xf, ctx.add1("Cast", [sub], {"to": "float32"})])
     ins = [xf, ctx.const(wd.astype(np.float32)), ctx.const(b.astype(np.float32))]
     return ctx.convert_as("Conv", ins, {**norm, "group": group})[0]
 
@@ -138,11 +156,11 @@ def _matmul_plan(a: Value, b: Value, za: Value | None,
                  zb: Value | None) -> tuple[np.ndarray, int] | None:
     """A constant 2-D B minus its zero point [K, N] (zb per column) and A's largest
     ``|a - za|``; None where B or a zero point is not a constant."""
-    b_arr, za_arr, zb_arr = _ints(b), _ints(za), _ints(zb)
-    if b_arr is None or za_arr is None or zb_arr is None or b.type.rank != 2 or \
+    b_arr, zb_arr, data = _ints(b), _ints(zb), _data_zero_point(a, za)
+    if b_arr is None or zb_arr is None or data is None or b.type.rank != 2 or \
             a.type.rank < 1:
         return None
-    return b_arr.reshape(int(b.type.shape[0]), -1) - zb_arr, _span(a, za_arr)
+    return b_arr.reshape(int(b.type.shape[0]), -1) - zb_arr, data[0]
 
 
 def _per_row(ctx: Ctx, a: Value, za: Value | None) -> Value | None:
@@ -169,7 +187,8 @@ def exact_float_matmul(ctx: Ctx, a: Value, b: Value, za: Value | None,
         bs = ctx.const(np.ascontiguousarray(bd[k0:k1]).astype(np.float32))
         return ctx.convert_as("MatMul", [part, bs])[0]
 
-    return _in_runs(ctx, a, _per_row(ctx, a, za), a.type.rank - 1, runs, matmul)
+    sub = _data_zero_point(a, za)[1]  # type: ignore[index]
+    return _in_runs(ctx, a, _per_row(ctx, a, sub), a.type.rank - 1, runs, matmul)
 
 
 def float_matmul_sum(ctx: Ctx, a: Value, b: Value, za: Value | None,
@@ -183,7 +202,7 @@ def float_matmul_sum(ctx: Ctx, a: Value, b: Value, za: Value | None,
     if np.any(np.abs(bd).sum(axis=0) * span >= EXACT):
         return None
     af = ctx.add1("Cast", [a], {"to": "float32"})
-    za = _per_row(ctx, a, za)
+    za = _per_row(ctx, a, _data_zero_point(a, za)[1])  # type: ignore[index]
     if za is not None:
         af = ctx.add1("Sub", [af, ctx.add1("Cast", [za], {"to": "float32"})])
     return ctx.convert_as("MatMul", [af, ctx.const(bd.astype(np.float32))])[0]

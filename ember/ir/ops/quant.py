@@ -1,8 +1,10 @@
 """Ember-internal ops of the int8 products (``passes/int8_products.py`` introduces them).
 
 ``MatMulU8I8``: ``A`` uint8 (the last ``k_dims`` dims of A are the reduction, row-major, K of
-them in all), ``B`` a constant int8 [K, N]; the output is float32 ``A.shape[:-k_dims] + [N]``,
-each element the exact integer ``sum_k (A[.., k] - zero_point) * B[k, n]`` converted to float32
+them in all), ``B`` a constant int8 [K, N], optionally a third input: the zero point computed
+at run time (one uint8; else the ``zero_point`` attribute); the output is float32
+``A.shape[:-k_dims] + [N]``, each element the exact integer ``sum_k (A[.., k] - zero point) *
+B[k, n]`` converted to float32
 (round to nearest where it is 2**24 or more). An int32 accumulator holds every sum ember
 builds one for (K below 2**31 / (255 * 128)).
 
@@ -31,6 +33,9 @@ K_MAX = (2 ** 31 - 1) // (255 * 128)   # the longest reduction an int32 sum alwa
 def _matmul_type(attrs: Attrs, ts: list, cs: list) -> list[TensorType]:
     a, b = ts[0], ts[1]
     kd = int(attrs["k_dims"])
+    if len(ts) > 2 and ts[2] is not None and (ts[2].dtype.name != "uint8" or not (
+            ts[2].is_static and ts[2].numel == 1)):
+        raise TypeInferenceError(f"MatMulU8I8's zero point is one uint8, got {ts[2]}")
     if a.dtype.name != "uint8" or b.dtype.name != "int8" or b.rank != 2 or a.rank <= kd:
         raise TypeInferenceError(f"MatMulU8I8 takes uint8 A of rank > {kd} and int8 [K, N] "
                                  f"B, got {a} and {b}")
@@ -42,10 +47,12 @@ def _matmul_type(attrs: Attrs, ts: list, cs: list) -> list[TensorType]:
 
 
 @defop("MatMulU8I8", Pattern.OUT_FUSABLE, _matmul_type)
-def matmul_u8i8(attrs: Attrs, a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
-    """float32 of the exact int64 product of (A - zero_point) by B."""
+def matmul_u8i8(attrs: Attrs, a: np.ndarray, b: np.ndarray,
+                zp: np.ndarray | None = None) -> list[np.ndarray]:
+    """float32 of the exact int64 product of (A - zero point) by B."""
     kd = int(attrs["k_dims"])
-    rows = a.reshape(*a.shape[:-kd], -1).astype(np.int64) - int(attrs["zero_point"])
+    z = int(attrs["zero_point"]) if zp is None else int(np.asarray(zp).reshape(-1)[0])
+    rows = a.reshape(*a.shape[:-kd], -1).astype(np.int64) - z
     return [(rows @ b.astype(np.int64)).astype(np.float32)]
 
 
