@@ -1,12 +1,13 @@
 """Ember against onnxruntime on int8-quantized zoo models, one process, the same inputs.
 
-Each model is quantized by onnxruntime's static quantizer (per-channel int8 weights, uint8
+Each CNN is quantized by onnxruntime's static quantizer (per-channel int8 weights, uint8
 activations, four random calibration batches) in both of its formats, QOperator
-(QLinearConv, com.microsoft QLinearAdd / QGemm...) and QDQ, and run by both in interleaved
-rounds (``ember.bench.rounds``); prints the median latency of each, their ratio, the largest
-output difference and ember's compile time.
+(QLinearConv, com.microsoft QLinearAdd / QGemm...) and QDQ; a transformer (token inputs) by
+its dynamic quantizer (int8 weights, DynamicQuantizeLinear of the activations, MatMulInteger).
+Each is run by both in interleaved rounds (``ember.bench.rounds``); prints the median latency
+of each, their ratio, the largest output difference and ember's compile time.
 
-    python bench/quant.py resnet18 mobilenet_v2 [--threads 2] [--min-time 3]
+    python bench/quant.py resnet18 mobilenet_v2 bert_base [--threads 2] [--min-time 3]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from onnxruntime.quantization import (
     CalibrationDataReader,
     QuantFormat,
     QuantType,
+    quantize_dynamic,
     quantize_static,
 )
 
@@ -43,18 +45,32 @@ class _Reader(CalibrationDataReader):
         return next(self.data, None)
 
 
-def bench(name: str, threads: int, min_time: float, folder: Path) -> None:
+def _quantized(name: str, folder: Path) -> list[tuple[str, Path]]:
+    """``name`` quantized: a transformer (int64 token inputs) dynamically (int8 weights, the
+    activations' scale and zero point computed per run: ``quantize_dynamic``), any other
+    model statically in both formats."""
     model = zoo.build(name)
     inp = model.graph.input[0]
-    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
     src = folder / f"{name}.onnx"
     onnx.save(model, src)
-    feeds = {inp.name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+    if inp.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+        dst = folder / f"{name}.dynamic.onnx"
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        return [("dynamic", dst)]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    out = []
     for fmt in (QuantFormat.QOperator, QuantFormat.QDQ):
         dst = folder / f"{name}.{fmt.name}.onnx"
         quantize_static(src, dst, _Reader(inp.name, shape), quant_format=fmt,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         per_channel=True)
+        out.append((fmt.name, dst))
+    return out
+
+
+def bench(name: str, threads: int, min_time: float, folder: Path) -> None:
+    feeds = zoo.random_inputs(name)
+    for fmt, dst in _quantized(name, folder):
         quantized = onnx.load(dst)
         sess = ort_session(quantized, threads)
         t0 = time.perf_counter()
@@ -66,7 +82,7 @@ def bench(name: str, threads: int, min_time: float, folder: Path) -> None:
                              "onnxruntime": (None, lambda sess=sess: sess.run(None, feeds))},
                             min_time=min_time, pause=PAUSE)
         ours, theirs = (float(np.median(times[k])) * 1e3 for k in ("ember", "onnxruntime"))
-        print(f"{name:14s} {fmt.name:9s} ember {ours:8.2f} ms  onnxruntime {theirs:8.2f} ms  "
+        print(f"{name:14s} {fmt:9s} ember {ours:8.2f} ms  onnxruntime {theirs:8.2f} ms  "
               f"ratio {ours / theirs:5.2f}  max|diff| {np.abs(got - want).max():.3g} "
               f"(of {np.abs(want).max():.3g})  compile {compile_s:.1f} s")
 

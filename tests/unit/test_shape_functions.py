@@ -170,6 +170,11 @@ OTHER_OPS: dict[str, tuple[list, dict, tuple[int, ...]]] = {
     "NonZero": ([np.array([[0, 1, 2], [3, 0, 0]], np.int64)], {}, ()),
     "Unique": ([np.array([[1, 2], [1, 2], [3, 4]], np.int64)], {"axis": 0, "sorted": 1}, ()),
     "Col2Im": ([_f(1, 8, 4)], {"image_shape": [3, 3], "block_shape": [2, 2]}, ()),
+    "Im2ColNHWC": ([np.arange(2 * 7 * 5 * 3, dtype=np.uint8).reshape(2, 7, 5, 3)],
+                   {"kernel": [3, 2], "strides": [2, 1], "dilations": [1, 2],
+                    "pads": [1, 0, 1, 2], "pad_value": 4}, ()),
+    "MatMulU8I8": ([np.ones((2, 3, 2, 2, 4), np.uint8), np.ones((16, 5), np.int8)],
+                   {"zero_point": 3, "k_dims": 3}, (1,)),
 }
 
 
