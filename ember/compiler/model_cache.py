@@ -2,8 +2,8 @@
 load (``<cache>/models/<key>.ember``).
 
 The key covers everything a compile depends on: the model's bytes, the input shapes, the
-options that change the program (threads, top-K, schedule, profiling, dim hints, sanitizers,
-residue variants, the device spec file, the C compiler), this machine (its CPU fingerprint),
+options (all but those ``NOT_IN_KEY`` names: the threads resolved, the device spec file's
+text instead of its name), this machine (its CPU fingerprint),
 and ember itself (a digest of its source files, so a changed compiler never serves an old
 program). Entries are ordinary saved models (``save`` / ``ember.load``), written atomically
 and subject to the cache's size cap; one that does not load is dropped and compiled again.
@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,13 @@ def file_digest(path: Path) -> bytes:
     return digest
 
 
+NOT_IN_KEY = frozenset({"num_threads", "env_threads", "device_spec", "progress", "log_level",
+                        "cache_dir", "machine_dir", "cache_max_mb", "model_cache"})
+"""Options the key leaves out: what the compile reports or where it keeps things, and the
+ones it covers in another form (the threads resolved, the device spec file's text). Every
+other option is in the key: one added later is, unless named here."""
+
+
 def key(model: Any, input_shapes: Any, opts: Options, threads: int,
         target: str = "cpu") -> str | None:
     """The cache key of one compile; None where it is not cached (``model_cache`` off, or a
@@ -201,12 +209,9 @@ def key(model: Any, input_shapes: Any, opts: Options, threads: int,
             spec = opts.device_spec
     what = {"format": FORMAT, "ember": ember_digest(), "host": host_fingerprint(),
             "shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
-            "threads": threads, "topk": opts.topk, "schedule": opts.schedule,
-            "profile": opts.profile, "dim_hints": dict(opts.dim_hints or {}),
-            "sanitize": list(opts.sanitize), "residue": opts.residue_variants,
-            "spec": spec, "cc": opts.cc or "", "target": target, "gpu": opts.gpu or "",
-            "cuda_arch": list(opts.cuda_arch), "precision": opts.precision,
-            "steal": opts.steal, "split_k": opts.split_k, "tensorcore": opts.tensorcore}
+            "threads": threads, "spec": spec, "target": target,
+            "options": {f.name: getattr(opts, f.name) for f in fields(opts)
+                        if f.name not in NOT_IN_KEY}}
     if target == "cuda":     # kernels and plans are chosen for (and measured on) the GPU present
         from ember.runtime import cuda_driver
 

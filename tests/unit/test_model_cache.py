@@ -3,6 +3,7 @@ split into translation units (each kernel compiled apart and cached by its text)
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,28 @@ def test_the_key_follows_what_the_program_depends_on() -> None:
     assert k != model_cache.key(m, None, base.with_(topk=4), 2)
     assert k != model_cache.key(m, {"x": (3, 6)}, base, 2)
     assert model_cache.key(m, None, base.with_(model_cache=False), 2) is None
+
+
+OTHER_VALUES = {"schedule": "ios", "dim_hints": {"n": 7}, "sanitize": ("address",),
+                "cuda_arch": ("sm_90a",), "precision": "fp16", "tensorcore": "wgmma",
+                "vm": "python", "int8": "off", "cc": "clang", "gpu": "A100"}
+
+
+def test_every_option_that_can_change_the_program_is_in_the_key() -> None:
+    """Each option but those ``NOT_IN_KEY`` names, changed, changes the key (the int8
+    option was missing: a compile with int8 kernels off was served the cached one with
+    them on)."""
+    m = _model()
+    base = options.Options()
+    k = model_cache.key(m, None, base, 2)
+    for f in dataclasses.fields(base):
+        if f.name in model_cache.NOT_IN_KEY:
+            continue
+        v = getattr(base, f.name)
+        other = OTHER_VALUES.get(f.name, (not v) if isinstance(v, bool) else
+                                 v + 1 if isinstance(v, int | float) else None)
+        assert other is not None, f"no other value for the option {f.name}"
+        assert model_cache.key(m, None, base.with_(**{f.name: other}), 2) != k, f.name
 
 
 def test_kernels_are_units_of_their_own_shared_between_programs(tmp_path: Path,
