@@ -8,6 +8,7 @@ from ember.kernel import (
     concat,
     conv,
     depthwise,
+    im2col,
     layernorm,
     lstm,
     pool_nhwc,
@@ -50,6 +51,8 @@ def build_kernel(name: str, fused: Node, ctx: RollerContext | int = 2) -> Kernel
         return depthwise.build_depthwise(name, body, ctx)
     if thin.applicable(body):
         return thin.build_thin(name, body)
+    if im2col.applicable(body):
+        return im2col.build_im2col(name, body)
     if qdense.applicable(body):
         return qdense.build_qdense(name, body, threads)
     if conv.applicable(body):

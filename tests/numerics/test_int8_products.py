@@ -81,10 +81,10 @@ def test_a_pointwise_conv_reads_the_uint8_tensor_itself() -> None:
 @pytest.mark.parametrize("case", ["fractional", "wide", "int8_input", "stem", "grouped"])
 def test_products_the_int8_kernel_cannot_take_stay(case: str) -> None:
     """Weights that are not int8 integers, a uint8 input that is not the product's (an int8
-    one), a windowed conv over fewer than 16 channels (an image's: im2col would cost more),
-    a grouped conv: unchanged."""
+    one), a windowed conv whose row of taps is under ``WINDOW_MIN_RUN`` bytes (3 x 2: the
+    im2col's copies would cost more), a grouped conv: unchanged."""
     g = Graph()
-    shape = (1, 6, 6, 3 if case == "stem" else 16)
+    shape = (1, 6, 6, 2 if case == "stem" else 16)
     if case == "int8_input":
         x = Value(TensorType(shape, "int8"), "x")
         g.inputs = [x]
@@ -111,7 +111,7 @@ def _docs(model: object) -> list[str]:
 
 
 def _qlinear_conv(rng: np.random.Generator, c: int, m: int, k: int, stride: int, pad: int,
-                  hw: int, zx: int, bias: bool) -> tuple:
+                  hw: int, zx: int, bias: bool, dilation: int = 1) -> tuple:
     w = rng.integers(-128, 128, (m, c, k, k)).astype(np.int8)
     sw = rng.uniform(1e-3, 1e-2, m).astype(np.float32)
     sx = float(rng.uniform(0.01, 0.05))
@@ -128,7 +128,7 @@ def _qlinear_conv(rng: np.random.Generator, c: int, m: int, k: int, stride: int,
                                              .astype(np.int32), "b"))
         names.append("b")
     node = helper.make_node("QLinearConv", names, ["y"], strides=[stride] * 2,
-                            pads=[pad] * 4)
+                            pads=[pad] * 4, dilations=[dilation] * 2)
     model = graph_model([node], [helper.make_tensor_value_info("x", U8, [1, c, hw, hw])],
                         [helper.make_tensor_value_info("y", U8, None)], inits, opset=13)
     return model, {"x": rng.integers(0, 256, (1, c, hw, hw)).astype(np.uint8)}
@@ -154,6 +154,24 @@ def test_qlinear_convs_on_the_int8_kernel_match_onnxruntime(
     np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
     np.testing.assert_array_equal(
         got, ember.compile(model, num_threads=2, options=OFF).run(feeds)["y"])
+
+
+@pytest.mark.parametrize("c,k,stride,pad,dilation,hw", [
+    (3, 7, 2, 3, 1, 23),      # an image stem: 21-byte rows of taps, cut by both borders
+    (3, 3, 2, 1, 1, 17),      # 9-byte rows
+    (8, 3, 1, 2, 2, 9),       # dilated: tap by tap
+    (16, 5, 3, 1, 1, 12),     # strides past the window's rows
+])
+def test_the_im2col_kernel_copies_rows_of_taps(c: int, k: int, stride: int, pad: int,
+                                               dilation: int, hw: int) -> None:
+    """``kernel/im2col.py``: windows cut by the borders (rows in the padding are the zero
+    point, runs cut at the left or right copied tap by tap), dilated windows, strides; the
+    QLinearConv through it against onnxruntime, exactly."""
+    model, feeds = _qlinear_conv(np.random.default_rng(c * k + hw), c, 20, k, stride, pad, hw,
+                                 77, True, dilation)
+    assert any("-byte runs copied" in d for d in _docs(model)), _docs(model)
+    got = ember.compile(model, num_threads=2, options=ON).run(feeds)["y"]
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
 
 
 @pytest.mark.parametrize("narrow", [False, True])

@@ -36,6 +36,7 @@ SLICE = [
     "product_as_onnxruntime",
     "tests/numerics/test_int8_products.py::test_an_epilogue_outside_the_registers_runs_over_"
     "the_tasks_tile",
+    "tests/numerics/test_int8_products.py::test_the_im2col_kernel_copies_rows_of_taps",
     # the native VM: deep lists in and out, a program's fault unwinding the frames
     "tests/vm/test_interpreter.py::test_recursion_deeper_than_python_allows",
     "tests/dynamic/test_native_vm.py::test_a_fault_in_a_program_is_a_data_error_naming_the_node",
