@@ -377,3 +377,29 @@ def test_judge_explains_a_float16_cast_onnxruntime_drops_before_a_product() -> N
     assert rec["outcome"] == "explained" and rec["explained"] == "float16-cast-elided", rec
     small = _case(nodes, {"x": np.full((1, 1, 2), 1e3, np.float32)}, {"w": w}, ["y"])
     assert judge.classify(small, None, None, got, ort_out)["outcome"] == "mismatch"
+
+
+def test_judge_explains_dynamic_quantization_after_onnxruntimes_max_pool_of_minus_inf() -> None:
+    """Seed 3302, case 371: DynamicQuantizeLinear of a MaxPool over a tensor with -inf.
+    onnxruntime's MaxPool starts from -FLT_MAX, so its window of -inf gives -3.4e38 and the
+    quantization's scale is finite (every value 255); ember's pool keeps -inf, the spec's
+    scale is infinite (every value 0). Explained where the quantized tensor, as onnxruntime
+    computed it, holds a value beyond 1e30; not for ordinary values."""
+    from onnx import helper
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[1]),
+             helper.make_node("DynamicQuantizeLinear", ["p"], ["y", "s", "z"])]
+    got = {"status": "ok", "outputs": {"y": np.zeros((1, 2, 3), np.uint8)}}
+
+    def ort(p: np.ndarray) -> dict:
+        return {"status": "ok", "names": ["y"], "values": {"p": p},
+                "outputs": {"y": np.full((1, 2, 3), 255, np.uint8)}}
+
+    x = np.array([[[1.0, -np.inf, 2.0], [0.5, 0.25, 3.0]]], np.float32)
+    case = _case(nodes, {"x": x}, {}, ["y"])
+    floor = np.where(np.isinf(x), np.float32(-3.4028235e38), x)
+    rec = judge.classify(case, None, None, got, ort(floor))
+    assert rec["outcome"] == "explained", rec
+    assert rec["explained"] == "dynamic-quantize-of-non-finite", rec
+    plain = np.abs(x.clip(-10, 10))
+    assert judge.classify(_case(nodes, {"x": plain}, {}, ["y"]), None, None, got,
+                          ort(plain))["outcome"] == "mismatch"

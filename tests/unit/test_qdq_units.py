@@ -90,3 +90,13 @@ def test_a_qdq_matmul_unit_runs_as_qlinearmatmul() -> None:
     a = rng.standard_normal((6, k)).astype(np.float32) * 3
     got = ember.compile(model, num_threads=2).run({"a": a})["y"]
     np.testing.assert_array_equal(got, run_ort(model, {"a": a})[0])
+
+
+def test_a_qdq_conv_unit_on_the_gpu_kernels_in_cuda_sim() -> None:
+    """The same unit for a GPU target (cuda-sim: the CUDA kernels run on the CPU): the
+    QLinearConv's float kernel of exact integers, onnxruntime's outputs exactly."""
+    rng = np.random.default_rng(4)
+    model = _qdq_conv("unit", rng)
+    x = rng.standard_normal((1, 16, 10, 10)).astype(np.float32)
+    got = ember.compile(model, target="cuda-sim").run({"x": x})["y"]
+    np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])
