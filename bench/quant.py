@@ -2,7 +2,8 @@
 
 Each CNN is quantized by onnxruntime's static quantizer (per-channel int8 weights, uint8
 activations, four random calibration batches) in both of its formats, QOperator
-(QLinearConv, com.microsoft QLinearAdd / QGemm...) and QDQ; a transformer (token inputs) by
+(QLinearConv, com.microsoft QLinearAdd / QGemm...) and QDQ, and with the quantizer's
+defaults (QDQ, int8 activations, per-tensor weights: ``QDQ-s8``); a transformer (token inputs) by
 its dynamic quantizer (int8 weights, DynamicQuantizeLinear of the activations, MatMulInteger).
 Each is run by both in interleaved rounds (``ember.bench.rounds``); prints the median latency
 of each, their ratio, the largest output difference and ember's compile time.
@@ -65,6 +66,9 @@ def _quantized(name: str, folder: Path) -> list[tuple[str, Path]]:
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         per_channel=True)
         out.append((fmt.name, dst))
+    dst = folder / f"{name}.default.onnx"      # the quantizer's defaults: QDQ, int8
+    quantize_static(src, dst, _Reader(inp.name, shape))   # activations, per-tensor weights
+    out.append(("QDQ-s8", dst))
     return out
 
 

@@ -18,7 +18,9 @@ the product back: an optional ``Pad`` of zeros on H and W (a zero after subtract
 point is the zero point before it), then ``Transpose``, ``Slice`` and reshaping nodes
 (``MOVES``, made on the uint8 tensor instead), an optional ``Sub`` of a scalar zero point (a
 constant in [1, 255], or a uint8 computed at run time: a dynamically quantized input's), and
-a ``Cast`` to float32 of a uint8 tensor.
+a ``Cast`` to float32 of a uint8 tensor, or of an int8 one (onnxruntime's quantizer's default
+activations): its bytes with the sign bit flipped are the uint8 ``x + 128``, its zero point
+moves by 128 with it.
 
 Pre: shape-analysed NHWC graph (after ``layout_nhwc``). Post: such ``ConvNHWC`` (one group,
 no bias input, static shapes) and ``MatMul`` nodes are ``MatMulU8I8`` ones producing the same
@@ -93,7 +95,7 @@ def _source(v: Value | None, pads_allowed: bool) -> Source | None:
                 and _zero_point(p.inputs[1]) is not None:
             zx = _zero_point(p.inputs[1])   # type: ignore[assignment]
         elif p.op == "Cast" and p.attrs.get("to") in ("float32", 1) and src is not None \
-                and src.type.dtype.name == "uint8":
+                and src.type.dtype.name in ("uint8", "int8"):
             return src, zx, moves[::-1], pads
         else:
             return None
@@ -123,7 +125,29 @@ def _zero_point(k: Value | None) -> int | Value | None:
             "float32"
         return src if ok else None
     z = float(np.asarray(k.const).reshape(-1)[0])
-    return int(z) if z == int(z) and 1 <= z <= 255 else None
+    return int(z) if z == int(z) and -128 <= z <= 255 else None
+
+
+def _unsigned(x: Value, zx: int | Value, name: str) -> tuple[Value, int | Value, list[Node]]:
+    """``x`` and its zero point as uint8 ones (and the nodes that make them): an int8
+    tensor's bits with the sign bit flipped are ``x + 128`` (BitCast, then BitwiseXor 0x80:
+    a pass over its bytes), its zero point ``zx + 128``, so ``x - zx`` is unchanged. A
+    run-time zero point is a uint8 tensor's only (``_zero_point_fits``)."""
+    if x.type.dtype.name == "uint8":
+        return x, zx, []
+    assert isinstance(zx, int)
+    bits = typed_node("BitCast", [x], {"to": "uint8"}, name + "_bits")
+    flip = typed_node("BitwiseXor", [bits.output, Value.constant(np.array(0x80, np.uint8))],
+                      {}, name + "_u8")
+    return flip.output, zx + 128, [bits, flip]
+
+
+def _zero_point_fits(x: Value, zx: int | Value) -> bool:
+    """A constant zero point in x's type range, or a run-time one of a uint8 tensor."""
+    if isinstance(zx, Value):
+        return x.type.dtype.name == "uint8"
+    lo, hi = (0, 255) if x.type.dtype.name == "uint8" else (-128, 127)
+    return lo <= zx <= hi
 
 
 def _product(a: Value, b: np.ndarray, zx: int | Value, kd: int, n: Node) -> Node:
@@ -159,9 +183,11 @@ def _conv(n: Node) -> list[Node] | None:
         return None
     u, zx, moves, extra = src
     pads = tuple(a + b for a, b in zip(conv_pads(n.attrs), extra, strict=True))
-    if isinstance(zx, Value) and any(pads):
-        return None          # the border's bytes would be a value known at run time only
+    if (isinstance(zx, Value) and any(pads)) or not _zero_point_fits(u, zx):
+        return None          # a border of bytes known at run time only; a stray zero point
+    u, zx, signed = _unsigned(u, zx, n.name)
     u, nodes = _moved(u, moves, n.name)
+    nodes = signed + nodes
     strides = [int(s) for s in n.attrs["strides"]]
     if (kh, kw) == (1, 1) and strides == [1, 1] and not any(pads):
         a, kd = u, 1
@@ -184,5 +210,8 @@ def _matmul(n: Node) -> list[Node] | None:
     if src is None:
         return None
     u, zx, moves, _ = src
+    if not _zero_point_fits(u, zx):
+        return None
+    u, zx, signed = _unsigned(u, zx, n.name)
     u, nodes = _moved(u, moves, n.name)
-    return nodes + [_product(u, b8, zx, 1, n)]
+    return signed + nodes + [_product(u, b8, zx, 1, n)]

@@ -78,15 +78,33 @@ def test_a_pointwise_conv_reads_the_uint8_tensor_itself() -> None:
     assert g.nodes[4].attrs == {"zero_point": 3, "k_dims": 1}
 
 
-@pytest.mark.parametrize("case", ["fractional", "wide", "int8_input", "stem", "grouped"])
+def test_an_int8_input_reads_as_uint8_with_its_sign_bit_flipped() -> None:
+    """Cast(int8) - zero point (onnxruntime's quantizer's default activations): the int8
+    bytes with the sign bit flipped are x + 128 (BitCast, BitwiseXor 0x80), the zero point
+    moves by 128, so the product sums the same (x - zx)."""
+    g = Graph()
+    x = Value(TensorType((1, 5, 5, 8), "int8"), "x")
+    g.inputs = [x]
+    h = g.add("Sub", [g.add("Cast", [x], {"to": "float32"}).output,
+                      Value.constant(np.array(-5.0, np.float32))]).output
+    g.outputs = [g.add("ConvNHWC", [h, Value.constant(np.ones((1, 1, 8, 4), np.float32))], {
+        "strides": [1, 1], "dilations": [1, 1], "group": 1}).output]
+    int8_products.run(g)
+    verify(g)
+    assert structure(g)[2:] == ["BitCast(%in0)", "BitwiseXor(#2, const)",
+                                "MatMulU8I8(#3, const)"]
+    assert g.nodes[4].attrs == {"zero_point": 123, "k_dims": 1}
+
+
+@pytest.mark.parametrize("case", ["fractional", "wide", "int16_input", "stem", "grouped"])
 def test_products_the_int8_kernel_cannot_take_stay(case: str) -> None:
-    """Weights that are not int8 integers, a uint8 input that is not the product's (an int8
-    one), a windowed conv whose row of taps is under ``WINDOW_MIN_RUN`` bytes (3 x 2: the
-    im2col's copies would cost more), a grouped conv: unchanged."""
+    """Weights that are not int8 integers, an input that is not 8-bit (int16), a windowed
+    conv whose row of taps is under ``WINDOW_MIN_RUN`` bytes (3 x 2: the im2col's copies
+    would cost more), a grouped conv: unchanged."""
     g = Graph()
     shape = (1, 6, 6, 2 if case == "stem" else 16)
-    if case == "int8_input":
-        x = Value(TensorType(shape, "int8"), "x")
+    if case == "int16_input":
+        x = Value(TensorType(shape, "int16"), "x")
         g.inputs = [x]
         h = g.add("Cast", [x], {"to": "float32"}).output
     else:
@@ -111,17 +129,21 @@ def _docs(model: object) -> list[str]:
 
 
 def _qlinear_conv(rng: np.random.Generator, c: int, m: int, k: int, stride: int, pad: int,
-                  hw: int, zx: int, bias: bool, dilation: int = 1) -> tuple:
+                  hw: int, zx: int, bias: bool, dilation: int = 1, signed: bool = False
+                  ) -> tuple:
+    """A QLinearConv of uint8 (``signed``: int8, zero point ``zx - 128``) activations by
+    per-channel int8 weights, and its feeds."""
     w = rng.integers(-128, 128, (m, c, k, k)).astype(np.int8)
     sw = rng.uniform(1e-3, 1e-2, m).astype(np.float32)
     sx = float(rng.uniform(0.01, 0.05))
     spread = 75.0 * 75.0 * np.sqrt(w[0].size)
+    xt, xnp = (I8, np.int8) if signed else (U8, np.uint8)
     inits = [numpy_helper.from_array(np.array(sx, np.float32), "sx"),
-             numpy_helper.from_array(np.array(zx, np.uint8), "zx"),
+             numpy_helper.from_array(np.array(zx - 128 * signed, xnp), "zx"),
              numpy_helper.from_array(w, "w"), numpy_helper.from_array(sw, "sw"),
              numpy_helper.from_array(np.zeros(m, np.int8), "zw"),
              numpy_helper.from_array(np.array(sx * sw.mean() * spread / 40, np.float32), "sy"),
-             numpy_helper.from_array(np.array(128, np.uint8), "zy")]
+             numpy_helper.from_array(np.array(0 if signed else 128, xnp), "zy")]
     names = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"]
     if bias:
         inits.append(numpy_helper.from_array(rng.integers(-spread, spread, m)
@@ -129,27 +151,29 @@ def _qlinear_conv(rng: np.random.Generator, c: int, m: int, k: int, stride: int,
         names.append("b")
     node = helper.make_node("QLinearConv", names, ["y"], strides=[stride] * 2,
                             pads=[pad] * 4, dilations=[dilation] * 2)
-    model = graph_model([node], [helper.make_tensor_value_info("x", U8, [1, c, hw, hw])],
-                        [helper.make_tensor_value_info("y", U8, None)], inits, opset=13)
-    return model, {"x": rng.integers(0, 256, (1, c, hw, hw)).astype(np.uint8)}
+    model = graph_model([node], [helper.make_tensor_value_info("x", xt, [1, c, hw, hw])],
+                        [helper.make_tensor_value_info("y", xt, None)], inits, opset=13)
+    x = rng.integers(0, 256, (1, c, hw, hw)) - 128 * signed
+    return model, {"x": x.astype(xnp)}
 
 
 @settings(max_examples=12, deadline=None)
 @given(c=st.sampled_from([16, 19, 32, 70]), m=st.integers(1, 140),
        k=st.sampled_from([1, 3]), stride=st.integers(1, 2), pad=st.integers(0, 1),
        hw=st.integers(3, 13), zx=st.integers(0, 255), bias=st.booleans(),
-       seed=st.integers(0, 2 ** 16))
+       signed=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_qlinear_convs_on_the_int8_kernel_match_onnxruntime(
         c: int, m: int, k: int, stride: int, pad: int, hw: int, zx: int, bias: bool,
-        seed: int) -> None:
+        signed: bool, seed: int) -> None:
     """Random QLinearConvs (K = 9 x 19 = 171: a group of three bytes at the end of each row;
     up to 140 output channels: partial blocks of 16 x V lanes; row counts that leave residue
-    tiles), their requantization stored as bytes by the kernel: onnxruntime's, exactly, and
-    the float32 path's."""
+    tiles; uint8 or int8 activations), their requantization stored as bytes by the kernel:
+    onnxruntime's, exactly, and the float32 path's."""
     pad = min(pad, k // 2)
     model, feeds = _qlinear_conv(np.random.default_rng(seed), c, m, k, stride, pad, hw, zx,
-                                 bias)
-    assert any("int8" in d and "stores uint8" in d for d in _docs(model)), _docs(model)
+                                 bias, signed=signed)
+    stores = "stores int8" if signed else "stores uint8"
+    assert any("int8 " in d and stores in d for d in _docs(model)), _docs(model)
     got = ember.compile(model, num_threads=2, options=ON).run(feeds)["y"]
     np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
     np.testing.assert_array_equal(
