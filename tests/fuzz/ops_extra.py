@@ -325,8 +325,12 @@ def qlinear_conv(b: Builder) -> None:
     w = b.const(b.rng.integers(lo, hi, (m, c, *attrs["kernel_shape"])).astype(
         np.uint8 if wt == U8 else np.int8), "w")
     wshape = b.pick([(), (m,)])
+    # int8 weights of zero point 0 half the time (a quantizer's symmetric weights: the int8
+    # kernels take them), any zero point else
+    zw = b.const(np.zeros(wshape, np.int8), "zp") if wt == I8 and b.chance(0.5) else \
+        _zero_point(b, wt, wshape)
     ins: list[Val | None] = [x, _scale(b), _zero_point(b, xt), w, _scale(b, wshape),
-                             _zero_point(b, wt, wshape), _scale(b), _zero_point(b, xt)]
+                             zw, _scale(b), _zero_point(b, xt)]
     if b.chance(0.5):
         ins.append(b.const(b.rng.integers(-500, 500, (m,)).astype(np.int32), "bias"))
     b.add("QLinearConv", ins, **attrs)
