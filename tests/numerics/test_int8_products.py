@@ -12,6 +12,7 @@ arithmetic is also checked against VNNI's own instruction where the CPU has it.
 from __future__ import annotations
 
 import ctypes
+import platform
 import subprocess
 
 import numpy as np
@@ -259,6 +260,8 @@ void dp(int32_t *acc, const uint8_t *a, const int8_t *w, int64_t n) {
 def test_the_four_byte_dot_product_is_vnnis(vnni: bool, tmp_path) -> None:  # noqa: ANN001
     """``EM_DP4`` (the kernel's step) built with and without VNNI against numpy: each lane adds
     four uint8 x int8 products (the portable form sign-extends the weight's bytes)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the flags below are x86's")
     if vnni and "avx512_vnni" not in isa_features():
         pytest.skip("this CPU has no AVX-512 VNNI")
     src = tmp_path / "dp.c"
