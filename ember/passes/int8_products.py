@@ -77,7 +77,8 @@ def _int8_weight(w: Value | None) -> np.ndarray | None:
 
 
 def _source(v: Value | None, pads_allowed: bool) -> Source | None:
-    """The uint8 tensor ``v`` is computed from by the pattern of the module, or None."""
+    """The uint8 or int8 tensor ``v`` is computed from by the pattern of the module, or
+    None."""
     if v is None:
         return None
     pads = (0, 0, 0, 0)
@@ -91,9 +92,11 @@ def _source(v: Value | None, pads_allowed: bool) -> Source | None:
         src = p.inputs[0]
         if p.op in MOVES and len(p.outputs) == 1:
             moves.append(p)
-        elif p.op == "Sub" and isinstance(zx, int) and zx == 0 and len(p.inputs) == 2 \
-                and _zero_point(p.inputs[1]) is not None:
-            zx = _zero_point(p.inputs[1])   # type: ignore[assignment]
+        elif p.op == "Sub" and isinstance(zx, int) and zx == 0 and len(p.inputs) == 2:
+            z = _zero_point(p.inputs[1])
+            if z is None:
+                return None
+            zx = z
         elif p.op == "Cast" and p.attrs.get("to") in ("float32", 1) and src is not None \
                 and src.type.dtype.name in ("uint8", "int8"):
             return src, zx, moves[::-1], pads
@@ -103,19 +106,10 @@ def _source(v: Value | None, pads_allowed: bool) -> Source | None:
     return None
 
 
-def _moved(u: Value, moves: list[Node], name: str) -> tuple[Value, list[Node]]:
-    """``u`` through the ``moves`` (in order), each a copy of the node on the uint8 tensor."""
-    nodes: list[Node] = []
-    for i, n in enumerate(moves):
-        nodes.append(typed_node(n.op, [u, *n.inputs[1:]], dict(n.attrs), f"{name}_u8_{i}"))
-        u = nodes[-1].output
-    return u, nodes
-
-
 def _zero_point(k: Value | None) -> int | Value | None:
-    """A constant scalar zero point in [1, 255] (0: nothing to subtract), or the uint8 value
-    of one computed at run time (a dynamically quantized input's, read through a Cast to
-    float32), else None."""
+    """A constant scalar zero point, an integer in [-128, 255] (checked against its tensor's
+    type by ``_operand``), or the uint8 value of one computed at run time (a dynamically
+    quantized input's, read through a Cast to float32), else None."""
     if k is None or not k.type.is_static or k.type.numel != 1:
         return None
     if k.const is None:
@@ -128,37 +122,43 @@ def _zero_point(k: Value | None) -> int | Value | None:
     return int(z) if z == int(z) and -128 <= z <= 255 else None
 
 
-def _unsigned(x: Value, zx: int | Value, name: str) -> tuple[Value, int | Value, list[Node]]:
-    """``x`` and its zero point as uint8 ones (and the nodes that make them): an int8
-    tensor's bits with the sign bit flipped are ``x + 128`` (BitCast, then BitwiseXor 0x80:
-    a pass over its bytes), its zero point ``zx + 128``, so ``x - zx`` is unchanged. A
-    run-time zero point is a uint8 tensor's only (``_zero_point_fits``)."""
-    if x.type.dtype.name == "uint8":
-        return x, zx, []
-    assert isinstance(zx, int)
-    bits = typed_node("BitCast", [x], {"to": "uint8"}, name + "_bits")
-    flip = typed_node("BitwiseXor", [bits.output, Value.constant(np.array(0x80, np.uint8))],
-                      {}, name + "_u8")
-    return flip.output, zx + 128, [bits, flip]
-
-
-def _zero_point_fits(x: Value, zx: int | Value) -> bool:
-    """A constant zero point in x's type range, or a run-time one of a uint8 tensor."""
+def _operand(src: Source, name: str, windowed: bool
+             ) -> tuple[Value, int | Value, list[Node]] | None:
+    """The product's uint8 operand, its zero point and the nodes that make it from the
+    ``_source`` (None where the zero point does not fit: a constant outside its tensor's type
+    range, a run-time one of an int8 tensor or of a ``windowed`` product, whose im2col takes
+    the zero point as a constant for the border). An int8 tensor's bits with the sign bit
+    flipped are ``x + 128`` (BitCast, then BitwiseXor 0x80: a pass over its bytes) and its
+    zero point moves by 128, so ``x - zx`` is unchanged; then the ``moves``, made on the
+    uint8 tensor."""
+    x, zx, moves, _ = src
+    signed = x.type.dtype.name == "int8"
     if isinstance(zx, Value):
-        return x.type.dtype.name == "uint8"
-    lo, hi = (0, 255) if x.type.dtype.name == "uint8" else (-128, 127)
-    return lo <= zx <= hi
+        if signed or windowed:
+            return None
+    elif not (-128 if signed else 0) <= zx <= (127 if signed else 255):
+        return None
+    nodes: list[Node] = []
+    if signed:
+        assert isinstance(zx, int)
+        bits = typed_node("BitCast", [x], {"to": "uint8"}, name + "_bits")
+        flip = typed_node("BitwiseXor", [bits.output,
+                                         Value.constant(np.array(0x80, np.uint8))],
+                          {}, name + "_u8")
+        nodes, x, zx = [bits, flip], flip.output, zx + 128
+    for i, n in enumerate(moves):
+        nodes.append(typed_node(n.op, [x, *n.inputs[1:]], dict(n.attrs), f"{name}_u8_{i}"))
+        x = nodes[-1].output
+    return x, zx, nodes
 
 
 def _product(a: Value, b: np.ndarray, zx: int | Value, kd: int, n: Node) -> Node:
     """The MatMulU8I8 node of ``n`` (its outputs): the zero point an attribute, or its
     third input where it is computed at run time."""
-    bc = Value.constant(np.ascontiguousarray(b))
-    if isinstance(zx, Value):
-        return typed_node("MatMulU8I8", [a, bc, zx], {"zero_point": 0, "k_dims": kd}, n.name,
-                          outputs=n.outputs)
-    return typed_node("MatMulU8I8", [a, bc], {"zero_point": zx, "k_dims": kd}, n.name,
-                      outputs=n.outputs)
+    run_time = isinstance(zx, Value)
+    ins = [a, Value.constant(np.ascontiguousarray(b)), *([zx] if run_time else [])]
+    return typed_node("MatMulU8I8", ins, {"zero_point": 0 if run_time else zx, "k_dims": kd},
+                      n.name, outputs=n.outputs)
 
 
 def _zero_pad_hw(p: Node) -> bool:
@@ -181,15 +181,14 @@ def _conv(n: Node) -> list[Node] | None:
     src = _source(x, pads_allowed=True)
     if src is None:
         return None
-    u, zx, moves, extra = src
-    pads = tuple(a + b for a, b in zip(conv_pads(n.attrs), extra, strict=True))
-    if (isinstance(zx, Value) and any(pads)) or not _zero_point_fits(u, zx):
-        return None          # a border of bytes known at run time only; a stray zero point
-    u, zx, signed = _unsigned(u, zx, n.name)
-    u, nodes = _moved(u, moves, n.name)
-    nodes = signed + nodes
+    pads = tuple(a + b for a, b in zip(conv_pads(n.attrs), src[3], strict=True))
     strides = [int(s) for s in n.attrs["strides"]]
-    if (kh, kw) == (1, 1) and strides == [1, 1] and not any(pads):
+    windowed = (kh, kw) != (1, 1) or strides != [1, 1] or any(pads)
+    op = _operand(src, n.name, windowed)
+    if op is None:
+        return None
+    u, zx, nodes = op
+    if not windowed:
         a, kd = u, 1
     else:
         attrs = {"kernel": [kh, kw], "strides": strides, "pad_value": zx,
@@ -207,11 +206,8 @@ def _matmul(n: Node) -> list[Node] | None:
             not (a.type.is_static and n.output.type.is_static) or b8.shape[0] > K_MAX:
         return None
     src = _source(a, pads_allowed=False)
-    if src is None:
+    op = None if src is None else _operand(src, n.name, windowed=False)
+    if op is None:
         return None
-    u, zx, moves, _ = src
-    if not _zero_point_fits(u, zx):
-        return None
-    u, zx, signed = _unsigned(u, zx, n.name)
-    u, nodes = _moved(u, moves, n.name)
-    return signed + nodes + [_product(u, b8, zx, 1, n)]
+    u, zx, nodes = op
+    return nodes + [_product(u, b8, zx, 1, n)]

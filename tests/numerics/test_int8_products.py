@@ -334,3 +334,22 @@ def test_a_dynamically_quantized_product_takes_its_zero_point_at_run_time(k: int
     np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=1e-6, atol=0)
     np.testing.assert_array_equal(
         got, ember.compile(model, num_threads=2, options=OFF).run(feeds)["y"])
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_dynamically_quantized_conv_with_a_window_keeps_the_float_kernel(k: int) -> None:
+    """DynamicQuantizeLinear then ConvInteger: a 1x1 conv reads the uint8 tensor with the
+    zero point at run time; a 3x3 one (an im2col, which takes the zero point as a constant
+    for its border) stays on the float kernels of the exact integers (it raised a TypeError
+    building the im2col kernel). Both onnxruntime's sums exactly."""
+    rng = np.random.default_rng(k)
+    w = rng.integers(-128, 128, (8, 16, k, k)).astype(np.int8)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "s", "z"]),
+             helper.make_node("ConvInteger", ["xq", "w", "z"], ["y"])]
+    model = graph_model(nodes, [helper.make_tensor_value_info("x", F32, [1, 16, 9, 9])],
+                        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                        [numpy_helper.from_array(w, "w")], opset=13)
+    assert any("zero point at run time" in d for d in _docs(model)) == (k == 1), _docs(model)
+    feeds = {"x": rng.standard_normal((1, 16, 9, 9)).astype(np.float32)}
+    got = ember.compile(model, num_threads=2, options=ON).run(feeds)["y"]
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
