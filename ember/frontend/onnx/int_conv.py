@@ -76,14 +76,19 @@ def channel_runs(x_span: int, wd: np.ndarray) -> list[tuple[int, int]] | None:
     return runs
 
 
+def _centered(ctx: Ctx, x: Value, zx: Value | None) -> Value:
+    """``x - zx`` in float32 (``zx`` shaped to broadcast, or None: nothing to subtract)."""
+    xf = ctx.add1("Cast", [x], {"to": "float32"})
+    if zx is None:
+        return xf
+    return ctx.add1("Sub", [xf, ctx.add1("Cast", [zx], {"to": "float32"})])
+
+
 def _in_runs(ctx: Ctx, x: Value, zx: Value | None, axis: int, runs: list[tuple[int, int]],
              product: Callable[[Value, int, int], Value]) -> Value:
-    """``x - zx`` in float32 (``zx`` shaped to broadcast, or None), cut along ``axis`` into
-    ``runs``, each run's float ``product(slice, c0, c1)`` cast to int32 (exact) and the runs
-    added in int32."""
-    xf = ctx.add1("Cast", [x], {"to": "float32"})
-    if zx is not None:
-        xf = ctx.add1("Sub", [xf, ctx.add1("Cast", [zx], {"to": "float32"})])
+    """``x - zx`` (``_centered``) cut along ``axis`` into ``runs``, each run's float
+    ``product(slice, c0, c1)`` cast to int32 (exact) and the runs added in int32."""
+    xf = _centered(ctx, x, zx)
     acc: Value | None = None
     for c0, c1 in runs:
         xs = xf if len(runs) == 1 else ctx.add1("Slice", [xf], {"starts": [c0], "ends": [c1],
@@ -94,11 +99,12 @@ def _in_runs(ctx: Ctx, x: Value, zx: Value | None, axis: int, runs: list[tuple[i
     return acc
 
 
-def _conv_plan(x: Value, w: Value, zx: Value | None,
-               zw: Value | None) -> tuple[np.ndarray, np.ndarray, int] | None:
+def _conv_plan(x: Value, w: Value, zx: Value | None, zw: Value | None
+               ) -> tuple[np.ndarray, np.ndarray, int, Value | None] | None:
     """A constant weight minus its zero point ``wd`` [M, C, taps...], each output channel's
-    bound ``x_span * sum |wd|`` over its input channels [M, C], and x's largest ``|x - zx|``;
-    None where the weight or a zero point is not a constant (or x's is not one element)."""
+    bound ``x_span * sum |wd|`` over its input channels [M, C], x's largest ``|x - zx|`` and
+    the zero point to subtract (``_data_zero_point``); None where the weight or its zero
+    point is not a constant (or x's is not one element)."""
     w_arr, zw_arr, data = _ints(w), _ints(zw), _data_zero_point(x, zx)
     if w_arr is None or zw_arr is None or data is None or \
             (zx is not None and zx.type.is_static and zx.type.numel != 1):
@@ -106,8 +112,8 @@ def _conv_plan(x: Value, w: Value, zx: Value | None,
     shape = tuple(int(d) for d in w.type.shape)  # type: ignore[arg-type]
     zw_col = zw_arr.reshape(-1, *([1] * (len(shape) - 1)))       # one, or per output channel
     wd = w_arr.reshape(shape) - zw_col
-    span = data[0]
-    return wd, np.abs(wd).reshape(shape[0], shape[1], -1).sum(axis=2) * span, span
+    span, sub = data
+    return wd, np.abs(wd).reshape(shape[0], shape[1], -1).sum(axis=2) * span, span, sub
 
 
 def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
@@ -116,7 +122,7 @@ def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value |
     plan = _conv_plan(x, w, zx, zw)
     if plan is None:
         return None
-    wd, _, span = plan
+    wd, _, span, sub = plan
     runs = channel_runs(span, wd)
     if runs is None or (group > 1 and len(runs) > 1):
         return None
@@ -126,7 +132,7 @@ def exact_float_conv(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value |
         ws = ctx.const(np.ascontiguousarray(wd[:, c0:c1]).astype(np.float32))
         return ctx.convert_as("Conv", [xs, ws], dict(attrs))[0]
 
-    return _in_runs(ctx, x, _data_zero_point(x, zx)[1], 1, runs, conv)  # type: ignore[index]
+    return _in_runs(ctx, x, sub, 1, runs, conv)
 
 
 def float_conv_sum(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | None,
@@ -140,27 +146,25 @@ def float_conv_sum(ctx: Ctx, x: Value, w: Value, zx: Value | None, zw: Value | N
     plan = _conv_plan(x, w, zx, zw)
     if plan is None:
         return None
-    wd, per_channel, _ = plan
+    wd, per_channel, _, sub = plan
     b = np.zeros(wd.shape[0], np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
     if b.size != wd.shape[0] or np.any(per_channel.sum(axis=1) + np.abs(b) >= EXACT):
         return None
-    xf = ctx.add1("Cast", [x], {"to": "float32"})
-    sub = _data_zero_point(x, zx)[1]  # type: ignore[index]
-    if sub is not None:
-        xf = ctx.add1("Sub", [xf, ctx.add1("Cast", [sub], {"to": "float32"})])
-    ins = [xf, ctx.const(wd.astype(np.float32)), ctx.const(b.astype(np.float32))]
+    ins = [_centered(ctx, x, sub), ctx.const(wd.astype(np.float32)),
+           ctx.const(b.astype(np.float32))]
     return ctx.convert_as("Conv", ins, {**norm, "group": group})[0]
 
 
-def _matmul_plan(a: Value, b: Value, za: Value | None,
-                 zb: Value | None) -> tuple[np.ndarray, int] | None:
-    """A constant 2-D B minus its zero point [K, N] (zb per column) and A's largest
-    ``|a - za|``; None where B or a zero point is not a constant."""
+def _matmul_plan(a: Value, b: Value, za: Value | None, zb: Value | None
+                 ) -> tuple[np.ndarray, int, Value | None] | None:
+    """A constant 2-D B minus its zero point [K, N] (zb per column), A's largest
+    ``|a - za|`` and the zero point to subtract (``_data_zero_point``); None where B or its
+    zero point is not a constant."""
     b_arr, zb_arr, data = _ints(b), _ints(zb), _data_zero_point(a, za)
     if b_arr is None or zb_arr is None or data is None or b.type.rank != 2 or \
             a.type.rank < 1:
         return None
-    return b_arr.reshape(int(b.type.shape[0]), -1) - zb_arr, data[0]
+    return b_arr.reshape(int(b.type.shape[0]), -1) - zb_arr, *data
 
 
 def _per_row(ctx: Ctx, a: Value, za: Value | None) -> Value | None:
@@ -178,7 +182,7 @@ def exact_float_matmul(ctx: Ctx, a: Value, b: Value, za: Value | None,
     plan = _matmul_plan(a, b, za, zb)
     if plan is None:
         return None
-    bd, span = plan
+    bd, span, sub = plan
     runs = channel_runs(span, bd.T[:, :, None])
     if runs is None:
         return None
@@ -187,7 +191,6 @@ def exact_float_matmul(ctx: Ctx, a: Value, b: Value, za: Value | None,
         bs = ctx.const(np.ascontiguousarray(bd[k0:k1]).astype(np.float32))
         return ctx.convert_as("MatMul", [part, bs])[0]
 
-    sub = _data_zero_point(a, za)[1]  # type: ignore[index]
     return _in_runs(ctx, a, _per_row(ctx, a, sub), a.type.rank - 1, runs, matmul)
 
 
@@ -198,11 +201,8 @@ def float_matmul_sum(ctx: Ctx, a: Value, b: Value, za: Value | None,
     plan = _matmul_plan(a, b, za, zb)
     if plan is None:
         return None
-    bd, span = plan
+    bd, span, sub = plan
     if np.any(np.abs(bd).sum(axis=0) * span >= EXACT):
         return None
-    af = ctx.add1("Cast", [a], {"to": "float32"})
-    za = _per_row(ctx, a, _data_zero_point(a, za)[1])  # type: ignore[index]
-    if za is not None:
-        af = ctx.add1("Sub", [af, ctx.add1("Cast", [za], {"to": "float32"})])
-    return ctx.convert_as("MatMul", [af, ctx.const(bd.astype(np.float32))])[0]
+    return ctx.convert_as("MatMul", [_centered(ctx, a, _per_row(ctx, a, sub)),
+                                     ctx.const(bd.astype(np.float32))])[0]
