@@ -668,11 +668,9 @@ def _register_args(name: str, body: Graph, m: Node, g: ConvGeom, t: DenseTile,
     then each of its tensors (appended to ``args``)."""
     extra = []
     if reg.consts:
-        jb = -(-g.OCg // t.NB)
-        ke = np.stack([np.pad(np.asarray(k, np.float32).reshape(g.G, g.OCg),
-                              ((0, 0), (0, jb * t.NB - g.OCg))) for k in reg.consts])
+        ke = reg.packed_consts(g.G, g.OCg, -(-g.OCg // t.NB) * t.NB)
         extra.append(Buffer(f"{name}_ke", ke.size))
-        args.append((extra[0], np.ascontiguousarray(ke)))
+        args.append((extra[0], ke))
     for i, v in enumerate(reg.tensors):
         if v is m.inputs[0]:
             extra.append(x_buf)

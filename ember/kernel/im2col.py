@@ -15,6 +15,7 @@ import hashlib
 from ember.ir.graph import Graph
 from ember.ir.ops.layout import conv_pads
 from ember.kernel.base import OUTPUT, T0, T1, Kernel
+from ember.kernel.schedule import numel
 from ember.loops.ir import Bin, Buffer, Eval, For, ForKind, Var
 from ember.loops.transform import format_stmt
 from ember.lower.computes import static_shape
@@ -69,13 +70,8 @@ def build_im2col(name: str, body: Graph) -> Kernel:
     shape, out = static_shape(x.type), static_shape(m.output.type)
     fn = "em_im2col_" + hashlib.sha1(repr((shape, out, sorted(m.attrs.items())))
                                      .encode()).hexdigest()[:12]
-    numel_in, numel_out = 1, 1
-    for d in shape:
-        numel_in *= int(d)
-    for d in out:
-        numel_out *= int(d)
-    out_buf = Buffer(f"{name}_out", numel_out, "uint8")
-    x_buf = Buffer(f"{name}_x", numel_in, "uint8")
+    out_buf = Buffer(f"{name}_out", numel(out), "uint8")
+    x_buf = Buffer(f"{name}_x", numel(shape), "uint8")
     task = Var("task")
     stmt = For(task, T0, Bin("-", T1, T0), Eval(fn, (task, out_buf, x_buf)), ForKind.SERIAL)
     doc = (f"{body.name}: windows of {out[3]}x{out[4]} taps x {out[5]} channels, "

@@ -182,7 +182,7 @@ def _tile_fn(fn: str, M: int, N: int, K: int, R: int, V: int, PT: int,
     ``run_zp``: the zero point is read at run time (``zp``), ``comp`` is per unit of it."""
     nb, jb = LANES * V, -(-N // (LANES * V))
     kqt = -(-K // 4)
-    ke = (", const float *ke" if epi is not None and epi.consts else "") + \
+    params = (", const float *ke" if epi is not None and epi.consts else "") + \
         (", const uint8_t *zp" if run_zp else "")
     scaled = f"""
   int32_t cz[{nb}] __attribute__((aligned(64)));
@@ -197,7 +197,7 @@ def _tile_fn(fn: str, M: int, N: int, K: int, R: int, V: int, PT: int,
            else "") + "); break;" for h in range(R, 0, -1))
     return f"""
 static void {fn}(int64_t task, {CTYPES[out]} *c, const uint8_t *a, const int8_t *w,
-                 const int32_t *comp{ke}) {{
+                 const int32_t *comp{params}) {{
   const int64_t j = task % {jb}, p0 = task / {jb} * {PT};
   const int64_t p1 = p0 + {PT} < {M} ? p0 + {PT} : {M};
   const int64_t nvalid = {N} - j * {nb} < {nb} ? {N} - j * {nb} : {nb};
@@ -253,9 +253,9 @@ def build_qdense(name: str, body: Graph, threads: int) -> Kernel:
     tile = Buffer(f"{name}_tile", PT * nb, "float32", Scope.LOCAL) if local else out_buf
     call = [tile, a_buf, w_buf, c_buf]
     if epi is not None and epi.consts:
-        ke = np.stack([np.pad(np.asarray(k, np.float32), (0, jb * nb - N)) for k in epi.consts])
+        ke = epi.packed_consts(1, N, jb * nb)
         ke_buf = Buffer(f"{name}_ke", ke.size)
-        args.append((ke_buf, np.ascontiguousarray(ke)))
+        args.append((ke_buf, ke))
         call.append(ke_buf)
     if run_zp is not None:
         z_buf = Buffer(f"{name}_zp", 1, "uint8")

@@ -103,6 +103,13 @@ class RegEpilogue:
         their values)."""
         return self.exprs, len(self.consts), len(self.tensors)
 
+    def packed_consts(self, groups: int, channels: int, width: int) -> np.ndarray:
+        """The per-channel constants as [constant][group][width] float32, each group's
+        ``channels`` values zero past them (a kernel's whole channel blocks of ``width``)."""
+        return np.ascontiguousarray(np.stack([
+            np.pad(np.asarray(k, np.float32).reshape(groups, channels),
+                   ((0, 0), (0, width - channels))) for k in self.consts]))
+
 
 def _cfloat(v: float) -> str:
     f = float(np.float32(v))
