@@ -54,8 +54,9 @@ GPU: list[Pass] = [("stack_projections", stack_projections.run),
                    ("lstm_wavefront", lstm_wavefront.run)]
 # the CPU target only, before OPTIMIZE: its tiled dense kernels are float32 ones
 CPU: list[Pass] = [("widen_narrow", widen_narrow.run)]
-# the CPU target where its int8 kernels pay (``support.options``' int8), after OPTIMIZE
-INT8: list[Pass] = [("int8_products", int8_products.run), ("dce", dce.run)]
+# the CPU target where its int8 kernels pay (``support.options``' int8), after OPTIMIZE; cse
+# merges the uint8 operands two products of one tensor each made (an int8 tensor's sign flip)
+INT8: list[Pass] = [("int8_products", int8_products.run), ("cse", cse.run), ("dce", dce.run)]
 FUSE: list[Pass] = [("fuse", fuse.run)]
 PLAN: list[Pass] = [("memplan", memplan.run)]
 # GPU targets: kernels may run concurrently (a CUDA graph's branches, Rammer's and IOS's plans),
